@@ -1,0 +1,13 @@
+"""Errors a user can act on.
+
+A ConversionError means the input model cannot be converted as asked; the CLI prints its message on
+one line and exits 1. Messages name the node, op, tensor or file at fault.
+"""
+
+
+class ConversionError(Exception):
+    """The model (or a file) cannot be converted; exit code 1."""
+
+
+class UsageError(Exception):
+    """The command line asks for something contradictory or malformed; exit code 2."""

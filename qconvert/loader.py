@@ -1,0 +1,401 @@
+"""Loader: an ONNX file becomes the IR (qconvert.ir.Model).
+
+Steps: parse (with external data), pin input shapes, then alternate ONNX shape inference with
+folding of nodes whose inputs are all known (PyTorch's Shape/Gather/Concat/Reshape chains), until
+nothing changes; then every remaining node goes to its importer (qconvert.ops). int64 tensors are
+narrowed to int32 inside the graph (TFLite's kernels index with int32); graph inputs and outputs
+keep their ONNX dtype through a CAST.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper
+
+from .errors import ConversionError
+from .ir import Model, Operator
+from .ops.registry import ONNX_IMPORTERS
+
+log = logging.getLogger("qconvert")
+
+# Ops never folded at load time: their value is not a function of their inputs.
+_NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                 "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
+# Initializers bigger than this are shown to shape inference as typed inputs, not as data, so that
+# inference does not copy the weights (it only needs their shapes).
+_INFERENCE_DATA_LIMIT = 4096
+_INT32 = np.iinfo(np.int32)
+
+
+@dataclass
+class OnnxNode:
+    """An ONNX node as importers see it: attributes decoded to Python values."""
+
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict
+    domain: str = ""
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+
+def read_onnx(path: str, data: bytes | None = None) -> onnx.ModelProto:
+    """Parses an ONNX file (or bytes read from stdin), loading external data; clear errors."""
+    shown = "<stdin>" if data is not None else path
+    try:
+        if data is None:
+            with open(path, "rb") as f:
+                data = f.read()
+        proto = onnx.ModelProto()
+        proto.ParseFromString(data)
+    except FileNotFoundError:
+        raise ConversionError(f"{shown}: no such file") from None
+    except IsADirectoryError:
+        raise ConversionError(f"{shown}: is a directory, not an ONNX file") from None
+    except PermissionError:
+        raise ConversionError(f"{shown}: permission denied") from None
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ConversionError(f"{shown}: not a valid ONNX file (truncated or corrupt: {e})") from None
+    if not proto.ir_version or not proto.graph.node and not proto.graph.output:
+        raise ConversionError(f"{shown}: not an ONNX model (no IR version or empty graph)")
+    base_dir = os.getcwd() if path == "-" else os.path.dirname(os.path.abspath(path))
+    try:
+        onnx.external_data_helper.load_external_data_for_model(proto, base_dir)
+    except (OSError, ValueError) as e:
+        raise ConversionError(f"{shown}: cannot read external data: {e}") from None
+    return proto
+
+
+def _np_dtype(elem_type: int) -> np.dtype:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError):
+        raise ConversionError(
+            f"tensor type {onnx.TensorProto.DataType.Name(elem_type)} is not supported") from None
+
+
+def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
+    """Reads an initializer without a second copy of raw data, then frees the proto's bytes."""
+    if t.data_type == onnx.TensorProto.STRING:
+        raise ConversionError(f"initializer {t.name!r}: string tensors are not supported")
+    if t.HasField("raw_data") and t.data_type not in (onnx.TensorProto.BFLOAT16,) and \
+            _np_dtype(t.data_type).kind in "fiub":
+        array = np.frombuffer(t.raw_data, dtype=_np_dtype(t.data_type).newbyteorder("<"))
+        array = array.reshape(tuple(t.dims))
+        t.ClearField("raw_data")
+        return array
+    return numpy_helper.to_array(t)
+
+
+class _Graph:
+    """What the loader knows about the ONNX graph: constants, shapes and dtypes by value name."""
+
+    def __init__(self, proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]]):
+        self.proto = proto
+        self.graph = proto.graph
+        self.opsets = {o.domain: o.version for o in proto.opset_import}
+        self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 1))
+        self.constants: dict[str, np.ndarray] = {}
+        for t in self.graph.initializer:
+            self.constants[t.name] = _tensor_to_array(t)
+        init_names = set(self.constants)
+        self.inputs = [i for i in self.graph.input if i.name not in init_names]
+        self.shapes: dict[str, tuple] = {}
+        self.dtypes: dict[str, np.dtype] = {}
+        unknown = set(input_shapes) - {i.name for i in self.inputs}
+        if unknown:
+            names = ", ".join(i.name for i in self.inputs)
+            raise ConversionError(
+                f"--input-shape names {sorted(unknown)[0]!r}, which is not a model input "
+                f"(inputs: {names})")
+        for i in self.inputs:
+            tt = i.type.tensor_type
+            if not i.type.HasField("tensor_type"):
+                raise ConversionError(f"input {i.name!r}: only tensor inputs are supported")
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                    for d in tt.shape.dim]
+            if i.name in input_shapes:
+                pinned = input_shapes[i.name]
+                if tt.HasField("shape") and len(pinned) != len(dims):
+                    raise ConversionError(
+                        f"--input-shape {i.name}: rank {len(pinned)} given, the model's input has "
+                        f"rank {len(dims)}")
+                dims = list(pinned)
+            for axis, d in enumerate(dims):
+                if not isinstance(d, int) or d <= 0:
+                    shown = ",".join(str(x) for x in dims)
+                    raise ConversionError(
+                        f"input {i.name!r} has dynamic dimension {d!r} (axis {axis}, shape "
+                        f"[{shown}]); pin it with --input-shape {i.name}:"
+                        + ",".join(str(x) if isinstance(x, int) and x > 0 else "N" for x in dims))
+            self.shapes[i.name] = tuple(dims)
+            self.dtypes[i.name] = _np_dtype(tt.elem_type)
+        for name, value in self.constants.items():
+            self.shapes[name] = value.shape
+            self.dtypes[name] = value.dtype
+        self.nodes = list(self.graph.node)
+
+    # --- shape inference ----------------------------------------------------------------------
+    def infer_shapes(self) -> None:
+        """ONNX shape inference over a copy that holds only small constants' data."""
+        g = helper.make_graph(self.nodes, self.graph.name or "g", [], list(self.graph.output))
+        for name in list(self.shapes):
+            if name in self.constants and self.constants[name].size <= _INFERENCE_DATA_LIMIT:
+                value = self.constants[name]
+                if value.dtype.kind not in "fiub":
+                    continue
+                g.initializer.append(numpy_helper.from_array(value, name))
+            elif name in self.dtypes:
+                g.input.append(helper.make_tensor_value_info(
+                    name, helper.np_dtype_to_tensor_dtype(self.dtypes[name]), self.shapes[name]))
+        m = helper.make_model(g, opset_imports=list(self.proto.opset_import),
+                              ir_version=self.proto.ir_version)
+        m.functions.extend(self.proto.functions)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+        except Exception as e:  # onnx raises several types here; all mean "the model is invalid"
+            raise ConversionError(f"ONNX shape inference failed: {str(e).splitlines()[0]}") from None
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+            if vi.name in self.constants or not vi.type.HasField("tensor_type"):
+                continue
+            tt = vi.type.tensor_type
+            if tt.elem_type:
+                self.dtypes[vi.name] = _np_dtype(tt.elem_type)
+            if tt.HasField("shape"):
+                dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+                if all(d >= 0 for d in dims):
+                    self.shapes[vi.name] = dims
+
+    # --- load-time folding --------------------------------------------------------------------
+    def fold_constants(self) -> bool:
+        """Evaluates every node whose inputs are all known; Shape/Size of static tensors too."""
+        kept, folded = [], False
+        for node in self.nodes:
+            value = self._evaluate(node)
+            if value is None:
+                kept.append(node)
+                continue
+            for name, v in zip(node.output, value):
+                self.constants[name] = np.asarray(v)
+                self.shapes[name] = self.constants[name].shape
+                self.dtypes[name] = self.constants[name].dtype
+            folded = True
+        self.nodes = kept
+        return folded
+
+    def _evaluate(self, node: onnx.NodeProto) -> list[np.ndarray] | None:
+        if node.op_type in _NOT_FOLDABLE or node.domain not in ("", "ai.onnx"):
+            return None
+        if node.op_type in ("Shape", "Size") and node.input[0] in self.shapes:
+            shape = np.array(self.shapes[node.input[0]], dtype=np.int64)
+            if node.op_type == "Size":
+                return [np.array(np.prod(shape), dtype=np.int64)]
+            attrs = {a.name: a.i for a in node.attribute}
+            rank = len(shape)
+            start, end = attrs.get("start", 0), attrs.get("end", rank)
+            return [shape[start:end]]
+        if not node.output or any(n and n not in self.constants for n in node.input):
+            return None
+        if not any(node.input) and node.op_type not in ("Constant", "ConstantOfShape", "Range", "EyeLike"):
+            return None
+        feeds = {n: self.constants[n] for n in node.input if n}
+        # The reference evaluator must see the model's opset: ops changed meaning across opsets.
+        g = helper.make_graph([node], "fold",
+                              [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                               for n, v in feeds.items()],
+                              [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
+        m = helper.make_model(g, opset_imports=list(self.proto.opset_import),
+                              ir_version=self.proto.ir_version)
+        try:
+            from onnx.reference import ReferenceEvaluator
+            return ReferenceEvaluator(m).run(None, feeds)
+        except Exception as e:  # the reference evaluator raises anything; the node is at fault
+            raise ConversionError(
+                f"node {node.name or node.output[0]!r} ({node.op_type}): cannot evaluate its constant "
+                f"inputs: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def _decode_attrs(node: onnx.NodeProto) -> dict:
+    attrs = {}
+    for a in node.attribute:
+        value = helper.get_attribute_value(a)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        elif isinstance(value, onnx.TensorProto):
+            value = numpy_helper.to_array(value)
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode("utf-8", "replace") for v in value]
+        attrs[a.name] = value
+    return attrs
+
+
+def internal_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a tensor has inside the TFLite graph: int64 is narrowed to int32."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.int32) if dtype == np.int64 else dtype
+
+
+def narrow(value: np.ndarray, what: str) -> np.ndarray:
+    """int64 data as int32, failing clearly if a value does not fit."""
+    value = np.asarray(value)
+    if value.dtype != np.int64:
+        return value
+    if value.size and (value.min() < _INT32.min or value.max() > _INT32.max):
+        raise ConversionError(f"{what}: int64 values do not fit in int32, which TFLite uses here")
+    return value.astype(np.int32)
+
+
+class ImportContext:
+    """What an importer may ask and do while turning one ONNX node into IR operators."""
+
+    def __init__(self, graph: _Graph, model: Model):
+        self._graph = graph
+        self.model = model
+        self.opset = graph.opset
+        self.node: OnnxNode | None = None
+
+    def error(self, message: str) -> ConversionError:
+        node = self.node
+        return ConversionError(f"node {node.name!r} ({node.op_type}): {message}")
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.model.arrays[name].shape
+
+    def dtype(self, name: str) -> np.dtype:
+        return self.model.arrays[name].dtype
+
+    def rank(self, name: str) -> int:
+        return len(self.shape(name))
+
+    def const(self, name: str) -> np.ndarray | None:
+        """The value of a constant input (None for an activation or an omitted input)."""
+        return self.model.constant(name)
+
+    def require_const(self, name: str, what: str) -> np.ndarray:
+        value = self.const(name)
+        if value is None:
+            raise self.error(f"{what} (input {name!r}) must be a constant; only static graphs convert")
+        return value
+
+    def add_op(self, type: str, inputs: list[str], outputs: list[str], options: dict | None = None,
+               activation: str = "NONE") -> Operator:
+        op = Operator(type, list(inputs), list(outputs), dict(options or {}), activation,
+                      self.node.name if self.node else "")
+        self.model.operators.append(op)
+        return op
+
+    def tensor(self, hint: str, shape, dtype) -> str:
+        """A new intermediate array (an op output); returns its name."""
+        return self.model.add_array(hint, shape, dtype)
+
+    def constant(self, hint: str, value) -> str:
+        """A new constant array; int64 values are narrowed to int32. Returns its name."""
+        return self.model.add_constant(hint, narrow(np.asarray(value), f"constant {hint!r}"))
+
+    def unary(self, type: str, x: str, y: str, options: dict | None = None) -> Operator:
+        return self.add_op(type, [x], [y], options)
+
+
+def _node_name(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"{node.op_type}_{index}:{node.output[0] if node.output else ''}"
+
+
+def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
+    """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault."""
+    from . import ops  # noqa: F401  (registers every importer)
+
+    if len(proto.graph.node) == 0 and not proto.graph.output:
+        raise ConversionError("the ONNX graph is empty")
+    for o in proto.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version < 7:
+            raise ConversionError(f"opset {o.version} is too old; qconvert reads opsets 7 and newer")
+    graph = _Graph(proto, input_shapes or {})
+    for _ in range(20):
+        graph.infer_shapes()
+        if not graph.fold_constants():
+            break
+
+    unsupported = []
+    for index, node in enumerate(graph.nodes):
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        if key not in ONNX_IMPORTERS:
+            unsupported.append(f"{_node_name(node, index)} ({key})")
+    if unsupported:
+        raise ConversionError(
+            f"{len(unsupported)} unsupported ONNX node{'s' if len(unsupported) > 1 else ''}: "
+            + ", ".join(unsupported))
+
+    model = Model()
+    aliases: dict[str, str] = {}
+
+    def ensure_array(name: str, node_label: str) -> None:
+        if not name or name in model.arrays or name in aliases:
+            return
+        if name in graph.constants:
+            value = narrow(graph.constants[name], f"tensor {name!r}")
+            model.add_array(name, value.shape, value.dtype, value)
+            return
+        if name not in graph.shapes:
+            raise ConversionError(
+                f"tensor {name!r} ({node_label}) has no static shape after shape inference; "
+                "pin the model's dynamic input dimensions with --input-shape")
+        model.add_array(name, graph.shapes[name], internal_dtype(graph.dtypes[name]))
+
+    # Graph inputs: the TFLite input keeps the ONNX name and dtype; int64 goes through a CAST.
+    for i in graph.inputs:
+        dtype = graph.dtypes[i.name]
+        model.add_array(i.name, graph.shapes[i.name], dtype)
+        model.inputs.append(i.name)
+        if dtype == np.int64:
+            inner = model.add_array(i.name + "_int32", graph.shapes[i.name], np.int32)
+            model.operators.append(Operator("CAST", [i.name], [inner], source=f"input {i.name}"))
+            aliases[i.name] = inner
+    output_names = [o.name for o in proto.graph.output]
+
+    ctx = ImportContext(graph, model)
+    for index, node in enumerate(graph.nodes):
+        label = f"output of node {_node_name(node, index)!r} ({node.op_type})"
+        for name in list(node.input) + list(node.output):
+            ensure_array(name, label)
+        ctx.node = OnnxNode(_node_name(node, index), node.op_type,
+                            [aliases.get(n, n) for n in node.input],
+                            [aliases.get(n, n) for n in node.output], _decode_attrs(node), node.domain)
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        ONNX_IMPORTERS[key](ctx.node, ctx)
+
+    # Graph outputs keep their ONNX name and dtype; a constant output gets a producing op so that
+    # the TFLite graph has a tensor to return.
+    for name in output_names:
+        ensure_array(name, "graph output")
+        inner = aliases.get(name, name)
+        onnx_dtype = graph.dtypes.get(name, model.arrays[inner].dtype)
+        if onnx_dtype == np.int64 or model.arrays[inner].is_constant:
+            out = f"{name}__out" if name in model.arrays else name
+            if name in model.arrays:
+                # Free the ONNX name for the graph output tensor.
+                model.arrays[out] = model.arrays.pop(name)
+                model.arrays[out].name = out
+                model.rename_uses(name, out)
+                for op in model.operators:
+                    op.outputs = [out if n == name else n for n in op.outputs]
+                inner = out
+            target_dtype = onnx_dtype if onnx_dtype == np.int64 else model.arrays[inner].dtype
+            model.arrays[name] = type(model.arrays[inner])(name, np.dtype(target_dtype),
+                                                           model.arrays[inner].shape)
+            if model.arrays[inner].is_constant and target_dtype != np.int64:
+                zero = model.add_constant(name + "_zero", np.zeros((), model.arrays[inner].dtype))
+                model.operators.append(Operator("ADD", [inner, zero], [name], source=f"output {name}"))
+            else:
+                model.operators.append(Operator("CAST", [inner], [name], source=f"output {name}"))
+        model.outputs.append(name)
+    model.remove_unused()
+    return model

@@ -1,0 +1,73 @@
+"""Concat (CONCATENATION) and Split (SPLIT / SPLIT_V); both carry an axis the layout pass remaps."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import onnx_op, tflite_op
+
+
+def _remap_axis_option(op, model, perm):
+    rank = len(perm)
+    op.options["axis"] = perm[op.options["axis"] % rank]
+    return perm
+
+
+def _remap_axis_input(index):
+    def remap(op, model, perm):
+        axis = model.constant(op.inputs[index])
+        if axis is None:
+            return None
+        op.inputs[index] = model.add_constant("axis", np.array(perm[int(axis) % len(perm)], np.int32))
+        return perm
+    return remap
+
+
+def _concat_version(op, model):
+    dtype = model.arrays[op.outputs[0]].dtype
+    return 2 if dtype in (np.int8, np.uint8) else (3 if dtype == np.int16 else 1)
+
+
+def _evaluate_split(inputs, op):
+    axis, x = int(inputs[0]), inputs[1]
+    return np.split(x, op.options["num_splits"], axis=axis)
+
+
+def _evaluate_split_v(inputs, op):
+    x, sizes, axis = inputs
+    return np.split(x, np.cumsum(sizes)[:-1], axis=int(axis))
+
+
+tflite_op("CONCATENATION", options="ConcatenationOptions", layout="axis",
+          remap_axes=_remap_axis_option, version=_concat_version,
+          evaluate=lambda inputs, op: [np.concatenate(inputs, axis=op.options["axis"])])
+tflite_op("SPLIT", options="SplitOptions", layout="axis", layout_inputs=(1,),
+          remap_axes=_remap_axis_input(0), evaluate=_evaluate_split,
+          version=lambda op, model: 2 if model.arrays[op.inputs[1]].dtype == np.int8 else 1)
+tflite_op("SPLIT_V", options="SplitVOptions", layout="axis", layout_inputs=(0,),
+          remap_axes=_remap_axis_input(2), evaluate=_evaluate_split_v,
+          version=lambda op, model: 2 if model.arrays[op.inputs[0]].dtype == np.int8 else 1)
+
+
+@onnx_op("Concat")
+def import_concat(node, ctx):
+    inputs = [n for n in node.inputs if n and np.prod(ctx.shape(n)) > 0]
+    axis = node.attr("axis") % ctx.rank(node.outputs[0])
+    if len(inputs) == 1:
+        ctx.add_op("IDENTITY", inputs, node.outputs)
+        return
+    ctx.add_op("CONCATENATION", inputs, node.outputs, {"axis": axis})
+
+
+@onnx_op("Split")
+def import_split(node, ctx):
+    x = node.inputs[0]
+    axis = node.attr("axis", 0) % ctx.rank(x)
+    sizes = [ctx.shape(o)[axis] for o in node.outputs]
+    if len(set(sizes)) == 1:
+        ctx.add_op("SPLIT", [ctx.constant("axis", np.array(axis, np.int32)), x], node.outputs,
+                   {"num_splits": len(sizes)})
+    else:
+        ctx.add_op("SPLIT_V", [x, ctx.constant("sizes", np.array(sizes, np.int32)),
+                               ctx.constant("axis", np.array(axis, np.int32))], node.outputs,
+                   {"num_splits": len(sizes)})

@@ -1,0 +1,130 @@
+"""Conv (1D and 2D, groups, dilations, auto_pad) as CONV_2D or DEPTHWISE_CONV_2D.
+
+Weights are transposed once at import (OIHW -> OHWI, or [1,H,W,C*M] for depthwise); activations go
+through the layout helpers. A 1D conv is a 2D conv over [N, C, 1, L]. Grouped conv (1 < group < C)
+is split into one CONV_2D per group and concatenated, since delegates and micro runtimes lack
+CONV_2D's grouped variant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import channels_last_tensor, reshape, to_channels_first, to_channels_last
+from .padding import choose_padding, explicit_pad, onnx_pads
+from .registry import onnx_op, tflite_op
+
+
+def _conv_version(op, model):
+    weights = model.arrays[op.inputs[1]]
+    data = model.arrays[op.inputs[0]]
+    if data.dtype == np.float32 and weights.dtype == np.int8:
+        return 5 if weights.quant is not None and weights.quant.axis is not None else 2
+    if data.dtype == np.int8:
+        return 3
+    if data.dtype == np.int16:
+        return 4
+    if weights.shape[-1] != data.shape[-1]:
+        return 6  # grouped
+    return 1
+
+
+def _depthwise_version(op, model):
+    data = model.arrays[op.inputs[0]]
+    weights = model.arrays[op.inputs[1]]
+    if data.dtype == np.float32 and weights.dtype == np.int8:
+        return 6 if weights.quant is not None and weights.quant.axis is not None else 4
+    if data.dtype == np.int8:
+        return 3
+    if data.dtype == np.int16:
+        return 5
+    if op.options.get("dilation_w_factor", 1) != 1 or op.options.get("dilation_h_factor", 1) != 1:
+        return 2
+    return 1
+
+
+tflite_op("CONV_2D", options="Conv2DOptions", version=_conv_version)
+tflite_op("DEPTHWISE_CONV_2D", options="DepthwiseConv2DOptions", version=_depthwise_version)
+
+
+@onnx_op("Conv")
+def import_conv(node, ctx):
+    x, w_name = node.inputs[:2]
+    b_name = node.inputs[2] if len(node.inputs) > 2 else ""
+    y = node.outputs[0]
+    w = ctx.require_const(w_name, "Conv weights")
+    if w.ndim not in (3, 4):
+        raise ctx.error(f"{w.ndim - 2}D convolution is not supported (1D and 2D are)")
+    one_d = w.ndim == 3
+    if one_d:  # [N, C, L] -> [N, C, 1, L]
+        n, c, length = ctx.shape(x)
+        x = reshape(ctx, x, (n, c, 1, length))
+        w = w[:, :, None, :]
+    spatial = ctx.shape(x)[2:]
+    kernel = w.shape[2:]
+    def pair(name, default):
+        value = list(node.attr(name, [default] * (1 if one_d else 2)))
+        return [default] + value if one_d else value
+    strides, dilations = pair("strides", 1), pair("dilations", 1)
+    group = node.attr("group", 1)
+    pads = onnx_pads(node, spatial, kernel, strides, dilations)
+    if one_d and node.attr("auto_pad", "NOTSET") == "NOTSET":
+        p = list(node.attr("pads", [0, 0]))
+        pads = [0, p[0], 0, p[1]]
+    y_shape = ctx.shape(y)
+    out_shape4 = (y_shape[0], y_shape[1], 1, y_shape[2]) if one_d else y_shape
+    out_spatial = out_shape4[2:]
+
+    x_nhwc = to_channels_last(ctx, x)
+    padding = choose_padding(pads, spatial, kernel, strides, dilations, out_spatial)
+    if padding is None:
+        x_nhwc = explicit_pad(ctx, x_nhwc, pads)
+        padding = "VALID"
+    bias = ctx.const(b_name) if b_name else None
+    if b_name and bias is None:
+        raise ctx.error("a Conv bias that is not a constant is not supported")
+    out_channels, in_per_group = w.shape[0], w.shape[1]
+    in_channels = in_per_group * group
+    options = {"padding": padding, "stride_h": strides[0], "stride_w": strides[1],
+               "dilation_h_factor": dilations[0], "dilation_w_factor": dilations[1]}
+    inner_shape = (out_shape4[0],) + tuple(out_spatial) + (out_channels,)
+    inner = ctx.tensor(y + "_nhwc", inner_shape, ctx.dtype(y))
+    w = np.asarray(w, dtype=np.float32)
+    if group == 1:
+        inputs = [x_nhwc, ctx.constant(w_name, np.transpose(w, (0, 2, 3, 1))),
+                  ctx.constant(b_name or y + "_bias", bias if bias is not None else np.zeros(out_channels, np.float32))]
+        ctx.add_op("CONV_2D", inputs, [inner], options)
+    elif group == in_channels and in_per_group == 1:
+        multiplier = out_channels // in_channels
+        inputs = [x_nhwc, ctx.constant(w_name, np.transpose(w, (1, 2, 3, 0))),
+                  ctx.constant(b_name or y + "_bias", bias if bias is not None else np.zeros(out_channels, np.float32))]
+        ctx.add_op("DEPTHWISE_CONV_2D", inputs, [inner], dict(options, depth_multiplier=multiplier))
+    else:
+        _grouped(ctx, x_nhwc, w, bias, group, options, inner, w_name, y)
+    if one_d:
+        inner4 = ctx.tensor(y + "_nchw", out_shape4, ctx.dtype(y))
+        to_channels_first(ctx, inner, inner4)
+        reshape(ctx, inner4, y_shape, y)
+    else:
+        to_channels_first(ctx, inner, y)
+
+
+def _grouped(ctx, x_nhwc, w, bias, group, options, inner, w_name, y):
+    """SPLIT the input channels into groups, one CONV_2D each, CONCATENATION of the results."""
+    out_channels = w.shape[0]
+    per_out = out_channels // group
+    in_shape = ctx.shape(x_nhwc)
+    parts_in = [ctx.tensor(f"{x_nhwc}_g{g}", in_shape[:3] + (in_shape[3] // group,), ctx.dtype(x_nhwc))
+                for g in range(group)]
+    ctx.add_op("SPLIT", [ctx.constant("axis", np.array(3, np.int32)), x_nhwc], parts_in,
+               {"num_splits": group})
+    out_shape = ctx.shape(inner)
+    parts_out = []
+    for g in range(group):
+        wg = np.transpose(w[g * per_out:(g + 1) * per_out], (0, 2, 3, 1))
+        bg = bias[g * per_out:(g + 1) * per_out] if bias is not None else np.zeros(per_out, np.float32)
+        out = ctx.tensor(f"{y}_g{g}", out_shape[:3] + (per_out,), ctx.dtype(y))
+        ctx.add_op("CONV_2D", [parts_in[g], ctx.constant(f"{w_name}_g{g}", wg),
+                               ctx.constant(f"{y}_bias_g{g}", bg)], [out], options)
+        parts_out.append(out)
+    ctx.add_op("CONCATENATION", parts_out, [inner], {"axis": 3})

@@ -1,0 +1,89 @@
+"""Elementwise binary ops with numpy broadcasting: Add, Sub, Mul, Div, Max, Min, Sum, Pow, Mean.
+
+TFLite's binary kernels broadcast like numpy, so the ONNX node maps one to one; n-ary Sum/Max/Min
+become a chain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import onnx_op, tflite_op
+
+
+def _binary(fn):
+    def evaluate(inputs, op):
+        a, b = inputs
+        return [fn(a, b).astype(np.result_type(a, b))]
+    return evaluate
+
+
+def _int_div(a, b):
+    if a.dtype.kind in "iu":
+        return np.trunc(a / b).astype(a.dtype)  # TFLite DIV truncates like C
+    return a / b
+
+
+def _broadcast_rank_version(low: int, high: int):
+    """Version rule shared by several binary kernels: higher when broadcasting beyond rank 4."""
+    def version(op, model):
+        shapes = [model.arrays[n].shape for n in op.inputs]
+        if any(len(s) > 4 for s in shapes) and shapes[0] != shapes[1]:
+            return high
+        return low
+    return version
+
+
+def _add_version(op, model):
+    return 4 if model.arrays[op.inputs[0]].dtype == np.int64 else 1
+
+
+tflite_op("ADD", options="AddOptions", evaluate=_binary(np.add), layout="elementwise",
+          version=_add_version)
+tflite_op("SUB", options="SubOptions", evaluate=_binary(np.subtract), layout="elementwise",
+          version=_broadcast_rank_version(1, 3))
+tflite_op("MUL", options="MulOptions", evaluate=_binary(np.multiply), layout="elementwise")
+tflite_op("DIV", options="DivOptions", evaluate=_binary(_int_div), layout="elementwise",
+          version=_broadcast_rank_version(1, 2))
+tflite_op("MAXIMUM", evaluate=_binary(np.maximum), layout="elementwise",
+          version=_broadcast_rank_version(1, 3))
+tflite_op("MINIMUM", evaluate=_binary(np.minimum), layout="elementwise",
+          version=_broadcast_rank_version(1, 3))
+tflite_op("POW", evaluate=_binary(np.power), layout="elementwise")
+tflite_op("SQUARED_DIFFERENCE", evaluate=_binary(lambda a, b: (a - b) ** 2), layout="elementwise")
+
+_BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Pow": "POW"}
+_NARY = {"Sum": "ADD", "Max": "MAXIMUM", "Min": "MINIMUM"}
+
+
+@onnx_op(*_BINARY)
+def import_binary(node, ctx):
+    a, b = node.inputs[:2]
+    if node.op_type == "Pow":
+        exponent = ctx.const(b)
+        if exponent is not None and exponent.size == 1 and float(exponent.reshape(())) == 2.0:
+            ctx.add_op("MUL", [a, a], node.outputs)  # x*x: exact, and MUL has an int8 kernel
+            return
+        if exponent is not None and exponent.dtype != ctx.dtype(a):
+            b = ctx.constant("exponent", exponent.astype(ctx.dtype(a)))
+    ctx.add_op(_BINARY[node.op_type], [a, b], node.outputs)
+
+
+@onnx_op(*_NARY, "Mean")
+def import_nary(node, ctx):
+    """Sum/Max/Min/Mean of n inputs: a left-to-right chain of binary ops (Mean divides after)."""
+    y = node.outputs[0]
+    inputs = [n for n in node.inputs if n]
+    op_type = _NARY.get(node.op_type, "ADD")
+    if len(inputs) == 1:
+        ctx.add_op("IDENTITY", inputs, [y])
+        return
+    final = y if node.op_type != "Mean" else ctx.tensor(y + "_sum", ctx.shape(y), ctx.dtype(y))
+    current = inputs[0]
+    for k, other in enumerate(inputs[1:]):
+        last = k == len(inputs) - 2
+        out = final if last else ctx.tensor(y + f"_{k}", np.broadcast_shapes(ctx.shape(current), ctx.shape(other)), ctx.dtype(y))
+        ctx.add_op(op_type, [current, other], [out])
+        current = out
+    if node.op_type == "Mean":
+        ctx.add_op("MUL", [final, ctx.constant("inv_count", np.array(1.0 / len(inputs), ctx.dtype(y)))], [y])

@@ -1,0 +1,140 @@
+"""Gemm and MatMul: FULLY_CONNECTED when the right operand is a constant matrix, otherwise
+BATCH_MATMUL (with broadcasting batch dimensions)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import reshape
+from .registry import onnx_op, tflite_op
+
+
+def _fc_version(op, model):
+    data = model.arrays[op.inputs[0]]
+    weights = model.arrays[op.inputs[1]]
+    if data.dtype == np.float32 and weights.dtype == np.int8:
+        per_channel = weights.quant is not None and weights.quant.axis is not None
+        if per_channel:
+            return 12
+        return 9 if op.options.get("asymmetric_quantize_inputs") else 3
+    if len(op.inputs) == 2:  # no bias slot at all; qconvert writes -1 instead (version 1)
+        return 6
+    if op.options.get("keep_num_dims"):
+        return 5
+    if data.dtype == np.int8:
+        return 4
+    return 1
+
+
+def _batch_matmul_version(op, model):
+    data = model.arrays[op.inputs[0]]
+    if data.dtype == np.int16:
+        return 3
+    if data.dtype == np.float32 and model.arrays[op.inputs[1]].dtype == np.int8:
+        return 4 if op.options.get("asymmetric_quantize_inputs") else 1
+    return 2 if data.dtype == np.int8 else 1
+
+
+def _evaluate_fc(inputs, op):
+    x, w = inputs[0], inputs[1]
+    y = x.reshape(-1, w.shape[1]) @ w.T
+    if len(inputs) > 2 and inputs[2] is not None:
+        y = y + inputs[2]
+    if op.options.get("keep_num_dims"):
+        y = y.reshape(x.shape[:-1] + (w.shape[0],))
+    return [y.astype(x.dtype)]
+
+
+def _evaluate_batch_matmul(inputs, op):
+    a, b = inputs
+    if op.options.get("adj_x"):
+        a = np.swapaxes(a, -1, -2)
+    if op.options.get("adj_y"):
+        b = np.swapaxes(b, -1, -2)
+    return [np.matmul(a, b).astype(a.dtype)]
+
+
+tflite_op("FULLY_CONNECTED", options="FullyConnectedOptions", version=_fc_version,
+          evaluate=_evaluate_fc)
+tflite_op("BATCH_MATMUL", options="BatchMatMulOptions", version=_batch_matmul_version,
+          evaluate=_evaluate_batch_matmul)
+
+
+def _fully_connected(ctx, a, w, bias, y, bias_name=""):
+    """y = a @ w.T + bias over the last axis of `a`; w is a constant [out, in] matrix."""
+    out_features = w.shape[0]
+    inputs = [a, ctx.constant("weights", np.ascontiguousarray(w, dtype=np.float32))]
+    inputs.append(ctx.constant(bias_name or y + "_bias", bias) if bias is not None else "")
+    a_shape, y_shape = ctx.shape(a), ctx.shape(y)
+    if len(a_shape) == 2:
+        ctx.add_op("FULLY_CONNECTED", inputs, [y])
+    elif len(a_shape) > 2 and y_shape[-1] == out_features:
+        ctx.add_op("FULLY_CONNECTED", inputs, [y], {"keep_num_dims": True})
+    else:  # 1-D input: [K] -> [1, K] -> [1, N] -> [N]
+        inputs[0] = reshape(ctx, a, (1, a_shape[0]))
+        inner = ctx.tensor(y + "_2d", (1, out_features), ctx.dtype(y))
+        ctx.add_op("FULLY_CONNECTED", inputs, [inner])
+        reshape(ctx, inner, y_shape, y)
+
+
+@onnx_op("Gemm")
+def import_gemm(node, ctx):
+    """alpha * A' @ B' + beta * C: FULLY_CONNECTED when B (and C) are constant."""
+    a, b = node.inputs[:2]
+    c = node.inputs[2] if len(node.inputs) > 2 else ""
+    y = node.outputs[0]
+    alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
+    if node.attr("transA", 0):
+        a_t = ctx.tensor(a + "_t", ctx.shape(a)[::-1], ctx.dtype(a))
+        ctx.add_op("TRANSPOSE", [a, ctx.constant("perm", np.array([1, 0], np.int32))], [a_t])
+        a = a_t
+    w = ctx.const(b)
+    bias = ctx.const(c) if c else None
+    if w is not None and (not c or bias is not None):
+        w = (w if node.attr("transB", 0) else w.T) * alpha
+        if bias is not None:
+            bias = np.broadcast_to(bias * beta, ctx.shape(y))
+            if np.all(bias == bias[:1]):
+                bias = np.ascontiguousarray(bias[0], dtype=np.float32)
+            else:  # a bias that differs per row cannot be FULLY_CONNECTED's bias
+                inner = ctx.tensor(y + "_fc", ctx.shape(y), ctx.dtype(y))
+                _fully_connected(ctx, a, w, None, inner)
+                ctx.add_op("ADD", [inner, ctx.constant(c, bias.astype(np.float32))], [y])
+                return
+        _fully_connected(ctx, a, w, bias, y, c)
+        return
+    # General case: BATCH_MATMUL, then scale and add.
+    b_in = b
+    prod = y if alpha == 1.0 and not c else ctx.tensor(y + "_mm", ctx.shape(y), ctx.dtype(y))
+    ctx.add_op("BATCH_MATMUL", [a, b_in], [prod], {"adj_y": bool(node.attr("transB", 0))})
+    current = prod
+    if alpha != 1.0:
+        scaled = y if not c else ctx.tensor(y + "_scaled", ctx.shape(y), ctx.dtype(y))
+        ctx.add_op("MUL", [current, ctx.constant("alpha", np.array(alpha, np.float32))], [scaled])
+        current = scaled
+    if c:
+        c_in = c
+        if beta != 1.0:
+            c_in = ctx.tensor(c + "_scaled", ctx.shape(c), ctx.dtype(c))
+            ctx.add_op("MUL", [c, ctx.constant("beta", np.array(beta, np.float32))], [c_in])
+        ctx.add_op("ADD", [current, c_in], [y])
+
+
+@onnx_op("MatMul")
+def import_matmul(node, ctx):
+    a, b = node.inputs[:2]
+    y = node.outputs[0]
+    w = ctx.const(b)
+    if w is not None and w.ndim == 2 and ctx.rank(a) >= 1:
+        _fully_connected(ctx, a, np.ascontiguousarray(w.T), None, y)
+        return
+    a_shape, b_shape = ctx.shape(a), ctx.shape(b)
+    if len(a_shape) == 1 or len(b_shape) == 1:
+        a2 = reshape(ctx, a, (1,) + a_shape) if len(a_shape) == 1 else a
+        b2 = reshape(ctx, b, b_shape + (1,)) if len(b_shape) == 1 else b
+        out_shape = np.broadcast_shapes(ctx.shape(a2)[:-2], ctx.shape(b2)[:-2]) + (ctx.shape(a2)[-2], ctx.shape(b2)[-1])
+        inner = ctx.tensor(y + "_mm", out_shape, ctx.dtype(y))
+        ctx.add_op("BATCH_MATMUL", [a2, b2], [inner])
+        reshape(ctx, inner, ctx.shape(y), y)
+        return
+    ctx.add_op("BATCH_MATMUL", [a, b], [y])

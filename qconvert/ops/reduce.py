@@ -1,0 +1,72 @@
+"""Reductions: ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd, ReduceL2 as MEAN, SUM,
+REDUCE_MAX, REDUCE_MIN, REDUCE_PROD (L2 as SQRT(SUM(x*x))). Axes are an attribute before opset 18
+(13 for ReduceSum) and an input after."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import onnx_op, tflite_op
+
+
+def _evaluate(fn):
+    def evaluate(inputs, op):
+        x, axes = inputs
+        axes = tuple(int(a) % x.ndim for a in np.atleast_1d(axes))
+        return [fn(x, axis=axes, keepdims=bool(op.options.get("keep_dims"))).astype(x.dtype)]
+    return evaluate
+
+
+def remap_reduce_axes(op, model, perm):
+    """The op reduced axes A of transpose(x, perm); on x it reduces perm[A]."""
+    axes = model.constant(op.inputs[1])
+    if axes is None:
+        return None
+    rank = len(perm)
+    axes = sorted(int(a) % rank for a in np.atleast_1d(axes))
+    new_axes = sorted(perm[a] for a in axes)
+    op.inputs[1] = model.add_constant("axes", np.array(new_axes, dtype=np.int32))
+    if op.options.get("keep_dims"):
+        return perm
+    kept_old = [perm[a] for a in range(rank) if a not in axes]   # x-axes in old output order
+    kept_new = [a for a in range(rank) if a not in new_axes]     # x-axes in new output order
+    return tuple(kept_new.index(a) for a in kept_old)
+
+
+def _reduce_version(op, model):
+    dtype = model.arrays[op.inputs[0]].dtype
+    return 2 if dtype in (np.int8, np.uint8) else 1
+
+
+for _name, _fn in [("MEAN", np.mean), ("SUM", np.sum), ("REDUCE_MAX", np.max),
+                   ("REDUCE_MIN", np.min), ("REDUCE_PROD", np.prod)]:
+    tflite_op(_name, options="ReducerOptions", evaluate=_evaluate(_fn), layout="axis",
+              layout_inputs=(0,), remap_axes=remap_reduce_axes, version=_reduce_version)
+
+_REDUCERS = {"ReduceMean": "MEAN", "ReduceSum": "SUM", "ReduceMax": "REDUCE_MAX",
+             "ReduceMin": "REDUCE_MIN", "ReduceProd": "REDUCE_PROD", "ReduceL2": "SUM",
+             "ReduceSumSquare": "SUM"}
+
+
+@onnx_op(*_REDUCERS)
+def import_reduce(node, ctx):
+    x, y = node.inputs[0], node.outputs[0]
+    rank = ctx.rank(x)
+    axes = node.attr("axes")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        axes = ctx.require_const(node.inputs[1], "reduction axes")
+    keep = bool(node.attr("keepdims", 1))
+    if axes is None or len(np.atleast_1d(axes)) == 0:
+        if node.attr("noop_with_empty_axes", 0):
+            ctx.add_op("IDENTITY", [x], [y])
+            return
+        axes = range(rank)
+    axes = np.array(sorted(int(a) % rank for a in np.atleast_1d(axes)), dtype=np.int32)
+    source = x
+    if node.op_type in ("ReduceL2", "ReduceSumSquare"):
+        source = ctx.tensor(x + "_sq", ctx.shape(x), ctx.dtype(x))
+        ctx.add_op("MUL", [x, x], [source])
+    out = y if node.op_type != "ReduceL2" else ctx.tensor(y + "_sumsq", ctx.shape(y), ctx.dtype(y))
+    ctx.add_op(_REDUCERS[node.op_type], [source, ctx.constant("axes", axes)], [out], {"keep_dims": keep})
+    if node.op_type == "ReduceL2":
+        ctx.add_op("SQRT", [out], [y])

@@ -1,0 +1,78 @@
+"""The two op registries: ONNX importers and TFLite op definitions.
+
+An op module (one per ONNX op family, in this package) registers
+- `@onnx_op("Conv", ...)` functions that turn one ONNX node into IR operators (TFLite builtins), and
+- `tflite_op("CONV_2D", ...)` entries that say how a TFLite builtin is written (options table,
+  version), computed on constants (`evaluate`, used by constant folding), and moved through by
+  the layout transformation (`layout`).
+The generic stages (loader, transformations, writer) consult only these registries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..ir import Model, Operator
+
+# How a TRANSPOSE in front of an op can move behind it (see transforms/sink_transposes.py):
+#   "elementwise": output[i] depends on inputs[i] only (broadcasting constants allowed);
+#   "axis":        like elementwise, plus an `axis` option (or constant axes input) to remap;
+#   None:          the op is layout-sensitive or shape-changing; transposes stop here.
+LAYOUTS = ("elementwise", "axis", None)
+
+
+def _version_1(op: Operator, model: Model) -> int:
+    return 1
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """How one TFLite builtin is written, versioned, evaluated and moved through.
+
+    name:     the BuiltinOperator name ("CONV_2D").
+    options:  the schema's options table ("Conv2DOptions"), or None when the op has none.
+    version:  op_version.cc's rule for the op as emitted (never above it).
+    evaluate: numpy implementation over constant inputs, returning the outputs; None if the op
+              is never folded.
+    layout:   one of LAYOUTS.
+    layout_inputs: indices of the inputs that carry the layout (None: all of them); the others
+              (axes, paddings) are remapped by `remap_axes`.
+    remap_axes: for layout "axis": (op, model, perm) -> out_perm | None. The op read
+              transpose(x, perm); rewrite its axis options/inputs so it reads x instead, and return
+              the permutation that turns its new output into the old one (None: cannot).
+    """
+
+    name: str
+    options: str | None = None
+    version: Callable[[Operator, Model], int] = _version_1
+    evaluate: Callable[[list[np.ndarray], Operator], list[np.ndarray]] | None = None
+    layout: str | None = None
+    layout_inputs: tuple[int, ...] | None = None
+    remap_axes: Callable | None = None
+
+
+TFLITE_OPS: dict[str, OpDef] = {}
+ONNX_IMPORTERS: dict[str, Callable] = {}
+
+
+def tflite_op(name: str, **fields) -> OpDef:
+    if name in TFLITE_OPS:
+        raise ValueError(f"TFLite op {name} registered twice")
+    TFLITE_OPS[name] = OpDef(name, **fields)
+    return TFLITE_OPS[name]
+
+
+def onnx_op(*onnx_types: str):
+    """Registers the decorated function as the importer of the given ONNX op types."""
+
+    def register(fn: Callable) -> Callable:
+        for onnx_type in onnx_types:
+            if onnx_type in ONNX_IMPORTERS:
+                raise ValueError(f"ONNX op {onnx_type} registered twice")
+            ONNX_IMPORTERS[onnx_type] = fn
+        return fn
+
+    return register

@@ -1,0 +1,56 @@
+"""Ops that move data without computing: Reshape, Flatten, Squeeze, Unsqueeze (RESHAPE),
+Transpose (TRANSPOSE), and Identity/Dropout (IDENTITY, removed by transforms/remove_identity)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import reshape
+from .registry import onnx_op, tflite_op
+
+
+def _evaluate_reshape(inputs, op):
+    return [inputs[0].reshape(inputs[1] if len(inputs) > 1 and inputs[1] is not None
+                              else op.options["new_shape"])]
+
+
+def _evaluate_transpose(inputs, op):
+    return [np.transpose(inputs[0], inputs[1])]
+
+
+def _transpose_version(op, model):
+    rank = len(model.arrays[op.inputs[0]].shape)
+    if rank > 5:
+        return 6
+    if rank > 4:
+        return 4
+    return 3 if model.arrays[op.inputs[0]].dtype == np.bool_ else 1
+
+
+tflite_op("RESHAPE", options="ReshapeOptions", evaluate=_evaluate_reshape)
+tflite_op("TRANSPOSE", options="TransposeOptions", evaluate=_evaluate_transpose,
+          version=_transpose_version)
+tflite_op("IDENTITY", evaluate=lambda inputs, op: [inputs[0]])
+
+
+@onnx_op("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def import_reshape(node, ctx):
+    """All four only change the shape, which shape inference already computed for the output."""
+    y = node.outputs[0]
+    reshape(ctx, node.inputs[0], ctx.shape(y), y)
+
+
+@onnx_op("Transpose")
+def import_transpose(node, ctx):
+    x, y = node.inputs[0], node.outputs[0]
+    perm = node.attr("perm", list(reversed(range(ctx.rank(x)))))
+    ctx.add_op("TRANSPOSE", [x, ctx.constant("perm", np.array(perm, dtype=np.int32))], [y])
+
+
+@onnx_op("Identity", "Dropout")
+def import_identity(node, ctx):
+    ctx.add_op("IDENTITY", node.inputs[:1], node.outputs[:1])
+    if len(node.outputs) > 1 and node.outputs[1]:
+        # Dropout's mask in inference is all true.
+        mask = node.outputs[1]
+        ctx.model.arrays[mask].data = np.ones(ctx.shape(mask), dtype=ctx.dtype(mask))

@@ -1,0 +1,1 @@
+"""TFLite flatbuffer writing."""

@@ -1,0 +1,273 @@
+"""Exporter: the IR becomes a TFLite flatbuffer (schema version 3, identifier "TFL3").
+
+Deterministic: tensors, buffers and operator codes are numbered in order of first use. Identical
+constant data is stored once. Every data buffer starts at a file offset that is a multiple of 16
+(the schema's force_align, which the generated Python code does not honour by itself), so runtimes
+that map the file and cast in place read aligned data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import flatbuffers
+import numpy as np
+
+from ..errors import ConversionError
+from ..ir import Model
+from ..ops.registry import TFLITE_OPS
+from . import schema_generated as S
+
+DATA_ALIGNMENT = 16
+SIGNATURE_KEY = "serving_default"
+
+TENSOR_TYPES = {
+    np.dtype(np.float32): S.TensorType.FLOAT32,
+    np.dtype(np.float16): S.TensorType.FLOAT16,
+    np.dtype(np.int32): S.TensorType.INT32,
+    np.dtype(np.uint8): S.TensorType.UINT8,
+    np.dtype(np.int64): S.TensorType.INT64,
+    np.dtype(np.bool_): S.TensorType.BOOL,
+    np.dtype(np.int16): S.TensorType.INT16,
+    np.dtype(np.int8): S.TensorType.INT8,
+    np.dtype(np.float64): S.TensorType.FLOAT64,
+    np.dtype(np.uint64): S.TensorType.UINT64,
+    np.dtype(np.uint32): S.TensorType.UINT32,
+    np.dtype(np.uint16): S.TensorType.UINT16,
+}
+
+# Option fields whose IR value is a name (or a dtype) rather than the schema's enum number.
+_ENUM_FIELDS = {
+    "padding": S.Padding,
+    "fused_activation_function": S.ActivationFunctionType,
+    "weights_format": S.FullyConnectedOptionsWeightsFormat,
+    "mode": S.MirrorPadMode,
+}
+
+
+def tensor_type(dtype: np.dtype, what: str) -> int:
+    try:
+        return TENSOR_TYPES[np.dtype(dtype)]
+    except KeyError:
+        raise ConversionError(f"{what}: dtype {np.dtype(dtype)} has no TFLite tensor type") from None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _option_value(field: str, value):
+    if isinstance(value, np.dtype) or isinstance(value, type) and issubclass(value, np.generic):
+        return tensor_type(np.dtype(value), field)
+    if isinstance(value, str):
+        return getattr(_ENUM_FIELDS[field], value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    return value
+
+
+def _options_object(op):
+    """The op's options table as a flatc object-API instance (or None)."""
+    opdef = TFLITE_OPS[op.type]
+    if opdef.options is None:
+        return None
+    obj = getattr(S, opdef.options + "T")()
+    fields = dict(op.options)
+    if hasattr(obj, "fusedActivationFunction"):
+        fields["fused_activation_function"] = op.fused_activation
+    elif op.fused_activation != "NONE":
+        raise AssertionError(f"{op.type} cannot carry a fused activation")
+    for field, value in fields.items():
+        attr = _camel(field)
+        if not hasattr(obj, attr):
+            raise AssertionError(f"{opdef.options} has no field {field!r}")
+        setattr(obj, attr, _option_value(field, value))
+    return obj
+
+
+def _byte_view(data: np.ndarray) -> memoryview:
+    """The little-endian bytes of an array, without a copy when it is already contiguous."""
+    data = np.ascontiguousarray(data)
+    if data.dtype.byteorder == ">":
+        data = data.astype(data.dtype.newbyteorder("<"))
+    if data.dtype == np.bool_:
+        data = data.view(np.uint8)
+    return memoryview(data.reshape(-1).view(np.uint8))
+
+
+class _Writer:
+    def __init__(self, model: Model, description: str):
+        self.model = model
+        self.description = description
+        self.tensor_index: dict[str, int] = {}
+        self.buffer_of: dict[str, int] = {}
+        self.buffer_data: list[memoryview] = []  # index i+1 in the file's buffer list
+        self.opcode_index: dict[tuple[str, int], int] = {}
+
+    def number_everything(self) -> None:
+        model = self.model
+        order = list(model.inputs)
+        for op in model.operators:
+            order.extend(n for n in op.inputs if n)
+            order.extend(op.outputs)
+        order.extend(model.outputs)
+        by_hash: dict[bytes, int] = {}
+        for name in order:
+            if name in self.tensor_index:
+                continue
+            self.tensor_index[name] = len(self.tensor_index)
+            array = model.arrays[name]
+            if array.is_constant and array.data.size:
+                view = _byte_view(array.data)
+                key = hashlib.sha256(view).digest() + len(view).to_bytes(8, "little")
+                if key not in by_hash:
+                    self.buffer_data.append(view)
+                    by_hash[key] = len(self.buffer_data)
+                self.buffer_of[name] = by_hash[key]
+        for op in model.operators:
+            key = (op.type, TFLITE_OPS[op.type].version(op, model))
+            self.opcode_index.setdefault(key, len(self.opcode_index))
+
+    def build(self) -> tuple[bytearray, int]:
+        self.number_everything()
+        data_size = sum(len(v) + DATA_ALIGNMENT + 8 for v in self.buffer_data)
+        b = flatbuffers.Builder(data_size + 65536 + 256 * len(self.tensor_index))
+        # Data first: it ends up at the end of the file, as TensorFlow's converter lays it out.
+        data_vectors = [self._aligned_bytes(b, view) for view in self.buffer_data]
+        buffers = []
+        for vec in [None] + data_vectors:
+            S.BufferStart(b)
+            if vec is not None:
+                S.BufferAddData(b, vec)
+            buffers.append(S.BufferEnd(b))
+        tensors = [self._tensor(b, name) for name in self.tensor_index]
+        operators = [self._operator(b, op) for op in self.model.operators]
+        subgraph = self._subgraph(b, tensors, operators)
+        codes = [self._opcode(b, op_type, version) for (op_type, version) in self.opcode_index]
+        signature = self._signature(b)
+        description = b.CreateString(self.description)
+        model = self._table(b, "Model", [
+            ("Version", 3),
+            ("OperatorCodes", self._vector(b, "ModelStartOperatorCodesVector", codes)),
+            ("Subgraphs", self._vector(b, "ModelStartSubgraphsVector", [subgraph])),
+            ("Description", description),
+            ("Buffers", self._vector(b, "ModelStartBuffersVector", buffers)),
+            ("SignatureDefs", self._vector(b, "ModelStartSignatureDefsVector", [signature])),
+        ])
+        b.Finish(model, file_identifier=b"TFL3")
+        return b.Bytes, b.Head()
+
+    # --- pieces -------------------------------------------------------------------------------
+    @staticmethod
+    def _aligned_bytes(b: flatbuffers.Builder, view: memoryview) -> int:
+        n = len(view)
+        b.StartVector(1, n, DATA_ALIGNMENT)
+        b.head = b.head - n
+        b.Bytes[b.head:b.head + n] = view
+        return b.EndVector()
+
+    @staticmethod
+    def _vector(b: flatbuffers.Builder, start: str, offsets: list[int]) -> int:
+        getattr(S, start)(b, len(offsets))
+        for off in reversed(offsets):
+            b.PrependUOffsetTRelative(off)
+        return b.EndVector()
+
+    @staticmethod
+    def _ints(b: flatbuffers.Builder, values, dtype=np.int32) -> int:
+        return b.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
+
+    @staticmethod
+    def _table(b: flatbuffers.Builder, table: str, fields: list[tuple[str, object]]) -> int:
+        getattr(S, table + "Start")(b)
+        for field, value in fields:
+            if value is not None:
+                getattr(S, f"{table}Add{field}")(b, value)
+        return getattr(S, table + "End")(b)
+
+    def _tensor(self, b: flatbuffers.Builder, name: str) -> int:
+        array = self.model.arrays[name]
+        quant = None
+        if array.quant is not None or array.minmax is not None:
+            quant = self._quantization(b, array)
+        shape = self._ints(b, array.shape)
+        name_off = b.CreateString(name)
+        return self._table(b, "Tensor", [
+            ("Shape", shape),
+            ("Type", tensor_type(array.dtype, f"tensor {name!r}")),
+            ("Buffer", self.buffer_of.get(name, 0)),
+            ("Name", name_off),
+            ("Quantization", quant),
+            ("IsVariable", True if array.is_variable else None),
+            ("HasRank", True),
+        ])
+
+    def _quantization(self, b: flatbuffers.Builder, array) -> int:
+        fields = []
+        if array.minmax is not None:
+            fields += [("Min", self._ints(b, [array.minmax.min], np.float32)),
+                       ("Max", self._ints(b, [array.minmax.max], np.float32))]
+        if array.quant is not None:
+            q = array.quant
+            fields += [("Scale", self._ints(b, q.scale, np.float32)),
+                       ("ZeroPoint", self._ints(b, q.zero_point, np.int64)),
+                       ("QuantizedDimension", q.axis or None)]
+        return self._table(b, "QuantizationParameters", fields)
+
+    def _operator(self, b: flatbuffers.Builder, op) -> int:
+        version = TFLITE_OPS[op.type].version(op, self.model)
+        options = _options_object(op)
+        options_off = options.Pack(b) if options is not None else None
+        inputs = self._ints(b, [self.tensor_index[n] if n else -1 for n in op.inputs])
+        outputs = self._ints(b, [self.tensor_index[n] for n in op.outputs])
+        return self._table(b, "Operator", [
+            ("OpcodeIndex", self.opcode_index[(op.type, version)]),
+            ("Inputs", inputs),
+            ("Outputs", outputs),
+            ("BuiltinOptionsType",
+             getattr(S.BuiltinOptions, TFLITE_OPS[op.type].options) if options is not None else None),
+            ("BuiltinOptions", options_off),
+        ])
+
+    def _subgraph(self, b: flatbuffers.Builder, tensors: list[int], operators: list[int]) -> int:
+        return self._table(b, "SubGraph", [
+            ("Tensors", self._vector(b, "SubGraphStartTensorsVector", tensors)),
+            ("Inputs", self._ints(b, [self.tensor_index[n] for n in self.model.inputs])),
+            ("Outputs", self._ints(b, [self.tensor_index[n] for n in self.model.outputs])),
+            ("Operators", self._vector(b, "SubGraphStartOperatorsVector", operators)),
+            ("Name", b.CreateString("main")),
+        ])
+
+    @staticmethod
+    def _opcode(b: flatbuffers.Builder, op_type: str, version: int) -> int:
+        code = getattr(S.BuiltinOperator, op_type)
+        # Runtimes before the int32 builtin_code field read only the byte; 127 means "look further".
+        return _Writer._table(b, "OperatorCode", [
+            ("DeprecatedBuiltinCode", min(code, S.BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)),
+            ("Version", version),
+            ("BuiltinCode", code),
+        ])
+
+    def _signature(self, b: flatbuffers.Builder) -> int:
+        def tensor_maps(names: list[str], start: str) -> int:
+            maps = []
+            for name in names:
+                name_off = b.CreateString(name)
+                maps.append(self._table(b, "TensorMap", [
+                    ("Name", name_off), ("TensorIndex", self.tensor_index[name])]))
+            return self._vector(b, start, maps)
+
+        inputs = tensor_maps(self.model.inputs, "SignatureDefStartInputsVector")
+        outputs = tensor_maps(self.model.outputs, "SignatureDefStartOutputsVector")
+        key = b.CreateString(SIGNATURE_KEY)
+        return self._table(b, "SignatureDef", [
+            ("Inputs", inputs), ("Outputs", outputs), ("SignatureKey", key), ("SubgraphIndex", 0)])
+
+
+def serialize(model: Model, description: str) -> memoryview:
+    """The flatbuffer bytes of `model`, as a view into the builder's buffer (no extra copy)."""
+    data, head = _Writer(model, description).build()
+    return memoryview(data)[head:]

@@ -1,0 +1,1 @@
+"""Graph transformations over the IR, one per file; pipeline.py lists them in order."""

@@ -1,0 +1,54 @@
+"""channels_last_io: graph inputs and outputs that only meet layout transposes become NHWC.
+
+After sink_transposes, an NCHW image input feeds nothing but TRANSPOSE(NCHW->NHWC) ops, and an
+NCHW output is made by a TRANSPOSE(NHWC->NCHW). Making the model's input/output itself
+channels-last removes those transposes (what TFLite users expect of an image model). The
+permutation from the ONNX axes is recorded in model.io_permutation for the report. Not run with
+--io-layout onnx.
+"""
+
+from ..ir import Model
+from .sink_transposes import inverse, permuted, transpose_perm
+
+
+def channels_last_perm(rank: int) -> tuple[int, ...]:
+    return (0,) + tuple(range(2, rank)) + (1,)
+
+
+def channels_last_io(model: Model) -> bool:
+    changed = False
+    consumers, producers = model.consumers(), model.producers()
+    for name in model.inputs:
+        array = model.arrays[name]
+        rank = len(array.shape)
+        readers = consumers.get(name, [])
+        if rank < 3 or name in model.io_permutation or name in model.outputs or not readers:
+            continue
+        perm = channels_last_perm(rank)
+        if not all(op.type == "TRANSPOSE" and op.inputs[0] == name and
+                   transpose_perm(model, op) == perm for op in readers):
+            continue
+        array.shape = permuted(array.shape, perm)
+        model.io_permutation[name] = perm
+        for op in readers:
+            model.bypass(op)
+        changed = True
+    for k, name in enumerate(model.outputs):
+        op = producers.get(name)
+        rank = len(model.arrays[name].shape)
+        if rank < 3 or name in model.io_permutation or op is None or op.type != "TRANSPOSE":
+            continue
+        perm = channels_last_perm(rank)
+        if transpose_perm(model, op) != inverse(perm):
+            continue
+        source = op.inputs[0]
+        if source in model.inputs or source in model.outputs or model.arrays[source].is_constant:
+            continue
+        model.operators.remove(op)
+        model.arrays[name].shape = model.arrays[source].shape
+        for other in model.operators:
+            other.outputs = [name if n == source else n for n in other.outputs]
+        model.rename_uses(source, name)
+        model.io_permutation[name] = perm
+        changed = True
+    return changed

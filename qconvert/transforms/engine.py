@@ -1,0 +1,34 @@
+"""Runs a list of named transformation steps over the IR until none of them changes anything.
+
+A step is a function `step(model) -> bool` that rewrites what it can and says whether it changed
+the model. Steps need not be ordered cleverly: one that finds its preconditions unmet (a shape not
+yet known, a transpose not yet moved) simply does nothing, and a later round brings it back
+(TOCO's fixed point). After every change, dead ops and arrays are dropped and invariants checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from ..errors import ConversionError
+from ..ir import Model
+
+log = logging.getLogger("qconvert")
+
+Step = Callable[[Model], bool]
+MAX_ROUNDS = 1000
+
+
+def run_to_fixed_point(model: Model, steps: list[tuple[str, Step]]) -> None:
+    for _ in range(MAX_ROUNDS):
+        changed = False
+        for name, step in steps:
+            if step(model):
+                log.debug("step %s changed the model", name)
+                model.remove_unused()
+                model.check_invariants()
+                changed = True
+        if not changed:
+            return
+    raise ConversionError(f"transformations did not reach a fixed point in {MAX_ROUNDS} rounds")

@@ -1,0 +1,29 @@
+"""fuse_activation: a RELU, RELU6 or RELU_N1_TO_1 after an op whose kernel can clamp its own
+output becomes that op's fused activation (one op instead of two, and in int8 no extra rounding).
+The producer's output must have no other reader and not be a graph output."""
+
+from ..ir import Model
+
+ACTIVATIONS = {"RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1"}
+# Kernels that apply fused_activation_function (op_version rules and kernels checked).
+FUSABLE = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "SUB",
+           "MUL", "DIV", "AVERAGE_POOL_2D", "MAX_POOL_2D"}
+
+
+def fuse_activation(model: Model) -> bool:
+    changed = False
+    consumers, producers = model.consumers(), model.producers()
+    for act in list(model.operators):
+        if act.type not in ACTIVATIONS:
+            continue
+        op = producers.get(act.inputs[0])
+        if op is None or op.type not in FUSABLE or op.fused_activation != "NONE":
+            continue
+        if not model.is_discardable(act.inputs[0], consumers):
+            continue
+        op.fused_activation = ACTIVATIONS[act.type]
+        op.outputs[0] = act.outputs[0]
+        model.operators.remove(act)
+        consumers, producers = model.consumers(), model.producers()
+        changed = True
+    return changed

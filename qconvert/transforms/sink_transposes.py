@@ -1,0 +1,126 @@
+"""sink_transposes: moves TRANSPOSE ops down through layout-agnostic ops until they cancel.
+
+This is the NCHW to NHWC conversion. Importers wrap each layout-sensitive op (CONV_2D, pools,
+resize, ...) in TRANSPOSE(NCHW->NHWC) before and TRANSPOSE(NHWC->NCHW) after. A transpose in front
+of an elementwise op (RELU, ADD with another transposed input or a constant, ...) or an op with
+axes (CONCATENATION, MEAN, PAD, ...) moves behind it: the op then works in NHWC, constants are
+transposed and axes remapped. Two transposes in a row compose, and a transpose whose permutation is
+the identity disappears, so in a CNN the NHWC->NCHW after one conv meets the NCHW->NHWC before the
+next and both vanish (tflite2onnx's layout propagation, done as local rewrites).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Model, Operator
+from ..ops.registry import TFLITE_OPS
+
+
+def transpose_perm(model: Model, op: Operator) -> tuple[int, ...] | None:
+    """The permutation of a TRANSPOSE op (None if it is not a constant)."""
+    perm = model.constant(op.inputs[1])
+    return None if perm is None else tuple(int(p) for p in perm)
+
+
+def inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argsort(perm))
+
+
+def permuted(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(shape[p] for p in perm)
+
+
+def add_transpose(model: Model, x: str, perm: tuple[int, ...], y: str | None = None,
+                  source: str = "") -> Operator:
+    """A TRANSPOSE op reading x (not yet placed in model.operators); creates y if not given."""
+    shape = model.arrays[x].shape
+    if y is None:
+        y = model.add_array(x + "_transposed", permuted(shape, perm), model.arrays[x].dtype)
+    perm_name = model.add_constant("perm", np.array(perm, dtype=np.int32))
+    return Operator("TRANSPOSE", [x, perm_name], [y], source=source)
+
+
+def _compose_or_drop(model: Model, op: Operator, producers) -> bool:
+    perm = transpose_perm(model, op)
+    if perm is None:
+        return False
+    if perm == tuple(range(len(perm))):
+        return model.bypass(op)
+    before = producers.get(op.inputs[0])
+    if before is not None and before.type == "TRANSPOSE":
+        first = transpose_perm(model, before)
+        if first is not None:
+            op.inputs = [before.inputs[0], model.add_constant(
+                "perm", np.array([first[p] for p in perm], dtype=np.int32))]
+            return True
+    return False
+
+
+def _sink_through(model: Model, op: Operator, producers) -> bool:
+    """Rewrites `op` to read the transposes' sources; returns False if it does not apply."""
+    opdef = TFLITE_OPS[op.type]
+    data_inputs = opdef.layout_inputs if opdef.layout_inputs is not None else range(len(op.inputs))
+    perm = None
+    for i in data_inputs:
+        name = op.inputs[i] if i < len(op.inputs) else ""
+        if not name or model.arrays[name].is_constant:
+            continue
+        producer = producers.get(name)
+        if producer is None or producer.type != "TRANSPOSE":
+            return False
+        p = transpose_perm(model, producer)
+        if p is None or perm is not None and p != perm:
+            return False
+        perm = p
+    if perm is None:
+        return False
+    rank = len(perm)
+    if any(len(model.arrays[o].shape) != rank for o in op.outputs) and opdef.layout == "elementwise":
+        return False
+    for i in data_inputs:
+        name = op.inputs[i] if i < len(op.inputs) else ""
+        if name and model.arrays[name].is_constant and model.arrays[name].data.ndim > rank:
+            return False
+    out_perm = perm
+    if opdef.layout == "axis":
+        out_perm = opdef.remap_axes(op, model, perm)
+        if out_perm is None:
+            return False
+    back = inverse(perm)
+    for i in data_inputs:
+        name = op.inputs[i] if i < len(op.inputs) else ""
+        if not name:
+            continue
+        if model.arrays[name].is_constant:
+            value = model.arrays[name].data
+            value = value.reshape((1,) * (rank - value.ndim) + value.shape)
+            op.inputs[i] = model.add_constant(name, np.ascontiguousarray(np.transpose(value, back)))
+        else:
+            op.inputs[i] = producers[name].inputs[0]
+    index = model.operators.index(op)
+    for k, out in enumerate(list(op.outputs)):
+        array = model.arrays[out]
+        inner = model.add_array(out + "_nhwc" if rank >= 3 else out + "_t",
+                                permuted(array.shape, inverse(out_perm)), array.dtype)
+        op.outputs[k] = inner
+        model.operators.insert(index + 1 + k, add_transpose(model, inner, out_perm, out, op.source))
+    return True
+
+
+def sink_transposes(model: Model) -> bool:
+    changed = False
+    producers = model.producers()
+    for op in list(model.operators):
+        if op not in model.operators:
+            continue
+        if op.type == "TRANSPOSE":
+            step = _compose_or_drop(model, op, producers)
+        elif TFLITE_OPS[op.type].layout is not None:
+            step = _sink_through(model, op, producers)
+        else:
+            continue
+        if step:
+            changed = True
+            producers = model.producers()
+    return changed

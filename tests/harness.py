@@ -1,0 +1,76 @@
+"""Shared test machinery: convert an ONNX model with qconvert, run the .tflite in ai-edge-litert's
+interpreter and onnxruntime on the same inputs, and compare."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from ai_edge_litert.interpreter import Interpreter
+
+from qconvert.converter import convert
+
+
+def convert_proto(model: onnx.ModelProto, **options):
+    """(tflite bytes, report) for an in-memory ONNX model."""
+    flatbuffer, report = convert("<test>", data=model.SerializeToString(), **options)
+    return bytes(flatbuffer), report
+
+
+def run_tflite(flatbuffer: bytes, report, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Runs the model through its signature with ONNX-layout inputs; returns ONNX-layout outputs."""
+    interpreter = Interpreter(model_content=flatbuffer, num_threads=1)
+    runner = interpreter.get_signature_runner()
+    args = {}
+    for info in report.inputs:
+        value = np.asarray(feeds[info.name])
+        if info.layout_permutation:
+            value = np.transpose(value, info.layout_permutation)
+        args[info.name] = np.ascontiguousarray(value.astype(info.dtype))
+    results = runner(**args)
+    outputs = {}
+    for info in report.outputs:
+        value = results[info.name]
+        if info.layout_permutation:
+            value = np.transpose(value, np.argsort(info.layout_permutation))
+        outputs[info.name] = value
+    return outputs
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
+
+
+def random_feeds(model: onnx.ModelProto, seed: int = 0, shapes: dict | None = None) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        tt = i.type.tensor_type
+        shape = (shapes or {}).get(i.name) or [d.dim_value for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.dtype(dtype).kind == "f":
+            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+        elif np.dtype(dtype).kind == "b":
+            feeds[i.name] = rng.random(shape) > 0.5
+        else:
+            feeds[i.name] = rng.integers(0, 5, shape).astype(dtype)
+    return feeds
+
+
+def assert_matches_onnxruntime(model: onnx.ModelProto, feeds=None, rtol=1e-4, atol=1e-5, **options):
+    """Converts, runs both, asserts every output matches; returns (flatbuffer, report)."""
+    feeds = feeds if feeds is not None else random_feeds(model)
+    flatbuffer, report = convert_proto(model, **options)
+    expected = run_onnxruntime(model, feeds)
+    actual = run_tflite(flatbuffer, report, feeds)
+    for name, want in expected.items():
+        np.testing.assert_allclose(actual[name], want, rtol=rtol, atol=atol, err_msg=name)
+    return flatbuffer, report
