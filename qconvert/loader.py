@@ -31,6 +31,8 @@ _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUni
 # inference does not copy the weights (it only needs their shapes).
 _INFERENCE_DATA_LIMIT = 4096
 _INT32 = np.iinfo(np.int32)
+# Tensor types a float model may compute in: TFLite's float kernels take these (int64 is narrowed).
+ACTIVATION_DTYPES = {np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_)}
 
 
 @dataclass
@@ -131,7 +133,7 @@ class _Graph:
                         f"rank {len(dims)}")
                 dims = list(pinned)
             for axis, d in enumerate(dims):
-                if not isinstance(d, int) or d <= 0:
+                if not isinstance(d, int) or d < 0:
                     shown = ",".join(str(x) for x in dims)
                     raise ConversionError(
                         f"input {i.name!r} has dynamic dimension {d!r} (axis {axis}, shape "
@@ -244,6 +246,13 @@ def internal_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.int32) if dtype == np.int64 else dtype
 
 
+def check_activation_dtype(dtype: np.dtype, what: str) -> None:
+    if np.dtype(dtype) not in ACTIVATION_DTYPES:
+        raise ConversionError(
+            f"{what} has dtype {np.dtype(dtype)}; a float conversion computes in float32, int32, "
+            "int64 and bool only (TFLite has no plain kernels for other types)")
+
+
 def narrow(value: np.ndarray, what: str) -> np.ndarray:
     """int64 data as int32, failing clearly if a value does not fit."""
     value = np.asarray(value)
@@ -348,11 +357,13 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
             raise ConversionError(
                 f"tensor {name!r} ({node_label}) has no static shape after shape inference; "
                 "pin the model's dynamic input dimensions with --input-shape")
+        check_activation_dtype(graph.dtypes[name], f"tensor {name!r} ({node_label})")
         model.add_array(name, graph.shapes[name], internal_dtype(graph.dtypes[name]))
 
     # Graph inputs: the TFLite input keeps the ONNX name and dtype; int64 goes through a CAST.
     for i in graph.inputs:
         dtype = graph.dtypes[i.name]
+        check_activation_dtype(dtype, f"input {i.name!r}")
         model.add_array(i.name, graph.shapes[i.name], dtype)
         model.inputs.append(i.name)
         if dtype == np.int64:

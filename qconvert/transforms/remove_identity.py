@@ -5,6 +5,8 @@ cannot go (it copies a graph input straight to a graph output), it becomes a RES
 shape, which every runtime has.
 """
 
+import numpy as np
+
 from ..ir import Model
 
 
@@ -14,9 +16,6 @@ def remove_identity(model: Model) -> bool:
         if not model.bypass(op):
             shape = model.arrays[op.outputs[0]].shape
             op.type = "RESHAPE"
-            op.inputs = [op.inputs[0], model.add_constant("shape", list(shape) or [1])]
-            if not shape:
-                op.inputs = op.inputs[:1]
-                op.options = {"new_shape": []}
+            op.inputs = [op.inputs[0], model.add_constant("shape", np.array(shape, np.int32))]
         changed = True
     return changed

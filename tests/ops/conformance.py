@@ -1,0 +1,128 @@
+"""The onnx package's node conformance suite, generated in-process, filtered to the ONNX ops
+qconvert imports. `python -m tests.ops.conformance` prints the pass count per op for the README."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from qconvert.ops.registry import ONNX_IMPORTERS
+
+# Cases of supported ops that cannot convert, with the reason (checked: they must keep failing).
+EXPECTED_FAILURES: dict[str, str] = {}
+
+
+def expected_failure(case) -> str | None:
+    """Why a case of a supported op cannot pass, or None if it must pass."""
+    if case.name in EXPECTED_FAILURES:
+        return EXPECTED_FAILURES[case.name]
+    from qconvert.loader import ACTIVATION_DTYPES
+
+    for value in case.model.graph.input:
+        if not value.type.HasField("tensor_type"):
+            return "non-tensor input"
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
+        if dtype not in ACTIVATION_DTYPES:
+            return f"dtype {dtype}: TFLite has no float-model kernels for it"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def node_cases():
+    import qconvert.ops  # noqa: F401
+    from onnx.backend.test.case import node
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = node.collect_testcases()
+    return sorted(cases, key=lambda c: c.name)
+
+
+def op_types(case) -> set[str]:
+    return {n.op_type for n in case.model.graph.node}
+
+
+def supported_cases():
+    return [c for c in node_cases() if op_types(c) <= set(ONNX_IMPORTERS)]
+
+
+# Inputs (by position) that are a layer's parameters rather than data: a static-graph converter
+# needs them constant, so the harness turns them into initializers holding the case's values.
+PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
+    "Conv": (1, 2), "ConvTranspose": (1, 2), "BatchNormalization": (1, 2, 3, 4),
+    "InstanceNormalization": (1, 2), "LayerNormalization": (1, 2), "Clip": (1, 2),
+    "ReduceMean": (1,), "ReduceSum": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
+    "ReduceProd": (1,), "ReduceL2": (1,), "ReduceSumSquare": (1,), "ReduceL1": (1,),
+    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),
+    "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "Slice": (1, 2, 3, 4),
+    "Pad": (1, 2, 3), "Resize": (1, 2, 3), "Upsample": (1,), "Expand": (1,), "Tile": (1,),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "LSTM": (1, 2, 3, 4), "PRelu": (1,),
+    "TopK": (1,), "CumSum": (1,), "OneHot": (1, 2), "Gemm": (1, 2),
+}
+
+
+def freeze_parameters(case):
+    """(model, names of the inputs left) with the parameter inputs of the case's first data set
+    turned into initializers."""
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    graph = model.graph
+    feeds = dict(zip([i.name for i in graph.input], case.data_sets[0][0]))
+    frozen = set()
+    for node in graph.node:
+        for position in PARAMETER_INPUTS.get(node.op_type, ()):
+            if position < len(node.input) and node.input[position] in feeds:
+                frozen.add(node.input[position])
+    for name in frozen:
+        graph.initializer.append(numpy_helper.from_array(np.asarray(feeds[name]), name))
+    kept = [i for i in graph.input if i.name not in frozen]
+    del graph.input[:]
+    graph.input.extend(kept)
+    return model, frozen
+
+
+def run_case(case):
+    """Converts the case's model and checks every data set; raises AssertionError on mismatch."""
+    from tests.harness import convert_proto, run_tflite
+
+    model, frozen = freeze_parameters(case)
+    flatbuffer, report = convert_proto(model, io_layout="onnx")
+    inputs = [i.name for i in case.model.graph.input]
+    outputs = [o.name for o in case.model.graph.output]
+    rtol, atol = max(1e-4, case.rtol), max(1e-5, case.atol)
+    for feeds, expected in case.data_sets:
+        feeds = {n: v for n, v in zip(inputs, feeds) if n not in frozen}
+        actual = run_tflite(flatbuffer, report, feeds)
+        for name, want in zip(outputs, expected):
+            got = actual[name]
+            assert got.shape == np.asarray(want).shape, f"{name}: shape {got.shape} != {np.shape(want)}"
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
+
+
+def main() -> None:
+    import collections
+
+    totals, passed, reasons = collections.Counter(), collections.Counter(), collections.defaultdict(list)
+    for case in supported_cases():
+        reason = expected_failure(case)
+        try:
+            run_case(case)
+            ok = True
+        except Exception as e:  # noqa: BLE001  (counting, not testing)
+            ok = False
+            reason = reason or f"FAILS: {str(e).splitlines()[0][:100]}"
+        for op in sorted(op_types(case)):
+            totals[op] += 1
+            passed[op] += ok
+            if not ok:
+                reasons[op].append(f"{case.name} ({reason})")
+    for op in sorted(totals):
+        print(f"| {op} | {passed[op]}/{totals[op]} | {'; '.join(reasons[op])} |")
+
+
+if __name__ == "__main__":
+    main()
