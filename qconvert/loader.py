@@ -20,7 +20,6 @@ from onnx import helper, numpy_helper
 
 from .errors import ConversionError
 from .ir import Model, Operator
-from .ops.registry import ONNX_IMPORTERS
 
 log = logging.getLogger("qconvert")
 
@@ -109,8 +108,9 @@ class _Graph:
         self.constants: dict[str, np.ndarray] = {}
         for t in self.graph.initializer:
             self.constants[t.name] = _tensor_to_array(t)
-        init_names = set(self.constants)
-        self.inputs = [i for i in self.graph.input if i.name not in init_names]
+        # Old exporters list initializers (and even node outputs) among the graph inputs.
+        not_inputs = set(self.constants) | {o for n in self.graph.node for o in n.output}
+        self.inputs = [i for i in self.graph.input if i.name not in not_inputs]
         self.shapes: dict[str, tuple] = {}
         self.dtypes: dict[str, np.dtype] = {}
         unknown = set(input_shapes) - {i.name for i in self.inputs}
@@ -150,17 +150,16 @@ class _Graph:
     def infer_shapes(self) -> None:
         """ONNX shape inference over a copy that holds only small constants' data."""
         g = helper.make_graph(self.nodes, self.graph.name or "g", [], list(self.graph.output))
-        for name in list(self.shapes):
-            if name in self.constants and self.constants[name].size <= _INFERENCE_DATA_LIMIT:
-                value = self.constants[name]
-                if value.dtype.kind not in "fiub":
-                    continue
+        for name in [i.name for i in self.inputs] + list(self.constants):
+            value = self.constants.get(name)
+            if value is not None and value.size <= _INFERENCE_DATA_LIMIT and value.dtype.kind in "fiub":
                 g.initializer.append(numpy_helper.from_array(value, name))
-            elif name in self.dtypes:
+            else:
                 g.input.append(helper.make_tensor_value_info(
                     name, helper.np_dtype_to_tensor_dtype(self.dtypes[name]), self.shapes[name]))
+        # IR version 4 and newer treat initializers that are not graph inputs as constants.
         m = helper.make_model(g, opset_imports=list(self.proto.opset_import),
-                              ir_version=self.proto.ir_version)
+                              ir_version=max(self.proto.ir_version, 4))
         m.functions.extend(self.proto.functions)
         try:
             inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
@@ -320,7 +319,8 @@ def _node_name(node: onnx.NodeProto, index: int) -> str:
 
 def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault."""
-    from . import ops  # noqa: F401  (registers every importer)
+    # Imported here, not at the top: op modules use this module's helpers (narrow, ...).
+    from .ops.registry import ONNX_IMPORTERS
 
     if len(proto.graph.node) == 0 and not proto.graph.output:
         raise ConversionError("the ONNX graph is empty")
@@ -345,6 +345,7 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
 
     model = Model()
     aliases: dict[str, str] = {}
+    consumed = {n for node in graph.nodes for n in node.input} | {o.name for o in proto.graph.output}
 
     def ensure_array(name: str, node_label: str) -> None:
         if not name or name in model.arrays or name in aliases:
@@ -354,6 +355,8 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
             model.add_array(name, value.shape, value.dtype, value)
             return
         if name not in graph.shapes:
+            if name not in consumed:
+                return  # an unused output (Dropout's mask) needs no array
             raise ConversionError(
                 f"tensor {name!r} ({node_label}) has no static shape after shape inference; "
                 "pin the model's dynamic input dimensions with --input-shape")

@@ -91,7 +91,9 @@ def import_gemm(node, ctx):
     w = ctx.const(b)
     bias = ctx.const(c) if c else None
     if w is not None and (not c or bias is not None):
-        w = (w if node.attr("transB", 0) else w.T) * alpha
+        w = w if node.attr("transB", 0) else w.T
+        if alpha != 1.0:
+            w = w * np.float32(alpha)
         if bias is not None:
             bias = np.broadcast_to(bias * beta, ctx.shape(y))
             if np.all(bias == bias[:1]):

@@ -53,25 +53,41 @@ def import_pool(node, ctx):
     x_nhwc = to_channels_last(ctx, x)
     padding = choose_padding(pads, spatial, kernel, strides, [1, 1], y4[2:])
     is_max = node.op_type == "MaxPool"
+    correction = None
     if padding is None or (padding == "SAME" and not is_max and node.attr("count_include_pad", 0)):
         if is_max:
             x_nhwc = explicit_pad(ctx, x_nhwc, pads, float(np.finfo(np.float32).min))
-        elif node.attr("count_include_pad", 0):
-            x_nhwc = explicit_pad(ctx, x_nhwc, pads)
         else:
-            raise ctx.error(f"AveragePool pads {pads} that exclude padding from the average "
-                            "cannot be expressed with TFLite's SAME/VALID")
+            x_nhwc = explicit_pad(ctx, x_nhwc, pads)
+            if not node.attr("count_include_pad", 0):
+                # Average over the padded input, then rescale each output position by
+                # window size / number of real (unpadded) inputs under its window.
+                correction = _exclude_pad_correction(spatial, kernel, strides, pads, y4[2:])
         padding = "VALID"
     inner = ctx.tensor(y + "_nhwc", (y4[0], y4[2], y4[3], y4[1]), ctx.dtype(y))
-    ctx.add_op("MAX_POOL_2D" if is_max else "AVERAGE_POOL_2D", [x_nhwc], [inner],
+    pooled = inner if correction is None else ctx.tensor(y + "_incl_pad", ctx.shape(inner), ctx.dtype(y))
+    ctx.add_op("MAX_POOL_2D" if is_max else "AVERAGE_POOL_2D", [x_nhwc], [pooled],
                {"padding": padding, "stride_h": strides[0], "stride_w": strides[1],
                 "filter_height": kernel[0], "filter_width": kernel[1]})
+    if correction is not None:
+        ctx.add_op("MUL", [pooled, ctx.constant("pool_correction", correction)], [inner])
     if one_d:
         inner4 = ctx.tensor(y + "_nchw", y4, ctx.dtype(y))
         to_channels_first(ctx, inner, inner4)
         reshape(ctx, inner4, y_shape, y)
     else:
         to_channels_first(ctx, inner, y)
+
+
+def _exclude_pad_correction(spatial, kernel, strides, pads, out_spatial) -> np.ndarray:
+    """[1, OH, OW, 1]: window size / count of unpadded inputs in each output's window."""
+    counts = []
+    for i in range(2):
+        starts = np.arange(out_spatial[i]) * strides[i] - pads[i]
+        ends = np.minimum(starts + kernel[i], spatial[i])
+        counts.append(ends - np.maximum(starts, 0))
+    count = np.outer(counts[0], counts[1]).astype(np.float32)
+    return (kernel[0] * kernel[1] / count).reshape(1, out_spatial[0], out_spatial[1], 1)
 
 
 @onnx_op("GlobalAveragePool", "GlobalMaxPool")

@@ -50,7 +50,7 @@ def import_transpose(node, ctx):
 @onnx_op("Identity", "Dropout")
 def import_identity(node, ctx):
     ctx.add_op("IDENTITY", node.inputs[:1], node.outputs[:1])
-    if len(node.outputs) > 1 and node.outputs[1]:
+    if len(node.outputs) > 1 and node.outputs[1] in ctx.model.arrays:
         # Dropout's mask in inference is all true.
         mask = node.outputs[1]
         ctx.model.arrays[mask].data = np.ones(ctx.shape(mask), dtype=ctx.dtype(mask))

@@ -8,8 +8,6 @@ that map the file and cast in place read aligned data.
 
 from __future__ import annotations
 
-import hashlib
-
 import flatbuffers
 import numpy as np
 
@@ -114,27 +112,40 @@ class _Writer:
             order.extend(n for n in op.inputs if n)
             order.extend(op.outputs)
         order.extend(model.outputs)
-        by_hash: dict[bytes, int] = {}
+        by_size: dict[int, list[int]] = {}  # byte length -> buffer indices with that length
         for name in order:
             if name in self.tensor_index:
                 continue
             self.tensor_index[name] = len(self.tensor_index)
             array = model.arrays[name]
             if array.is_constant and array.data.size:
-                view = _byte_view(array.data)
-                key = hashlib.sha256(view).digest() + len(view).to_bytes(8, "little")
-                if key not in by_hash:
-                    self.buffer_data.append(view)
-                    by_hash[key] = len(self.buffer_data)
-                self.buffer_of[name] = by_hash[key]
+                self.buffer_of[name] = self._buffer_for(_byte_view(array.data), by_size)
         for op in model.operators:
             key = (op.type, TFLITE_OPS[op.type].version(op, model))
             self.opcode_index.setdefault(key, len(self.opcode_index))
 
+    def _buffer_for(self, view: memoryview, by_size: dict[int, list[int]]) -> int:
+        """The buffer index holding exactly these bytes, adding a buffer if none does.
+
+        Only buffers of equal length are compared, so weights of distinct sizes are never read
+        twice."""
+        candidates = by_size.setdefault(len(view), [])
+        for index in candidates:
+            if view == self.buffer_data[index - 1]:
+                return index
+        self.buffer_data.append(view)
+        candidates.append(len(self.buffer_data))
+        return len(self.buffer_data)
+
     def build(self) -> tuple[bytearray, int]:
         self.number_everything()
         data_size = sum(len(v) + DATA_ALIGNMENT + 8 for v in self.buffer_data)
-        b = flatbuffers.Builder(data_size + 65536 + 256 * len(self.tensor_index))
+        size = data_size + 65536 + 1024 * len(self.tensor_index) + 1024 * len(self.model.operators)
+        b = flatbuffers.Builder(0)
+        # Presized so it never grows (growing copies everything), and an uninitialised numpy
+        # buffer rather than a zero-filled bytearray: the pages are written once, by the data.
+        b.Bytes = memoryview(np.empty(size, dtype=np.uint8))
+        b.head = size
         # Data first: it ends up at the end of the file, as TensorFlow's converter lays it out.
         data_vectors = [self._aligned_bytes(b, view) for view in self.buffer_data]
         buffers = []
