@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx.version_converter
 from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
@@ -31,7 +32,10 @@ _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUni
 _INFERENCE_DATA_LIMIT = 4096
 _INT32 = np.iinfo(np.int32)
 # Tensor types a float model may compute in: TFLite's float kernels take these (int64 is narrowed).
-ACTIVATION_DTYPES = {np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_)}
+ACTIVATION_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.bool_)}
+# Inside the graph, int64 computes as int32 (TFLite's kernels index with int32) and float64 as
+# float32 (TFLite's float kernels); graph inputs and outputs keep the ONNX type through a CAST.
+_NARROWED = {np.dtype(np.int64): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.float32)}
 
 
 @dataclass
@@ -240,21 +244,24 @@ def _decode_attrs(node: onnx.NodeProto) -> dict:
 
 
 def internal_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype a tensor has inside the TFLite graph: int64 is narrowed to int32."""
+    """The dtype a tensor has inside the TFLite graph (see _NARROWED)."""
     dtype = np.dtype(dtype)
-    return np.dtype(np.int32) if dtype == np.int64 else dtype
+    return _NARROWED.get(dtype, dtype)
 
 
 def check_activation_dtype(dtype: np.dtype, what: str) -> None:
     if np.dtype(dtype) not in ACTIVATION_DTYPES:
         raise ConversionError(
             f"{what} has dtype {np.dtype(dtype)}; a float conversion computes in float32, int32, "
-            "int64 and bool only (TFLite has no plain kernels for other types)")
+            "float64, int64 and bool only (TFLite has no plain kernels for other types)")
 
 
 def narrow(value: np.ndarray, what: str) -> np.ndarray:
-    """int64 data as int32, failing clearly if a value does not fit."""
+    """Constant data in its graph dtype: int64 as int32 (failing clearly if a value does not
+    fit), float64 as float32."""
     value = np.asarray(value)
+    if value.dtype == np.float64:
+        return value.astype(np.float32)
     if value.dtype != np.int64:
         return value
     if value.size and (value.min() < _INT32.min or value.max() > _INT32.max):
@@ -313,6 +320,22 @@ class ImportContext:
         return self.add_op(type, [x], [y], options)
 
 
+OLDEST_IMPORTED_OPSET = 9
+
+
+def upgrade_old_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Models older than opset 9 (legacy broadcast attributes, BatchNormalization's is_test...)
+    go through onnx's version converter, so importers only know opset 9 and newer."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or opset >= OLDEST_IMPORTED_OPSET:
+        return proto
+    try:
+        return onnx.version_converter.convert_version(proto, OLDEST_IMPORTED_OPSET)
+    except Exception as e:  # the converter raises several types; all mean it cannot upgrade
+        raise ConversionError(f"opset {opset} model could not be upgraded to opset "
+                              f"{OLDEST_IMPORTED_OPSET}: {str(e).splitlines()[0]}") from None
+
+
 def _node_name(node: onnx.NodeProto, index: int) -> str:
     return node.name or f"{node.op_type}_{index}:{node.output[0] if node.output else ''}"
 
@@ -324,9 +347,7 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
 
     if len(proto.graph.node) == 0 and not proto.graph.output:
         raise ConversionError("the ONNX graph is empty")
-    for o in proto.opset_import:
-        if o.domain in ("", "ai.onnx") and o.version < 7:
-            raise ConversionError(f"opset {o.version} is too old; qconvert reads opsets 7 and newer")
+    proto = upgrade_old_opset(proto)
     graph = _Graph(proto, input_shapes or {})
     for _ in range(20):
         graph.infer_shapes()
@@ -363,14 +384,15 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
         check_activation_dtype(graph.dtypes[name], f"tensor {name!r} ({node_label})")
         model.add_array(name, graph.shapes[name], internal_dtype(graph.dtypes[name]))
 
-    # Graph inputs: the TFLite input keeps the ONNX name and dtype; int64 goes through a CAST.
+    # Graph inputs keep the ONNX name and dtype; a narrowed dtype goes through a CAST.
     for i in graph.inputs:
         dtype = graph.dtypes[i.name]
         check_activation_dtype(dtype, f"input {i.name!r}")
         model.add_array(i.name, graph.shapes[i.name], dtype)
         model.inputs.append(i.name)
-        if dtype == np.int64:
-            inner = model.add_array(i.name + "_int32", graph.shapes[i.name], np.int32)
+        if internal_dtype(dtype) != dtype:
+            inner = model.add_array(f"{i.name}_{internal_dtype(dtype)}", graph.shapes[i.name],
+                                    internal_dtype(dtype))
             model.operators.append(Operator("CAST", [i.name], [inner], source=f"input {i.name}"))
             aliases[i.name] = inner
     output_names = [o.name for o in proto.graph.output]
@@ -386,30 +408,22 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         ONNX_IMPORTERS[key](ctx.node, ctx)
 
-    # Graph outputs keep their ONNX name and dtype; a constant output gets a producing op so that
-    # the TFLite graph has a tensor to return.
+    # Graph outputs keep their ONNX name and dtype (a narrowed one through a CAST); a constant
+    # output gets a producing op so that the TFLite graph has a tensor to return.
     for name in output_names:
         ensure_array(name, "graph output")
         inner = aliases.get(name, name)
-        onnx_dtype = graph.dtypes.get(name, model.arrays[inner].dtype)
-        if onnx_dtype == np.int64 or model.arrays[inner].is_constant:
-            out = f"{name}__out" if name in model.arrays else name
-            if name in model.arrays:
-                # Free the ONNX name for the graph output tensor.
-                model.arrays[out] = model.arrays.pop(name)
-                model.arrays[out].name = out
-                model.rename_uses(name, out)
+        onnx_dtype = np.dtype(graph.dtypes.get(name, model.arrays[inner].dtype))
+        if onnx_dtype != model.arrays[inner].dtype or model.arrays[inner].is_constant:
+            if inner == name:  # free the ONNX name for the graph output tensor
+                inner = model.unique_name(name + "_value")
+                model.arrays[inner] = model.arrays.pop(name)
+                model.arrays[inner].name = inner
+                model.rename_uses(name, inner)
                 for op in model.operators:
-                    op.outputs = [out if n == name else n for n in op.outputs]
-                inner = out
-            target_dtype = onnx_dtype if onnx_dtype == np.int64 else model.arrays[inner].dtype
-            model.arrays[name] = type(model.arrays[inner])(name, np.dtype(target_dtype),
-                                                           model.arrays[inner].shape)
-            if model.arrays[inner].is_constant and target_dtype != np.int64:
-                zero = model.add_constant(name + "_zero", np.zeros((), model.arrays[inner].dtype))
-                model.operators.append(Operator("ADD", [inner, zero], [name], source=f"output {name}"))
-            else:
-                model.operators.append(Operator("CAST", [inner], [name], source=f"output {name}"))
+                    op.outputs = [inner if n == name else n for n in op.outputs]
+            model.add_array(name, model.arrays[inner].shape, onnx_dtype)
+            model.operators.append(Operator("CAST", [inner], [name], source=f"output {name}"))
         model.outputs.append(name)
     model.remove_unused()
     return model
