@@ -1,8 +1,19 @@
 """Command line: qconvert IN.onnx OUT.tflite [options]. '-' reads stdin / writes stdout.
 
-Exit codes: 0 success, 1 conversion error (bad input, unsupported op), 2 usage error,
-3 internal error (a bug in qconvert). Errors are one line on stderr, never a traceback
-(unless --debug).
+Exit codes:
+  0  success: one summary line on stderr (and the JSON report on stdout with --json).
+  1  conversion error: the input cannot be converted as asked (not an ONNX file, missing or
+     unreadable file, unsupported op, unpinned dynamic dimension, output not writable). An
+     --input-shape that does not fit the model (unknown input name, wrong rank) is also exit 1:
+     it can only be judged against the model, like any other mismatch between model and request.
+  2  usage error: the command line is malformed on its own (bad option value such as
+     --input-shape x:1,a, missing argument, contradictory options).
+  3  internal error: a bug in qconvert (rerun with --debug for the traceback).
+
+Every error is exactly one line on stderr starting with "qconvert: error:" (internal errors:
+"qconvert: internal error:"), never a traceback unless --debug. The output file is written only
+after a successful conversion, via a temporary file renamed into place, so a failed run leaves no
+file behind and an existing output untouched.
 """
 
 from __future__ import annotations
@@ -23,7 +34,39 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 
 
+def _one_line(message: str) -> str:
+    """Collapses a (possibly multi-line) message so every error stays one line on stderr."""
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+class _OneLineUsageError(click.ClickException):
+    """A click usage error shown as one line (click's default prints usage and a hint too)."""
+
+    exit_code = EXIT_USAGE
+
+    def show(self, file=None) -> None:
+        click.echo(f"qconvert: error: {_one_line(self.format_message())} "
+                   "(see 'qconvert --help')", err=True)
+
+
+class _Command(click.Command):
+    """Turns click's parsing and parameter errors into one-line usage errors (exit 2)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            raise _OneLineUsageError(e.format_message()) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _OneLineUsageError(e.format_message()) from None
+
+
 def parse_input_shape(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """--input-shape NAME:D1,D2,... values -> {name: shape}; malformed values are usage errors."""
     shapes = {}
     for value in values:
         name, sep, dims = value.rpartition(":")
@@ -34,25 +77,56 @@ def parse_input_shape(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
         if not sep or not name or shape is None or any(d <= 0 for d in shape):
             raise click.BadParameter(f"{value!r}: expected NAME:D1,D2,... with positive integers",
                                      param_hint="--input-shape")
+        if name in shapes:
+            raise click.BadParameter(f"{name!r} is given twice", param_hint="--input-shape")
         shapes[name] = shape
     return shapes
 
 
-def write_atomically(path: str, data) -> None:
-    """Writes to a temporary file beside `path`, then renames: never a half-written output."""
+def check_output_path(path: str) -> None:
+    """Fails before converting when `path` cannot be an output file (exit 1, naming `path`)."""
+    if os.path.isdir(path):
+        raise ConversionError(f"{path}: is a directory")
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".qconvert-", suffix=".tmp", dir=directory)
+    if not os.path.isdir(directory):
+        raise ConversionError(f"{path}: directory {directory} does not exist")
+
+
+def write_atomically(path: str, data) -> None:
+    """Writes to a temporary file beside `path`, then renames: never a half-written output.
+
+    Errors name `path` (not the temporary file) and leave no temporary file behind."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".qconvert-", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise ConversionError(f"{path}: cannot write: {e.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise ConversionError(f"{path}: cannot write: {e.strerror}") from None
         raise
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+def _write_stdout(data) -> None:
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        # The reader went away (`qconvert m.onnx - | head`): keep Python quiet at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise ConversionError("-: broken pipe (the reader closed standard output)") from None
+
+
+@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", metavar="IN.onnx")
 @click.argument("dest", metavar="OUT.tflite")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
@@ -65,30 +139,36 @@ def write_atomically(path: str, data) -> None:
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
 @click.version_option(__version__, prog_name="qconvert")
 def cli(source, dest, input_shapes, io_layout, as_json, verbose, debug):
-    """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite."""
-    from .converter import convert
+    """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
+    '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
+    Exit codes: 0 success, 1 conversion error, 2 usage error, 3 internal error.
+    """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="qconvert: %(message)s", stream=sys.stderr)
     shapes = parse_input_shape(input_shapes)
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
-    if dest != "-" and os.path.isdir(dest):
-        raise click.UsageError(f"{dest}: is a directory")
+    if dest == "-" and sys.stdout.isatty():
+        raise click.UsageError("refusing to write a binary model to a terminal; redirect "
+                               "standard output or give a file name")
     try:
+        if dest != "-":
+            check_output_path(dest)
+        from .converter import convert
+
         data = sys.stdin.buffer.read() if source == "-" else None
         flatbuffer, report = convert(source, data=data, input_shapes=shapes, io_layout=io_layout,
                                      output_name=dest)
         if dest == "-":
-            sys.stdout.buffer.write(flatbuffer)
-            sys.stdout.buffer.flush()
+            _write_stdout(flatbuffer)
         else:
             write_atomically(dest, flatbuffer)
     except ConversionError as e:
-        click.echo(f"qconvert: error: {e}", err=True)
+        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
         sys.exit(EXIT_CONVERSION_ERROR)
     except UsageError as e:
-        click.echo(f"qconvert: usage error: {e}", err=True)
+        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
         sys.exit(EXIT_USAGE)
     except OSError as e:
         click.echo(f"qconvert: error: {e.filename or dest}: {e.strerror}", err=True)
@@ -96,8 +176,8 @@ def cli(source, dest, input_shapes, io_layout, as_json, verbose, debug):
     except Exception as e:  # a bug: still one line unless --debug
         if debug:
             raise
-        click.echo(f"qconvert: internal error: {type(e).__name__}: {e} (rerun with --debug for a "
-                   "traceback and report it)", err=True)
+        click.echo(f"qconvert: internal error: {type(e).__name__}: {_one_line(e)} (rerun with "
+                   "--debug for a traceback and report it)", err=True)
         sys.exit(EXIT_INTERNAL)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))

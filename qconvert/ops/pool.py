@@ -26,33 +26,35 @@ def import_pool(node, ctx):
     if len(shape) not in (3, 4):
         raise ctx.error(f"{len(shape) - 2}D pooling is not supported (1D and 2D are)")
     one_d = len(shape) == 3
-    if node.attr("ceil_mode", 0):
-        pass  # the output shape (from shape inference) already accounts for it; pads below
     kernel = list(node.attr("kernel_shape"))
     strides = list(node.attr("strides", [1] * len(kernel)))
     dilations = list(node.attr("dilations", [1] * len(kernel)))
-    if any(d != 1 for d in dilations):
-        raise ctx.error("dilated pooling is not supported by TFLite's pooling kernels")
     y_shape = ctx.shape(y)
     if one_d:
         x = reshape(ctx, x, (shape[0], shape[1], 1, shape[2]))
-        kernel, strides = [1] + kernel, [1] + strides
+        kernel, strides, dilations = [1] + kernel, [1] + strides, [1] + dilations
         y4 = (y_shape[0], y_shape[1], 1, y_shape[2])
     else:
         y4 = y_shape
     spatial = ctx.shape(x)[2:]
     if one_d:
-        p = onnx_pads(node, shape[2:], kernel[1:], strides[1:], [1])
+        p = onnx_pads(node, shape[2:], kernel[1:], strides[1:], dilations[1:])
         pads = [0, p[0], 0, p[1]]
     else:
-        pads = onnx_pads(node, spatial, kernel, strides, [1, 1])
+        pads = onnx_pads(node, spatial, kernel, strides, dilations)
     # ceil_mode: extend the end pads so that the VALID output size equals ONNX's.
     for i in range(2):
-        needed = (y4[2 + i] - 1) * strides[i] + kernel[i] - spatial[i] - pads[i]
+        span = (kernel[i] - 1) * dilations[i] + 1
+        needed = (y4[2 + i] - 1) * strides[i] + span - spatial[i] - pads[i]
         pads[2 + i] = max(pads[2 + i], needed)
     x_nhwc = to_channels_last(ctx, x)
-    padding = choose_padding(pads, spatial, kernel, strides, [1, 1], y4[2:])
     is_max = node.op_type == "MaxPool"
+    if any(d != 1 for d in dilations):
+        inner = ctx.tensor(y + "_nhwc", (y4[0], y4[2], y4[3], y4[1]), ctx.dtype(y))
+        _dilated_pool(ctx, node, x_nhwc, inner, spatial, kernel, strides, dilations, pads, y4[2:])
+        _finish(ctx, inner, y, y4, one_d)
+        return
+    padding = choose_padding(pads, spatial, kernel, strides, [1, 1], y4[2:])
     correction = None
     if padding is None or (padding == "SAME" and not is_max and node.attr("count_include_pad", 0)):
         if is_max:
@@ -71,21 +73,59 @@ def import_pool(node, ctx):
                 "filter_height": kernel[0], "filter_width": kernel[1]})
     if correction is not None:
         ctx.add_op("MUL", [pooled, ctx.constant("pool_correction", correction)], [inner])
+    _finish(ctx, inner, y, y4, one_d)
+
+
+def _finish(ctx, inner, y, y4, one_d):
+    """Transposes the NHWC result back to the ONNX output (through 4-D for a 1-D pool)."""
     if one_d:
         inner4 = ctx.tensor(y + "_nchw", y4, ctx.dtype(y))
         to_channels_first(ctx, inner, inner4)
-        reshape(ctx, inner4, y_shape, y)
+        reshape(ctx, inner4, ctx.shape(y), y)
     else:
         to_channels_first(ctx, inner, y)
 
 
-def _exclude_pad_correction(spatial, kernel, strides, pads, out_spatial) -> np.ndarray:
+def _dilated_pool(ctx, node, x_nhwc, inner, spatial, kernel, strides, dilations, pads, out_spatial):
+    """TFLite's pools have no dilation: pad, take one strided slice per kernel tap, and combine
+    them with MAXIMUM (max pool) or ADD and a scale (average pool)."""
+    is_max = node.op_type == "MaxPool"
+    padded = explicit_pad(ctx, x_nhwc, pads, float(np.finfo(np.float32).min) if is_max else None)
+    n, _, _, c = ctx.shape(padded)
+    out_shape = (n, out_spatial[0], out_spatial[1], c)
+    combined = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            begin = [0, i * dilations[0], j * dilations[1], 0]
+            end = [n, begin[1] + (out_spatial[0] - 1) * strides[0] + 1,
+                   begin[2] + (out_spatial[1] - 1) * strides[1] + 1, c]
+            tap = ctx.tensor(inner + f"_tap{i}_{j}", out_shape, ctx.dtype(inner))
+            ctx.add_op("STRIDED_SLICE", [padded, ctx.constant("begin", np.array(begin, np.int32)),
+                                         ctx.constant("end", np.array(end, np.int32)),
+                                         ctx.constant("strides", np.array([1, strides[0], strides[1], 1], np.int32))],
+                       [tap])
+            if combined is None:
+                combined = tap
+                continue
+            last = i == kernel[0] - 1 and j == kernel[1] - 1
+            out = inner if last and is_max else ctx.tensor(inner + f"_acc{i}_{j}", out_shape, ctx.dtype(inner))
+            ctx.add_op("MAXIMUM" if is_max else "ADD", [combined, tap], [out])
+            combined = out
+    if not is_max:
+        if node.attr("count_include_pad", 0):
+            scale = np.full((1, out_spatial[0], out_spatial[1], 1), 1.0 / (kernel[0] * kernel[1]), np.float32)
+        else:
+            scale = _exclude_pad_correction(spatial, kernel, strides, pads, out_spatial, dilations)
+            scale = scale / (kernel[0] * kernel[1])
+        ctx.add_op("MUL", [combined, ctx.constant("pool_scale", scale.astype(np.float32))], [inner])
+
+
+def _exclude_pad_correction(spatial, kernel, strides, pads, out_spatial, dilations=(1, 1)) -> np.ndarray:
     """[1, OH, OW, 1]: window size / count of unpadded inputs in each output's window."""
     counts = []
     for i in range(2):
-        starts = np.arange(out_spatial[i]) * strides[i] - pads[i]
-        ends = np.minimum(starts + kernel[i], spatial[i])
-        counts.append(ends - np.maximum(starts, 0))
+        taps = (np.arange(out_spatial[i]) * strides[i] - pads[i])[:, None] + np.arange(kernel[i]) * dilations[i]
+        counts.append(((taps >= 0) & (taps < spatial[i])).sum(axis=1))
     count = np.outer(counts[0], counts[1]).astype(np.float32)
     return (kernel[0] * kernel[1] / count).reshape(1, out_spatial[0], out_spatial[1], 1)
 
