@@ -142,7 +142,7 @@ class _Graph:
                     raise ConversionError(
                         f"input {i.name!r} has dynamic dimension {d!r} (axis {axis}, shape "
                         f"[{shown}]); pin it with --input-shape {i.name}:"
-                        + ",".join(str(x) if isinstance(x, int) and x > 0 else "N" for x in dims))
+                        + ",".join(str(x) if isinstance(x, int) and x >= 0 else "1" for x in dims))
             self.shapes[i.name] = tuple(dims)
             self.dtypes[i.name] = _np_dtype(tt.elem_type)
         for name, value in self.constants.items():

@@ -39,7 +39,8 @@ def _reduce_version(op, model):
 
 
 for _name, _fn in [("MEAN", np.mean), ("SUM", np.sum), ("REDUCE_MAX", np.max),
-                   ("REDUCE_MIN", np.min), ("REDUCE_PROD", np.prod)]:
+                   ("REDUCE_MIN", np.min), ("REDUCE_PROD", np.prod), ("REDUCE_ANY", np.any),
+                   ("REDUCE_ALL", np.all)]:
     tflite_op(_name, options="ReducerOptions", evaluate=_evaluate(_fn), layout="axis",
               layout_inputs=(0,), remap_axes=remap_reduce_axes, version=_reduce_version)
 
@@ -67,6 +68,9 @@ def import_reduce(node, ctx):
         source = ctx.tensor(x + "_sq", ctx.shape(x), ctx.dtype(x))
         ctx.add_op("MUL", [x, x], [source])
     out = y if node.op_type != "ReduceL2" else ctx.tensor(y + "_sumsq", ctx.shape(y), ctx.dtype(y))
-    ctx.add_op(_REDUCERS[node.op_type], [source, ctx.constant("axes", axes)], [out], {"keep_dims": keep})
+    op_type = _REDUCERS[node.op_type]
+    if ctx.dtype(x) == np.bool_:  # TFLite's max/min kernels have no bool variant
+        op_type = {"REDUCE_MAX": "REDUCE_ANY", "REDUCE_MIN": "REDUCE_ALL"}.get(op_type, op_type)
+    ctx.add_op(op_type, [source, ctx.constant("axes", axes)], [out], {"keep_dims": keep})
     if node.op_type == "ReduceL2":
         ctx.add_op("SQRT", [out], [y])
