@@ -1,11 +1,17 @@
-"""Activation functions: Relu, Clip, Sigmoid, Tanh, LeakyRelu, Elu, Selu, PRelu, HardSigmoid,
-HardSwish, Softplus, Gelu/Erf; and the fused-activation arithmetic every op shares."""
+"""Activation functions: Relu, Clip, Sigmoid, Tanh, LeakyRelu, PRelu, Elu, Selu, Celu, HardSigmoid,
+HardSwish, Softplus, Gelu; and the fused-activation arithmetic every op shares.
+
+TFLite's ELU has alpha 1, so Elu/Selu/Celu with other constants become
+gamma * (RELU(x) + alpha * MINIMUM(ELU(x / alpha_in), 0)). Softplus is computed stably as
+RELU(x) + LOG(1 + EXP(-|x|)). Erf (and the Gelu pattern built from it) is in unary.py and
+transforms/identify_gelu.py."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .registry import onnx_op, tflite_op
+from .unary import erf_reference
 
 _CLAMP = {"NONE": (None, None), "RELU": (0.0, None), "RELU6": (0.0, 6.0),
           "RELU_N1_TO_1": (-1.0, 1.0)}
@@ -29,6 +35,44 @@ tflite_op("RELU6", evaluate=_unary(lambda x: np.clip(x, 0, 6)), layout="elementw
 tflite_op("RELU_N1_TO_1", evaluate=_unary(lambda x: np.clip(x, -1, 1)), layout="elementwise")
 tflite_op("LOGISTIC", evaluate=_unary(lambda x: 1 / (1 + np.exp(-x))), layout="elementwise")
 tflite_op("TANH", evaluate=_unary(np.tanh), layout="elementwise")
+
+
+def _leaky_relu_version(op, model) -> int:
+    return 2 if model.arrays[op.inputs[0]].dtype == np.int16 else 1
+
+
+def _gelu_version(op, model) -> int:
+    return 2 if model.arrays[op.inputs[0]].dtype in (np.int8, np.uint8) else 1
+
+
+def _gelu(x: np.ndarray, approximate: bool) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    if approximate:
+        return 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))
+    return 0.5 * x64 * (1 + erf_reference(x64 / np.sqrt(2)))
+
+
+def _prelu(inputs, op):
+    x, alpha = inputs
+    return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
+
+
+def _leaky_relu(inputs, op):
+    return _prelu([inputs[0], np.float32(op.options["alpha"])], op)
+
+
+tflite_op("LEAKY_RELU", options="LeakyReluOptions", layout="elementwise", version=_leaky_relu_version,
+          evaluate=_leaky_relu)
+# PRELU broadcasts alpha against the input: as an elementwise op, sink_transposes transposes a
+# constant alpha (padded to the input's rank) together with the activation.
+tflite_op("PRELU", evaluate=_prelu, layout="elementwise")
+tflite_op("ELU", evaluate=_unary(lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0)))),
+          layout="elementwise")
+tflite_op("HARD_SWISH", options="HardSwishOptions", layout="elementwise",
+          evaluate=_unary(lambda x: x * np.clip(x + 3, 0, 6) / 6))
+tflite_op("GELU", options="GeluOptions", layout="elementwise", version=_gelu_version,
+          evaluate=lambda inputs, op: [_gelu(inputs[0], op.options.get("approximate", False))
+                                       .astype(inputs[0].dtype)])
 
 
 @onnx_op("Relu")
@@ -74,3 +118,107 @@ def import_clip(node, ctx):
         current = y
     if current != y:
         ctx.add_op("IDENTITY", [x], [y])
+
+
+def _scalar(ctx, value, like: str) -> str:
+    return ctx.constant("c", np.array(value, ctx.dtype(like)))
+
+
+def _op(ctx, type: str, inputs: list[str], like: str, hint: str, y: str | None = None) -> str:
+    """Appends one op writing a new tensor shaped like `like` (or `y`); returns the output name."""
+    out = y or ctx.tensor(hint, ctx.shape(like), ctx.dtype(like))
+    ctx.add_op(type, inputs, [out])
+    return out
+
+
+@onnx_op("LeakyRelu")
+def import_leaky_relu(node, ctx):
+    ctx.add_op("LEAKY_RELU", node.inputs[:1], node.outputs, {"alpha": float(node.attr("alpha", 0.01))})
+
+
+@onnx_op("PRelu")
+def import_prelu(node, ctx):
+    """PRELU(x, slope): a constant slope is padded to x's rank so it transposes with x."""
+    x, slope = node.inputs[:2]
+    value = ctx.const(slope)
+    if value is not None:
+        value = value.astype(ctx.dtype(x)).reshape((1,) * (ctx.rank(x) - value.ndim) + value.shape)
+        slope = ctx.constant("slope", value)
+    elif ctx.dtype(slope) != ctx.dtype(x) or ctx.rank(slope) > ctx.rank(x):
+        raise ctx.error("a non-constant slope must have the input's dtype and at most its rank")
+    ctx.add_op("PRELU", [x, slope], node.outputs)
+
+
+def _elu_family(ctx, x: str, y: str, alpha: float, gamma: float = 1.0, inner: float = 1.0) -> None:
+    """y = gamma * (relu(x) + alpha * min(elu(x * inner), 0)); plain ELU when all are 1."""
+    if alpha == gamma == inner == 1.0:
+        ctx.add_op("ELU", [x], [y])
+        return
+    source = _op(ctx, "MUL", [x, _scalar(ctx, inner, x)], x, y + "_in") if inner != 1.0 else x
+    negative = _op(ctx, "MINIMUM", [_op(ctx, "ELU", [source], x, y + "_elu"), _scalar(ctx, 0, x)],
+                   x, y + "_neg")
+    if alpha * gamma != 1.0:
+        negative = _op(ctx, "MUL", [negative, _scalar(ctx, alpha * gamma, x)], x, y + "_negs")
+    positive = _op(ctx, "RELU", [x], x, y + "_pos")
+    if gamma != 1.0:
+        positive = _op(ctx, "MUL", [positive, _scalar(ctx, gamma, x)], x, y + "_poss")
+    ctx.add_op("ADD", [positive, negative], [y])
+
+
+@onnx_op("Elu")
+def import_elu(node, ctx):
+    _elu_family(ctx, node.inputs[0], node.outputs[0], float(node.attr("alpha", 1.0)))
+
+
+@onnx_op("Selu")
+def import_selu(node, ctx):
+    _elu_family(ctx, node.inputs[0], node.outputs[0],
+                float(node.attr("alpha", 1.67326319217681884765625)),
+                float(node.attr("gamma", 1.05070102214813232421875)))
+
+
+@onnx_op("Celu")
+def import_celu(node, ctx):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    alpha = float(node.attr("alpha", 1.0))
+    if alpha == 0:
+        raise ctx.error("Celu with alpha 0 is undefined")
+    _elu_family(ctx, node.inputs[0], node.outputs[0], alpha, inner=1.0 / alpha)
+
+
+@onnx_op("HardSigmoid")
+def import_hard_sigmoid(node, ctx):
+    """max(0, min(1, alpha * x + beta)) as MUL, ADD, RELU, MINIMUM (the RELU fuses into the ADD)."""
+    x, y = node.inputs[0], node.outputs[0]
+    alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))
+    value = x
+    if alpha != 1.0:
+        value = _op(ctx, "MUL", [value, _scalar(ctx, alpha, x)], x, y + "_scaled")
+    if beta != 0.0:
+        value = _op(ctx, "ADD", [value, _scalar(ctx, beta, x)], x, y + "_shifted")
+    value = _op(ctx, "RELU", [value], x, y + "_relu")
+    ctx.add_op("MINIMUM", [value, _scalar(ctx, 1.0, x)], [y])
+
+
+@onnx_op("HardSwish")
+def import_hard_swish(node, ctx):
+    ctx.add_op("HARD_SWISH", node.inputs[:1], node.outputs)
+
+
+@onnx_op("Softplus")
+def import_softplus(node, ctx):
+    """log(exp(x) + 1) = relu(x) + log(1 + exp(-|x|)): no overflow for large x."""
+    x, y = node.inputs[0], node.outputs[0]
+    negative = _op(ctx, "NEG", [_op(ctx, "ABS", [x], x, y + "_abs")], x, y + "_nabs")
+    tail = _op(ctx, "ADD", [_op(ctx, "EXP", [negative], x, y + "_exp"), _scalar(ctx, 1.0, x)],
+               x, y + "_1p")
+    ctx.add_op("ADD", [_op(ctx, "RELU", [x], x, y + "_relu"), _op(ctx, "LOG", [tail], x, y + "_log")],
+               [y])
+
+
+@onnx_op("Gelu")
+def import_gelu(node, ctx):
+    approximate = node.attr("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise ctx.error(f"unknown approximate={approximate!r}")
+    ctx.add_op("GELU", node.inputs[:1], node.outputs, {"approximate": approximate == "tanh"})

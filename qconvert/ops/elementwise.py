@@ -56,6 +56,19 @@ _BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Pow": "POW"}
 _NARY = {"Sum": "ADD", "Max": "MAXIMUM", "Min": "MINIMUM"}
 
 
+def _pow_exponent(ctx, base: str, b: str, exponent) -> str:
+    """The exponent in the base's dtype (ONNX allows them to differ, TFLite POW does not): a
+    constant is converted with numpy, an activation goes through a CAST."""
+    dtype = ctx.dtype(base)
+    if ctx.dtype(b) == dtype:
+        return b
+    if exponent is not None:
+        return ctx.constant("exponent", exponent.astype(dtype))
+    cast = ctx.tensor(b + "_cast", ctx.shape(b), dtype)
+    ctx.add_op("CAST", [b], [cast], {"in_data_type": ctx.dtype(b), "out_data_type": dtype})
+    return cast
+
+
 @onnx_op(*_BINARY)
 def import_binary(node, ctx):
     a, b = node.inputs[:2]
@@ -64,8 +77,7 @@ def import_binary(node, ctx):
         if exponent is not None and exponent.size == 1 and float(exponent.reshape(())) == 2.0:
             ctx.add_op("MUL", [a, a], node.outputs)  # x*x: exact, and MUL has an int8 kernel
             return
-        if exponent is not None and exponent.dtype != ctx.dtype(a):
-            b = ctx.constant("exponent", exponent.astype(ctx.dtype(a)))
+        b = _pow_exponent(ctx, a, b, exponent)
     ctx.add_op(_BINARY[node.op_type], [a, b], node.outputs)
 
 

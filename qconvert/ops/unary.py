@@ -1,1 +1,142 @@
-"""(being written)"""
+"""Unary math: Sqrt, Exp, Log, Abs, Neg, Reciprocal, Floor, Ceil, Round, Sin, Cos, Erf, Softsign.
+
+Most map to one TFLite builtin. Reciprocal is DIV(1, x) and Softsign x / (1 + |x|). TFLite has no
+ERF builtin, so Erf is a rational approximation built from MUL/ADD/MINIMUM/DIV/RELU_N1_TO_1; its
+ops carry ERF_MARK in `source` so that transforms/identify_gelu.py can find the group and replace the
+whole x * 0.5 * (1 + erf(x / sqrt 2)) pattern by one GELU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .registry import onnx_op, tflite_op
+
+# Suffix of Operator.source on every op of an Erf composition (see erf_group in identify_gelu).
+ERF_MARK = " [erf]"
+
+# erf(x) = x * P(x^2) / Q(x^2) on [-4, 4] (erf(4) rounds to 1 in float32; beyond, x^2 is clamped
+# to 16 and the result, then >= erf(4), to 1).
+# Coefficients (ascending powers) fitted here for relative error: 2.5e-8 in exact arithmetic,
+# under 4e-7 absolute when evaluated in float32.
+ERF_CLAMP = 4.0
+ERF_P = (1.128379140, 1.935206582e-01, 5.309780081e-02, 3.882088885e-03, 2.845032997e-04,
+         1.986532963e-06)
+ERF_Q = (1.0, 5.048357831e-01, 1.153392591e-01, 1.520478056e-02, 1.185201507e-03,
+         3.741427917e-05)
+
+
+def _unary(fn):
+    return lambda inputs, op: [np.asarray(fn(inputs[0])).astype(inputs[0].dtype)]
+
+
+def _dtype(op, model) -> np.dtype:
+    return np.dtype(model.arrays[op.inputs[0]].dtype)
+
+
+def _int8_int16_version(int8: int, int16: int):
+    """op_version.cc rule shared by EXP, LOG (2 for int8 and int16) and RSQRT (2 int8, 3 int16)."""
+    def version(op, model):
+        dtype = _dtype(op, model)
+        return int16 if dtype == np.int16 else int8 if dtype == np.int8 else 1
+    return version
+
+
+def _abs_version(op, model) -> int:
+    """op_version.cc: int32 5, int16 3 (quantized) or 4, int8/uint8 2, float 1."""
+    dtype = _dtype(op, model)
+    if dtype == np.int32:
+        return 5
+    if dtype == np.int16:
+        return 3 if model.arrays[op.inputs[0]].quant is not None else 4
+    return 2 if dtype in (np.int8, np.uint8) else 1
+
+
+tflite_op("SQRT", evaluate=_unary(np.sqrt), layout="elementwise")
+tflite_op("RSQRT", evaluate=_unary(lambda x: 1 / np.sqrt(x)), layout="elementwise",
+          version=_int8_int16_version(2, 3))
+tflite_op("EXP", options="ExpOptions", evaluate=_unary(np.exp), layout="elementwise",
+          version=_int8_int16_version(2, 2))
+tflite_op("LOG", evaluate=_unary(np.log), layout="elementwise", version=_int8_int16_version(2, 2))
+tflite_op("ABS", options="AbsOptions", evaluate=_unary(np.abs), layout="elementwise",
+          version=_abs_version)
+tflite_op("NEG", options="NegOptions", evaluate=_unary(np.negative), layout="elementwise")
+tflite_op("FLOOR", evaluate=_unary(np.floor), layout="elementwise")
+tflite_op("CEIL", evaluate=_unary(np.ceil), layout="elementwise")
+# TFLite's ROUND rounds half to even (banker's rounding), like ONNX Round and np.round.
+tflite_op("ROUND", evaluate=_unary(np.round), layout="elementwise")
+tflite_op("SIN", evaluate=_unary(np.sin), layout="elementwise")
+tflite_op("COS", options="CosOptions", evaluate=_unary(np.cos), layout="elementwise")
+
+_DIRECT = {"Sqrt": "SQRT", "Exp": "EXP", "Log": "LOG", "Abs": "ABS", "Neg": "NEG",
+           "Floor": "FLOOR", "Ceil": "CEIL", "Round": "ROUND", "Sin": "SIN", "Cos": "COS"}
+
+
+@onnx_op(*_DIRECT)
+def import_direct(node, ctx):
+    ctx.add_op(_DIRECT[node.op_type], node.inputs[:1], node.outputs)
+
+
+@onnx_op("Reciprocal")
+def import_reciprocal(node, ctx):
+    x = node.inputs[0]
+    ctx.add_op("DIV", [ctx.constant("one", np.array(1, ctx.dtype(x))), x], node.outputs)
+
+
+@onnx_op("Softsign")
+def import_softsign(node, ctx):
+    """x / (1 + |x|)."""
+    x, y = node.inputs[0], node.outputs[0]
+    dtype, shape = ctx.dtype(x), ctx.shape(x)
+    magnitude = ctx.tensor(y + "_abs", shape, dtype)
+    ctx.add_op("ABS", [x], [magnitude])
+    denominator = ctx.tensor(y + "_den", shape, dtype)
+    ctx.add_op("ADD", [magnitude, ctx.constant("one", np.array(1, dtype))], [denominator])
+    ctx.add_op("DIV", [x, denominator], [y])
+
+
+def _polynomial(ctx, t: str, coefficients, hint: str) -> str:
+    """Horner evaluation of sum(c[k] t^k) with MUL and ADD ops; returns the result's name."""
+    dtype, shape = ctx.dtype(t), ctx.shape(t)
+    value = ctx.constant("erf_c", np.array(coefficients[-1], dtype))
+    for k, c in enumerate(reversed(coefficients[:-1])):
+        product = ctx.tensor(f"{hint}_m{k}", shape, dtype)
+        ctx.add_op("MUL", [value, t], [product])
+        value = ctx.tensor(f"{hint}_a{k}", shape, dtype)
+        ctx.add_op("ADD", [product, ctx.constant("erf_c", np.array(c, dtype))], [value])
+    return value
+
+
+def add_erf(ctx, x: str, y: str) -> None:
+    """y = erf(x) = clamp(x * P(t) / Q(t), -1, 1) with t = min(x^2, 16); the clamp also makes
+    erf(+-inf) = +-1. Every op is tagged with ERF_MARK."""
+    first = len(ctx.model.operators)
+    dtype, shape = ctx.dtype(x), ctx.shape(x)
+    square = ctx.tensor(y + "_sq", shape, dtype)
+    ctx.add_op("MUL", [x, x], [square])
+    t = ctx.tensor(y + "_t", shape, dtype)
+    ctx.add_op("MINIMUM", [square, ctx.constant("erf_max", np.array(ERF_CLAMP ** 2, dtype))], [t])
+    numerator = _polynomial(ctx, t, ERF_P, y + "_p")
+    denominator = _polynomial(ctx, t, ERF_Q, y + "_q")
+    scaled = ctx.tensor(y + "_xp", shape, dtype)
+    ctx.add_op("MUL", [x, numerator], [scaled])
+    ratio = ctx.tensor(y + "_ratio", shape, dtype)
+    ctx.add_op("DIV", [scaled, denominator], [ratio])
+    ctx.add_op("RELU_N1_TO_1", [ratio], [y])
+    for op in ctx.model.operators[first:]:
+        op.source += ERF_MARK
+
+
+@onnx_op("Erf")
+def import_erf(node, ctx):
+    x = node.inputs[0]
+    if ctx.dtype(x) != np.float32:
+        raise ctx.error(f"Erf of {ctx.dtype(x)} is not supported (float32 only)")
+    add_erf(ctx, x, node.outputs[0])
+
+
+def erf_reference(x: np.ndarray) -> np.ndarray:
+    """erf in float64 (numpy has none), for checks and constant evaluation."""
+    return np.vectorize(math.erf, otypes=[np.float64])(np.asarray(x, np.float64))

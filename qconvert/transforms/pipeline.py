@@ -13,6 +13,7 @@ from .fold_constants import fold_constants
 from .fold_transpose_into_fully_connected import fold_transpose_into_fully_connected
 from .fuse_activation import fuse_activation
 from .fuse_binary_into_affine import fuse_binary_into_affine
+from .identify_gelu import identify_gelu
 from .identify_relu6 import identify_relu6
 from .merge_reshapes import merge_reshapes
 from .remove_identity import remove_identity
@@ -28,6 +29,7 @@ FLOAT_STEPS: list[tuple[str, Step]] = [
     ("fold_transpose_into_fully_connected", fold_transpose_into_fully_connected),
     ("fuse_binary_into_affine", fuse_binary_into_affine),
     ("identify_relu6", identify_relu6),
+    ("identify_gelu", identify_gelu),
     ("fuse_activation", fuse_activation),
 ]
 

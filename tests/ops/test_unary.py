@@ -1,0 +1,144 @@
+"""Unary math ops (qconvert/ops/unary.py) and Pow's exponent dtype (elementwise.py), against
+onnxruntime: each op after a Conv (so it runs in NHWC after the layout pass) and on a plain input."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.ops.registry import TFLITE_OPS
+from qconvert.ops.unary import erf_reference
+from tests.harness import assert_matches_onnxruntime, convert_proto, run_tflite
+
+NCHW = (2, 3, 5, 6)
+RNG = np.random.default_rng(7)
+
+
+def make_model(nodes, x_shape, inits=None, opset=13, x_type=TensorProto.FLOAT):
+    """A graph x -> nodes -> y; `inits` maps initializer names to arrays."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", x_type, list(x_shape))],
+        [helper.make_tensor_value_info("y", x_type, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def after_conv(op_type, attrs=None, extra_inputs=(), inits=None, opset=13, positive=False):
+    """x[2,3,5,6] -> Conv(4 channels, 3x3, pad 1) -> op -> y; `positive` keeps the conv output > 0."""
+    weights = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3
+    if positive:
+        weights = np.abs(weights) + 0.01
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], pads=[1, 1, 1, 1]),
+             helper.make_node(op_type, ["t", *extra_inputs], ["y"], **(attrs or {}))]
+    bias = RNG.standard_normal(4).astype(np.float32) * 0.1
+    all_inits = {"w": weights, "b": np.abs(bias) if positive else bias, **(inits or {})}
+    return make_model(nodes, NCHW, all_inits, opset)
+
+
+def plain(op_type, shape, attrs=None, extra_inputs=(), inits=None, opset=13):
+    nodes = [helper.make_node(op_type, ["x", *extra_inputs], ["y"], **(attrs or {}))]
+    return make_model(nodes, shape, inits, opset)
+
+
+def feed(shape, low=-3.0, high=3.0):
+    return {"x": RNG.uniform(low, high, shape).astype(np.float32)}
+
+
+POSITIVE = {"Sqrt", "Log", "Reciprocal"}
+UNARY = ["Sqrt", "Exp", "Log", "Abs", "Neg", "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos",
+         "Erf", "Softsign"]
+
+
+@pytest.mark.parametrize("op_type", UNARY)
+def test_after_conv(op_type):
+    positive = op_type in POSITIVE
+    model = after_conv(op_type, positive=positive)
+    _, report = assert_matches_onnxruntime(model, feed(NCHW, 0.1 if positive else -3.0))
+    assert report.transposes == 0  # the op ran in NHWC: no transposes left
+
+
+@pytest.mark.parametrize("op_type", UNARY)
+@pytest.mark.parametrize("shape", [(4, 7), (2, 3, 5)])
+def test_plain(op_type, shape):
+    low = 0.1 if op_type in POSITIVE else -4.0
+    assert_matches_onnxruntime(plain(op_type, shape), feed(shape, low, 4.0))
+
+
+def test_round_is_half_to_even():
+    x = np.array([[-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 0.49999997]], np.float32)
+    assert_matches_onnxruntime(plain("Round", x.shape), {"x": x}, rtol=0, atol=0)
+
+
+def test_abs_and_neg_of_int():
+    for op_type in ("Abs", "Neg"):
+        model = make_model([helper.make_node(op_type, ["x"], ["y"])], (3, 4),
+                           x_type=TensorProto.INT32)
+        x = RNG.integers(-50, 50, (3, 4)).astype(np.int32)
+        assert_matches_onnxruntime(model, {"x": x}, rtol=0, atol=0)
+
+
+def test_erf_accuracy_over_its_range():
+    """The rational approximation: < 1e-6 absolute from the tails to tiny arguments."""
+    x = np.concatenate([np.linspace(-7, 7, 1001), np.geomspace(1e-7, 1e-2, 40)]).astype(np.float32)
+    flatbuffer, report = convert_proto(plain("Erf", x.shape))
+    got = run_tflite(flatbuffer, report, {"x": x})["y"]
+    np.testing.assert_allclose(got, erf_reference(x), rtol=1e-6, atol=5e-7)
+    assert np.all(np.abs(got) <= 1)
+
+
+def test_erf_ops_are_tagged():
+    from qconvert.loader import load
+    from qconvert.ops.unary import ERF_MARK
+
+    model = load(plain("Erf", (3, 4)))
+    assert model.operators and all(op.source.endswith(ERF_MARK) for op in model.operators)
+
+
+@pytest.mark.parametrize("exponent", [np.array(3, np.int64), np.array([2, 3, 1, 0], np.int32),
+                                      np.array(-1.5, np.float32)])
+def test_pow_constant_exponent_dtype(exponent):
+    model = plain("Pow", (3, 4), extra_inputs=["e"], inits={"e": exponent})
+    assert_matches_onnxruntime(model, feed((3, 4), 0.5, 2.0))
+
+
+def test_pow_activation_int_exponent_is_cast():
+    graph = helper.make_graph(
+        [helper.make_node("Pow", ["x", "e"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+         helper.make_tensor_value_info("e", TensorProto.INT64, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    feeds = {"x": RNG.uniform(0.5, 2, (3, 4)).astype(np.float32),
+             "e": RNG.integers(-2, 4, (3, 4)).astype(np.int64)}
+    _, report = assert_matches_onnxruntime(model, feeds)
+    assert report.op_counts.get("POW") == 1
+
+
+def test_pow_after_conv():
+    model = after_conv("Pow", extra_inputs=["e"], inits={"e": np.array(3, np.int32)})
+    _, report = assert_matches_onnxruntime(model, feed(NCHW))
+    assert report.transposes == 0
+
+
+def test_versions():
+    """op_version.cc: ABS int32 is 5, float 1; RSQRT int8 2, int16 3; EXP/LOG int8 2."""
+    from qconvert.ir import Model, Operator
+
+    model = Model()
+    for dtype in (np.float32, np.int32, np.int8, np.int16):
+        model.add_array(np.dtype(dtype).name, (2,), dtype)
+
+    def version(op_type, dtype):
+        return TFLITE_OPS[op_type].version(Operator(op_type, [np.dtype(dtype).name], []), model)
+
+    assert [version("ABS", t) for t in (np.float32, np.int32, np.int8, np.int16)] == [1, 5, 2, 4]
+    assert [version("RSQRT", t) for t in (np.float32, np.int8, np.int16)] == [1, 2, 3]
+    assert [version("EXP", t) for t in (np.float32, np.int8)] == [1, 2]
+    assert version("SQRT", np.float32) == version("FLOOR", np.float32) == 1
+
+
+def test_erf_rejects_integer_input():
+    from qconvert.errors import ConversionError
+
+    model = make_model([helper.make_node("Erf", ["x"], ["y"])], (3,), x_type=TensorProto.INT32)
+    with pytest.raises(ConversionError, match="float32 only"):
+        convert_proto(model)
