@@ -184,5 +184,20 @@ def cli(source, dest, input_shapes, io_layout, as_json, verbose, debug):
     click.echo(report.summary(), err=True)
 
 
+def _return_freed_memory_to_the_system() -> None:
+    """Weights are freed one by one while the file is built; glibc's default raises its mmap
+    threshold after such frees and then keeps freed memory in the heap, so peak memory would
+    hold the weights twice. A fixed threshold keeps every large array in its own mapping."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        M_MMAP_THRESHOLD = -3
+        libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to tune
+
+
 def main() -> None:
+    _return_freed_memory_to_the_system()
     cli(prog_name="qconvert")

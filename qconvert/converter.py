@@ -72,7 +72,7 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     model = load(proto, input_shapes)
     del proto
     convert_model(model, io_layout)
-    flatbuffer = serialize(model, f"qconvert {__version__}")
+    flatbuffer = serialize(model, f"qconvert {__version__}", release_data=True)
     counts = collections.Counter(op.type for op in model.operators)
     report = ConversionReport(
         input=source, output=output_name, ops=len(model.operators),

@@ -62,6 +62,7 @@ def read_onnx(path: str, data: bytes | None = None) -> onnx.ModelProto:
                 data = f.read()
         proto = onnx.ModelProto()
         proto.ParseFromString(data)
+        del data  # the file's bytes: as large as the weights
     except FileNotFoundError:
         raise ConversionError(f"{shown}: no such file") from None
     except IsADirectoryError:

@@ -1,1 +1,82 @@
-"""(being written)"""
+"""ArgMax and ArgMin (ARG_MAX, ARG_MIN).
+
+TFLite's kernels drop the reduced axis (keepdims=1 adds a RESHAPE), take the axis as an int32
+input, and return the first extreme index (a strict comparison). select_last_index=1 reverses the
+axis first (a GATHER with constant reversed indices) and maps the index j back to n-1-j.
+The output is int32 inside the graph (ONNX's int64 is narrowed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import reshape
+from .registry import onnx_op, tflite_op
+
+
+def _evaluate(fn):
+    def evaluate(inputs, op):
+        x, axis = inputs
+        return [fn(x, axis=int(np.reshape(axis, -1)[0]) % x.ndim).astype(np.int32)]
+    return evaluate
+
+
+def remap_dropped_axis(axis: int, perm) -> tuple[int, tuple[int, ...]]:
+    """For an op that removes `axis` of transpose(x, perm): the axis of x it removes, and the
+    permutation that turns its new output (on x) into the old one."""
+    rank = len(perm)
+    new_axis = perm[axis]
+    kept_old = [perm[a] for a in range(rank) if a != axis]   # x-axes in the old output order
+    kept_new = [a for a in range(rank) if a != new_axis]    # x-axes in the new output order
+    return new_axis, tuple(kept_new.index(a) for a in kept_old)
+
+
+def _remap_axis(op, model, perm):
+    axis = model.constant(op.inputs[1])
+    if axis is None:
+        return None
+    new_axis, out_perm = remap_dropped_axis(int(np.reshape(axis, -1)[0]) % len(perm), perm)
+    op.inputs[1] = model.add_constant("axis", np.array([new_axis], np.int32))
+    return out_perm
+
+
+def _argmax_version(op, model):
+    dtype = model.arrays[op.inputs[0]].dtype
+    return 3 if dtype == np.bool_ else (2 if dtype == np.int8 else 1)
+
+
+for _name, _options, _fn in [("ARG_MAX", "ArgMaxOptions", np.argmax),
+                             ("ARG_MIN", "ArgMinOptions", np.argmin)]:
+    tflite_op(_name, options=_options, evaluate=_evaluate(_fn), layout="axis",
+              layout_inputs=(0,), remap_axes=_remap_axis, version=_argmax_version)
+
+
+def _reversed_along(ctx, x: str, axis: int) -> str:
+    """x with `axis` reversed: GATHER with constant indices n-1, ..., 0."""
+    n = ctx.shape(x)[axis]
+    out = ctx.tensor(x + "_rev", ctx.shape(x), ctx.dtype(x))
+    indices = ctx.constant("reverse_indices", np.arange(n - 1, -1, -1, dtype=np.int32))
+    ctx.add_op("GATHER", [x, indices], [out], {"axis": axis, "batch_dims": 0})
+    return out
+
+
+@onnx_op("ArgMax", "ArgMin")
+def import_argmax(node, ctx):
+    x, y = node.inputs[0], node.outputs[0]
+    shape = ctx.shape(x)
+    axis = node.attr("axis", 0) % len(shape)
+    keep = bool(node.attr("keepdims", 1))
+    last = bool(node.attr("select_last_index", 0))
+    reduced = tuple(d for a, d in enumerate(shape) if a != axis)
+    source = _reversed_along(ctx, x, axis) if last else x
+    out = y if not keep and not last else ctx.tensor(y + "_idx", reduced, np.int32)
+    op_type = "ARG_MAX" if node.op_type == "ArgMax" else "ARG_MIN"
+    ctx.add_op(op_type, [source, ctx.constant("axis", np.array([axis], np.int32))], [out],
+               {"output_type": np.int32})
+    if last:
+        flipped = y if not keep else ctx.tensor(y + "_last", reduced, np.int32)
+        ctx.add_op("SUB", [ctx.constant("last_index", np.array(shape[axis] - 1, np.int32)), out],
+                   [flipped])
+        out = flipped
+    if keep:
+        reshape(ctx, out, ctx.shape(y), y)

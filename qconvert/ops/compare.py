@@ -1,1 +1,61 @@
-"""(being written)"""
+"""Comparisons and logic: Equal, Less, Greater, LessOrEqual, GreaterOrEqual (EQUAL, LESS, GREATER,
+LESS_EQUAL, GREATER_EQUAL), Not (LOGICAL_NOT), And/Or (LOGICAL_AND, LOGICAL_OR), Xor (NOT_EQUAL on
+bools) and Where (SELECT_V2).
+
+All broadcast like numpy, as the TFLite kernels do (ai-edge-litert 2.3.0 broadcasts up to rank 6;
+older TensorFlow Lite releases stopped at rank 4 for comparisons and logic, rank 5 for SELECT_V2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import onnx_op, tflite_op
+
+
+def _binary(fn):
+    return lambda inputs, op: [np.asarray(fn(inputs[0], inputs[1]), dtype=np.bool_)]
+
+
+def _versions(table: dict):
+    """op_version.cc's rule: a version per first-input dtype (`table`), else 1."""
+    table = {np.dtype(k): v for k, v in table.items()}
+    return lambda op, model: table.get(np.dtype(model.arrays[op.inputs[0]].dtype), 1)
+
+
+_COMPARISONS = {
+    # ONNX op: (TFLite op, options table, numpy function, {dtype: version} from op_version.cc)
+    "Equal": ("EQUAL", "EqualOptions", np.equal, {np.int16: 4, np.int8: 2}),
+    "Less": ("LESS", "LessOptions", np.less, {np.int16: 3, np.int8: 2}),
+    "Greater": ("GREATER", "GreaterOptions", np.greater, {np.int8: 2}),
+    "LessOrEqual": ("LESS_EQUAL", "LessEqualOptions", np.less_equal, {np.int8: 2}),
+    "GreaterOrEqual": ("GREATER_EQUAL", "GreaterEqualOptions", np.greater_equal,
+                       {np.int16: 3, np.int8: 2}),
+    "Xor": ("NOT_EQUAL", "NotEqualOptions", np.not_equal, {np.int8: 2}),
+    "And": ("LOGICAL_AND", "LogicalAndOptions", np.logical_and, {}),
+    "Or": ("LOGICAL_OR", "LogicalOrOptions", np.logical_or, {}),
+}
+
+for _tfl, _options, _fn, _table in _COMPARISONS.values():
+    tflite_op(_tfl, options=_options, evaluate=_binary(_fn), layout="elementwise",
+              version=_versions(_table))
+tflite_op("LOGICAL_NOT", options="LogicalNotOptions", layout="elementwise",
+          evaluate=lambda inputs, op: [np.logical_not(inputs[0])])
+tflite_op("SELECT_V2", options="SelectV2Options", layout="elementwise",
+          evaluate=lambda inputs, op: [np.where(*inputs)],
+          version=_versions({np.uint32: 2}))
+
+
+@onnx_op(*_COMPARISONS)
+def import_binary_logic(node, ctx):
+    ctx.add_op(_COMPARISONS[node.op_type][0], node.inputs[:2], node.outputs)
+
+
+@onnx_op("Not")
+def import_not(node, ctx):
+    ctx.add_op("LOGICAL_NOT", node.inputs[:1], node.outputs)
+
+
+@onnx_op("Where")
+def import_where(node, ctx):
+    ctx.add_op("SELECT_V2", node.inputs[:3], node.outputs)

@@ -1,1 +1,191 @@
-"""(being written)"""
+"""ConvTranspose (1D and 2D, groups, dilations, pads/output_padding/output_shape/auto_pad) as
+TRANSPOSE_CONV.
+
+ONNX W [I, O/g, kh, kw] becomes TFLite's [O, kh, kw, I] at import. Dilation is folded into the
+weights (zeros between the taps give the same scatter), since TRANSPOSE_CONV has none.
+
+Padding: ONNX output[o] = full[o + pad_begin], where `full` is the un-cropped transposed conv
+(zero beyond its end, which output_padding/output_shape can reach). TFLite's kernel computes the
+same with its SAME/VALID pad at the top/left, and its optimized path (col2im) is only right when
+the output size maps back onto the input size (ceil(out/s) == in for SAME, (out-k)/s+1 == in for
+VALID). So the importer uses SAME when its pad equals ONNX's begin pad under that condition, and
+otherwise VALID over a large enough output followed by a SLICE of the ONNX window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import reshape, to_channels_first, to_channels_last
+from .registry import onnx_op, tflite_op
+
+
+def _transpose_conv_version(op, model):
+    weights = model.arrays[op.inputs[1]]
+    if op.fused_activation != "NONE":
+        return 4
+    if len(op.inputs) == 4 and op.inputs[3]:
+        return 3
+    return 2 if weights.dtype == np.int8 else 1
+
+
+tflite_op("TRANSPOSE_CONV", options="TransposeConvOptions", version=_transpose_conv_version)
+
+
+def _out_and_begins(node, in_spatial, kernel, strides, output_padding, pads, output_shape):
+    """(output size, pad at the start) per spatial axis, as the ONNX spec defines them.
+
+    Explicit pads give the size; output_shape (or SAME_*: in*stride) gives the size and the pads:
+    total = s*(in-1) + output_padding + k - out split with the smaller half first for SAME_UPPER
+    and the larger half first otherwise. A negative total (the output reaches past the full
+    result, the extra being at the end) starts at 0.
+    """
+    rank = len(in_spatial)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    full = [s * (i - 1) + op + k for i, k, s, op in zip(in_spatial, kernel, strides, output_padding)]
+    if output_shape is None and auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        if auto_pad == "VALID":
+            pads = [0] * (2 * rank)
+        return [f - pads[i] - pads[i + rank] for i, f in enumerate(full)], list(pads[:rank])
+    if output_shape is None:  # SAME_*: in*stride, but never past the full result (ORT, inference)
+        output_shape = [min(i * s, f) for i, s, f in zip(in_spatial, strides, full)]
+    begins = []
+    for f, o in zip(full, output_shape):
+        total = f - o
+        if total <= 0:
+            begins.append(0)
+        elif auto_pad == "SAME_UPPER":
+            begins.append(total // 2)
+        else:
+            begins.append(total - total // 2)
+    return list(output_shape), begins
+
+
+def _same_pad(out_size: int, kernel: int, stride: int) -> int:
+    """The top/left pad TRANSPOSE_CONV uses with SAME (kernels/padding.h)."""
+    total = max((-(-out_size // stride) - 1) * stride + kernel - out_size, 0)
+    return total // 2
+
+
+def _plan(in_spatial, kernel, strides, begins, out_spatial):
+    """(padding, TFLite output size per axis, crop begins or None), or None if none fits."""
+    if all(-(-o // s) == i and _same_pad(o, k, s) == b
+           for i, k, s, b, o in zip(in_spatial, kernel, strides, begins, out_spatial)):
+        return "SAME", list(out_spatial), None
+    sizes = []
+    for i, k, s, b, o in zip(in_spatial, kernel, strides, begins, out_spatial):
+        full = (i - 1) * s + k
+        if o + b > full + s - 1:  # VALID's output would not map back onto the input
+            return None
+        sizes.append(max(full, o + b))
+    crop = None if list(sizes) == list(out_spatial) and not any(begins) else list(begins)
+    return "VALID", sizes, crop
+
+
+def _dilate(w: np.ndarray, dilations) -> np.ndarray:
+    """The kernel with dilation-1 zeros between its taps (same scatter, no dilation needed)."""
+    if all(d == 1 for d in dilations):
+        return w
+    kh, kw = w.shape[2:]
+    out = np.zeros(w.shape[:2] + ((kh - 1) * dilations[0] + 1, (kw - 1) * dilations[1] + 1), w.dtype)
+    out[:, :, ::dilations[0], ::dilations[1]] = w
+    return out
+
+
+def _attributes(node, one_d: bool):
+    """strides, dilations, output_padding, pads and output_shape, as 2-D (1-D gets H = 1)."""
+    def pair(name, default):
+        value = node.attr(name)
+        value = [default] * (1 if one_d else 2) if value is None else list(value)
+        return [default] + value if one_d else value
+    pads = list(node.attr("pads", [0] * (2 if one_d else 4)))
+    output_shape = node.attr("output_shape")
+    if one_d:
+        pads = [0, pads[0], 0, pads[1]]
+        output_shape = None if output_shape is None else [1] + list(output_shape)[-1:]
+    elif output_shape is not None:
+        output_shape = list(output_shape)[-2:]
+    return pair("strides", 1), pair("dilations", 1), pair("output_padding", 0), pads, output_shape
+
+
+@onnx_op("ConvTranspose")
+def import_conv_transpose(node, ctx):
+    x, w_name = node.inputs[:2]
+    b_name = node.inputs[2] if len(node.inputs) > 2 else ""
+    y = node.outputs[0]
+    w = np.asarray(ctx.require_const(w_name, "ConvTranspose weights"), dtype=np.float32)
+    if w.ndim not in (3, 4):
+        raise ctx.error(f"{w.ndim - 2}D transposed convolution is not supported (1D and 2D are)")
+    one_d = w.ndim == 3
+    bias = ctx.const(b_name) if b_name else None
+    if b_name and bias is None:
+        raise ctx.error("a ConvTranspose bias that is not a constant is not supported")
+    strides, dilations, output_padding, pads, output_shape = _attributes(node, one_d)
+    if one_d:  # [N, C, L] -> [N, C, 1, L]
+        n, c, length = ctx.shape(x)
+        x = reshape(ctx, x, (n, c, 1, length))
+        w = w[:, :, None, :]
+    group = node.attr("group", 1)
+    w = _dilate(w, dilations)
+    kernel, in_spatial = w.shape[2:], ctx.shape(x)[2:]
+    out_spatial, begins = _out_and_begins(node, in_spatial, kernel, strides, output_padding, pads,
+                                          output_shape)
+    batch, out_channels = ctx.shape(x)[0], w.shape[1] * group
+    out4 = (batch, out_channels) + tuple(out_spatial)
+    expected = (batch, out_channels, out_spatial[1]) if one_d else out4
+    if tuple(ctx.shape(y)) != expected:
+        raise ctx.error(f"the attributes give output shape {list(expected)}, shape inference "
+                        f"{list(ctx.shape(y))}; the node is inconsistent")
+    plan = _plan(in_spatial, kernel, strides, begins, out_spatial)
+    if plan is None:
+        raise ctx.error(f"output size {out_spatial} reaches more than stride-1 past the full "
+                        "transposed convolution; TRANSPOSE_CONV cannot compute it")
+    padding, sizes, crop = plan
+
+    x_nhwc = to_channels_last(ctx, x)
+    conv_out = ctx.tensor(y + "_conv", (batch, sizes[0], sizes[1], out_channels), ctx.dtype(y))
+    options = {"padding": padding, "stride_h": strides[0], "stride_w": strides[1]}
+    if group == 1:
+        _transpose_conv(ctx, x_nhwc, w, bias, w_name, b_name or y + "_bias", conv_out, options)
+    else:
+        _grouped(ctx, x_nhwc, w, bias, group, options, conv_out, w_name, y)
+    inner = conv_out
+    if crop is not None:
+        inner = ctx.tensor(y + "_nhwc", (batch,) + tuple(out_spatial) + (out_channels,), ctx.dtype(y))
+        begin = np.array([0, crop[0], crop[1], 0], np.int32)
+        size = np.array(ctx.shape(inner), np.int32)
+        ctx.add_op("SLICE", [conv_out, ctx.constant("begin", begin), ctx.constant("size", size)], [inner])
+    if one_d:
+        inner4 = ctx.tensor(y + "_nchw", out4, ctx.dtype(y))
+        to_channels_first(ctx, inner, inner4)
+        reshape(ctx, inner4, expected, y)
+    else:
+        to_channels_first(ctx, inner, y)
+
+
+def _transpose_conv(ctx, x_nhwc, w, bias, w_hint, b_hint, out, options):
+    """One TRANSPOSE_CONV; w is ONNX's [I, O, kh, kw]; the bias input only when there is one."""
+    out_shape = ctx.constant("output_shape", np.array(ctx.shape(out), np.int32))
+    inputs = [out_shape, ctx.constant(w_hint, np.ascontiguousarray(np.transpose(w, (1, 2, 3, 0)))),
+              x_nhwc]
+    if bias is not None:
+        inputs.append(ctx.constant(b_hint, np.asarray(bias, np.float32)))
+    ctx.add_op("TRANSPOSE_CONV", inputs, [out], options)
+
+
+def _grouped(ctx, x_nhwc, w, bias, group, options, out, w_name, y):
+    """SPLIT the input channels into groups, one TRANSPOSE_CONV each, CONCATENATION of results."""
+    in_shape, out_shape = ctx.shape(x_nhwc), ctx.shape(out)
+    per_in, per_out = in_shape[3] // group, out_shape[3] // group
+    parts_in = [ctx.tensor(f"{x_nhwc}_g{g}", in_shape[:3] + (per_in,), ctx.dtype(x_nhwc))
+                for g in range(group)]
+    ctx.add_op("SPLIT", [ctx.constant("axis", np.array(3, np.int32)), x_nhwc], parts_in,
+               {"num_splits": group})
+    parts_out = []
+    for g in range(group):
+        part = ctx.tensor(f"{y}_g{g}", out_shape[:3] + (per_out,), ctx.dtype(y))
+        bg = None if bias is None else bias[g * per_out:(g + 1) * per_out]
+        _transpose_conv(ctx, parts_in[g], w[g * per_in:(g + 1) * per_in], bg, f"{w_name}_g{g}",
+                        f"{y}_bias_g{g}", part, options)
+        parts_out.append(part)
+    ctx.add_op("CONCATENATION", parts_out, [out], {"axis": 3})

@@ -1,1 +1,65 @@
-"""(being written)"""
+"""Ops the loader evaluates at load time: Shape, Size, Constant, ConstantOfShape, Range, EyeLike.
+
+loader._Graph.fold_constants computes them whenever their inputs are constant (and Shape/Size of
+any tensor, since every shape is static), so these importers normally never run. Shape, Size and
+EyeLike only depend on their input's static shape, so they still become constants here; Range and
+ConstantOfShape with a computed input would have a data-dependent output shape, which a static
+TFLite graph cannot express.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from ..loader import narrow
+from .registry import onnx_op
+
+
+def _set_constant(ctx, name: str, value) -> None:
+    """Makes the node's output array a constant holding `value` (int64 narrowed to int32)."""
+    array = ctx.model.arrays[name]
+    value = narrow(np.asarray(value), f"tensor {name!r}")
+    array.data = np.ascontiguousarray(value, dtype=array.dtype).reshape(array.shape)
+
+
+@onnx_op("Shape")
+def import_shape(node, ctx):
+    shape = np.array(ctx.shape(node.inputs[0]), dtype=np.int64)
+    rank = len(shape)
+    start, end = node.attr("start", 0), node.attr("end", rank)
+    _set_constant(ctx, node.outputs[0], shape[start:end])
+
+
+@onnx_op("Size")
+def import_size(node, ctx):
+    _set_constant(ctx, node.outputs[0], np.prod(ctx.shape(node.inputs[0]), dtype=np.int64))
+
+
+@onnx_op("EyeLike")
+def import_eye_like(node, ctx):
+    rows, cols = ctx.shape(node.inputs[0])
+    dtype = node.attr("dtype")
+    dtype = helper.tensor_dtype_to_np_dtype(dtype) if dtype is not None else ctx.dtype(node.inputs[0])
+    _set_constant(ctx, node.outputs[0], np.eye(rows, cols, k=node.attr("k", 0), dtype=dtype))
+
+
+@onnx_op("Constant")
+def import_constant(node, ctx):
+    for name in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if node.attr(name) is not None:
+            _set_constant(ctx, node.outputs[0], node.attr(name))
+            return
+    raise ctx.error("only numeric Constant values are supported (string/sparse are not)")
+
+
+@onnx_op("Range")
+def import_range(node, ctx):
+    raise ctx.error("Range with non-constant inputs is not supported: its length would depend on "
+                    "computed values, and qconvert converts static graphs only")
+
+
+@onnx_op("ConstantOfShape")
+def import_constant_of_shape(node, ctx):
+    raise ctx.error("ConstantOfShape with a non-constant shape input is not supported: qconvert "
+                    "converts static graphs only (pin dynamic input dimensions with --input-shape)")

@@ -1,1 +1,295 @@
-"""(being written)"""
+"""LSTM: one TFLite UNIDIRECTIONAL_SEQUENCE_LSTM per direction, or an unrolled cell when the
+fused kernel cannot express the node.
+
+Fused kernel (tensorflow/lite/kernels/unidirectional_sequence_lstm.cc): 24 inputs -- x;
+input-to-{input, forget, cell, output} weights [H, I]; recurrent-to-{i, f, c, o} [H, H];
+peepholes cell-to-{i, f, o} [H] (optional); gate biases {i, f, c, o} [H]; projection weights and
+bias (unused); the output state and cell state, which must be *variable* tensors (no buffer: the
+interpreter rejects a variable tensor with data); four layer-norm coefficients (unused). One
+output, the hidden sequence. ONNX packs W/R/B as gates i, o, f, c, and P as i, o, f.
+layout=0 (time-major X [T, B, I]) is time_major=True, layout=1 is time_major=False. The gate
+activation is always sigmoid and fused_activation_function (TANH) serves as both g and h.
+
+State: the kernel reads the initial state from its variable tensors and overwrites them with the
+final state, and the interpreter keeps them across invocations (checked: a second invoke of the
+same input differs). So every state variable is *written by an op before the LSTM* on each
+invocation: FILL for a uniform constant (no `evaluate`, so constant folding never turns it into
+a buffer), ADD(value, 0) for any other initial state (a non-uniform constant, or a graph input or
+computed initial_h/initial_c). The model is stateless like the ONNX node; no reset is needed.
+
+Outputs: Y is the sequence (reversed back for direction "reverse", concatenated for
+"bidirectional", which runs x reversed through a second op); Y_h is the last step of the
+sequence (SLICE). The fused kernel has no cell-state output, and ONNX `clip` bounds the gates'
+pre-activations while TFLite's cell_clip bounds the cell state, so a node whose Y_c is read, with
+clip, or with non-default activations is unrolled instead: one FULLY_CONNECTED for all input
+projections, then per step FULLY_CONNECTED (recurrent), SPLIT into gates and elementwise ops.
+Unsupported (error): input_forget=1, sequence_lens differing from the sequence length,
+activations other than Sigmoid/Tanh/Relu, non-constant W/R/B (a computed P is unrolled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .registry import onnx_op, tflite_op
+
+_DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
+_ACTIVATION_OPS = {"Sigmoid": "LOGISTIC", "Tanh": "TANH", "Relu": "RELU"}
+_FUSED_GATES = (0, 2, 3, 1)  # TFLite's i, f, c, o in ONNX's i, o, f, c packing
+_F32 = np.float32
+
+
+def _lstm_version(op, model):
+    if op.options.get("diagonal_recurrent_tensors"):
+        return 4
+    x, w = model.arrays[op.inputs[0]], model.arrays[op.inputs[2]]
+    if x.dtype == np.int16 and w.dtype == np.int8:
+        return 5
+    if x.dtype == np.float32 and w.dtype == np.int8:
+        return 3 if op.options.get("asymmetric_quantize_inputs") else 2
+    return 1
+
+
+def _fill_version(op, model):
+    dtype = model.arrays[op.inputs[1]].dtype
+    if dtype == np.float16:
+        return 4
+    return 3 if dtype in (np.int8, np.int16) else (2 if dtype == np.bool_ else 1)
+
+
+def _evaluate_reverse(inputs, op):
+    return [np.flip(inputs[0], axis=tuple(int(a) for a in np.ravel(inputs[1])))]
+
+
+tflite_op("UNIDIRECTIONAL_SEQUENCE_LSTM", options="UnidirectionalSequenceLSTMOptions",
+          version=_lstm_version)
+# FILL has no `evaluate` on purpose: it (re)initialises LSTM state variables on every invocation.
+tflite_op("FILL", version=_fill_version)
+tflite_op("REVERSE_V2", version=lambda op, model: {np.dtype(np.int8): 3, np.dtype(np.bool_): 2}.get(
+    model.arrays[op.inputs[0]].dtype, 1), evaluate=_evaluate_reverse)
+
+
+@dataclass
+class _Direction:
+    """One direction's parameters; initial states are constants or array names of `state`."""
+
+    w: np.ndarray  # [4, H, I], ONNX gate order i, o, f, c
+    r: np.ndarray  # [4, H, H]
+    b: np.ndarray  # [4, H] (Wb + Rb)
+    p: np.ndarray | list | None  # [3, H] constant, or 3 array names; gates i, o, f
+    h0: np.ndarray | str
+    c0: np.ndarray | str
+    reverse: bool
+    acts: list[str]
+
+
+@dataclass
+class _Spec:
+    x: str
+    axis: int  # the time axis of X and Y's per-direction sequence (0 or 1)
+    seq: tuple[int, ...]  # one direction's sequence shape: [T, B, H] or [B, T, H]
+    state: tuple[int, ...]  # one direction's state shape: [1, B, H] or [B, 1, H]
+    clip: float | None
+    dirs: list[_Direction]
+
+
+def _op(ctx, op_type: str, inputs: list[str], shape, options=None, activation="NONE") -> str:
+    """Appends an op with one new float output of `shape`; returns the output's name."""
+    y = ctx.tensor(op_type.lower(), shape, _F32)
+    ctx.add_op(op_type, inputs, [y], options, activation)
+    return y
+
+
+def _split(ctx, x: str, axis: int, count: int) -> list[str]:
+    """SPLIT of x into `count` equal parts along `axis`."""
+    shape = list(ctx.shape(x))
+    shape[axis] //= count
+    parts = [ctx.tensor(f"{x}_{k}", shape, _F32) for k in range(count)]
+    ctx.add_op("SPLIT", [ctx.constant("axis", np.array(axis, np.int32)), x], parts,
+               {"num_splits": count})
+    return parts
+
+
+def _is_used(ctx, name: str) -> bool:
+    """Whether a later node or the graph outputs read `name`."""
+    if not name:
+        return False
+    graph = ctx._graph  # TODO: a public ImportContext.is_used(name)
+    return name in {o.name for o in graph.graph.output} or any(name in n.input for n in graph.nodes)
+
+
+def _initial_states(ctx, name: str, spec: _Spec, count: int) -> list:
+    """initial_h or initial_c per direction, each of the state shape."""
+    if not name:
+        return [np.zeros(spec.state, _F32)] * count
+    value = ctx.const(name)
+    if value is not None:
+        return [np.ascontiguousarray(np.take(value, [d], axis=spec.axis), _F32) for d in range(count)]
+    return [name] if count == 1 else _split(ctx, name, spec.axis, count)
+
+
+def _peepholes(ctx, name: str, count: int, hidden: int) -> list | None:
+    """P per direction as [3, H] constants (i, o, f), or three [1, H] arrays when P is computed."""
+    if not name:
+        return None
+    value = ctx.const(name)
+    if value is not None:
+        return [v.reshape(3, hidden).astype(_F32) for v in value]
+    rows = [name] if count == 1 else _split(ctx, name, 0, count)
+    return [_split(ctx, row, 1, 3) for row in rows]
+
+
+def _parse(node, ctx) -> _Spec:
+    inputs = node.inputs + [""] * (8 - len(node.inputs))
+    x, w_name, r_name, b_name, lens_name, h_name, c_name, p_name = inputs[:8]
+    layout = node.attr("layout", 0)
+    direction = node.attr("direction", "forward")
+    if node.attr("input_forget", 0):
+        raise ctx.error("input_forget=1 (coupled input and forget gates) is not supported")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise ctx.error(f"direction {direction!r} is not supported")
+    w = ctx.require_const(w_name, "W").astype(_F32)
+    r = ctx.require_const(r_name, "R").astype(_F32)
+    count, hidden = r.shape[0], r.shape[2]
+    b = ctx.require_const(b_name, "B").astype(_F32) if b_name else np.zeros((count, 8 * hidden), _F32)
+    p = _peepholes(ctx, p_name, count, hidden)
+    axis = 1 if layout else 0
+    steps = ctx.shape(x)[axis]
+    if lens_name:
+        lens = ctx.require_const(lens_name, "sequence_lens")
+        if np.any(lens != steps):
+            raise ctx.error(f"sequence_lens {lens.tolist()} differ from the sequence length "
+                            f"{steps}; only full-length sequences convert")
+    acts = list(node.attr("activations", _DEFAULT_ACTIVATIONS * count))
+    unknown = sorted(set(acts) - set(_ACTIVATION_OPS))
+    if unknown:
+        raise ctx.error(f"activation {unknown[0]} is not supported (Sigmoid, Tanh, Relu are)")
+    batch = ctx.shape(x)[1 - axis]
+    seq = (steps, batch, hidden) if axis == 0 else (batch, steps, hidden)
+    state = (1, batch, hidden) if axis == 0 else (batch, 1, hidden)
+    spec = _Spec(x, axis, seq, state, node.attr("clip"), [])
+    h0s = _initial_states(ctx, h_name, spec, count)
+    c0s = _initial_states(ctx, c_name, spec, count)
+    for d in range(count):
+        spec.dirs.append(_Direction(
+            w[d].reshape(4, hidden, -1), r[d].reshape(4, hidden, hidden),
+            (b[d, :4 * hidden] + b[d, 4 * hidden:]).reshape(4, hidden),
+            None if p is None else p[d], h0s[d], c0s[d],
+            direction == "reverse" or d == 1, acts[3 * d:3 * d + 3]))
+    return spec
+
+
+# --- fused kernel ---------------------------------------------------------------------------------
+def _state_variable(ctx, value, shape, hint: str) -> str:
+    """A variable tensor that an op sets to `value` (constant or array) on every invocation."""
+    var = ctx.tensor(hint, shape, _F32)
+    ctx.model.arrays[var].is_variable = True
+    if isinstance(value, str):
+        ctx.add_op("ADD", [value, ctx.constant("zero", np.array(0, _F32))], [var])
+        return var
+    uniform = bool(np.all(value == value.flat[0]))
+    fill = [ctx.constant("dims", np.array(shape, np.int32)),
+            ctx.constant("value", np.array(value.flat[0] if uniform else 0, _F32))]
+    if uniform:
+        ctx.add_op("FILL", fill, [var])
+    else:  # the FILL operand, not a constant, keeps the ADD from being folded into a buffer
+        ctx.add_op("ADD", [ctx.constant(hint + "_init", value), _op(ctx, "FILL", fill, shape)], [var])
+    return var
+
+
+def _reverse(ctx, x: str, axis: int) -> str:
+    return _op(ctx, "REVERSE_V2", [x, ctx.constant("axis", np.array([axis], np.int32))], ctx.shape(x))
+
+
+def _fused(ctx, spec: _Spec, d: _Direction, index: int):
+    """(sequence, last hidden state, None) of one direction through the fused kernel."""
+    x = _reverse(ctx, spec.x, spec.axis) if d.reverse else spec.x
+    weights = [ctx.constant(f"lstm_w{g}", d.w[g]) for g in _FUSED_GATES]
+    weights += [ctx.constant(f"lstm_r{g}", d.r[g]) for g in _FUSED_GATES]
+    peep = ["", "", ""] if d.p is None else [ctx.constant(f"lstm_p{g}", d.p[g]) for g in (0, 2, 1)]
+    bias = [ctx.constant(f"lstm_b{g}", d.b[g]) for g in _FUSED_GATES]
+    h_var = _state_variable(ctx, d.h0, spec.state, f"lstm{index}_h_state")
+    c_var = _state_variable(ctx, d.c0, spec.state, f"lstm{index}_c_state")
+    out = _op(ctx, "UNIDIRECTIONAL_SEQUENCE_LSTM",
+              [x] + weights + peep + bias + ["", "", h_var, c_var] + [""] * 4, spec.seq,
+              {"cell_clip": 0.0, "proj_clip": 0.0, "time_major": spec.axis == 0}, "TANH")
+    begin = [0, 0, 0]
+    begin[spec.axis] = spec.seq[spec.axis] - 1
+    last = _op(ctx, "SLICE", [out, ctx.constant("begin", np.array(begin, np.int32)),
+                              ctx.constant("size", np.array(spec.state, np.int32))], spec.state)
+    return (_reverse(ctx, out, spec.axis) if d.reverse else out), last, None
+
+
+# --- unrolled cell --------------------------------------------------------------------------------
+def _gate(ctx, spec: _Spec, z: str, peephole, c: str | None, act: str) -> str:
+    """act(z + peephole * c), with ONNX's clip of the pre-activation."""
+    if peephole is not None:
+        if isinstance(peephole, np.ndarray):
+            peephole = ctx.constant("peephole", peephole)
+        z = _op(ctx, "ADD", [z, _op(ctx, "MUL", [c, peephole], spec.state)], spec.state)
+    if spec.clip is not None:
+        z = _op(ctx, "MINIMUM", [z, ctx.constant("clip", np.array(spec.clip, _F32))], spec.state)
+        z = _op(ctx, "MAXIMUM", [z, ctx.constant("clip", np.array(-spec.clip, _F32))], spec.state)
+    return _op(ctx, _ACTIVATION_OPS[act], [z], spec.state)
+
+
+def _unrolled(ctx, spec: _Spec, d: _Direction, index: int):
+    """(sequence, last hidden state, last cell state) of one direction, one step at a time."""
+    steps, hidden = spec.seq[spec.axis], spec.state[2]
+    xw = _op(ctx, "FULLY_CONNECTED", [spec.x, ctx.constant("lstm_w", d.w.reshape(4 * hidden, -1)),
+                                      ctx.constant("lstm_b", d.b.reshape(-1))],
+             spec.seq[:2] + (4 * hidden,), {"keep_num_dims": True})
+    step_shape = spec.state[:2] + (4 * hidden,)
+    pieces = [xw] if steps == 1 else _split(ctx, xw, spec.axis, steps)
+    as_name = (lambda v: ctx.constant("lstm_state", v) if isinstance(v, np.ndarray) else v)
+    h, c = as_name(d.h0), as_name(d.c0)
+    recurrent = ctx.constant("lstm_r", d.r.reshape(4 * hidden, hidden))
+    peep = [None] * 3 if d.p is None else list(d.p)
+    f_act, g_act, h_act = d.acts
+    outputs = [""] * steps
+    for t in (reversed(range(steps)) if d.reverse else range(steps)):
+        rh = _op(ctx, "FULLY_CONNECTED", [h, recurrent, ""], step_shape, {"keep_num_dims": True})
+        z = _split(ctx, _op(ctx, "ADD", [pieces[t], rh], step_shape), 2, 4)
+        i = _gate(ctx, spec, z[0], peep[0], c, f_act)
+        f = _gate(ctx, spec, z[2], peep[2], c, f_act)
+        g = _gate(ctx, spec, z[3], None, None, g_act)
+        c = _op(ctx, "ADD", [_op(ctx, "MUL", [f, c], spec.state),
+                             _op(ctx, "MUL", [i, g], spec.state)], spec.state)
+        o = _gate(ctx, spec, z[1], peep[1], c, f_act)
+        h = outputs[t] = _op(ctx, "MUL", [o, _op(ctx, _ACTIVATION_OPS[h_act], [c], spec.state)],
+                             spec.state)
+    if steps == 1:
+        return h, h, c
+    return _op(ctx, "CONCATENATION", outputs, spec.seq, {"axis": spec.axis}), h, c
+
+
+# --- importer -------------------------------------------------------------------------------------
+def _join(ctx, parts: list[str], y: str, axis: int) -> None:
+    """Writes `y` as the parts reshaped to y's rank (one direction) or concatenated on `axis`."""
+    if len(parts) == 1:
+        ctx.add_op("RESHAPE", [parts[0], ctx.constant("shape", np.array(ctx.shape(y), np.int32))], [y])
+        return
+    shape = list(ctx.shape(y))
+    shape[axis] = 1
+    shape_const = ctx.constant("shape", np.array(shape, np.int32))
+    ctx.add_op("CONCATENATION", [_op(ctx, "RESHAPE", [p, shape_const], shape) for p in parts], [y],
+               {"axis": axis})
+
+
+@onnx_op("LSTM")
+def import_lstm(node, ctx):
+    spec = _parse(node, ctx)
+    outputs = node.outputs + [""] * (3 - len(node.outputs))
+    y, y_h, y_c = outputs[:3]
+    fused = (spec.clip is None and not _is_used(ctx, y_c) and all(
+        d.acts == _DEFAULT_ACTIVATIONS and not isinstance(d.p, list) for d in spec.dirs))
+    build = _fused if fused else _unrolled
+    results = [build(ctx, spec, d, i) for i, d in enumerate(spec.dirs)]
+    if y:
+        _join(ctx, [r[0] for r in results], y, 1 + spec.axis)
+    if y_h:
+        _join(ctx, [r[1] for r in results], y_h, spec.axis)
+    if y_c and not fused:
+        _join(ctx, [r[2] for r in results], y_c, spec.axis)

@@ -1,1 +1,193 @@
-"""(being written)"""
+"""Pad (all opsets: attributes before 11, constant inputs since, axes since 18) and the TFLite PAD,
+PADV2 and MIRROR_PAD ops (also emitted by padding.explicit_pad for conv and pool padding).
+
+Modes: constant -> PAD (PADV2 for a non-zero value), reflect -> MIRROR_PAD(REFLECT), edge -> per
+padded axis, the edge slice (BROADCAST_TO its pad width) concatenated on both sides, wrap -> TILE
+then SLICE of the periodic extension. Negative pads crop first (SLICE), as onnxruntime does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import onnx_op, tflite_op
+from .slice import slice_tensor
+from .tile import broadcast_to, tile
+
+MAX_PAD_RANK = 5  # TFLite's PAD/PADV2 kernels
+
+
+# --- TFLite ops ---------------------------------------------------------------------------------
+def _pad_version(op, model):
+    x = model.arrays[op.inputs[0]]
+    if len(x.shape) > 4:
+        return 4
+    if x.dtype == np.int16:
+        return 3
+    return 2 if x.dtype == np.int8 else 1
+
+
+def _mirror_pad_version(op, model):
+    dtype = model.arrays[op.inputs[0]].dtype
+    if dtype == np.int16:
+        return 3
+    return 2 if dtype == np.int8 else 1
+
+
+def _evaluate_pad(inputs, op):
+    x, paddings = inputs[0], np.asarray(inputs[1], np.int64)
+    value = inputs[2] if len(inputs) > 2 and inputs[2] is not None else 0
+    return [np.pad(x, paddings, constant_values=np.asarray(value).item()).astype(x.dtype)]
+
+
+def _evaluate_mirror_pad(inputs, op):
+    mode = "reflect" if op.options.get("mode", "REFLECT") == "REFLECT" else "symmetric"
+    return [np.pad(inputs[0], np.asarray(inputs[1], np.int64), mode=mode)]
+
+
+def remap_paddings(op, model, perm):
+    """The op padded transpose(x, perm): row i of the paddings is about axis perm[i] of x."""
+    paddings = model.constant(op.inputs[1])
+    if paddings is None or paddings.shape != (len(perm), 2):
+        return None
+    permuted = np.empty_like(paddings)
+    permuted[list(perm)] = paddings
+    op.inputs[1] = model.add_constant("paddings", permuted)
+    return perm
+
+
+for _name, _options, _evaluate in [("PAD", "PadOptions", _evaluate_pad),
+                                   ("PADV2", "PadV2Options", _evaluate_pad)]:
+    tflite_op(_name, options=_options, version=_pad_version, evaluate=_evaluate, layout="axis",
+              layout_inputs=(0,), remap_axes=remap_paddings)
+tflite_op("MIRROR_PAD", options="MirrorPadOptions", version=_mirror_pad_version,
+          evaluate=_evaluate_mirror_pad, layout="axis", layout_inputs=(0,),
+          remap_axes=remap_paddings)
+
+
+# --- ONNX importer ------------------------------------------------------------------------------
+def _optional_const(node, ctx, index, what):
+    name = node.inputs[index] if len(node.inputs) > index else ""
+    return ctx.require_const(name, what) if name else None
+
+
+def _pad_widths(node, ctx) -> tuple[np.ndarray, object]:
+    """([rank, 2] begin/end pad per axis, constant value) from attributes or inputs."""
+    rank = ctx.rank(node.inputs[0])
+    if ctx.opset < 11:
+        pads = node.attr("pads", node.attr("paddings"))
+        value, axes = node.attr("value", 0.0), None
+    else:
+        pads = ctx.require_const(node.inputs[1], "Pad pads")
+        value = _optional_const(node, ctx, 2, "Pad constant_value")
+        axes = _optional_const(node, ctx, 3, "Pad axes")
+    pads = [int(p) for p in np.atleast_1d(pads)]
+    axes = list(range(rank)) if axes is None else [int(a) for a in np.atleast_1d(axes)]
+    if len(pads) != 2 * len(axes) or any(not -rank <= a < rank for a in axes):
+        raise ctx.error(f"pads {pads} do not match axes {axes} of a rank-{rank} input")
+    widths = np.zeros((rank, 2), np.int64)
+    for i, axis in enumerate(axes):
+        widths[axis % rank] = (pads[i], pads[i + len(axes)])
+    value = 0 if value is None else np.asarray(value).reshape(-1)[0].item()
+    return widths, value
+
+
+def _output(ctx, x, shape, y, last):
+    """The final output name when this is the last op, else a new intermediate."""
+    return y if last else ctx.tensor(x + "_pad", shape, ctx.dtype(x))
+
+
+def _crop(ctx, x, widths, y, last):
+    """SLICE away negative pads (cropping)."""
+    crop = np.maximum(-widths, 0)
+    size = np.array(ctx.shape(x)) - crop.sum(axis=1)
+    return slice_tensor(ctx, x, crop[:, 0], size, _output(ctx, x, size, y, last))
+
+
+def _constant_pad(ctx, x, widths, value, y):
+    if len(widths) > MAX_PAD_RANK:
+        raise ctx.error(f"rank {len(widths)}: TFLite pads tensors of up to {MAX_PAD_RANK} dimensions")
+    inputs = [x, ctx.constant("paddings", widths.astype(np.int32))]
+    if value == 0:
+        ctx.add_op("PAD", inputs, [y])
+    else:
+        dtype = ctx.dtype(x)
+        if dtype.kind in "iu" and value != int(value):
+            raise ctx.error(f"pad value {value} is not an integer for a {dtype} tensor")
+        ctx.add_op("PADV2", inputs + [ctx.constant("pad_value", np.array(value, dtype))], [y])
+
+
+def _reflect_pad(ctx, x, widths, y):
+    shape = ctx.shape(x)
+    too_wide = [a for a in range(len(shape)) if widths[a].any() and widths[a].max() >= shape[a]]
+    if too_wide:
+        a = too_wide[0]
+        raise ctx.error(f"reflect pads {widths[a].tolist()} on axis {a} of size {shape[a]}: each "
+                        "must be smaller than the dimension")
+    ctx.add_op("MIRROR_PAD", [x, ctx.constant("paddings", widths.astype(np.int32))], [y],
+               {"mode": "REFLECT"})
+
+
+def _edge(ctx, x, axis, index, width):
+    """The slice at `index` of `axis`, repeated `width` times along it."""
+    shape = list(ctx.shape(x))
+    begin = [0] * len(shape)
+    begin[axis] = index
+    edge = slice_tensor(ctx, x, begin, shape[:axis] + [1] + shape[axis + 1:])
+    if width > 1:
+        edge = broadcast_to(ctx, edge, shape[:axis] + [int(width)] + shape[axis + 1:])
+    return edge
+
+
+def _edge_pad(ctx, x, widths, y):
+    """Per padded axis: CONCATENATION of [first slice repeated, x, last slice repeated]."""
+    axes = [a for a in range(len(widths)) if widths[a].any()]
+    for k, axis in enumerate(axes):
+        shape = list(ctx.shape(x))
+        if shape[axis] == 0:
+            raise ctx.error(f"edge padding of the empty axis {axis}")
+        before, after = (int(w) for w in widths[axis])
+        parts = ([_edge(ctx, x, axis, 0, before)] if before else []) + [x] + \
+                ([_edge(ctx, x, axis, shape[axis] - 1, after)] if after else [])
+        shape[axis] += before + after
+        out = _output(ctx, x, shape, y, k == len(axes) - 1)
+        ctx.add_op("CONCATENATION", parts, [out], {"axis": axis})
+        x = out
+
+
+def _wrap_pad(ctx, x, widths, y):
+    """Element i of the padded axis is x[(i - begin) mod n]: TILE enough periods, then SLICE."""
+    shape = np.array(ctx.shape(x))
+    if np.any((shape == 0) & widths.any(axis=1)):
+        raise ctx.error("wrap padding of an empty axis")
+    start = np.where(widths.any(axis=1), (-widths[:, 0]) % np.maximum(shape, 1), 0)
+    size = shape + widths.sum(axis=1)
+    multiples = -(-(start + size) // np.maximum(shape, 1))
+    tiled = tile(ctx, x, np.where(widths.any(axis=1), multiples, 1))
+    slice_tensor(ctx, tiled, start, size, y)
+
+
+@onnx_op("Pad")
+def import_pad(node, ctx):
+    x, y = node.inputs[0], node.outputs[0]
+    mode = node.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ctx.error(f"unknown pad mode {mode!r}")
+    widths, value = _pad_widths(node, ctx)
+    cropping, padding = bool((widths < 0).any()), bool((widths > 0).any())
+    if not cropping and not padding:
+        ctx.add_op("IDENTITY", [x], [y])
+        return
+    if cropping:
+        x = _crop(ctx, x, widths, y, last=not padding)
+        if not padding:
+            return
+        widths = np.maximum(widths, 0)
+    if mode == "constant":
+        _constant_pad(ctx, x, widths, value, y)
+    elif mode == "reflect":
+        _reflect_pad(ctx, x, widths, y)
+    elif mode == "edge":
+        _edge_pad(ctx, x, widths, y)
+    else:
+        _wrap_pad(ctx, x, widths, y)

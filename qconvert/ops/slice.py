@@ -1,1 +1,204 @@
-"""(being written)"""
+"""Slice (attributes before opset 10, constant inputs since) as SLICE, or STRIDED_SLICE when a step
+is not 1. Indices are resolved at import with Python's slice semantics (which are ONNX's: negative
+indices count from the end, out-of-range ones clamp to the dimension), so the TFLite op only ever
+sees in-range begins; the one end that cannot be written as an index (a negative step running past
+index 0) uses STRIDED_SLICE's end_mask. Also the `slice_tensor` / `strided_slice` helpers that
+other importers use to cut tensors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import onnx_op, tflite_op
+
+MAX_RANK = 5  # TFLite's SLICE and STRIDED_SLICE kernels handle up to 5 dimensions
+
+
+# --- TFLite ops ---------------------------------------------------------------------------------
+def _bit(mask: int, axis: int) -> bool:
+    return bool(int(mask) >> axis & 1)
+
+
+def _permute_bits(mask: int, perm) -> int:
+    """Bit i of the old mask becomes bit perm[i] (axis i of transpose(x, perm) is axis perm[i] of x)."""
+    return sum(1 << p for i, p in enumerate(perm) if _bit(mask, i))
+
+
+def _permuted(value: np.ndarray, perm) -> np.ndarray:
+    """Entry i (about axis i of transpose(x, perm)) moves to position perm[i] (axis perm[i] of x)."""
+    result = np.empty_like(value)
+    result[list(perm)] = value
+    return result
+
+
+def _evaluate_slice(inputs, op):
+    x, begin, size = inputs
+    index = tuple(slice(int(b), None if s < 0 else int(b) + int(s)) for b, s in zip(begin, size))
+    return [x[index]]
+
+
+def _evaluate_strided_slice(inputs, op):
+    """TF's strided slice for begin/end/shrink masks and `offset` (the variants qconvert emits)."""
+    x, begin, end, strides = inputs
+    o = op.options
+    if o.get("ellipsis_mask", 0) or o.get("new_axis_mask", 0):
+        raise ValueError("STRIDED_SLICE evaluation: ellipsis and new-axis masks are not supported")
+    index, shrink = [], []
+    for axis in range(len(begin)):
+        b, e, s = int(begin[axis]), int(end[axis]), int(strides[axis])
+        if o.get("offset"):
+            e += b
+        if _bit(o.get("shrink_axis_mask", 0), axis):
+            b = b + x.shape[axis] if b < 0 else b
+            index.append(slice(b, b + 1))
+            shrink.append(axis)
+            continue
+        index.append(slice(None if _bit(o.get("begin_mask", 0), axis) else b,
+                           None if _bit(o.get("end_mask", 0), axis) else e, s))
+    return [np.squeeze(x[tuple(index)], axis=tuple(shrink))]
+
+
+def _remap_slice(op, model, perm):
+    """SLICE read transpose(x, perm): permute its begin and size vectors so that it reads x."""
+    begin, size = model.constant(op.inputs[1]), model.constant(op.inputs[2])
+    if begin is None or size is None:
+        return None
+    op.inputs[1] = model.add_constant("begin", _permuted(begin, perm))
+    op.inputs[2] = model.add_constant("size", _permuted(size, perm))
+    return perm
+
+
+def _remap_strided_slice(op, model, perm):
+    """As for SLICE, plus the begin/end mask bits; shrink, new-axis and ellipsis masks change the
+    rank, so those ops keep their transpose."""
+    o = op.options
+    if o.get("shrink_axis_mask", 0) or o.get("new_axis_mask", 0) or o.get("ellipsis_mask", 0):
+        return None
+    values = [model.constant(n) for n in op.inputs[1:4]]
+    if any(v is None or v.shape != (len(perm),) for v in values):
+        return None
+    for k, (hint, value) in enumerate(zip(("begin", "end", "strides"), values)):
+        op.inputs[1 + k] = model.add_constant(hint, _permuted(value, perm))
+    for mask in ("begin_mask", "end_mask"):
+        o[mask] = _permute_bits(o.get(mask, 0), perm)
+    return perm
+
+
+def _slice_version(op, model):
+    x = model.arrays[op.inputs[0]]
+    if x.dtype == np.uint32:
+        return 6
+    if len(x.shape) > 4:
+        return 5
+    if x.dtype == np.int16:
+        return 4
+    return 2 if x.dtype == np.int8 else 1
+
+
+def _strided_slice_version(op, model):
+    x, o = model.arrays[op.inputs[0]], op.options
+    if o.get("offset"):
+        return 8
+    if x.dtype == np.uint32:
+        return 7
+    if o.get("ellipsis_mask", 0) or o.get("new_axis_mask", 0):
+        return 6
+    if len(x.shape) > 4:
+        return 4
+    if x.dtype == np.bool_:
+        return 3
+    return 2 if x.dtype == np.int8 else 1
+
+
+tflite_op("SLICE", options="SliceOptions", version=_slice_version, evaluate=_evaluate_slice,
+          layout="axis", layout_inputs=(0,), remap_axes=_remap_slice)
+tflite_op("STRIDED_SLICE", options="StridedSliceOptions", version=_strided_slice_version,
+          evaluate=_evaluate_strided_slice, layout="axis", layout_inputs=(0,),
+          remap_axes=_remap_strided_slice)
+
+
+# --- helpers for importers ----------------------------------------------------------------------
+def _length(begin: int, end: int, stride: int, end_masked: bool, dim: int) -> int:
+    """Elements a resolved (in-range begin) strided slice of one axis takes."""
+    if end_masked:
+        end = dim if stride > 0 else -1
+    return len(range(begin, end, stride))
+
+
+def slice_tensor(ctx, x: str, begin, size, y: str | None = None) -> str:
+    """SLICE of x (in-range begin, size per axis); returns the output name."""
+    begin, size = np.asarray(begin, np.int32), np.asarray(size, np.int32)
+    if y is None:
+        y = ctx.tensor(x + "_slice", size, ctx.dtype(x))
+    ctx.add_op("SLICE", [x, ctx.constant("begin", begin), ctx.constant("size", size)], [y])
+    return y
+
+
+def strided_slice(ctx, x: str, begin, end, strides, y: str | None = None, end_mask: int = 0) -> str:
+    """STRIDED_SLICE of x with resolved (non-negative) begins; returns the output name."""
+    if y is None:
+        shape = [_length(b, e, s, _bit(end_mask, a), d)
+                 for a, (b, e, s, d) in enumerate(zip(begin, end, strides, ctx.shape(x)))]
+        y = ctx.tensor(x + "_slice", shape, ctx.dtype(x))
+    inputs = [x] + [ctx.constant(hint, np.asarray(v, np.int32))
+                    for hint, v in (("begin", begin), ("end", end), ("strides", strides))]
+    ctx.add_op("STRIDED_SLICE", inputs, [y], {"begin_mask": 0, "end_mask": int(end_mask),
+                                              "ellipsis_mask": 0, "new_axis_mask": 0,
+                                              "shrink_axis_mask": 0, "offset": False})
+    return y
+
+
+# --- ONNX importer ------------------------------------------------------------------------------
+def _slice_params(node, ctx):
+    """(starts, ends, axes, steps) as Python ints, from attributes or constant inputs."""
+    rank = ctx.rank(node.inputs[0])
+    if ctx.opset < 10:
+        starts, ends = node.attr("starts"), node.attr("ends")
+        axes, steps = node.attr("axes"), None
+    else:
+        def const(i, what):
+            name = node.inputs[i] if len(node.inputs) > i else ""
+            return ctx.require_const(name, f"Slice {what}") if name else None
+        starts, ends, axes, steps = (const(i, w) for i, w in
+                                     enumerate(("starts", "ends", "axes", "steps"), start=1))
+    starts = [int(v) for v in np.atleast_1d(starts)]
+    ends = [int(v) for v in np.atleast_1d(ends)]
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in np.atleast_1d(axes)]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in np.atleast_1d(steps)]
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ctx.error("starts, ends, axes and steps must have the same length")
+    if any(not -rank <= a < rank for a in axes):
+        raise ctx.error(f"axes {axes} out of range for rank {rank}")
+    if 0 in steps:
+        raise ctx.error("a step of 0 is invalid")
+    return starts, ends, [a % rank for a in axes], steps
+
+
+@onnx_op("Slice")
+def import_slice(node, ctx):
+    x, y = node.inputs[0], node.outputs[0]
+    shape = ctx.shape(x)
+    rank = len(shape)
+    begin, end, strides, end_mask = [0] * rank, list(shape), [1] * rank, 0
+    for start, stop, axis, step in zip(*_slice_params(node, ctx)):
+        resolved = slice(start, stop, step).indices(shape[axis])
+        if not len(range(*resolved)):
+            resolved = (0, 0, 1)  # empty (the begin may be -1, which TFLite reads as the end)
+        begin[axis], end[axis], strides[axis] = resolved
+        if end[axis] < 0:  # a negative step that runs through index 0
+            end_mask |= 1 << axis
+    out_shape = tuple(_length(b, e, s, _bit(end_mask, a), d)
+                      for a, (b, e, s, d) in enumerate(zip(begin, end, strides, shape)))
+    if out_shape != tuple(ctx.shape(y)):
+        raise ctx.error(f"computed output shape {out_shape} differs from the inferred "
+                        f"{tuple(ctx.shape(y))}")
+    if out_shape == tuple(shape) and all(s == 1 for s in strides):
+        ctx.add_op("IDENTITY", [x], [y])
+        return
+    if rank > MAX_RANK:
+        raise ctx.error(f"rank {rank}: TFLite slices tensors of up to {MAX_RANK} dimensions")
+    if all(s == 1 for s in strides):
+        slice_tensor(ctx, x, begin, out_shape, y)
+    else:
+        strided_slice(ctx, x, begin, end, strides, y, end_mask)

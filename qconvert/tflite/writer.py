@@ -86,20 +86,23 @@ def _options_object(op):
     return obj
 
 
-def _byte_view(data: np.ndarray) -> memoryview:
-    """The little-endian bytes of an array, without a copy when it is already contiguous."""
-    data = np.ascontiguousarray(data)
+def _storable(data: np.ndarray) -> np.ndarray:
+    """The array as the file stores it: little-endian, bools as bytes (no copy if already so)."""
     if data.dtype.byteorder == ">":
         data = data.astype(data.dtype.newbyteorder("<"))
-    if data.dtype == np.bool_:
-        data = data.view(np.uint8)
-    return memoryview(data.reshape(-1).view(np.uint8))
+    return data.view(np.uint8) if data.dtype == np.bool_ else data
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                          np.ascontiguousarray(b).reshape(-1).view(np.uint8))
 
 
 class _Writer:
-    def __init__(self, model: Model, description: str):
+    def __init__(self, model: Model, description: str, release_data: bool):
         self.model = model
         self.description = description
+        self.release_data = release_data
         self.tensor_index: dict[str, int] = {}
         self.buffer_of: dict[str, int] = {}
         self.buffer_data: list[memoryview] = []  # index i+1 in the file's buffer list
@@ -119,27 +122,27 @@ class _Writer:
             self.tensor_index[name] = len(self.tensor_index)
             array = model.arrays[name]
             if array.is_constant and array.data.size:
-                self.buffer_of[name] = self._buffer_for(_byte_view(array.data), by_size)
+                self.buffer_of[name] = self._buffer_for(_storable(array.data), by_size)
         for op in model.operators:
             key = (op.type, TFLITE_OPS[op.type].version(op, model))
             self.opcode_index.setdefault(key, len(self.opcode_index))
 
-    def _buffer_for(self, view: memoryview, by_size: dict[int, list[int]]) -> int:
+    def _buffer_for(self, data: np.ndarray, by_size: dict[int, list[int]]) -> int:
         """The buffer index holding exactly these bytes, adding a buffer if none does.
 
         Only buffers of equal length are compared, so weights of distinct sizes are never read
         twice."""
-        candidates = by_size.setdefault(len(view), [])
+        candidates = by_size.setdefault(data.nbytes, [])
         for index in candidates:
-            if view == self.buffer_data[index - 1]:
+            if _same_bytes(data, self.buffer_data[index - 1]):
                 return index
-        self.buffer_data.append(view)
+        self.buffer_data.append(data)
         candidates.append(len(self.buffer_data))
         return len(self.buffer_data)
 
     def build(self) -> tuple[bytearray, int]:
         self.number_everything()
-        data_size = sum(len(v) + DATA_ALIGNMENT + 8 for v in self.buffer_data)
+        data_size = sum(v.nbytes + DATA_ALIGNMENT + 8 for v in self.buffer_data)
         size = data_size + 65536 + 1024 * len(self.tensor_index) + 1024 * len(self.model.operators)
         b = flatbuffers.Builder(0)
         # Presized so it never grows (growing copies everything), and an uninitialised numpy
@@ -147,7 +150,18 @@ class _Writer:
         b.Bytes = memoryview(np.empty(size, dtype=np.uint8))
         b.head = size
         # Data first: it ends up at the end of the file, as TensorFlow's converter lays it out.
-        data_vectors = [self._aligned_bytes(b, view) for view in self.buffer_data]
+        readers: dict[int, list[str]] = {}
+        for name, index in self.buffer_of.items():
+            readers.setdefault(index, []).append(name)
+        data_vectors = []
+        for k in range(len(self.buffer_data)):
+            data_vectors.append(self._aligned_bytes(b, self.buffer_data[k]))
+            if self.release_data:
+                # The bytes are in the builder now: drop every other reference to them, so that
+                # the weights are held once, not twice, while the file is built.
+                self.buffer_data[k] = None
+                for name in readers[k + 1]:
+                    self.model.arrays[name].data = None
         buffers = []
         for vec in [None] + data_vectors:
             S.BufferStart(b)
@@ -173,11 +187,13 @@ class _Writer:
 
     # --- pieces -------------------------------------------------------------------------------
     @staticmethod
-    def _aligned_bytes(b: flatbuffers.Builder, view: memoryview) -> int:
-        n = len(view)
+    def _aligned_bytes(b: flatbuffers.Builder, data: np.ndarray) -> int:
+        """Copies `data` (any strides) straight into the builder, 16-byte aligned in the file."""
+        n = data.nbytes
         b.StartVector(1, n, DATA_ALIGNMENT)
         b.head = b.head - n
-        b.Bytes[b.head:b.head + n] = view
+        target = np.frombuffer(b.Bytes, dtype=data.dtype, count=data.size, offset=b.head)
+        np.copyto(target.reshape(data.shape), data)
         return b.EndVector()
 
     @staticmethod
@@ -278,7 +294,11 @@ class _Writer:
             ("Inputs", inputs), ("Outputs", outputs), ("SignatureKey", key), ("SubgraphIndex", 0)])
 
 
-def serialize(model: Model, description: str) -> memoryview:
-    """The flatbuffer bytes of `model`, as a view into the builder's buffer (no extra copy)."""
-    data, head = _Writer(model, description).build()
+def serialize(model: Model, description: str, release_data: bool = False) -> memoryview:
+    """The flatbuffer bytes of `model`, as a view into the builder's buffer (no extra copy).
+
+    With release_data, each constant's data is dropped from the model as soon as it is copied
+    (the model keeps its structure but no longer its weights), so the weights are in memory once,
+    not twice, while the file is built."""
+    data, head = _Writer(model, description, release_data).build()
     return memoryview(data)[head:]

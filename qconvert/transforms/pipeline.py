@@ -37,7 +37,9 @@ FLOAT_STEPS: list[tuple[str, Step]] = [
 def build_pipeline(io_layout: str = "nhwc") -> list[tuple[str, Step]]:
     steps = list(FLOAT_STEPS)
     if io_layout == "nhwc":
-        steps.insert(3, ("channels_last_io", channels_last_io))
+        # Before sink_transposes: an input's NCHW->NHWC transpose is absorbed into the input
+        # rather than moved below the first op (a PAD, say), where it would stay.
+        steps.insert(1, ("channels_last_io", channels_last_io))
     return steps
 
 

@@ -1,0 +1,1 @@
+"""Benchmark of qconvert on real architectures: `make bench`."""
