@@ -25,7 +25,8 @@ def with_logits_output(model: onnx.ModelProto) -> onnx.ModelProto:
     """Also outputs the input of the final Softmax (the logits), whose errors softmax hides."""
     softmax = [n for n in model.graph.node if n.op_type == "Softmax"]
     if softmax:
-        model.graph.output.append(onnx.helper.make_tensor_value_info(softmax[-1].input[0], 0, None))
+        model.graph.output.append(onnx.helper.make_tensor_value_info(
+            softmax[-1].input[0], onnx.TensorProto.FLOAT, None))
     return model
 
 
