@@ -4,11 +4,11 @@ RESIZE_NEAREST_NEIGHBOR or RESIZE_BILINEAR in NHWC.
 TFLite's kernels know two flags (align_corners, half_pixel_centers) where ONNX has a coordinate
 transformation mode, a nearest rounding mode and float scales. Which flags agree with which modes
 depends on the sizes (pytorch_half_pixel differs when an output side is 1; a float scale need not
-equal out/in), so instead of a table the importer builds each axis' sampling matrix twice, as the
-ONNX spec defines it and as the TFLite kernel computes it (float32, see
-kernels/internal/reference/resize_nearest_neighbor.h and resize_bilinear.h), and emits the first
-flag combination that samples identically on both axes. None does: a conversion error naming the
-mode.
+equal out/in), so instead of a table the importer builds each axis' sampling matrix as the ONNX
+spec defines it, as onnxruntime computes it (the two differ for some non-integer scales) and as
+the TFLite kernel computes it (float32, see kernels/internal/reference/resize_nearest_neighbor.h
+and resize_bilinear.h), and emits the first flag combination that samples exactly like both ONNX
+readings on both axes. None does: a conversion error naming the mode.
 """
 
 from __future__ import annotations
@@ -25,26 +25,21 @@ _COORD_MODES = ("half_pixel", "pytorch_half_pixel", "half_pixel_symmetric", "ali
                 "asymmetric", "tf_half_pixel_for_nn")
 
 
-def _bilinear_version(op, model):
-    dtype = model.arrays[op.inputs[0]].dtype
-    if dtype == np.int16:
-        return 4
-    if op.options.get("half_pixel_centers"):
-        return 3
-    return 2 if dtype == np.int8 else 1
+def _version(flags: tuple[str, ...]):
+    """op_version.cc: int16 4; any of `flags` set 3; int8 2; else 1."""
+    def version(op, model):
+        dtype = model.arrays[op.inputs[0]].dtype
+        if dtype == np.int16:
+            return 4
+        if any(op.options.get(f) for f in flags):
+            return 3
+        return 2 if dtype == np.int8 else 1
+    return version
 
 
-def _nearest_version(op, model):
-    dtype = model.arrays[op.inputs[0]].dtype
-    if dtype == np.int16:
-        return 4
-    if op.options.get("half_pixel_centers") or op.options.get("align_corners"):
-        return 3
-    return 2 if dtype == np.int8 else 1
-
-
-tflite_op("RESIZE_BILINEAR", options="ResizeBilinearOptions", version=_bilinear_version)
-tflite_op("RESIZE_NEAREST_NEIGHBOR", options="ResizeNearestNeighborOptions", version=_nearest_version)
+tflite_op("RESIZE_BILINEAR", options="ResizeBilinearOptions", version=_version(("half_pixel_centers",)))
+tflite_op("RESIZE_NEAREST_NEIGHBOR", options="ResizeNearestNeighborOptions",
+          version=_version(("half_pixel_centers", "align_corners")))
 
 
 # --- ONNX semantics ---------------------------------------------------------------------------
@@ -75,11 +70,31 @@ def _onnx_coords(mode: str, in_size: int, out_size: int, scale: float) -> np.nda
     raise ValueError(mode)
 
 
-def _onnx_matrix(interp: str, coord_mode: str, nearest_mode: str, in_size, out_size, scale):
-    """The [out, in] matrix M with output = M @ input along one axis."""
-    src = _onnx_coords(coord_mode, in_size, out_size, scale)
+def _runtime_coords(mode: str, in_size: int, out_size: int, scale: float) -> np.ndarray:
+    """x_original as onnxruntime computes it: float32, align_corners over the integer output size.
+
+    It differs from the spec's reading when scale * in is not an integer, and at exact rounding
+    ties that float32 misses; the importer then accepts only what both readings agree on."""
+    x = np.arange(out_size, dtype=np.float32)
+    s, half, n_in = np.float32(scale), np.float32(0.5), np.float32(in_size)
+    if mode == "pytorch_half_pixel" and out_size == 1 or mode == "align_corners" and out_size == 1:
+        return np.zeros(1)
+    if mode in ("half_pixel", "pytorch_half_pixel"):
+        return (x + half) / s - half
+    if mode == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - np.float32(out_size) / (s * n_in))
+        return offset + (x + half) / s - half
+    if mode == "align_corners":
+        return x * np.float32(in_size - 1) / np.float32(out_size - 1)
+    return x / s if mode == "asymmetric" else (x + half) / s
+
+
+def _sampling_matrix(interp: str, nearest_mode: str, src: np.ndarray, in_size: int, scale: float):
+    """The [out, in] matrix M with output = M @ input along one axis, from x_original."""
+    src = src.astype(np.float64)
     low = np.floor(src)
     frac = src - low
+    out_size = len(src)
     m = np.zeros((out_size, in_size))
     rows = np.arange(out_size)
     if interp == "nearest":
@@ -93,16 +108,19 @@ def _onnx_matrix(interp: str, coord_mode: str, nearest_mode: str, in_size, out_s
     return m
 
 
+def _onnx_matrices(interp, coord_mode, nearest_mode, in_size, out_size, scale):
+    """The sampling matrices of the spec's and onnxruntime's readings along one axis."""
+    return [_sampling_matrix(interp, nearest_mode, coords(coord_mode, in_size, out_size, scale),
+                             in_size, scale) for coords in (_onnx_coords, _runtime_coords)]
+
+
 # --- TFLite semantics -------------------------------------------------------------------------
-def _tflite_scale(in_size: int, out_size: int, align: bool) -> np.float32:
-    if align and out_size > 1:
-        return np.float32(in_size - 1) / np.float32(out_size - 1)
-    return np.float32(in_size) / np.float32(out_size)
-
-
 def _tflite_matrix(interp: str, align: bool, half: bool, in_size: int, out_size: int):
     """The kernel's sampling along one axis, with its float32 arithmetic."""
-    scale = _tflite_scale(in_size, out_size, align)
+    if align and out_size > 1:
+        scale = np.float32(in_size - 1) / np.float32(out_size - 1)
+    else:
+        scale = np.float32(in_size) / np.float32(out_size)
     x = np.arange(out_size, dtype=np.float32)
     m = np.zeros((out_size, in_size))
     rows = np.arange(out_size)
@@ -123,19 +141,32 @@ def _tflite_matrix(interp: str, align: bool, half: bool, in_size: int, out_size:
     return m
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.allclose(a, b, rtol=0, atol=1e-5)
+
+
 def _choose_flags(interp, coord_mode, nearest_mode, sizes_in, sizes_out, scales):
-    """The first (align_corners, half_pixel_centers) sampling both axes exactly like ONNX."""
-    wanted = [_onnx_matrix(interp, coord_mode, nearest_mode, i, o, s)
+    """The first (align_corners, half_pixel_centers) that samples both axes exactly like ONNX
+    (as the spec and onnxruntime both read it); None if there is none."""
+    wanted = [_onnx_matrices(interp, coord_mode, nearest_mode, i, o, s)
               for i, o, s in zip(sizes_in, sizes_out, scales)]
     for align, half in (_NEAREST_FLAGS if interp == "nearest" else _BILINEAR_FLAGS):
         got = [_tflite_matrix(interp, align, half, i, o) for i, o in zip(sizes_in, sizes_out)]
-        if all(np.allclose(g, w, rtol=0, atol=1e-5) for g, w in zip(got, wanted)):
+        if all(_same(g, w) for g, ws in zip(got, wanted) for w in ws):
             return align, half
     return None
 
 
+def _disagreement(interp, coord_mode, nearest_mode, sizes_in, sizes_out, scales) -> str:
+    for i, o, s in zip(sizes_in, sizes_out, scales):
+        spec, runtime = _onnx_matrices(interp, coord_mode, nearest_mode, i, o, s)
+        if not _same(spec, runtime):
+            return " (the ONNX spec and onnxruntime also disagree on these sizes)"
+    return ""
+
+
 # --- importers --------------------------------------------------------------------------------
-def _scales_from_sizes(node, ctx, in_shape, sizes, axes):
+def _scales_from_sizes(node, in_shape, sizes, axes):
     """Per-axis scales ONNX derives from `sizes` (keep_aspect_ratio_policy included)."""
     full = list(in_shape)
     for k, a in enumerate(axes):
@@ -167,7 +198,7 @@ def _resize_scales(node, ctx, in_shape):
         return full
     if not sizes_name:
         raise ctx.error("Resize needs scales or sizes")
-    return _scales_from_sizes(node, ctx, in_shape, ctx.require_const(sizes_name, "Resize sizes"), axes)
+    return _scales_from_sizes(node, in_shape, ctx.require_const(sizes_name, "Resize sizes"), axes)
 
 
 def _modes(node, ctx):
@@ -208,7 +239,8 @@ def import_resize(node, ctx):
         what = f"coordinate_transformation_mode {coord}" + (
             f" with nearest_mode {nearest}" if interp == "nearest" else "")
         raise ctx.error(f"{what} and scales {scales[2:]} (sizes {list(in_shape[2:])} -> "
-                        f"{list(out_shape[2:])}) sample differently from every TFLite resize mode")
+                        f"{list(out_shape[2:])}) sample differently from every TFLite resize mode"
+                        + _disagreement(interp, coord, nearest, in_shape[2:], out_shape[2:], scales[2:]))
     align, half = flags
     op_type = "RESIZE_NEAREST_NEIGHBOR" if interp == "nearest" else "RESIZE_BILINEAR"
     x_nhwc = to_channels_last(ctx, x)

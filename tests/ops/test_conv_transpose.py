@@ -1,0 +1,95 @@
+"""ConvTranspose against onnxruntime: strides, pads (SAME or VALID + crop), output_padding,
+output_shape, auto_pad, bias, groups, dilations, 1-D; op versions and the emitted op mix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.errors import ConversionError
+from tests.harness import assert_matches_onnxruntime, convert_proto
+from tests.ops.test_resize import _op_versions
+
+RNG = np.random.default_rng(3)
+
+
+def _model(attrs, x_shape=(2, 4, 5, 6), out_channels=6, kernel=(3, 3), group=1, bias=True,
+           conv_before=False):
+    cin = x_shape[1]
+    inits = [numpy_helper.from_array(
+        RNG.standard_normal((cin, out_channels // group) + tuple(kernel)).astype(np.float32), "w")]
+    inputs = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(RNG.standard_normal(out_channels).astype(np.float32), "b"))
+        inputs.append("b")
+    nodes = []
+    if conv_before:
+        inits.append(numpy_helper.from_array(
+            RNG.standard_normal((cin, cin, 1, 1)).astype(np.float32), "cw"))
+        nodes.append(helper.make_node("Conv", ["x", "cw"], ["c"]))
+        inputs[0] = "c"
+    nodes.append(helper.make_node("ConvTranspose", inputs, ["y"], group=group, **attrs))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_stride2_pads_output_padding_bias_crops_a_valid_result():
+    """PyTorch's k3 s2 p1 op1 upsampler: SAME's pad differs, so VALID then SLICE."""
+    model = _model({"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]},
+                   conv_before=True)
+    flatbuffer, report = assert_matches_onnxruntime(model)
+    assert report.op_counts.get("TRANSPOSE_CONV") == 1 and report.op_counts.get("SLICE") == 1
+    assert report.transposes == 0
+    assert _op_versions(flatbuffer)["TRANSPOSE_CONV"] == 3  # with bias
+
+
+def test_stride2_kernel4_pad1_is_same_without_crop():
+    flatbuffer, report = assert_matches_onnxruntime(_model(
+        {"strides": [2, 2], "pads": [1, 1, 1, 1]}, kernel=(4, 4), bias=False))
+    assert report.op_counts == {"TRANSPOSE_CONV": 1}
+    assert _op_versions(flatbuffer)["TRANSPOSE_CONV"] == 1  # no bias
+
+
+@pytest.mark.parametrize("attrs", [
+    {"strides": [3, 2], "pads": [1, 2, 0, 1]},
+    {"strides": [2, 3], "output_padding": [1, 2]},
+    {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+    {"strides": [2, 2], "auto_pad": "SAME_LOWER"},
+    {"strides": [3, 2], "output_shape": [14, 13]},
+    {"strides": [2, 2], "dilations": [2, 3], "pads": [1, 0, 2, 1]},
+])
+def test_padding_variants(attrs):
+    assert_matches_onnxruntime(_model(attrs))
+
+
+def test_grouped_and_depthwise():
+    assert_matches_onnxruntime(_model({"strides": [2, 2], "pads": [1, 1, 1, 1]}, group=2))
+    assert_matches_onnxruntime(_model({"strides": [2, 1]}, group=4, out_channels=8))
+
+
+def test_one_d():
+    model = _model({"strides": [2], "pads": [1, 0], "output_padding": [1]}, x_shape=(2, 4, 7),
+                   kernel=(3,))
+    assert_matches_onnxruntime(model)
+
+
+def test_three_d_is_an_error():
+    with pytest.raises(ConversionError, match="3D transposed convolution"):
+        convert_proto(_model({}, x_shape=(1, 4, 3, 4, 5), kernel=(2, 2, 2)))
+
+
+def test_batch_norm_and_relu_fold_into_the_transpose_conv():
+    model = _model({"strides": [2, 2], "pads": [1, 1, 1, 1]}, kernel=(4, 4), bias=False)
+    graph = model.graph
+    graph.node[-1].output[0] = "t"
+    channels = 6
+    for name, value in [("s", RNG.random(channels) + 0.5), ("sh", RNG.standard_normal(channels)),
+                        ("m", RNG.standard_normal(channels)), ("v", RNG.random(channels) + 0.5)]:
+        graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), name))
+    graph.node.extend([helper.make_node("BatchNormalization", ["t", "s", "sh", "m", "v"], ["bn"]),
+                       helper.make_node("Relu", ["bn"], ["y"])])
+    flatbuffer, report = assert_matches_onnxruntime(model)
+    assert report.op_counts == {"TRANSPOSE_CONV": 1}
+    assert _op_versions(flatbuffer)["TRANSPOSE_CONV"] == 4  # fused activation

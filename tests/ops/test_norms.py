@@ -1,0 +1,85 @@
+"""LRN, InstanceNormalization, LayerNormalization and MeanVarianceNormalization against
+onnxruntime, on 4-D (after a conv: must stay NHWC, no transposes) and 3-D inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.errors import ConversionError
+from tests.harness import assert_matches_onnxruntime, convert_proto
+
+RNG = np.random.default_rng(11)
+
+
+def _model(op_type, x_shape, attrs=None, params=(), conv_before=False, outputs=("y",), opset=17,
+           y_shape=None):
+    """op_type(x, *params) with constant params; optionally a 1x1 Conv in front of it."""
+    inits, nodes, src = [], [], "x"
+    if conv_before:
+        c = x_shape[1]
+        inits.append(numpy_helper.from_array(RNG.standard_normal((c, c, 1, 1)).astype(np.float32), "cw"))
+        nodes.append(helper.make_node("Conv", ["x", "cw"], ["c"]))
+        src = "c"
+    names = [src]
+    for k, value in enumerate(params):
+        inits.append(numpy_helper.from_array(np.asarray(value, np.float32), f"p{k}"))
+        names.append(f"p{k}")
+    nodes.append(helper.make_node(op_type, names, list(outputs), **(attrs or {})))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, y_shape if o == "y" else None)
+                               for o in outputs],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _feeds(shape):
+    return {"x": (RNG.standard_normal(shape) * 3 + 1).astype(np.float32)}
+
+
+@pytest.mark.parametrize("size", [1, 3, 5])
+def test_lrn_after_conv(size):
+    model = _model("LRN", [2, 7, 4, 5], {"size": size, "alpha": 0.01, "beta": 0.6, "bias": 1.5},
+                   conv_before=True, opset=13)
+    _, report = assert_matches_onnxruntime(model, _feeds([2, 7, 4, 5]))
+    assert report.op_counts.get("LOCAL_RESPONSE_NORMALIZATION") == 1 and report.transposes == 0
+
+
+def test_lrn_even_size_is_an_error():
+    with pytest.raises(ConversionError, match="even"):
+        convert_proto(_model("LRN", [1, 6, 3, 4], {"size": 4}, opset=13))
+
+
+@pytest.mark.parametrize("shape", [[2, 3, 4, 5], [2, 3, 7]])
+def test_instance_norm(shape):
+    c = shape[1]
+    model = _model("InstanceNormalization", shape, {"epsilon": 1e-3},
+                   params=[RNG.standard_normal(c), RNG.standard_normal(c)], conv_before=len(shape) == 4)
+    _, report = assert_matches_onnxruntime(model, _feeds(shape))
+    assert report.transposes == 0
+
+
+@pytest.mark.parametrize("shape, axis", [([2, 3, 4, 5], 1), ([2, 3, 4, 5], -1), ([2, 6, 5], -1),
+                                         ([2, 6, 5], 1)])
+def test_layer_norm(shape, axis):
+    normalized = shape[axis % len(shape):]
+    model = _model("LayerNormalization", shape, {"axis": axis, "epsilon": 1e-4},
+                   params=[RNG.standard_normal(normalized), RNG.standard_normal(normalized)],
+                   conv_before=len(shape) == 4)
+    _, report = assert_matches_onnxruntime(model, _feeds(shape))
+    assert report.transposes == 0
+
+
+def test_layer_norm_without_bias_with_mean_and_inv_std_outputs():
+    model = _model("LayerNormalization", [3, 4, 6], {"axis": -1},
+                   params=[RNG.standard_normal(6)], outputs=("y", "mean", "inv_std"))
+    _, report = assert_matches_onnxruntime(model, _feeds([3, 4, 6]))
+    assert "RSQRT" in report.op_counts
+
+
+def test_mean_variance_normalization():
+    # ONNX shape inference does not see through this function op: the output shape is declared.
+    model = _model("MeanVarianceNormalization", [2, 3, 4, 5], opset=13, conv_before=True,
+                   y_shape=[2, 3, 4, 5])
+    assert_matches_onnxruntime(model, _feeds([2, 3, 4, 5]))

@@ -1,0 +1,137 @@
+"""Resize and Upsample against onnxruntime: nearest and bilinear in the TFLite-expressible modes
+(NHWC after a conv, no transpose left), op versions, and clear errors for the other modes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.errors import ConversionError
+from qconvert.tflite import schema_generated as S
+from tests.harness import assert_matches_onnxruntime, convert_proto
+
+RNG = np.random.default_rng(7)
+X_SHAPE = [2, 3, 5, 7]
+
+
+def _op_versions(flatbuffer: bytes) -> dict[str, int]:
+    names = {v: k for k, v in vars(S.BuiltinOperator).items() if not k.startswith("_")}
+    model = S.Model.GetRootAs(flatbuffer, 0)
+    codes = [model.OperatorCodes(i) for i in range(model.OperatorCodesLength())]
+    return {names[max(c.BuiltinCode(), c.DeprecatedBuiltinCode())]: c.Version() for c in codes}
+
+
+def _resize_model(attrs, scales=None, sizes=None, opset=13, conv=True, x_shape=X_SHAPE):
+    """Conv (4 channels) -> Resize with constant scales or sizes."""
+    inits, nodes, src = [], [], "x"
+    channels = x_shape[1]
+    if conv:
+        w = RNG.standard_normal((4, channels, 3, 3)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, "w"))
+        nodes.append(helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]))
+        src, channels = "c", 4
+    inits.append(numpy_helper.from_array(np.zeros(0, np.float32), "roi"))
+    names = [src, "roi", "", ""]
+    if scales is not None:
+        inits.append(numpy_helper.from_array(np.array(scales, np.float32), "scales"))
+        names[2] = "scales"
+    if sizes is not None:
+        inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
+        names[3] = "sizes"
+    if opset < 11:
+        names = [src, "scales"]
+    nodes.append(helper.make_node("Resize", names, ["y"], **attrs))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _check(model, op_type, version):
+    flatbuffer, report = assert_matches_onnxruntime(model)
+    assert report.op_counts.get(op_type) == 1
+    assert report.transposes == 0
+    assert _op_versions(flatbuffer)[op_type] == version
+    return flatbuffer
+
+
+def test_nearest_x2_asymmetric_floor_after_conv():
+    model = _resize_model({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+                           "nearest_mode": "floor"}, scales=[1, 1, 2, 2])
+    _check(model, "RESIZE_NEAREST_NEIGHBOR", 1)
+
+
+def test_nearest_integer_scale_half_pixel_is_plain_floor():
+    """For integer upscaling ONNX's default (half_pixel, round_prefer_floor) picks floor(x/s)."""
+    model = _resize_model({"mode": "nearest"}, scales=[1, 1, 3, 2])
+    _check(model, "RESIZE_NEAREST_NEIGHBOR", 1)
+
+
+def test_nearest_fractional_scale_half_pixel_needs_half_pixel_centers():
+    model = _resize_model({"mode": "nearest"}, sizes=[2, 4, 8, 12])
+    _check(model, "RESIZE_NEAREST_NEIGHBOR", 3)
+
+
+def test_nearest_align_corners_round_prefer_ceil_sizes():
+    model = _resize_model({"mode": "nearest", "coordinate_transformation_mode": "align_corners",
+                           "nearest_mode": "round_prefer_ceil"}, sizes=[2, 4, 9, 13])
+    _check(model, "RESIZE_NEAREST_NEIGHBOR", 3)
+
+
+def test_bilinear_half_pixel_after_conv():
+    model = _resize_model({"mode": "linear"}, scales=[1, 1, 2, 2])
+    _check(model, "RESIZE_BILINEAR", 3)
+
+
+def test_bilinear_align_corners_odd_sizes():
+    model = _resize_model({"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+                          sizes=[2, 4, 8, 11])
+    _check(model, "RESIZE_BILINEAR", 1)
+
+
+def test_bilinear_asymmetric_downscale():
+    model = _resize_model({"mode": "linear", "coordinate_transformation_mode": "asymmetric"},
+                          sizes=[2, 4, 3, 4], x_shape=[2, 3, 6, 8])
+    _check(model, "RESIZE_BILINEAR", 1)
+
+
+def test_pytorch_half_pixel_matches_half_pixel_when_no_side_is_one():
+    model = _resize_model({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+                          sizes=[2, 4, 10, 9])
+    _check(model, "RESIZE_BILINEAR", 3)
+
+
+def test_resize_opset10_nearest_and_linear():
+    nearest = _resize_model({"mode": "nearest"}, scales=[1, 1, 2, 3], opset=10)
+    _check(nearest, "RESIZE_NEAREST_NEIGHBOR", 1)
+    linear = _resize_model({"mode": "linear"}, scales=[1, 1, 0.5, 0.5], opset=10, x_shape=[1, 3, 6, 8])
+    _check(linear, "RESIZE_BILINEAR", 1)
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_upsample_nearest(opset):
+    scales = np.array([1, 1, 2, 3], np.float32)
+    if opset == 7:
+        node = helper.make_node("Upsample", ["x"], ["y"], mode="nearest", scales=scales.tolist())
+        inits = []
+    else:
+        node = helper.make_node("Upsample", ["x", "s"], ["y"], mode="nearest")
+        inits = [numpy_helper.from_array(scales, "s")]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, X_SHAPE)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    flatbuffer, report = assert_matches_onnxruntime(model)
+    assert report.op_counts == {"RESIZE_NEAREST_NEIGHBOR": 1}
+
+
+@pytest.mark.parametrize("attrs, sizes, message", [
+    ({"mode": "cubic"}, [2, 4, 10, 14], "cubic"),
+    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, [2, 4, 1, 14],
+     "pytorch_half_pixel"),
+    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+      "nearest_mode": "round_prefer_ceil"}, [2, 4, 10, 14], "round_prefer_ceil"),
+    ({"mode": "nearest"}, [2, 8, 10, 14], "channel"),
+])
+def test_unsupported_modes_raise(attrs, sizes, message):
+    with pytest.raises(ConversionError, match=message):
+        convert_proto(_resize_model(attrs, sizes=sizes))
