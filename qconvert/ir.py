@@ -130,6 +130,8 @@ class Model:
         op could be removed.
         """
         src, dst = op.inputs[0], op.outputs[0]
+        if self.arrays[dst].is_variable or self.arrays[src].is_variable:
+            return False
         if dst not in self.outputs:
             self.operators.remove(op)
             self.rename_uses(dst, src)

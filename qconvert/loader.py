@@ -273,8 +273,9 @@ def narrow(value: np.ndarray, what: str) -> np.ndarray:
 class ImportContext:
     """What an importer may ask and do while turning one ONNX node into IR operators."""
 
-    def __init__(self, graph: _Graph, model: Model):
+    def __init__(self, graph: _Graph, model: Model, consumed: set[str]):
         self._graph = graph
+        self._consumed = consumed
         self.model = model
         self.opset = graph.opset
         self.node: OnnxNode | None = None
@@ -282,6 +283,10 @@ class ImportContext:
     def error(self, message: str) -> ConversionError:
         node = self.node
         return ConversionError(f"node {node.name!r} ({node.op_type}): {message}")
+
+    def is_used(self, name: str) -> bool:
+        """Whether a node or a graph output reads the value `name` (an optional output, say)."""
+        return bool(name) and name in self._consumed
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.model.arrays[name].shape
@@ -398,7 +403,7 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
             aliases[i.name] = inner
     output_names = [o.name for o in proto.graph.output]
 
-    ctx = ImportContext(graph, model)
+    ctx = ImportContext(graph, model, consumed)
     for index, node in enumerate(graph.nodes):
         label = f"output of node {_node_name(node, index)!r} ({node.op_type})"
         for name in list(node.input) + list(node.output):

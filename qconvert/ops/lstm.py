@@ -112,14 +112,6 @@ def _split(ctx, x: str, axis: int, count: int) -> list[str]:
     return parts
 
 
-def _is_used(ctx, name: str) -> bool:
-    """Whether a later node or the graph outputs read `name`."""
-    if not name:
-        return False
-    graph = ctx._graph  # TODO: a public ImportContext.is_used(name)
-    return name in {o.name for o in graph.graph.output} or any(name in n.input for n in graph.nodes)
-
-
 def _initial_states(ctx, name: str, spec: _Spec, count: int) -> list:
     """initial_h or initial_c per direction, each of the state shape."""
     if not name:
@@ -283,7 +275,7 @@ def import_lstm(node, ctx):
     spec = _parse(node, ctx)
     outputs = node.outputs + [""] * (3 - len(node.outputs))
     y, y_h, y_c = outputs[:3]
-    fused = (spec.clip is None and not _is_used(ctx, y_c) and all(
+    fused = (spec.clip is None and not ctx.is_used(y_c) and all(
         d.acts == _DEFAULT_ACTIVATIONS and not isinstance(d.p, list) for d in spec.dirs))
     build = _fused if fused else _unrolled
     results = [build(ctx, spec, d, i) for i, d in enumerate(spec.dirs)]

@@ -22,8 +22,8 @@ def fold_constants(model: Model) -> bool:
         inputs = [model.constant(n) for n in op.inputs]
         if any(v is None for n, v in zip(op.inputs, inputs) if n):
             continue
-        if any(model.arrays[n].is_variable for n in op.inputs if n):
-            continue
+        if any(model.arrays[n].is_variable for n in list(op.inputs) + op.outputs if n):
+            continue  # stateful tensors are written at run time, every run
         results = evaluate(inputs, op)
         for name, value in zip(op.outputs, results):
             array = model.arrays[name]
