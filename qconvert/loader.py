@@ -265,6 +265,10 @@ def narrow(value: np.ndarray, what: str) -> np.ndarray:
         return value.astype(np.float32)
     if value.dtype != np.int64:
         return value
+    # INT64_MAX/MIN-like sentinels ("to the end" in PyTorch's slices) saturate to int32's range;
+    # any other value that does not fit is an error.
+    value = np.where(np.abs(value.astype(np.float64)) >= 2.0**62,
+                     np.clip(value, _INT32.min, _INT32.max), value)
     if value.size and (value.min() < _INT32.min or value.max() > _INT32.max):
         raise ConversionError(f"{what}: int64 values do not fit in int32, which TFLite uses here")
     return value.astype(np.int32)

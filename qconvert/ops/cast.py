@@ -33,7 +33,7 @@ def _evaluate(inputs, op):
 
 def _cast_version(op, model) -> int:
     """op_version.cc: 5 for float16/float64, 4 for uint16, 3 for int8, 2 for uint32, else 1."""
-    types = {np.dtype(model.arrays[op.inputs[0]].dtype), np.dtype(model.arrays[op.outputs[0]].dtype)}
+    types = {np.dtype(model.arrays[name].dtype) for name in (op.inputs[0], op.outputs[0])}
     for dtypes, version in [((np.float64, np.float16), 5), ((np.uint16,), 4), ((np.int8,), 3),
                             ((np.uint32,), 2)]:
         if types & {np.dtype(t) for t in dtypes}:

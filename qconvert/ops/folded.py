@@ -40,7 +40,7 @@ def import_size(node, ctx):
 def import_eye_like(node, ctx):
     rows, cols = ctx.shape(node.inputs[0])
     dtype = node.attr("dtype")
-    dtype = helper.tensor_dtype_to_np_dtype(dtype) if dtype is not None else ctx.dtype(node.inputs[0])
+    dtype = ctx.dtype(node.inputs[0]) if dtype is None else helper.tensor_dtype_to_np_dtype(dtype)
     _set_constant(ctx, node.outputs[0], np.eye(rows, cols, k=node.attr("k", 0), dtype=dtype))
 
 

@@ -22,7 +22,8 @@ def _gather_version(op, model):
         return 6
     if op.options.get("batch_dims", 0):
         return 5
-    return {np.dtype(np.int16): 4, np.dtype(np.bool_): 3, np.dtype(np.int8): 2}.get(np.dtype(data), 1)
+    by_dtype = {np.dtype(np.int16): 4, np.dtype(np.bool_): 3, np.dtype(np.int8): 2}
+    return by_dtype.get(np.dtype(data), 1)
 
 
 def _gather_nd_version(op, model):
@@ -53,9 +54,12 @@ def _evaluate_gather_nd(inputs, op):
     return [x[tuple(np.moveaxis(indices, -1, 0))]]
 
 
+def _evaluate_gather(inputs, op):
+    return [np.take(inputs[0], inputs[1], axis=op.options.get("axis", 0))]
+
+
 tflite_op("GATHER", options="GatherOptions", version=_gather_version, layout="axis",
-          layout_inputs=(0,), remap_axes=_remap_gather_axis,
-          evaluate=lambda inputs, op: [np.take(inputs[0], inputs[1], axis=op.options.get("axis", 0))])
+          layout_inputs=(0,), remap_axes=_remap_gather_axis, evaluate=_evaluate_gather)
 tflite_op("GATHER_ND", options="GatherNdOptions", version=_gather_nd_version,
           evaluate=_evaluate_gather_nd)
 
@@ -99,7 +103,9 @@ def _coordinates(ctx, parts: list, lead_shape, hint: str) -> str:
 def _column(ctx, indices: str, shape):
     """The (normalised) indices as a constant array or tensor of shape `shape`."""
     value = ctx.const(indices)
-    return value.reshape(shape) if value is not None else reshape(ctx, indices, shape)
+    if value is not None:
+        return value.reshape(shape)
+    return indices if ctx.shape(indices) == tuple(shape) else reshape(ctx, indices, shape)
 
 
 @onnx_op("GatherND")
