@@ -330,6 +330,10 @@ class ImportContext:
         return self.add_op(type, [x], [y], options)
 
 
+def _cast_options(source: np.dtype, target: np.dtype) -> dict:
+    return {"in_data_type": np.dtype(source), "out_data_type": np.dtype(target)}
+
+
 OLDEST_IMPORTED_OPSET = 9
 
 
@@ -403,7 +407,8 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
         if internal_dtype(dtype) != dtype:
             inner = model.add_array(f"{i.name}_{internal_dtype(dtype)}", graph.shapes[i.name],
                                     internal_dtype(dtype))
-            model.operators.append(Operator("CAST", [i.name], [inner], source=f"input {i.name}"))
+            model.operators.append(Operator("CAST", [i.name], [inner], _cast_options(dtype, internal_dtype(dtype)),
+                                            source=f"input {i.name}"))
             aliases[i.name] = inner
     output_names = [o.name for o in proto.graph.output]
 
@@ -433,7 +438,9 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
                 for op in model.operators:
                     op.outputs = [inner if n == name else n for n in op.outputs]
             model.add_array(name, model.arrays[inner].shape, onnx_dtype)
-            model.operators.append(Operator("CAST", [inner], [name], source=f"output {name}"))
+            model.operators.append(Operator("CAST", [inner], [name],
+                                            _cast_options(model.arrays[inner].dtype, onnx_dtype),
+                                            source=f"output {name}"))
         model.outputs.append(name)
     model.remove_unused()
     return model

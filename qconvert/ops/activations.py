@@ -142,6 +142,10 @@ def import_prelu(node, ctx):
     x, slope = node.inputs[:2]
     value = ctx.const(slope)
     if value is not None:
+        shape = ctx.shape(x)
+        if value.ndim == 1 and len(shape) > 2 and value.size == shape[1] not in (1, shape[-1]):
+            # Before opset 7 a [C] slope applied along the channel axis, not the last one.
+            value = value.reshape((value.size,) + (1,) * (len(shape) - 2))
         value = value.astype(ctx.dtype(x)).reshape((1,) * (ctx.rank(x) - value.ndim) + value.shape)
         slope = ctx.constant("slope", value)
     elif ctx.dtype(slope) != ctx.dtype(x) or ctx.rank(slope) > ctx.rank(x):

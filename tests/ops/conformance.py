@@ -48,13 +48,19 @@ def expected_failure(case) -> str | None:
         return "MaxPool's Indices output has no TFLite equivalent"
     from qconvert.loader import ACTIVATION_DTYPES
 
-    for value in case.model.graph.input:
+    model, _ = freeze_parameters(case)
+    for value in list(model.graph.input) + list(model.graph.output):
         if not value.type.HasField("tensor_type"):
-            return "non-tensor input"
+            return "non-tensor input or output"
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
         if dtype not in ACTIVATION_DTYPES:
             return f"dtype {dtype}: TFLite has no float-model kernels for it"
     return None
+
+
+def _array(value) -> np.ndarray:
+    """Suite data as numpy (a few cases store TensorProtos)."""
+    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,7 +103,7 @@ def freeze_parameters(case):
     model = onnx.ModelProto()
     model.CopyFrom(case.model)
     graph = model.graph
-    feeds = dict(zip([i.name for i in graph.input], case.data_sets[0][0]))
+    feeds = dict(zip([i.name for i in graph.input], map(_array, case.data_sets[0][0])))
     frozen = set()
     for node in graph.node:
         for position in PARAMETER_INPUTS.get(node.op_type, ()):
@@ -121,10 +127,10 @@ def run_case(case):
     outputs = [o.name for o in case.model.graph.output]
     rtol, atol = max(1e-4, case.rtol), max(1e-5, case.atol)
     for feeds, expected in case.data_sets:
-        feeds = {n: v for n, v in zip(inputs, feeds) if n not in frozen}
+        feeds = {n: _array(v) for n, v in zip(inputs, feeds) if n not in frozen}
         actual = run_tflite(flatbuffer, report, feeds)
         for name, want in zip(outputs, expected):
-            got = actual[name]
+            got, want = actual[name], _array(want)
             assert got.shape == np.asarray(want).shape, f"{name}: shape {got.shape} != {np.shape(want)}"
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
 
