@@ -12,6 +12,7 @@ import numpy as np
 
 from .registry import onnx_op, tflite_op
 from .unary import erf_reference
+from .versions import by_input_dtype, int16_io_or_int8
 
 _CLAMP = {"NONE": (None, None), "RELU": (0.0, None), "RELU6": (0.0, 6.0),
           "RELU_N1_TO_1": (-1.0, 1.0)}
@@ -30,19 +31,17 @@ def _unary(fn):
     return lambda inputs, op: [fn(inputs[0]).astype(inputs[0].dtype)]
 
 
-tflite_op("RELU", evaluate=_unary(lambda x: np.maximum(x, 0)), layout="elementwise")
-tflite_op("RELU6", evaluate=_unary(lambda x: np.clip(x, 0, 6)), layout="elementwise")
+tflite_op("RELU", evaluate=_unary(lambda x: np.maximum(x, 0)), layout="elementwise",
+          version=by_input_dtype({np.int16: 3, np.int8: 2, np.uint8: 2}))
+tflite_op("RELU6", evaluate=_unary(lambda x: np.clip(x, 0, 6)), layout="elementwise",
+          version=by_input_dtype({np.int16: 3, np.int8: 2}))
 tflite_op("RELU_N1_TO_1", evaluate=_unary(lambda x: np.clip(x, -1, 1)), layout="elementwise")
-tflite_op("LOGISTIC", evaluate=_unary(lambda x: 1 / (1 + np.exp(-x))), layout="elementwise")
-tflite_op("TANH", evaluate=_unary(np.tanh), layout="elementwise")
+tflite_op("LOGISTIC", evaluate=_unary(lambda x: 1 / (1 + np.exp(-x))), layout="elementwise",
+          version=int16_io_or_int8(3, 2))
+tflite_op("TANH", evaluate=_unary(np.tanh), layout="elementwise", version=int16_io_or_int8(3, 2))
 
-
-def _leaky_relu_version(op, model) -> int:
-    return 2 if model.arrays[op.inputs[0]].dtype == np.int16 else 1
-
-
-def _gelu_version(op, model) -> int:
-    return 2 if model.arrays[op.inputs[0]].dtype in (np.int8, np.uint8) else 1
+_leaky_relu_version = by_input_dtype({np.int16: 2})
+_gelu_version = by_input_dtype({np.int8: 2, np.uint8: 2})
 
 
 def _gelu(x: np.ndarray, approximate: bool) -> np.ndarray:

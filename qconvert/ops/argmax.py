@@ -12,6 +12,7 @@ import numpy as np
 
 from .layout import reshape
 from .registry import onnx_op, tflite_op
+from .versions import by_input_dtype
 
 
 def _evaluate(fn):
@@ -40,9 +41,7 @@ def _remap_axis(op, model, perm):
     return out_perm
 
 
-def _argmax_version(op, model):
-    dtype = model.arrays[op.inputs[0]].dtype
-    return 3 if dtype == np.bool_ else (2 if dtype == np.int8 else 1)
+_argmax_version = by_input_dtype({np.bool_: 3, np.int8: 2})  # the output type does not count
 
 
 for _name, _options, _fn in [("ARG_MAX", "ArgMaxOptions", np.argmax),

@@ -11,16 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from .registry import onnx_op, tflite_op
+from .versions import by_input_dtype
 
 
 def _binary(fn):
     return lambda inputs, op: [np.asarray(fn(inputs[0], inputs[1]), dtype=np.bool_)]
-
-
-def _versions(table: dict):
-    """op_version.cc's rule: a version per first-input dtype (`table`), else 1."""
-    table = {np.dtype(k): v for k, v in table.items()}
-    return lambda op, model: table.get(np.dtype(model.arrays[op.inputs[0]].dtype), 1)
 
 
 _COMPARISONS = {
@@ -38,12 +33,12 @@ _COMPARISONS = {
 
 for _tfl, _options, _fn, _table in _COMPARISONS.values():
     tflite_op(_tfl, options=_options, evaluate=_binary(_fn), layout="elementwise",
-              version=_versions(_table))
+              version=by_input_dtype(_table))
 tflite_op("LOGICAL_NOT", options="LogicalNotOptions", layout="elementwise",
           evaluate=lambda inputs, op: [np.logical_not(inputs[0])])
 tflite_op("SELECT_V2", options="SelectV2Options", layout="elementwise",
           evaluate=lambda inputs, op: [np.where(*inputs)],
-          version=_versions({np.uint32: 2}))
+          version=by_input_dtype({np.uint32: 2}))  # not rank: SELECT (v1) has the rank rule
 
 
 @onnx_op(*_COMPARISONS)

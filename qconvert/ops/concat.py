@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .registry import onnx_op, tflite_op
+from .versions import by_input_dtype
 
 
 def _remap_axis_option(op, model, perm):
@@ -23,9 +24,7 @@ def _remap_axis_input(index):
     return remap
 
 
-def _concat_version(op, model):
-    dtype = model.arrays[op.outputs[0]].dtype
-    return 2 if dtype in (np.int8, np.uint8) else (3 if dtype == np.int16 else 1)
+_concat_version = by_input_dtype({np.uint32: 4, np.int16: 3, np.int8: 2})  # uint8 is 1
 
 
 def _evaluate_split(inputs, op):
@@ -43,10 +42,10 @@ tflite_op("CONCATENATION", options="ConcatenationOptions", layout="axis",
           evaluate=lambda inputs, op: [np.concatenate(inputs, axis=op.options["axis"])])
 tflite_op("SPLIT", options="SplitOptions", layout="axis", layout_inputs=(1,),
           remap_axes=_remap_axis_input(0), evaluate=_evaluate_split,
-          version=lambda op, model: 2 if model.arrays[op.inputs[1]].dtype == np.int8 else 1)
+          version=by_input_dtype({np.int16: 4, np.int32: 3, np.int8: 2}, index=1))  # 0 is the axis
 tflite_op("SPLIT_V", options="SplitVOptions", layout="axis", layout_inputs=(0,),
           remap_axes=_remap_axis_input(2), evaluate=_evaluate_split_v,
-          version=lambda op, model: 2 if model.arrays[op.inputs[0]].dtype == np.int8 else 1)
+          version=by_input_dtype({np.int8: 2}))
 
 
 @onnx_op("Concat")

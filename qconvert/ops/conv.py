@@ -13,31 +13,34 @@ import numpy as np
 from .layout import channels_last_tensor, reshape, to_channels_first, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import onnx_op, tflite_op
+from .versions import FLOAT32, INT8, INT16, is_type, scale_count
 
 
 def _conv_version(op, model):
-    weights = model.arrays[op.inputs[1]]
-    data = model.arrays[op.inputs[0]]
-    if data.dtype == np.float32 and weights.dtype == np.int8:
-        return 5 if weights.quant is not None and weights.quant.axis is not None else 2
-    if data.dtype == np.int8:
+    """op_version.cc's CONV_2D, in its order (int4 filters, v7, have no numpy dtype)."""
+    data, weights = model.arrays[op.inputs[0]], model.arrays[op.inputs[1]]
+    if is_type(op, model, (INT16, INT8), (INT16,)) and op.options.get("quantized_bias_type"):
+        return 8
+    if data.shape and data.shape[-1] != weights.shape[-1]:
+        return 6  # grouped (input channels != filter input channels)
+    if is_type(op, model, (INT16, INT16)):
+        return 4  # op_version.cc also reads outputs.at(1) here, which CONV_2D lacks
+    if is_type(op, model, (INT8, INT8), (INT8,)):
         return 3
-    if data.dtype == np.int16:
-        return 4
-    if weights.shape[-1] != data.shape[-1]:
-        return 6  # grouped
+    if is_type(op, model, (FLOAT32, INT8), (FLOAT32,)):  # hybrid
+        return 5 if scale_count(weights) == weights.shape[0] else 2
     return 1
 
 
 def _depthwise_version(op, model):
-    data = model.arrays[op.inputs[0]]
+    """op_version.cc's DEPTHWISE_CONV_2D, in its order (int4 filters, v7, have no numpy dtype)."""
     weights = model.arrays[op.inputs[1]]
-    if data.dtype == np.float32 and weights.dtype == np.int8:
-        return 6 if weights.quant is not None and weights.quant.axis is not None else 4
-    if data.dtype == np.int8:
+    if is_type(op, model, (INT16, INT16)):
+        return 5  # op_version.cc also reads outputs.at(1) here, which the op lacks
+    if is_type(op, model, (FLOAT32, INT8), (FLOAT32,)):  # hybrid
+        return 6 if scale_count(weights) == weights.shape[3] else 4
+    if is_type(op, model, (INT8, INT8), (INT8,)):
         return 3
-    if data.dtype == np.int16:
-        return 5
     if op.options.get("dilation_w_factor", 1) != 1 or op.options.get("dilation_h_factor", 1) != 1:
         return 2
     return 1

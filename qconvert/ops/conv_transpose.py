@@ -18,15 +18,18 @@ import numpy as np
 
 from .layout import reshape, to_channels_first, to_channels_last
 from .registry import onnx_op, tflite_op
+from .versions import INT8, INT16, input_dtype, is_type
 
 
 def _transpose_conv_version(op, model):
-    weights = model.arrays[op.inputs[1]]
+    """op_version.cc's TRANSPOSE_CONV (inputs: output_shape, weights, input[, bias])."""
+    if is_type(op, model, (INT16, INT8), (INT16,)) and op.options.get("quantized_bias_type"):
+        return 5
     if op.fused_activation != "NONE":
         return 4
-    if len(op.inputs) == 4 and op.inputs[3]:
+    if len(op.inputs) == 4 and op.inputs[3]:  # a 4th slot that is -1 does not count
         return 3
-    return 2 if weights.dtype == np.int8 else 1
+    return 2 if input_dtype(op, model, 1) == INT8 else 1
 
 
 tflite_op("TRANSPOSE_CONV", options="TransposeConvOptions", version=_transpose_conv_version)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .registry import onnx_op, tflite_op
+from .versions import (INT8, INT16, INT64, UINT32, broadcast_beyond_4d, by_input_dtype,
+                       has_quantization, input_dtype, is_type)
 
 
 def _binary(fn):
@@ -24,33 +26,72 @@ def _int_div(a, b):
     return a / b
 
 
-def _broadcast_rank_version(low: int, high: int):
-    """Version rule shared by several binary kernels: higher when broadcasting beyond rank 4."""
-    def version(op, model):
-        shapes = [model.arrays[n].shape for n in op.inputs]
-        if any(len(s) > 4 for s in shapes) and shapes[0] != shapes[1]:
-            return high
-        return low
-    return version
-
-
 def _add_version(op, model):
-    return 4 if model.arrays[op.inputs[0]].dtype == np.int64 else 1
+    """op_version.cc's ADD (no rank rule: ADD broadcasts to rank 6 from version 1)."""
+    dtype = input_dtype(op, model)
+    if dtype == INT16 and not has_quantization(model.arrays[op.inputs[0]]):
+        return 5
+    if dtype == INT64:
+        return 4
+    if is_type(op, model, (INT16,), (INT16,)) and not op.options.get("pot_scale_int16", True):
+        return 3
+    return 2 if dtype == INT8 else 1
+
+
+def _sub_version(op, model):
+    if is_type(op, model, (INT16,), (INT16,)) and not op.options.get("pot_scale_int16", True):
+        return 5
+    if input_dtype(op, model) == INT64:
+        return 4
+    if broadcast_beyond_4d(op, model):
+        return 3
+    return 2 if input_dtype(op, model) == INT8 else 1
+
+
+def _mul_version(op, model):
+    dtype = input_dtype(op, model)
+    a, b = (model.arrays[n] for n in op.inputs[:2])
+    out = model.arrays[op.outputs[0]]
+    if (dtype == INT16 and not (has_quantization(a) or has_quantization(b))) or dtype == UINT32:
+        return 7
+    if dtype == np.complex64:
+        return 6
+    if dtype == INT64:
+        return 5
+    if dtype == INT16:
+        return 4
+    scales = [float(np.ravel(x.quant.scale)[0]) if x.quant is not None and np.size(x.quant.scale)
+              else 0.0 for x in (a, b, out)]
+    if all(scales) and scales[0] * scales[1] / scales[2] >= 1.0:
+        return 3
+    return 2 if dtype == INT8 else 1
+
+
+def _div_version(op, model):
+    return 2 if broadcast_beyond_4d(op, model) else 1
+
+
+def _max_min_version(op, model):
+    if is_type(op, model, (INT16,), (INT16,)):
+        return 4
+    if broadcast_beyond_4d(op, model):
+        return 3
+    return 2 if input_dtype(op, model) == INT8 else 1
 
 
 tflite_op("ADD", options="AddOptions", evaluate=_binary(np.add), layout="elementwise",
           version=_add_version)
 tflite_op("SUB", options="SubOptions", evaluate=_binary(np.subtract), layout="elementwise",
-          version=_broadcast_rank_version(1, 3))
-tflite_op("MUL", options="MulOptions", evaluate=_binary(np.multiply), layout="elementwise")
+          version=_sub_version)
+tflite_op("MUL", options="MulOptions", evaluate=_binary(np.multiply), layout="elementwise",
+          version=_mul_version)
 tflite_op("DIV", options="DivOptions", evaluate=_binary(_int_div), layout="elementwise",
-          version=_broadcast_rank_version(1, 2))
-tflite_op("MAXIMUM", evaluate=_binary(np.maximum), layout="elementwise",
-          version=_broadcast_rank_version(1, 3))
-tflite_op("MINIMUM", evaluate=_binary(np.minimum), layout="elementwise",
-          version=_broadcast_rank_version(1, 3))
+          version=_div_version)
+tflite_op("MAXIMUM", evaluate=_binary(np.maximum), layout="elementwise", version=_max_min_version)
+tflite_op("MINIMUM", evaluate=_binary(np.minimum), layout="elementwise", version=_max_min_version)
 tflite_op("POW", evaluate=_binary(np.power), layout="elementwise")
-tflite_op("SQUARED_DIFFERENCE", evaluate=_binary(lambda a, b: (a - b) ** 2), layout="elementwise")
+tflite_op("SQUARED_DIFFERENCE", evaluate=_binary(lambda a, b: (a - b) ** 2), layout="elementwise",
+          version=by_input_dtype({np.int8: 2}))
 
 _BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Pow": "POW"}
 _NARY = {"Sum": "ADD", "Max": "MAXIMUM", "Min": "MINIMUM"}

@@ -7,32 +7,41 @@ import numpy as np
 
 from .layout import reshape
 from .registry import onnx_op, tflite_op
+from .versions import FLOAT32, INT8, INT16, input_dtype, is_type, scale_count
 
 
 def _fc_version(op, model):
-    data = model.arrays[op.inputs[0]]
+    """op_version.cc's FULLY_CONNECTED, in its order (sparse weights, v8, and int4 weights, v10,
+    are never written)."""
     weights = model.arrays[op.inputs[1]]
-    if data.dtype == np.float32 and weights.dtype == np.int8:
-        per_channel = weights.quant is not None and weights.quant.axis is not None
-        if per_channel:
-            return 12
-        return 9 if op.options.get("asymmetric_quantize_inputs") else 3
-    if len(op.inputs) == 2:  # no bias slot at all; qconvert writes -1 instead (version 1)
+    hybrid = is_type(op, model, (FLOAT32, INT8), (FLOAT32,))
+    if hybrid and 1 < scale_count(weights) == weights.shape[0]:
+        return 12  # per-channel hybrid
+    if is_type(op, model, (INT16, INT8), (INT16,)) and op.options.get("quantized_bias_type"):
+        return 11
+    if is_type(op, model, (INT16, INT16), (INT16,)):
+        return 7
+    if len(op.inputs) == 2:  # no bias slot; qconvert writes a -1 bias instead, which counts
         return 6
     if op.options.get("keep_num_dims"):
         return 5
-    if data.dtype == np.int8:
+    if is_type(op, model, (INT8, INT8), (INT8,)):
         return 4
-    return 1
+    if hybrid:
+        return 9 if op.options.get("asymmetric_quantize_inputs") else 3
+    return 2 if op.options.get("weights_format", "DEFAULT") == "SHUFFLED4x16INT8" else 1
 
 
 def _batch_matmul_version(op, model):
-    data = model.arrays[op.inputs[0]]
-    if data.dtype == np.int16:
+    dtype = input_dtype(op, model)
+    if dtype == INT16:
         return 3
-    if data.dtype == np.float32 and model.arrays[op.inputs[1]].dtype == np.int8:
-        return 4 if op.options.get("asymmetric_quantize_inputs") else 1
-    return 2 if data.dtype == np.int8 else 1
+    if dtype == INT8:
+        return 2
+    hybrid = is_type(op, model, (FLOAT32, INT8), (FLOAT32,))
+    if hybrid and op.options.get("asymmetric_quantize_inputs"):
+        return 4
+    return 1
 
 
 def _evaluate_fc(inputs, op):

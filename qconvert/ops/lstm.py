@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .registry import onnx_op, tflite_op
+from .versions import FLOAT32, INT8, INT16, by_input_dtype, input_dtype
 
 _DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
 _ACTIVATION_OPS = {"Sigmoid": "LOGISTIC", "Tanh": "TANH", "Relu": "RELU"}
@@ -42,21 +43,20 @@ _F32 = np.float32
 
 
 def _lstm_version(op, model):
+    """op_version.cc's UNIDIRECTIONAL_SEQUENCE_LSTM (input 2 is input_to_forget_weights)."""
+    x, w = input_dtype(op, model, 0), input_dtype(op, model, 2)
+    y = model.arrays[op.outputs[0]].dtype
+    if x == INT16 and w == INT8 and y == INT16:
+        return 5
     if op.options.get("diagonal_recurrent_tensors"):
         return 4
-    x, w = model.arrays[op.inputs[0]], model.arrays[op.inputs[2]]
-    if x.dtype == np.int16 and w.dtype == np.int8:
-        return 5
-    if x.dtype == np.float32 and w.dtype == np.int8:
+    if x == FLOAT32 and w == INT8 and y == FLOAT32:
         return 3 if op.options.get("asymmetric_quantize_inputs") else 2
     return 1
 
 
-def _fill_version(op, model):
-    dtype = model.arrays[op.inputs[1]].dtype
-    if dtype == np.float16:
-        return 4
-    return 3 if dtype in (np.int8, np.int16) else (2 if dtype == np.bool_ else 1)
+# FILL reads the value's type (input 1); strings (2) never reach qconvert.
+_fill_version = by_input_dtype({np.float16: 4, np.int8: 3, np.int16: 3, np.bool_: 2}, index=1)
 
 
 def _evaluate_reverse(inputs, op):
@@ -67,8 +67,7 @@ tflite_op("UNIDIRECTIONAL_SEQUENCE_LSTM", options="UnidirectionalSequenceLSTMOpt
           version=_lstm_version)
 # FILL has no `evaluate` on purpose: it (re)initialises LSTM state variables on every invocation.
 tflite_op("FILL", version=_fill_version)
-tflite_op("REVERSE_V2", version=lambda op, model: {np.dtype(np.int8): 3, np.dtype(np.bool_): 2}.get(
-    model.arrays[op.inputs[0]].dtype, 1), evaluate=_evaluate_reverse)
+tflite_op("REVERSE_V2", version=by_input_dtype({np.int8: 3, np.bool_: 2}), evaluate=_evaluate_reverse)
 
 
 @dataclass

@@ -13,25 +13,18 @@ import numpy as np
 from .registry import onnx_op, tflite_op
 from .slice import slice_tensor
 from .tile import broadcast_to, tile
+from .versions import by_input_dtype, input_rank
 
 MAX_PAD_RANK = 5  # TFLite's PAD/PADV2 kernels
 
 
 # --- TFLite ops ---------------------------------------------------------------------------------
 def _pad_version(op, model):
-    x = model.arrays[op.inputs[0]]
-    if len(x.shape) > 4:
-        return 4
-    if x.dtype == np.int16:
-        return 3
-    return 2 if x.dtype == np.int8 else 1
+    """op_version.cc's PAD / PADV2: rank > 4 first, then the dtype."""
+    return 4 if input_rank(op, model) > 4 else _mirror_pad_version(op, model)
 
 
-def _mirror_pad_version(op, model):
-    dtype = model.arrays[op.inputs[0]].dtype
-    if dtype == np.int16:
-        return 3
-    return 2 if dtype == np.int8 else 1
+_mirror_pad_version = by_input_dtype({np.int16: 3, np.int8: 2})
 
 
 def _evaluate_pad(inputs, op):

@@ -12,9 +12,10 @@ import numpy as np
 from .layout import reshape, to_channels_first, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import onnx_op, tflite_op
+from .versions import int16_io_or_int8
 
-tflite_op("MAX_POOL_2D", options="Pool2DOptions")
-tflite_op("AVERAGE_POOL_2D", options="Pool2DOptions")
+tflite_op("MAX_POOL_2D", options="Pool2DOptions", version=int16_io_or_int8(3, 2))
+tflite_op("AVERAGE_POOL_2D", options="Pool2DOptions", version=int16_io_or_int8(3, 2))
 
 
 @onnx_op("MaxPool", "AveragePool")

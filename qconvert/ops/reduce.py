@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .registry import onnx_op, tflite_op
+from .versions import by_input_dtype
 
 
 def _evaluate(fn):
@@ -33,16 +34,14 @@ def remap_reduce_axes(op, model, perm):
     return tuple(kept_new.index(a) for a in kept_old)
 
 
-def _reduce_version(op, model):
-    dtype = model.arrays[op.inputs[0]].dtype
-    return 2 if dtype in (np.int8, np.uint8) else 1
-
-
-for _name, _fn in [("MEAN", np.mean), ("SUM", np.sum), ("REDUCE_MAX", np.max),
-                   ("REDUCE_MIN", np.min), ("REDUCE_PROD", np.prod), ("REDUCE_ANY", np.any),
-                   ("REDUCE_ALL", np.all)]:
+# op_version.cc per reducer (uint8 is version 1 for all of them; REDUCE_ANY/ALL have no rule).
+_INT8_INT16 = {np.int16: 3, np.int8: 2}
+for _name, _fn, _table in [("MEAN", np.mean, _INT8_INT16), ("SUM", np.sum, {np.int8: 2}),
+                           ("REDUCE_MAX", np.max, _INT8_INT16), ("REDUCE_MIN", np.min, _INT8_INT16),
+                           ("REDUCE_PROD", np.prod, {np.int8: 2, np.int16: 2}),
+                           ("REDUCE_ANY", np.any, {}), ("REDUCE_ALL", np.all, {})]:
     tflite_op(_name, options="ReducerOptions", evaluate=_evaluate(_fn), layout="axis",
-              layout_inputs=(0,), remap_axes=remap_reduce_axes, version=_reduce_version)
+              layout_inputs=(0,), remap_axes=remap_reduce_axes, version=by_input_dtype(_table))
 
 _REDUCERS = {"ReduceMean": "MEAN", "ReduceSum": "SUM", "ReduceMax": "REDUCE_MAX",
              "ReduceMin": "REDUCE_MIN", "ReduceProd": "REDUCE_PROD", "ReduceL2": "SUM",

@@ -7,6 +7,7 @@ import numpy as np
 
 from .layout import reshape
 from .registry import onnx_op, tflite_op
+from .versions import INT16, by_input_dtype, input_dtype, input_rank
 
 
 def _evaluate_reshape(inputs, op):
@@ -19,12 +20,18 @@ def _evaluate_transpose(inputs, op):
 
 
 def _transpose_version(op, model):
-    rank = len(model.arrays[op.inputs[0]].shape)
+    """op_version.cc's TRANSPOSE: rank > 5, int16, rank 5, then bool / int8."""
+    rank = input_rank(op, model)
     if rank > 5:
         return 6
+    if input_dtype(op, model) == INT16:
+        return 5
     if rank > 4:
         return 4
-    return 3 if model.arrays[op.inputs[0]].dtype == np.bool_ else 1
+    return _transpose_dtype_version(op, model)
+
+
+_transpose_dtype_version = by_input_dtype({np.bool_: 3, np.int8: 2})
 
 
 tflite_op("RESHAPE", options="ReshapeOptions", evaluate=_evaluate_reshape)

@@ -8,6 +8,7 @@ import numpy as np
 
 from .layout import reshape, transpose
 from .registry import onnx_op, tflite_op
+from .versions import by_input_dtype
 
 
 def _softmax(x, beta=1.0):
@@ -17,8 +18,9 @@ def _softmax(x, beta=1.0):
 
 
 tflite_op("SOFTMAX", options="SoftmaxOptions",
+          version=by_input_dtype({np.int16: 3, np.int8: 2}),
           evaluate=lambda inputs, op: [_softmax(inputs[0], op.options.get("beta", 1.0)).astype(inputs[0].dtype)])
-tflite_op("LOG_SOFTMAX", options="LogSoftmaxOptions",
+tflite_op("LOG_SOFTMAX", options="LogSoftmaxOptions", version=by_input_dtype({np.int8: 2}),
           evaluate=lambda inputs, op: [np.log(_softmax(inputs[0])).astype(inputs[0].dtype)])
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from .layout import channels_last_tensor, reshape, to_channels_first, to_channels_last, transpose
 from .registry import onnx_op, tflite_op
 from .slice import strided_slice
+from .versions import by_input_dtype
 
 MAX_SHUFFLE_SLICES = 16  # beyond this many slices, one TRANSPOSE is cheaper
 
@@ -34,8 +35,7 @@ def _evaluate_space_to_depth(inputs, op):
     return [x.reshape(n, h // b, w // b, b * b * c)]
 
 
-def _version(op, model):
-    return 2 if model.arrays[op.inputs[0]].dtype == np.int8 else 1
+_version = by_input_dtype({np.int8: 2})
 
 
 tflite_op("DEPTH_TO_SPACE", options="DepthToSpaceOptions", version=_version,

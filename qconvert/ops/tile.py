@@ -11,6 +11,7 @@ import numpy as np
 
 from .layout import reshape
 from .registry import onnx_op, tflite_op
+from .versions import by_input_dtype
 
 
 def _remap_vector_input(hint):
@@ -29,16 +30,9 @@ def _remap_vector_input(hint):
     return remap
 
 
-def _tile_version(op, model):
-    dtype = model.arrays[op.inputs[0]].dtype
-    if dtype == np.int8:
-        return 3
-    return 2 if dtype == np.object_ else 1
-
-
-def _broadcast_to_version(op, model):
-    # Version 1 of BROADCAST_TO was withdrawn with its old op code: float is 2, never 1.
-    return 3 if model.arrays[op.inputs[0]].dtype in (np.int8, np.int16) else 2
+_tile_version = by_input_dtype({np.int8: 3, np.object_: 2})  # object: strings
+# Version 1 of BROADCAST_TO was withdrawn with its old op code: float (and int32, bool) is 2.
+_broadcast_to_version = by_input_dtype({np.int8: 3, np.int16: 3}, default=2)
 
 
 tflite_op("TILE", options="TileOptions", version=_tile_version,

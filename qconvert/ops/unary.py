@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from .registry import onnx_op, tflite_op
+from .versions import by_input_dtype, has_quantization
 
 # Suffix of Operator.source on every op of an Erf composition (see erf_group in identify_gelu).
 ERF_MARK = " [erf]"
@@ -38,10 +39,7 @@ def _dtype(op, model) -> np.dtype:
 
 def _int8_int16_version(int8: int, int16: int):
     """op_version.cc rule shared by EXP, LOG (2 for int8 and int16) and RSQRT (2 int8, 3 int16)."""
-    def version(op, model):
-        dtype = _dtype(op, model)
-        return int16 if dtype == np.int16 else int8 if dtype == np.int8 else 1
-    return version
+    return by_input_dtype({np.int8: int8, np.int16: int16})
 
 
 def _abs_version(op, model) -> int:
@@ -50,7 +48,7 @@ def _abs_version(op, model) -> int:
     if dtype == np.int32:
         return 5
     if dtype == np.int16:
-        return 3 if model.arrays[op.inputs[0]].quant is not None else 4
+        return 3 if has_quantization(model.arrays[op.inputs[0]]) else 4
     return 2 if dtype in (np.int8, np.uint8) else 1
 
 
