@@ -7,8 +7,20 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from ai_edge_litert.interpreter import Interpreter
+from onnx import helper, numpy_helper
 
 from qconvert.converter import convert
+
+
+def make_model(nodes, inputs, outputs, inits=None, opset=13) -> onnx.ModelProto:
+    """A test model: inputs {name: (elem_type, shape)}, outputs {name: elem_type},
+    inits {name: array}; ir_version 8 so that onnxruntime loads it."""
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, t, list(s)) for n, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
 def convert_proto(model: onnx.ModelProto, **options):

@@ -13,11 +13,11 @@ import os
 import subprocess
 import sys
 
+import ai_edge_litert.schema_py_generated as official
 import flatbuffers
 import numpy as np
 import pytest
 
-import ai_edge_litert.schema_py_generated as official
 from qconvert.tflite import schema_generated as ours
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,7 +14,6 @@ from . import (  # noqa: F401
     gemm,
     lrn,
     lstm,
-    normalization,
     norms,
     pad,
     pool,

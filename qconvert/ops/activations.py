@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import onnx_op, tflite_op
+from .registry import onnx_op, onnx_ops_as, tflite_op
 from .unary import erf_reference
 from .versions import by_input_dtype, int16_io_or_int8
 
@@ -74,19 +74,8 @@ tflite_op("GELU", options="GeluOptions", layout="elementwise", version=_gelu_ver
                                        .astype(inputs[0].dtype)])
 
 
-@onnx_op("Relu")
-def import_relu(node, ctx):
-    ctx.add_op("RELU", node.inputs[:1], node.outputs)
-
-
-@onnx_op("Sigmoid")
-def import_sigmoid(node, ctx):
-    ctx.add_op("LOGISTIC", node.inputs[:1], node.outputs)
-
-
-@onnx_op("Tanh")
-def import_tanh(node, ctx):
-    ctx.add_op("TANH", node.inputs[:1], node.outputs)
+onnx_ops_as({"Relu": "RELU", "Sigmoid": "LOGISTIC", "Tanh": "TANH", "HardSwish": "HARD_SWISH"},
+            inputs=1)
 
 
 @onnx_op("Clip")
@@ -201,11 +190,6 @@ def import_hard_sigmoid(node, ctx):
         value = _op(ctx, "ADD", [value, _scalar(ctx, beta, x)], x, y + "_shifted")
     value = _op(ctx, "RELU", [value], x, y + "_relu")
     ctx.add_op("MINIMUM", [value, _scalar(ctx, 1.0, x)], [y])
-
-
-@onnx_op("HardSwish")
-def import_hard_swish(node, ctx):
-    ctx.add_op("HARD_SWISH", node.inputs[:1], node.outputs)
 
 
 @onnx_op("Softplus")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import onnx_op, tflite_op
+from .registry import onnx_ops_as, tflite_op
 from .versions import by_input_dtype
 
 
@@ -40,17 +40,6 @@ tflite_op("SELECT_V2", options="SelectV2Options", layout="elementwise",
           evaluate=lambda inputs, op: [np.where(*inputs)],
           version=by_input_dtype({np.uint32: 2}))  # not rank: SELECT (v1) has the rank rule
 
-
-@onnx_op(*_COMPARISONS)
-def import_binary_logic(node, ctx):
-    ctx.add_op(_COMPARISONS[node.op_type][0], node.inputs[:2], node.outputs)
-
-
-@onnx_op("Not")
-def import_not(node, ctx):
-    ctx.add_op("LOGICAL_NOT", node.inputs[:1], node.outputs)
-
-
-@onnx_op("Where")
-def import_where(node, ctx):
-    ctx.add_op("SELECT_V2", node.inputs[:3], node.outputs)
+onnx_ops_as({onnx_type: spec[0] for onnx_type, spec in _COMPARISONS.items()}, inputs=2)
+onnx_ops_as({"Not": "LOGICAL_NOT"}, inputs=1)
+onnx_ops_as({"Where": "SELECT_V2"}, inputs=3)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import channels_last_tensor, reshape, to_channels_first, to_channels_last
+from .layout import reshape, to_channels_first, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, is_type, scale_count

@@ -9,8 +9,17 @@ from __future__ import annotations
 import numpy as np
 
 from .registry import onnx_op, tflite_op
-from .versions import (INT8, INT16, INT64, UINT32, broadcast_beyond_4d, by_input_dtype,
-                       has_quantization, input_dtype, is_type)
+from .versions import (
+    INT8,
+    INT16,
+    INT64,
+    UINT32,
+    broadcast_beyond_4d,
+    by_input_dtype,
+    has_quantization,
+    input_dtype,
+    is_type,
+)
 
 
 def _binary(fn):

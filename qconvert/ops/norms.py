@@ -1,4 +1,7 @@
-"""InstanceNormalization, LayerNormalization and MeanVarianceNormalization from MEAN, SUB, MUL,
+"""Normalizations. BatchNormalization (inference) is MUL + ADD by per-channel constants, which
+transforms/fuse_binary_into_affine.py folds into a preceding conv.
+
+InstanceNormalization, LayerNormalization and MeanVarianceNormalization come from MEAN, SUB, MUL,
 ADD, RSQRT (SQRT and DIV for MVN), in the ONNX layout.
 
 All three are (x - mean) / sqrt(var + eps) over some axes: mean = MEAN(x, keep_dims),
@@ -121,3 +124,20 @@ def import_mvn(node, ctx):
     std_eps = ctx.tensor(y + "_std_eps", ctx.shape(var), ctx.dtype(var))
     ctx.add_op("ADD", [std, ctx.constant("epsilon", np.array(1e-9, np.float32))], [std_eps])
     ctx.add_op("DIV", [xc, std_eps], [y])
+
+
+@onnx_op("BatchNormalization")
+def import_batch_norm(node, ctx):
+    x, scale, bias, mean, var = node.inputs[:5]
+    y = node.outputs[0]
+    eps = node.attr("epsilon", 1e-5)
+    values = [ctx.require_const(n, "BatchNormalization parameter").astype(np.float64)
+              for n in (scale, bias, mean, var)]
+    gamma, beta, mu, sigma2 = values
+    multiplier = gamma / np.sqrt(sigma2 + eps)
+    shift = beta - mu * multiplier
+    channels = ctx.shape(x)[1]
+    shape = (channels,) + (1,) * (ctx.rank(x) - 2)
+    scaled = ctx.tensor(y + "_scaled", ctx.shape(x), ctx.dtype(x))
+    ctx.add_op("MUL", [x, ctx.constant(scale + "_folded", multiplier.astype(np.float32).reshape(shape))], [scaled])
+    ctx.add_op("ADD", [scaled, ctx.constant(bias + "_folded", shift.astype(np.float32).reshape(shape))], [y])

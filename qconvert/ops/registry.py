@@ -76,3 +76,13 @@ def onnx_op(*onnx_types: str):
         return fn
 
     return register
+
+
+def onnx_ops_as(mapping: dict[str, str], inputs: int) -> None:
+    """Registers importers for ONNX ops that are exactly one TFLite builtin reading the node's
+    first `inputs` inputs (Relu -> RELU, Where -> SELECT_V2, ...)."""
+
+    def import_direct(node, ctx) -> None:
+        ctx.add_op(mapping[node.op_type], node.inputs[:inputs], node.outputs)
+
+    onnx_op(*mapping)(import_direct)

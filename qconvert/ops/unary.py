@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .registry import onnx_op, tflite_op
+from .registry import onnx_op, onnx_ops_as, tflite_op
 from .versions import by_input_dtype, has_quantization
 
 # Suffix of Operator.source on every op of an Erf composition (see erf_group in identify_gelu).
@@ -71,10 +71,7 @@ tflite_op("COS", options="CosOptions", evaluate=_unary(np.cos), layout="elementw
 _DIRECT = {"Sqrt": "SQRT", "Exp": "EXP", "Log": "LOG", "Abs": "ABS", "Neg": "NEG",
            "Floor": "FLOOR", "Ceil": "CEIL", "Round": "ROUND", "Sin": "SIN", "Cos": "COS"}
 
-
-@onnx_op(*_DIRECT)
-def import_direct(node, ctx):
-    ctx.add_op(_DIRECT[node.op_type], node.inputs[:1], node.outputs)
+onnx_ops_as(_DIRECT, inputs=1)
 
 
 @onnx_op("Reciprocal")

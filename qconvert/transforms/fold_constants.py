@@ -9,8 +9,8 @@ tensor is produced by an op.
 import numpy as np
 
 from ..ir import Model
-from ..ops.registry import TFLITE_OPS
 from ..ops.activations import apply_fused_activation
+from ..ops.registry import TFLITE_OPS
 
 
 def fold_constants(model: Model) -> bool:

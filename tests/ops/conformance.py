@@ -70,8 +70,9 @@ def _array(value) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def node_cases():
-    import qconvert.ops  # noqa: F401
     from onnx.backend.test.case import node
+
+    import qconvert.ops  # noqa: F401
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

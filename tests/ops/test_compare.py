@@ -4,23 +4,13 @@ run in NHWC with no transposes left) and rank-6 broadcasting."""
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from tests.harness import assert_matches_onnxruntime
+from tests.harness import assert_matches_onnxruntime, make_model
 
 RNG = np.random.default_rng(3)
 FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 NP = {FLOAT: np.float32, INT64: np.int64, BOOL: np.bool_}
-
-
-def make_model(nodes, inputs, outputs, inits=None, opset=13):
-    """inputs/outputs: {name: (elem_type, shape)}; inits: {name: array}."""
-    graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info(n, t, list(s)) for n, (t, s) in inputs.items()],
-        [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
 def values(elem_type, shape):

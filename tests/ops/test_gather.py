@@ -5,26 +5,16 @@ load-time-folded ops (folded.py), which run only when the loader could not fold 
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from qconvert.errors import ConversionError
 from qconvert.ir import Model
 from qconvert.loader import ImportContext, OnnxNode
 from qconvert.ops.registry import ONNX_IMPORTERS
-from tests.harness import assert_matches_onnxruntime
+from tests.harness import assert_matches_onnxruntime, make_model
 
 RNG = np.random.default_rng(11)
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
-
-
-def make_model(nodes, inputs, outputs, inits=None, opset=13):
-    """inputs/outputs: {name: (elem_type, shape)} / {name: elem_type}; inits: {name: array}."""
-    graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info(n, t, list(s)) for n, (t, s) in inputs.items()],
-        [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
 def floats(shape):

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.ir import Operator
 from qconvert.ops.registry import TFLITE_OPS
-from tests.harness import assert_matches_onnxruntime, convert_proto
+from tests.harness import assert_matches_onnxruntime
 
 INT64_MAX, INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 

@@ -4,7 +4,6 @@
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-
 from onnx.reference import ReferenceEvaluator
 
 from tests.harness import assert_matches_onnxruntime, convert_proto, run_tflite

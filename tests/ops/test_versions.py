@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from qconvert.converter import convert
 from qconvert.ir import Model, Operator, QuantParams
 from qconvert.ops.registry import TFLITE_OPS
 from qconvert.tflite import reader
 from qconvert.tflite import schema_generated as S
-from tests.harness import random_feeds, run_onnxruntime, run_tflite
+from tests.harness import make_model, random_feeds, run_onnxruntime, run_tflite
 
 F, I32, I64, B, F64 = (TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL,
                        TensorProto.DOUBLE)
@@ -28,11 +28,7 @@ RNG = np.random.default_rng(11)
 
 def _model(nodes, inputs, outputs, inits=(), opset=13):
     """inputs: (name, elem type, shape); outputs: (name, elem type); inits: name -> array."""
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    return make_model(nodes, {n: (t, s) for n, t, s in inputs}, dict(outputs), dict(inits), opset)
 
 
 def _weights(*shape):
