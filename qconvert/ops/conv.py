@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import reshape, to_channels_first, to_channels_last
+from .layout import from_channels_last, reshape, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, is_type, scale_count
@@ -104,12 +104,7 @@ def import_conv(node, ctx):
         ctx.add_op("DEPTHWISE_CONV_2D", inputs, [inner], dict(options, depth_multiplier=multiplier))
     else:
         _grouped(ctx, x_nhwc, w, bias, group, options, inner, w_name, y)
-    if one_d:
-        inner4 = ctx.tensor(y + "_nchw", out_shape4, ctx.dtype(y))
-        to_channels_first(ctx, inner, inner4)
-        reshape(ctx, inner4, y_shape, y)
-    else:
-        to_channels_first(ctx, inner, y)
+    from_channels_last(ctx, inner, y)
 
 
 def _grouped(ctx, x_nhwc, w, bias, group, options, inner, w_name, y):

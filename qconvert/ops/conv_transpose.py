@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import reshape, to_channels_first, to_channels_last
+from .layout import from_channels_last, reshape, to_channels_last
 from .registry import onnx_op, tflite_op
 from .versions import INT8, INT16, input_dtype, is_type
 
@@ -158,12 +158,7 @@ def import_conv_transpose(node, ctx):
         begin = np.array([0, crop[0], crop[1], 0], np.int32)
         size = np.array(ctx.shape(inner), np.int32)
         ctx.add_op("SLICE", [conv_out, ctx.constant("begin", begin), ctx.constant("size", size)], [inner])
-    if one_d:
-        inner4 = ctx.tensor(y + "_nchw", out4, ctx.dtype(y))
-        to_channels_first(ctx, inner, inner4)
-        reshape(ctx, inner4, expected, y)
-    else:
-        to_channels_first(ctx, inner, y)
+    from_channels_last(ctx, inner, y)
 
 
 def _transpose_conv(ctx, x_nhwc, w, bias, w_hint, b_hint, out, options):

@@ -51,3 +51,16 @@ def channels_last_tensor(ctx, y: str) -> str:
 def to_channels_first(ctx, inner: str, y: str) -> None:
     """Transposes the op's NHWC result `inner` into the ONNX (NCHW) output `y`."""
     transpose(ctx, inner, channels_first_perm(len(ctx.shape(y))), y)
+
+
+def from_channels_last(ctx, inner: str, y: str) -> None:
+    """Writes a spatial op's NHWC result into the ONNX output `y`; a 1-D op ran as 2-D on
+    [N, 1, W, C], so its result goes through [N, C, 1, W] to y's [N, C, W]."""
+    y_shape = ctx.shape(y)
+    if len(y_shape) == 3 and ctx.rank(inner) == 4:
+        n, c, width = y_shape
+        inner4 = ctx.tensor(y + "_nchw", (n, c, 1, width), ctx.dtype(y))
+        to_channels_first(ctx, inner, inner4)
+        reshape(ctx, inner4, y_shape, y)
+    else:
+        to_channels_first(ctx, inner, y)

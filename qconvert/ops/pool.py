@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import reshape, to_channels_first, to_channels_last
+from .layout import from_channels_last, reshape, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import onnx_op, tflite_op
 from .versions import int16_io_or_int8
@@ -53,7 +53,7 @@ def import_pool(node, ctx):
     if any(d != 1 for d in dilations):
         inner = ctx.tensor(y + "_nhwc", (y4[0], y4[2], y4[3], y4[1]), ctx.dtype(y))
         _dilated_pool(ctx, node, x_nhwc, inner, spatial, kernel, strides, dilations, pads, y4[2:])
-        _finish(ctx, inner, y, y4, one_d)
+        from_channels_last(ctx, inner, y)
         return
     padding = choose_padding(pads, spatial, kernel, strides, [1, 1], y4[2:])
     correction = None
@@ -74,17 +74,7 @@ def import_pool(node, ctx):
                 "filter_height": kernel[0], "filter_width": kernel[1]})
     if correction is not None:
         ctx.add_op("MUL", [pooled, ctx.constant("pool_correction", correction)], [inner])
-    _finish(ctx, inner, y, y4, one_d)
-
-
-def _finish(ctx, inner, y, y4, one_d):
-    """Transposes the NHWC result back to the ONNX output (through 4-D for a 1-D pool)."""
-    if one_d:
-        inner4 = ctx.tensor(y + "_nchw", y4, ctx.dtype(y))
-        to_channels_first(ctx, inner, inner4)
-        reshape(ctx, inner4, ctx.shape(y), y)
-    else:
-        to_channels_first(ctx, inner, y)
+    from_channels_last(ctx, inner, y)
 
 
 def _dilated_pool(ctx, node, x_nhwc, inner, spatial, kernel, strides, dilations, pads, out_spatial):
