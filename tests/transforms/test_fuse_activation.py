@@ -51,3 +51,17 @@ def test_activation_does_not_fuse_when_the_pre_activation_is_an_output():
     model.outputs.append("a")
     run_to_fixed_point(model, [("fuse", fuse_activation)])
     assert op_types(model) == ["ADD", "RELU"]
+
+
+def test_relu_after_a_concatenation_of_adds_goes_into_each_add():
+    b = Builder().input("x", (2, 3)).input("z", (2, 3))
+    b.op("ADD", ["x", "z"], "a", (2, 3)).op("SUB", ["x", "z"], "s", (2, 3))
+    b.op("CONCATENATION", ["a", "s"], "c", (2, 6), axis=1)
+    b.op("RELU", ["c"], "y", (2, 6)).output("y")
+    feeds = {"x": np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3),
+             "z": np.full((2, 3), 0.5, np.float32)}
+    before = evaluate_model(b.model, feeds)["y"]
+    run_to_fixed_point(b.model, [("fuse", fuse_activation)])
+    assert op_types(b.model) == ["ADD", "SUB", "CONCATENATION"]
+    assert [op.fused_activation for op in b.model.operators] == ["RELU", "RELU", "NONE"]
+    np.testing.assert_array_equal(evaluate_model(b.model, feeds)["y"], before)
