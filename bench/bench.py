@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from qconvert.quantize.calibrate import model_input_specs
+
 if __package__:
     from . import models
 else:  # run as a script: bench/ is on sys.path
@@ -155,16 +157,8 @@ def count_operators(path: Path) -> collections.Counter:
 def random_feeds(proto, seed: int) -> dict[str, np.ndarray]:
     """Standard normal data for every graph input that is not an initializer (float32 models)."""
     rng = np.random.default_rng(seed)
-    initializers = {t.name for t in proto.graph.initializer}
-    feeds = {}
-    for value in proto.graph.input:
-        if value.name in initializers:
-            continue
-        tensor = value.type.tensor_type
-        shape = [d.dim_value or 1 for d in tensor.shape.dim]  # symbolic dimensions: 1
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        feeds[value.name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
+    return {name: rng.standard_normal([d or 1 for d in dims]).astype(dtype)  # symbolic dims: 1
+            for name, (dims, dtype) in model_input_specs(proto).items()}
 
 
 def median_ms(run, warmup: int, runs: int) -> tuple[float, object]:

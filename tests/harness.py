@@ -10,6 +10,7 @@ from ai_edge_litert.interpreter import Interpreter
 from onnx import helper, numpy_helper
 
 from qconvert.converter import convert
+from qconvert.quantize.calibrate import model_input_specs
 
 
 def make_model(nodes, inputs, outputs, inits=None, opset=13) -> onnx.ModelProto:
@@ -60,20 +61,15 @@ def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dic
 
 def random_feeds(model: onnx.ModelProto, seed: int = 0, shapes: dict | None = None) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    inits = {i.name for i in model.graph.initializer}
     feeds = {}
-    for i in model.graph.input:
-        if i.name in inits:
-            continue
-        tt = i.type.tensor_type
-        shape = (shapes or {}).get(i.name) or [d.dim_value for d in tt.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+    for name, (dims, dtype) in model_input_specs(model).items():
+        shape = (shapes or {}).get(name) or [d or 1 for d in dims]
         if np.dtype(dtype).kind == "f":
-            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif np.dtype(dtype).kind == "b":
-            feeds[i.name] = rng.random(shape) > 0.5
+            feeds[name] = rng.random(shape) > 0.5
         else:
-            feeds[i.name] = rng.integers(0, 5, shape).astype(dtype)
+            feeds[name] = rng.integers(0, 5, shape).astype(dtype)
     return feeds
 
 
