@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from qconvert.quantize.calibrate import model_input_specs
+from qconvert.quantize.calibration_data import model_input_specs
 
 if __package__:
     from . import models

@@ -10,7 +10,7 @@ from ai_edge_litert.interpreter import Interpreter
 from onnx import helper, numpy_helper
 
 from qconvert.converter import convert
-from qconvert.quantize.calibrate import model_input_specs
+from qconvert.quantize.calibration_data import model_input_specs
 
 
 def make_model(nodes, inputs, outputs, inits=None, opset=13) -> onnx.ModelProto:

@@ -1,4 +1,5 @@
-"""Calibration data loading and range collection (qconvert.quantize.calibrate)."""
+"""Calibration data loading and range collection (qconvert.quantize.calibration_data and
+calibrate)."""
 
 import io
 import sys
@@ -9,11 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.errors import ConversionError
-from qconvert.quantize.calibrate import (
-    calibrate_ranges,
-    load_calibration,
-    model_input_specs,
-)
+from qconvert.quantize.calibrate import calibrate_ranges
+from qconvert.quantize.calibration_data import load_calibration, model_input_specs
 
 RNG = np.random.default_rng(7)
 W = RNG.normal(size=(4, 3, 3, 3)).astype(np.float32)
