@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from qconvert.converter import convert
-from tests.harness import assert_matches_onnxruntime, run_onnxruntime, run_tflite
+from tests.harness import assert_matches_onnxruntime, make_model, run_onnxruntime, run_tflite
 
 rng = np.random.default_rng(0)
 
@@ -103,3 +103,21 @@ def test_int64_constant_that_does_not_fit_int32_is_an_error():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     with pytest.raises(ConversionError, match="'big'.*int32"):
         convert("<test>", data=model.SerializeToString())
+
+
+def test_pytorch_shape_chains_fold_away():
+    """x.view(x.size(0), -1) as PyTorch exports it: Shape -> Gather -> Unsqueeze -> Concat ->
+    Reshape. The chain folds at load time: the TFLite graph has no SHAPE/GATHER/CONCATENATION."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Shape", ["c"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["c", "target"], ["y"]),
+    ]
+    inits = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "zero": np.array(0, np.int64),
+             "axes": np.array([0], np.int64), "minus_one": np.array([-1], np.int64)}
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, [2, 3, 5, 6])}, {"y": TensorProto.FLOAT}, inits)
+    _, report = assert_matches_onnxruntime(model)
+    assert set(report.op_counts) <= {"CONV_2D", "TRANSPOSE", "RESHAPE"}, report.op_counts
