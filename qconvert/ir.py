@@ -122,6 +122,16 @@ class Model:
             op.inputs = [new if n == old else n for n in op.inputs]
         self.outputs = [new if n == old else n for n in self.outputs]
 
+    def rename_tensor(self, old: str, new: str) -> None:
+        """Every reference to `old` (its producer, its readers, the graph outputs) becomes `new`;
+        the array itself moves to the new name unless `new` already has one."""
+        for op in self.operators:
+            op.outputs = [new if n == old else n for n in op.outputs]
+        self.rename_uses(old, new)
+        if new not in self.arrays:
+            self.arrays[new] = self.arrays.pop(old)
+            self.arrays[new].name = new
+
     def bypass(self, op: Operator) -> bool:
         """Removes an op whose single output equals its first input, rewiring its readers.
 
@@ -139,9 +149,7 @@ class Model:
         if src in self.inputs or src in self.outputs or self.arrays[src].is_constant:
             return False
         self.operators.remove(op)
-        for other in self.operators:
-            other.outputs = [dst if n == src else n for n in other.outputs]
-        self.rename_uses(src, dst)
+        self.rename_tensor(src, dst)
         return True
 
     def remove_unused(self) -> bool:

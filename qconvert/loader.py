@@ -215,9 +215,9 @@ class _Graph:
             return None
         feeds = {n: self.constants[n] for n in node.input if n}
         # The reference evaluator must see the model's opset: ops changed meaning across opsets.
-        g = helper.make_graph([node], "fold",
-                              [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-                               for n, v in feeds.items()],
+        inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                  for n, v in feeds.items()]
+        g = helper.make_graph([node], "fold", inputs,
                               [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
         m = helper.make_model(g, opset_imports=list(self.proto.opset_import),
                               ir_version=self.proto.ir_version)
@@ -277,11 +277,10 @@ def narrow(value: np.ndarray, what: str) -> np.ndarray:
 class ImportContext:
     """What an importer may ask and do while turning one ONNX node into IR operators."""
 
-    def __init__(self, graph: _Graph, model: Model, consumed: set[str]):
-        self._graph = graph
+    def __init__(self, model: Model, opset: int, consumed: set[str]):
         self._consumed = consumed
         self.model = model
-        self.opset = graph.opset
+        self.opset = opset
         self.node: OnnxNode | None = None
 
     def error(self, message: str) -> ConversionError:
@@ -404,15 +403,15 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
         check_activation_dtype(dtype, f"input {i.name!r}")
         model.add_array(i.name, graph.shapes[i.name], dtype)
         model.inputs.append(i.name)
-        if internal_dtype(dtype) != dtype:
-            inner = model.add_array(f"{i.name}_{internal_dtype(dtype)}", graph.shapes[i.name],
-                                    internal_dtype(dtype))
-            model.operators.append(Operator("CAST", [i.name], [inner], _cast_options(dtype, internal_dtype(dtype)),
+        inner_dtype = internal_dtype(dtype)
+        if inner_dtype != dtype:
+            inner = model.add_array(f"{i.name}_{inner_dtype}", graph.shapes[i.name], inner_dtype)
+            model.operators.append(Operator("CAST", [i.name], [inner], _cast_options(dtype, inner_dtype),
                                             source=f"input {i.name}"))
             aliases[i.name] = inner
     output_names = [o.name for o in proto.graph.output]
 
-    ctx = ImportContext(graph, model, consumed)
+    ctx = ImportContext(model, graph.opset, consumed)
     for index, node in enumerate(graph.nodes):
         label = f"output of node {_node_name(node, index)!r} ({node.op_type})"
         for name in list(node.input) + list(node.output):
@@ -432,11 +431,7 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
         if onnx_dtype != model.arrays[inner].dtype or model.arrays[inner].is_constant:
             if inner == name:  # free the ONNX name for the graph output tensor
                 inner = model.unique_name(name + "_value")
-                model.arrays[inner] = model.arrays.pop(name)
-                model.arrays[inner].name = inner
-                model.rename_uses(name, inner)
-                for op in model.operators:
-                    op.outputs = [inner if n == name else n for n in op.outputs]
+                model.rename_tensor(name, inner)
             model.add_array(name, model.arrays[inner].shape, onnx_dtype)
             model.operators.append(Operator("CAST", [inner], [name],
                                             _cast_options(model.arrays[inner].dtype, onnx_dtype),

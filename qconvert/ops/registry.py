@@ -54,6 +54,11 @@ class OpDef:
     remap_axes: Callable | None = None
 
 
+def evaluate_unary(fn: Callable[[np.ndarray], np.ndarray]):
+    """An `evaluate` for a one-input op: fn over input 0, in input 0's dtype."""
+    return lambda inputs, op: [np.asarray(fn(inputs[0])).astype(inputs[0].dtype)]
+
+
 TFLITE_OPS: dict[str, OpDef] = {}
 ONNX_IMPORTERS: dict[str, Callable] = {}
 

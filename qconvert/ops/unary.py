@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from .registry import onnx_op, onnx_ops_as, tflite_op
-from .versions import by_input_dtype, has_quantization
+from .registry import evaluate_unary, onnx_op, onnx_ops_as, tflite_op
+from .versions import by_input_dtype, has_quantization, input_dtype
 
 # Suffix of Operator.source on every op of an Erf composition (see erf_group in identify_gelu).
 ERF_MARK = " [erf]"
@@ -29,13 +29,6 @@ ERF_Q = (1.0, 5.048357831e-01, 1.153392591e-01, 1.520478056e-02, 1.185201507e-03
          3.741427917e-05)
 
 
-def _unary(fn):
-    return lambda inputs, op: [np.asarray(fn(inputs[0])).astype(inputs[0].dtype)]
-
-
-def _dtype(op, model) -> np.dtype:
-    return np.dtype(model.arrays[op.inputs[0]].dtype)
-
 
 def _int8_int16_version(int8: int, int16: int):
     """op_version.cc rule shared by EXP, LOG (2 for int8 and int16) and RSQRT (2 int8, 3 int16)."""
@@ -44,7 +37,7 @@ def _int8_int16_version(int8: int, int16: int):
 
 def _abs_version(op, model) -> int:
     """op_version.cc: int32 5, int16 3 (quantized) or 4, int8/uint8 2, float 1."""
-    dtype = _dtype(op, model)
+    dtype = input_dtype(op, model)
     if dtype == np.int32:
         return 5
     if dtype == np.int16:
@@ -52,21 +45,21 @@ def _abs_version(op, model) -> int:
     return 2 if dtype in (np.int8, np.uint8) else 1
 
 
-tflite_op("SQRT", evaluate=_unary(np.sqrt), layout="elementwise")
-tflite_op("RSQRT", evaluate=_unary(lambda x: 1 / np.sqrt(x)), layout="elementwise",
+tflite_op("SQRT", evaluate=evaluate_unary(np.sqrt), layout="elementwise")
+tflite_op("RSQRT", evaluate=evaluate_unary(lambda x: 1 / np.sqrt(x)), layout="elementwise",
           version=_int8_int16_version(2, 3))
-tflite_op("EXP", options="ExpOptions", evaluate=_unary(np.exp), layout="elementwise",
+tflite_op("EXP", options="ExpOptions", evaluate=evaluate_unary(np.exp), layout="elementwise",
           version=_int8_int16_version(2, 2))
-tflite_op("LOG", evaluate=_unary(np.log), layout="elementwise", version=_int8_int16_version(2, 2))
-tflite_op("ABS", options="AbsOptions", evaluate=_unary(np.abs), layout="elementwise",
+tflite_op("LOG", evaluate=evaluate_unary(np.log), layout="elementwise", version=_int8_int16_version(2, 2))
+tflite_op("ABS", options="AbsOptions", evaluate=evaluate_unary(np.abs), layout="elementwise",
           version=_abs_version)
-tflite_op("NEG", options="NegOptions", evaluate=_unary(np.negative), layout="elementwise")
-tflite_op("FLOOR", evaluate=_unary(np.floor), layout="elementwise")
-tflite_op("CEIL", evaluate=_unary(np.ceil), layout="elementwise")
+tflite_op("NEG", options="NegOptions", evaluate=evaluate_unary(np.negative), layout="elementwise")
+tflite_op("FLOOR", evaluate=evaluate_unary(np.floor), layout="elementwise")
+tflite_op("CEIL", evaluate=evaluate_unary(np.ceil), layout="elementwise")
 # TFLite's ROUND rounds half to even (banker's rounding), like ONNX Round and np.round.
-tflite_op("ROUND", evaluate=_unary(np.round), layout="elementwise")
-tflite_op("SIN", evaluate=_unary(np.sin), layout="elementwise")
-tflite_op("COS", options="CosOptions", evaluate=_unary(np.cos), layout="elementwise")
+tflite_op("ROUND", evaluate=evaluate_unary(np.round), layout="elementwise")
+tflite_op("SIN", evaluate=evaluate_unary(np.sin), layout="elementwise")
+tflite_op("COS", options="CosOptions", evaluate=evaluate_unary(np.cos), layout="elementwise")
 
 _DIRECT = {"Sqrt": "SQRT", "Exp": "EXP", "Log": "LOG", "Abs": "ABS", "Neg": "NEG",
            "Floor": "FLOOR", "Ceil": "CEIL", "Round": "ROUND", "Sin": "SIN", "Cos": "COS"}

@@ -41,14 +41,11 @@ def channels_last_io(model: Model) -> bool:
         perm = channels_last_perm(rank)
         if transpose_perm(model, op) != inverse(perm):
             continue
-        source = op.inputs[0]
-        if source in model.inputs or source in model.outputs or model.arrays[source].is_constant:
+        shape = model.arrays[op.inputs[0]].shape
+        # The output tensor then carries the NHWC value the transpose read.
+        if not model.bypass(op):
             continue
-        model.operators.remove(op)
-        model.arrays[name].shape = model.arrays[source].shape
-        for other in model.operators:
-            other.outputs = [name if n == source else n for n in other.outputs]
-        model.rename_uses(source, name)
+        model.arrays[name].shape = shape
         model.io_permutation[name] = perm
         changed = True
     return changed
