@@ -13,6 +13,14 @@ from qconvert.converter import convert
 from qconvert.quantize.calibration_data import model_input_specs
 
 
+def conv_in_front(x_shape, channels: int) -> tuple[onnx.NodeProto, onnx.TensorProto]:
+    """(node, weights): a 3x3 pad-1 Conv from "x" (NCHW `x_shape`) to "fm" with `channels`
+    outputs, so that the op under test reads a feature map behind a layout transpose."""
+    w = np.random.default_rng(1).standard_normal((channels, x_shape[1], 3, 3)).astype(np.float32)
+    return (helper.make_node("Conv", ["x", "w"], ["fm"], pads=[1, 1, 1, 1]),
+            numpy_helper.from_array(w, "w"))
+
+
 def make_model(nodes, inputs, outputs, inits=None, opset=13) -> onnx.ModelProto:
     """A test model: inputs {name: (elem_type, shape)}, outputs {name: elem_type},
     inits {name: array}; ir_version 8 so that onnxruntime loads it."""

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qconvert.errors import ConversionError
 from qconvert.ir import Model, Operator
 from qconvert.ops.registry import TFLITE_OPS
-from tests.harness import assert_matches_onnxruntime, convert_proto
+from tests.harness import assert_matches_onnxruntime, conv_in_front, convert_proto
 
 
 def _model(x_shape, pads, mode="constant", value=None, axes=None, opset=18, conv_channels=None,
@@ -16,9 +16,9 @@ def _model(x_shape, pads, mode="constant", value=None, axes=None, opset=18, conv
     """x -> [Conv 3x3 pad 1] -> Pad(pads, value, axes) -> y."""
     inits, nodes, data = [], [], "x"
     if conv_channels:
-        w = np.random.default_rng(1).standard_normal((conv_channels, x_shape[1], 3, 3)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, "w"))
-        nodes.append(helper.make_node("Conv", ["x", "w"], ["fm"], pads=[1, 1, 1, 1]))
+        conv, weights = conv_in_front(x_shape, conv_channels)
+        nodes.append(conv)
+        inits.append(weights)
         data = "fm"
     if opset < 11:
         nodes.append(helper.make_node("Pad", [data], ["y"], mode=mode, pads=pads, value=value or 0.0))

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.ir import Operator
 from qconvert.ops.registry import TFLITE_OPS
-from tests.harness import assert_matches_onnxruntime
+from tests.harness import assert_matches_onnxruntime, conv_in_front
 
 INT64_MAX, INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
@@ -16,9 +16,9 @@ def _model(nodes, x_shape, inits=(), opset=13, conv_channels=None):
     """x -> [Conv 3x3 pad 1 to conv_channels] -> nodes -> y (the last node writes "y")."""
     inits = list(inits)
     if conv_channels:
-        w = np.random.default_rng(1).standard_normal((conv_channels, x_shape[1], 3, 3)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, "w"))
-        nodes = [helper.make_node("Conv", ["x", "w"], ["fm"], pads=[1, 1, 1, 1])] + nodes
+        conv, weights = conv_in_front(x_shape, conv_channels)
+        inits.append(weights)
+        nodes = [conv] + nodes
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)

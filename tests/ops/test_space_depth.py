@@ -3,19 +3,19 @@
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from tests.harness import assert_matches_onnxruntime, convert_proto, run_tflite
+from tests.harness import assert_matches_onnxruntime, conv_in_front, convert_proto, run_tflite
 
 
 def _model(op_type, x_shape, blocksize, mode=None, conv_channels=None, opset=13):
     """x -> [Conv 3x3 pad 1] -> DepthToSpace/SpaceToDepth -> y."""
     inits, nodes, data = [], [], "x"
     if conv_channels:
-        w = np.random.default_rng(1).standard_normal((conv_channels, x_shape[1], 3, 3)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, "w"))
-        nodes.append(helper.make_node("Conv", ["x", "w"], ["fm"], pads=[1, 1, 1, 1]))
+        conv, weights = conv_in_front(x_shape, conv_channels)
+        nodes.append(conv)
+        inits.append(weights)
         data = "fm"
     attrs = {"blocksize": blocksize}
     if mode:

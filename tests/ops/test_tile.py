@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.tflite import schema_generated as S
-from tests.harness import assert_matches_onnxruntime
+from tests.harness import assert_matches_onnxruntime, conv_in_front
 
 
 def _model(op_type, x_shape, target, conv_channels=None, dtype=TensorProto.FLOAT, relu=False):
@@ -14,9 +14,9 @@ def _model(op_type, x_shape, target, conv_channels=None, dtype=TensorProto.FLOAT
     inits = [numpy_helper.from_array(np.array(target, np.int64), "target")]
     nodes, data = [], "x"
     if conv_channels:
-        w = np.random.default_rng(1).standard_normal((conv_channels, x_shape[1], 3, 3)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, "w"))
-        nodes.append(helper.make_node("Conv", ["x", "w"], ["fm"], pads=[1, 1, 1, 1]))
+        conv, weights = conv_in_front(x_shape, conv_channels)
+        nodes.append(conv)
+        inits.append(weights)
         data = "fm"
     nodes.append(helper.make_node(op_type, [data, "target"], ["t" if relu else "y"]))
     if relu:
