@@ -105,8 +105,9 @@ class _Writer:
         self.release_data = release_data
         self.tensor_index: dict[str, int] = {}
         self.buffer_of: dict[str, int] = {}
-        self.buffer_data: list[memoryview] = []  # index i+1 in the file's buffer list
-        self.opcode_index: dict[tuple[str, int], int] = {}
+        self.buffer_data: list[np.ndarray | None] = []  # index i+1 in the file's buffer list
+        self.opcode_index: dict[tuple[str, int], int] = {}  # (op type, version) -> code index
+        self.op_code: list[int] = []  # each operator's code index, in execution order
 
     def number_everything(self) -> None:
         model = self.model
@@ -125,7 +126,7 @@ class _Writer:
                 self.buffer_of[name] = self._buffer_for(_storable(array.data), by_size)
         for op in model.operators:
             key = (op.type, TFLITE_OPS[op.type].version(op, model))
-            self.opcode_index.setdefault(key, len(self.opcode_index))
+            self.op_code.append(self.opcode_index.setdefault(key, len(self.opcode_index)))
 
     def _buffer_for(self, data: np.ndarray, by_size: dict[int, list[int]]) -> int:
         """The buffer index holding exactly these bytes, adding a buffer if none does.
@@ -140,7 +141,7 @@ class _Writer:
         candidates.append(len(self.buffer_data))
         return len(self.buffer_data)
 
-    def build(self) -> tuple[bytearray, int]:
+    def build(self) -> tuple[memoryview, int]:
         self.number_everything()
         data_size = sum(v.nbytes + DATA_ALIGNMENT + 8 for v in self.buffer_data)
         size = data_size + 65536 + 1024 * len(self.tensor_index) + 1024 * len(self.model.operators)
@@ -169,7 +170,7 @@ class _Writer:
                 S.BufferAddData(b, vec)
             buffers.append(S.BufferEnd(b))
         tensors = [self._tensor(b, name) for name in self.tensor_index]
-        operators = [self._operator(b, op) for op in self.model.operators]
+        operators = [self._operator(b, op, code) for op, code in zip(self.model.operators, self.op_code)]
         subgraph = self._subgraph(b, tensors, operators)
         codes = [self._opcode(b, op_type, version) for (op_type, version) in self.opcode_index]
         signature = self._signature(b)
@@ -244,14 +245,13 @@ class _Writer:
                        ("QuantizedDimension", q.axis or None)]
         return self._table(b, "QuantizationParameters", fields)
 
-    def _operator(self, b: flatbuffers.Builder, op) -> int:
-        version = TFLITE_OPS[op.type].version(op, self.model)
+    def _operator(self, b: flatbuffers.Builder, op, code: int) -> int:
         options = _options_object(op)
         options_off = options.Pack(b) if options is not None else None
         inputs = self._ints(b, [self.tensor_index[n] if n else -1 for n in op.inputs])
         outputs = self._ints(b, [self.tensor_index[n] for n in op.outputs])
         return self._table(b, "Operator", [
-            ("OpcodeIndex", self.opcode_index[(op.type, version)]),
+            ("OpcodeIndex", code),
             ("Inputs", inputs),
             ("Outputs", outputs),
             ("BuiltinOptionsType",
