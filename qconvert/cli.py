@@ -25,6 +25,7 @@ import sys
 import tempfile
 
 import click
+import numpy as np
 
 from . import __version__
 from .errors import ConversionError, UsageError
@@ -83,6 +84,40 @@ def parse_input_shape(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_default_range(value: str) -> tuple[float, float]:
+    """--default-range MIN,MAX -> (min, max): finite, MIN < MAX; anything else is a usage error."""
+    try:
+        lo, hi = (float(v) for v in value.split(","))
+    except ValueError:
+        lo = hi = None
+    if lo is None or not (np.isfinite(lo) and np.isfinite(hi)) or lo >= hi:
+        raise click.BadParameter(f"{value!r}: expected MIN,MAX with finite MIN < MAX",
+                                 param_hint="--default-range")
+    return lo, hi
+
+
+def quantize_options_from_flags(quantize: bool, calibration, calibration_samples, default_range,
+                                io_type, per_tensor_fc):
+    """The QuantizeOptions the flags ask for (None: float); contradictions are usage errors."""
+    from .transforms.pipeline import QuantizeOptions
+
+    if not quantize:
+        used = [flag for flag, value in (("--calibration", calibration),
+                                         ("--calibration-samples", calibration_samples),
+                                         ("--default-range", default_range), ("--io-type", io_type),
+                                         ("--per-tensor-fc", per_tensor_fc)) if value]
+        if used:
+            raise click.UsageError(f"{used[0]} only applies with --quantize")
+        return None
+    if calibration is None and default_range is None:
+        raise click.UsageError("--quantize needs --calibration PATH (or --default-range MIN,MAX "
+                               "for a speed study without data)")
+    if calibration_samples is not None and calibration is None:
+        raise click.UsageError("--calibration-samples needs --calibration")
+    return QuantizeOptions(io_type=io_type or "float", per_tensor_fc=per_tensor_fc,
+                           default_range=parse_default_range(default_range) if default_range else None)
+
+
 def check_output_path(path: str) -> None:
     """Fails before converting when `path` cannot be an output file (exit 1, naming `path`)."""
     if os.path.isdir(path):
@@ -134,11 +169,27 @@ def _write_stdout(data) -> None:
 @click.option("--io-layout", type=click.Choice(["nhwc", "onnx"]), default="nhwc", show_default=True,
               help="nhwc: image inputs/outputs become channels-last (no TRANSPOSE at the edges); "
                    "onnx: keep the ONNX layout of every input and output.")
+@click.option("--quantize", is_flag=True,
+              help="Write a full-integer int8 model (needs --calibration or --default-range).")
+@click.option("--calibration", metavar="PATH",
+              help="Calibration data for --quantize: an .npz with one array per model input "
+                   "(first axis = samples), or a directory of .npz/.npy files.")
+@click.option("--calibration-samples", type=click.IntRange(min=1), metavar="N",
+              help="Use the first N calibration samples (default: all).")
+@click.option("--default-range", metavar="MIN,MAX",
+              help="Range for tensors without calibration data (speed studies only: the int8 "
+                   "model's accuracy is meaningless).")
+@click.option("--io-type", type=click.Choice(["float", "int8", "uint8"]), default=None,
+              help="Type of the quantized model's inputs and outputs [default: float].")
+@click.option("--per-tensor-fc", is_flag=True,
+              help="Quantize FULLY_CONNECTED weights per tensor, for runtimes without per-channel "
+                   "dense layers (TFLite Micro before 2024).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
 @click.version_option(__version__, prog_name="qconvert")
-def cli(source, dest, input_shapes, io_layout, as_json, verbose, debug):
+def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
+        default_range, io_type, per_tensor_fc, as_json, verbose, debug):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
@@ -147,6 +198,8 @@ def cli(source, dest, input_shapes, io_layout, as_json, verbose, debug):
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="qconvert: %(message)s", stream=sys.stderr)
     shapes = parse_input_shape(input_shapes)
+    quantize_options = quantize_options_from_flags(quantize, calibration, calibration_samples,
+                                                   default_range, io_type, per_tensor_fc)
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
     if dest == "-" and sys.stdout.isatty():
@@ -159,7 +212,9 @@ def cli(source, dest, input_shapes, io_layout, as_json, verbose, debug):
 
         data = sys.stdin.buffer.read() if source == "-" else None
         flatbuffer, report = convert(source, data=data, input_shapes=shapes, io_layout=io_layout,
-                                     output_name=dest)
+                                     output_name=dest, quantize=quantize_options,
+                                     calibration=calibration, calibration_samples=calibration_samples,
+                                     progress=True)
         if dest == "-":
             _write_stdout(flatbuffer)
         else:

@@ -10,7 +10,7 @@ from . import __version__
 from .ir import Model
 from .loader import load, read_onnx
 from .tflite.writer import serialize
-from .transforms.pipeline import run_pipeline
+from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline
 
 
 @dataclass
@@ -19,6 +19,24 @@ class TensorInfo:
     shape: list[int]
     dtype: str
     layout_permutation: list[int] | None  # axes of the ONNX tensor, in the TFLite tensor's order
+
+
+@dataclass
+class FloatOp:
+    op: str
+    node: str
+    reason: str
+
+
+@dataclass
+class QuantizationReport:
+    io_type: str
+    calibration_samples: int  # 0 with --default-range only
+    calibration_seconds: float
+    int8_ops: int  # ops running an int8 kernel (QUANTIZE/DEQUANTIZE not counted)
+    float_ops: list[FloatOp]  # ops on float tensors that stayed float, and why
+    weights_bytes_float: int  # constant data before quantization
+    weights_bytes: int  # constant data after
 
 
 @dataclass
@@ -32,13 +50,23 @@ class ConversionReport:
     seconds: float
     inputs: list[TensorInfo] = field(default_factory=list)
     outputs: list[TensorInfo] = field(default_factory=list)
+    quantization: QuantizationReport | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def summary(self) -> str:
-        return (f"qconvert: {self.input} -> {self.output}: {self.ops} ops, "
+        text = (f"qconvert: {self.input} -> {self.output}: {self.ops} ops, "
                 f"{_human_size(self.size_bytes)}, {self.seconds:.2f} s")
+        q = self.quantization
+        if q is not None:
+            text += (f"; int8: {q.int8_ops} ops, weights {_human_size(q.weights_bytes_float)} -> "
+                     f"{_human_size(q.weights_bytes)}")
+            if q.float_ops:
+                kinds = collections.Counter(f.op for f in q.float_ops)
+                text += "; stayed float: " + ", ".join(
+                    f"{n} {op}" if n > 1 else op for op, n in sorted(kinds.items()))
+        return text
 
 
 def _human_size(n: int) -> str:
@@ -59,24 +87,65 @@ def _tensor_infos(model: Model, names: list[str]) -> list[TensorInfo]:
 
 
 def convert_model(model: Model, io_layout: str = "nhwc") -> Model:
-    """Runs the transformation pipeline over a loaded model (in place) and returns it."""
+    """Runs the float transformation pipeline over a loaded model (in place) and returns it."""
     run_pipeline(model, io_layout=io_layout)
     return model
 
 
+def _constant_bytes(model: Model) -> int:
+    return sum(a.data.nbytes for a in model.arrays.values() if a.is_constant)
+
+
+def _quantization_report(model: Model, options: QuantizeOptions, samples: int, seconds: float,
+                         float_bytes: int) -> QuantizationReport:
+    return QuantizationReport(
+        io_type=options.io_type, calibration_samples=samples, calibration_seconds=round(seconds, 3),
+        int8_ops=sum(op.int8 for op in model.operators),
+        float_ops=[FloatOp(op.type, op.source, op.float_reason) for op in model.operators
+                   if op.float_reason],
+        weights_bytes_float=float_bytes, weights_bytes=_constant_bytes(model))
+
+
 def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None = None,
-            io_layout: str = "nhwc", output_name: str = "") -> tuple[memoryview, ConversionReport]:
-    """Converts the ONNX file `source` (or `data`, the bytes of one) to TFLite flatbuffer bytes."""
+            io_layout: str = "nhwc", output_name: str = "", quantize: QuantizeOptions | None = None,
+            calibration: str | None = None, calibration_samples: int | None = None,
+            progress: bool = False) -> tuple[memoryview, ConversionReport]:
+    """Converts the ONNX file `source` (or `data`, the bytes of one) to TFLite flatbuffer bytes.
+
+    With `quantize`, the model is calibrated on the data at `calibration` (its first
+    `calibration_samples` samples) unless quantize.default_range stands in for it, and written
+    as int8."""
     start = time.perf_counter()
     proto = read_onnx(source, data)
+    samples = run = None
+    calibration_start = time.perf_counter()
+    if quantize is not None and calibration is not None:
+        from .quantize.calibrate import CalibrationRun
+        from .quantize.calibration_data import load_calibration, model_input_specs
+
+        samples = load_calibration(calibration, model_input_specs(proto), calibration_samples)
+        run = CalibrationRun(proto, "all")  # before load(), which frees the ONNX weights
     model = load(proto, input_shapes)
+    if run is not None:
+        from .quantize.calibrate import calibrate_model
+
+        calibrate_model(model, run, samples, progress)
+        del run
+    calibration_seconds = time.perf_counter() - calibration_start
     del proto
     convert_model(model, io_layout)
+    float_bytes = _constant_bytes(model)
+    quantization = None
+    if quantize is not None:
+        run_quantize_pipeline(model, quantize)
+        quantization = _quantization_report(model, quantize, len(samples) if samples else 0,
+                                            calibration_seconds, float_bytes)
     flatbuffer = serialize(model, f"qconvert {__version__}", release_data=True)
     counts = collections.Counter(op.type for op in model.operators)
     report = ConversionReport(
         input=source, output=output_name, ops=len(model.operators),
         op_counts=dict(sorted(counts.items())), transposes=counts.get("TRANSPOSE", 0),
         size_bytes=len(flatbuffer), seconds=round(time.perf_counter() - start, 3),
-        inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs))
+        inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
+        quantization=quantization)
     return flatbuffer, report

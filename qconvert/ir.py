@@ -3,7 +3,7 @@
 The Model owns named Arrays and an ordered list of Operators (topological order). Operators are
 TFLite builtin operators (`type` is the BuiltinOperator name, e.g. "CONV_2D") that refer to arrays by
 name, so rewiring is changing a string. An array is constant exactly when it has `data`; it is
-quantized exactly when it has `quant` (later stages fill `minmax` and `quant`).
+quantized exactly when it has `quant` (calibration fills `minmax`, the quantize steps `quant`).
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ class Operator:
     `options` holds the fields of the op's TFLite options table by their schema names
     (e.g. {"stride_w": 2}); the fused activation lives apart because transformations change it.
     `source` is the ONNX node the op came from, for error messages.
+    Under --quantize, `int8` says the op runs its int8 kernel, and `float_reason` why one that
+    handles float tensors stays float (both set by the quantize_activations step).
     """
 
     type: str
@@ -64,6 +66,8 @@ class Operator:
     options: dict = field(default_factory=dict)
     fused_activation: str = "NONE"
     source: str = ""
+    int8: bool = False
+    float_reason: str = ""
 
 
 class Model:
@@ -89,6 +93,13 @@ class Model:
         """Creates an array under a fresh name derived from `hint` and returns that name."""
         name = self.unique_name(hint)
         self.arrays[name] = Array(name, np.dtype(dtype), tuple(int(d) for d in shape), data)
+        return name
+
+    def add_array_like(self, hint: str, shape, like: str) -> str:
+        """A new activation array holding `like`'s values rearranged (transposed, reshaped, or a
+        slice of them): same dtype, and its calibrated range as a bound."""
+        name = self.add_array(hint, shape, self.arrays[like].dtype)
+        self.arrays[name].minmax = self.arrays[like].minmax
         return name
 
     def add_constant(self, hint: str, value) -> str:

@@ -17,6 +17,7 @@ from . import (  # noqa: F401
     norms,
     pad,
     pool,
+    quantize,
     reduce,
     reshape,
     resize,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import evaluate_unary, onnx_op, onnx_ops_as, tflite_op
+from .registry import FREE, FREE_BINARY, QuantRule, evaluate_unary, onnx_op, onnx_ops_as, tflite_op
 from .unary import erf_reference
 from .versions import by_input_dtype, int16_io_or_int8
 
@@ -28,14 +28,16 @@ def apply_fused_activation(value: np.ndarray, activation: str) -> np.ndarray:
 
 
 
-tflite_op("RELU", evaluate=evaluate_unary(lambda x: np.maximum(x, 0)), layout="elementwise",
+tflite_op("RELU", quant=FREE, evaluate=evaluate_unary(lambda x: np.maximum(x, 0)), layout="elementwise",
           version=by_input_dtype({np.int16: 3, np.int8: 2, np.uint8: 2}))
-tflite_op("RELU6", evaluate=evaluate_unary(lambda x: np.clip(x, 0, 6)), layout="elementwise",
+tflite_op("RELU6", quant=FREE, evaluate=evaluate_unary(lambda x: np.clip(x, 0, 6)), layout="elementwise",
           version=by_input_dtype({np.int16: 3, np.int8: 2}))
-tflite_op("RELU_N1_TO_1", evaluate=evaluate_unary(lambda x: np.clip(x, -1, 1)), layout="elementwise")
-tflite_op("LOGISTIC", evaluate=evaluate_unary(lambda x: 1 / (1 + np.exp(-x))), layout="elementwise",
+tflite_op("RELU_N1_TO_1", quant=FREE, evaluate=evaluate_unary(lambda x: np.clip(x, -1, 1)), layout="elementwise")
+tflite_op("LOGISTIC", quant=QuantRule(output="fixed", fixed_params=(1 / 256, -128)),
+          evaluate=evaluate_unary(lambda x: 1 / (1 + np.exp(-x))), layout="elementwise",
           version=int16_io_or_int8(3, 2))
-tflite_op("TANH", evaluate=evaluate_unary(np.tanh), layout="elementwise", version=int16_io_or_int8(3, 2))
+tflite_op("TANH", quant=QuantRule(output="fixed", fixed_params=(1 / 128, 0)),
+          evaluate=evaluate_unary(np.tanh), layout="elementwise", version=int16_io_or_int8(3, 2))
 
 _leaky_relu_version = by_input_dtype({np.int16: 2})
 _gelu_version = by_input_dtype({np.int8: 2, np.uint8: 2})
@@ -57,16 +59,16 @@ def _leaky_relu(inputs, op):
     return _prelu([inputs[0], np.float32(op.options["alpha"])], op)
 
 
-tflite_op("LEAKY_RELU", options="LeakyReluOptions", layout="elementwise", version=_leaky_relu_version,
+tflite_op("LEAKY_RELU", quant=FREE, options="LeakyReluOptions", layout="elementwise", version=_leaky_relu_version,
           evaluate=_leaky_relu)
 # PRELU broadcasts alpha against the input: as an elementwise op, sink_transposes transposes a
 # constant alpha (padded to the input's rank) together with the activation.
-tflite_op("PRELU", evaluate=_prelu, layout="elementwise")
+tflite_op("PRELU", quant=FREE_BINARY, evaluate=_prelu, layout="elementwise")
 tflite_op("ELU", evaluate=evaluate_unary(lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0)))),
           layout="elementwise")
-tflite_op("HARD_SWISH", options="HardSwishOptions", layout="elementwise",
+tflite_op("HARD_SWISH", quant=FREE, options="HardSwishOptions", layout="elementwise",
           evaluate=evaluate_unary(lambda x: x * np.clip(x + 3, 0, 6) / 6))
-tflite_op("GELU", options="GeluOptions", layout="elementwise", version=_gelu_version,
+tflite_op("GELU", quant=FREE, options="GeluOptions", layout="elementwise", version=_gelu_version,
           evaluate=lambda inputs, op: [_gelu(inputs[0], op.options.get("approximate", False))
                                        .astype(inputs[0].dtype)])
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape
-from .registry import onnx_op, tflite_op
+from .registry import QuantRule, onnx_op, tflite_op
 from .versions import by_input_dtype
 
 
@@ -46,7 +46,7 @@ _argmax_version = by_input_dtype({np.bool_: 3, np.int8: 2})  # the output type d
 
 for _name, _options, _fn in [("ARG_MAX", "ArgMaxOptions", np.argmax),
                              ("ARG_MIN", "ArgMinOptions", np.argmin)]:
-    tflite_op(_name, options=_options, evaluate=_evaluate(_fn), layout="axis",
+    tflite_op(_name, options=_options, evaluate=_evaluate(_fn), layout="axis", quant=QuantRule(output="none"),
               layout_inputs=(0,), remap_axes=_remap_axis, version=_argmax_version)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import onnx_ops_as, tflite_op
+from .registry import QuantRule, onnx_ops_as, tflite_op
 from .versions import by_input_dtype
 
 
@@ -32,11 +32,14 @@ _COMPARISONS = {
 }
 
 for _tfl, _options, _fn, _table in _COMPARISONS.values():
+    # Comparisons of int8 inputs rescale both sides in the kernel; logical ops read booleans.
     tflite_op(_tfl, options=_options, evaluate=_binary(_fn), layout="elementwise",
-              version=by_input_dtype(_table))
+              version=by_input_dtype(_table),
+              quant=QuantRule(activations=(0, 1), output="none") if _table else None)
 tflite_op("LOGICAL_NOT", options="LogicalNotOptions", layout="elementwise",
           evaluate=lambda inputs, op: [np.logical_not(inputs[0])])
 tflite_op("SELECT_V2", options="SelectV2Options", layout="elementwise",
+          quant=QuantRule(activations=(1, 2), output="same"),
           evaluate=lambda inputs, op: [np.where(*inputs)],
           version=by_input_dtype({np.uint32: 2}))  # not rank: SELECT (v1) has the rank rule
 

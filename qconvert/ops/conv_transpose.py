@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import from_channels_last, reshape, to_channels_last
-from .registry import onnx_op, tflite_op
+from .registry import QuantRule, onnx_op, tflite_op
 from .versions import INT8, INT16, input_dtype, is_type
 
 
@@ -32,7 +32,9 @@ def _transpose_conv_version(op, model):
     return 2 if input_dtype(op, model, 1) == INT8 else 1
 
 
-tflite_op("TRANSPOSE_CONV", options="TransposeConvOptions", version=_transpose_conv_version)
+# Inputs: output shape, weights OHWI (per output channel along axis 0), input, bias.
+tflite_op("TRANSPOSE_CONV", options="TransposeConvOptions", version=_transpose_conv_version,
+          quant=QuantRule(activations=(2,), weight=1, weight_axis=0, bias=3))
 
 
 def _out_and_begins(node, in_spatial, kernel, strides, output_padding, pads, output_shape):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import onnx_op, tflite_op
+from .registry import FREE_BINARY, QuantRule, onnx_op, tflite_op
 from .versions import (
     INT8,
     INT16,
@@ -88,18 +88,20 @@ def _max_min_version(op, model):
     return 2 if input_dtype(op, model) == INT8 else 1
 
 
-tflite_op("ADD", options="AddOptions", evaluate=_binary(np.add), layout="elementwise",
+tflite_op("ADD", options="AddOptions", quant=FREE_BINARY, evaluate=_binary(np.add), layout="elementwise",
           version=_add_version)
-tflite_op("SUB", options="SubOptions", evaluate=_binary(np.subtract), layout="elementwise",
+tflite_op("SUB", options="SubOptions", quant=FREE_BINARY, evaluate=_binary(np.subtract), layout="elementwise",
           version=_sub_version)
-tflite_op("MUL", options="MulOptions", evaluate=_binary(np.multiply), layout="elementwise",
+tflite_op("MUL", options="MulOptions", quant=FREE_BINARY, evaluate=_binary(np.multiply), layout="elementwise",
           version=_mul_version)
 tflite_op("DIV", options="DivOptions", evaluate=_binary(_int_div), layout="elementwise",
           version=_div_version)
-tflite_op("MAXIMUM", evaluate=_binary(np.maximum), layout="elementwise", version=_max_min_version)
-tflite_op("MINIMUM", evaluate=_binary(np.minimum), layout="elementwise", version=_max_min_version)
+tflite_op("MAXIMUM", evaluate=_binary(np.maximum), layout="elementwise", version=_max_min_version,
+          quant=QuantRule(activations=(0, 1), output="same"))
+tflite_op("MINIMUM", evaluate=_binary(np.minimum), layout="elementwise", version=_max_min_version,
+          quant=QuantRule(activations=(0, 1), output="same"))
 tflite_op("POW", evaluate=_binary(np.power), layout="elementwise")
-tflite_op("SQUARED_DIFFERENCE", evaluate=_binary(lambda a, b: (a - b) ** 2), layout="elementwise",
+tflite_op("SQUARED_DIFFERENCE", quant=FREE_BINARY, evaluate=_binary(lambda a, b: (a - b) ** 2), layout="elementwise",
           version=by_input_dtype({np.int8: 2}))
 
 _BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Pow": "POW"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape
-from .registry import onnx_op, tflite_op
+from .registry import QuantRule, onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, input_dtype, is_type, scale_count
 
 
@@ -63,7 +63,9 @@ def _evaluate_batch_matmul(inputs, op):
     return [np.matmul(a, b).astype(a.dtype)]
 
 
+# Weights [out, in]: per output channel along axis 0 (per tensor with --per-tensor-fc).
 tflite_op("FULLY_CONNECTED", options="FullyConnectedOptions", version=_fc_version,
+          quant=QuantRule(weight=1, weight_axis=0, bias=2),
           evaluate=_evaluate_fc)
 tflite_op("BATCH_MATMUL", options="BatchMatMulOptions", version=_batch_matmul_version,
           evaluate=_evaluate_batch_matmul)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import onnx_op, tflite_op
+from .registry import FREE, SAME, onnx_op, tflite_op
 from .versions import by_input_dtype
 
 
@@ -36,12 +36,17 @@ def remap_reduce_axes(op, model, perm):
 
 # op_version.cc per reducer (uint8 is version 1 for all of them; REDUCE_ANY/ALL have no rule).
 _INT8_INT16 = {np.int16: 3, np.int8: 2}
-for _name, _fn, _table in [("MEAN", np.mean, _INT8_INT16), ("SUM", np.sum, {np.int8: 2}),
-                           ("REDUCE_MAX", np.max, _INT8_INT16), ("REDUCE_MIN", np.min, _INT8_INT16),
-                           ("REDUCE_PROD", np.prod, {np.int8: 2, np.int16: 2}),
-                           ("REDUCE_ANY", np.any, {}), ("REDUCE_ALL", np.all, {})]:
+# int8: MEAN and SUM rescale (free output); REDUCE_MAX/MIN pick input values (same params).
+# REDUCE_PROD stays float: its int8 kernel multiplies in the quantized domain, losing precision
+# fast with the number of reduced elements.
+for _name, _fn, _table, _quant in [
+        ("MEAN", np.mean, _INT8_INT16, FREE), ("SUM", np.sum, {np.int8: 2}, FREE),
+        ("REDUCE_MAX", np.max, _INT8_INT16, SAME), ("REDUCE_MIN", np.min, _INT8_INT16, SAME),
+        ("REDUCE_PROD", np.prod, {np.int8: 2, np.int16: 2}, None),
+        ("REDUCE_ANY", np.any, {}, None), ("REDUCE_ALL", np.all, {}, None)]:
     tflite_op(_name, options="ReducerOptions", evaluate=_evaluate(_fn), layout="axis",
-              layout_inputs=(0,), remap_axes=remap_reduce_axes, version=by_input_dtype(_table))
+              layout_inputs=(0,), remap_axes=remap_reduce_axes, version=by_input_dtype(_table),
+              quant=_quant)
 
 _REDUCERS = {"ReduceMean": "MEAN", "ReduceSum": "SUM", "ReduceMax": "REDUCE_MAX",
              "ReduceMin": "REDUCE_MIN", "ReduceProd": "REDUCE_PROD", "ReduceL2": "SUM",

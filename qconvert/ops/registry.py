@@ -28,6 +28,47 @@ def _version_1(op: Operator, model: Model) -> int:
     return 1
 
 
+# How an op's output params relate to its inputs' in the int8 kernel (quantization-spec.md (e)):
+#   "free":  the output gets its own params from its calibrated range (CONV_2D, ADD, ...);
+#   "same":  every quantized input and the output share one (scale, zero point) -- the kernel
+#            copies or compares raw int8 values (RESHAPE, MAX_POOL_2D, CONCATENATION, ...);
+#   "fixed": the kernel requires `fixed_params` on the output (SOFTMAX, LOGISTIC, TANH, ...);
+#   "none":  the output is not a quantized tensor (ARG_MAX's indices, a comparison's booleans).
+OUTPUT_RULES = ("free", "same", "fixed", "none")
+
+
+@dataclass(frozen=True)
+class QuantRule:
+    """How an op runs its int8 kernel; an OpDef without one stays float under --quantize.
+
+    activations: the input indices quantized as asymmetric int8 activations (None: all inputs).
+                 A constant there is quantized like an activation, over its own range ("free"
+                 ops) or with the output's params ("same" ops). Inputs not listed (shapes, axes,
+                 indices) are left as they are.
+    weight:      the input holding constant weights: symmetric int8, narrow range, zero point 0,
+                 per channel along `weight_axis` (None: per tensor).
+    bias:        the input holding the constant bias: int32, scale input_scale * weight_scale.
+    output:      one of OUTPUT_RULES; `fixed_params` (scale, zero_point) for "fixed".
+    """
+
+    activations: tuple[int, ...] | None = (0,)
+    weight: int | None = None
+    weight_axis: int | None = None
+    bias: int | None = None
+    output: str = "free"
+    fixed_params: tuple[float, int] | None = None
+
+    def activation_inputs(self, op: Operator) -> list[int]:
+        indices = range(len(op.inputs)) if self.activations is None else self.activations
+        return [i for i in indices if i < len(op.inputs) and op.inputs[i]]
+
+
+# The rules most ops share.
+FREE = QuantRule()
+SAME = QuantRule(output="same")
+FREE_BINARY = QuantRule(activations=(0, 1))
+
+
 @dataclass(frozen=True)
 class OpDef:
     """How one TFLite builtin is written, versioned, evaluated and moved through.
@@ -43,6 +84,8 @@ class OpDef:
     remap_axes: for layout "axis": (op, model, perm) -> out_perm | None. The op read
               transpose(x, perm); rewrite its axis options/inputs so it reads x instead, and return
               the permutation that turns its new output into the old one (None: cannot).
+    quant:    the QuantRule of the op's int8 kernel, or None when TFLite has none (the op then
+              stays float under --quantize, between DEQUANTIZE and QUANTIZE).
     """
 
     name: str
@@ -52,6 +95,7 @@ class OpDef:
     layout: str | None = None
     layout_inputs: tuple[int, ...] | None = None
     remap_axes: Callable | None = None
+    quant: QuantRule | None = None
 
 
 def evaluate_unary(fn: Callable[[np.ndarray], np.ndarray]):

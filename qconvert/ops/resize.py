@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import channels_last_tensor, to_channels_first, to_channels_last
-from .registry import onnx_op, tflite_op
+from .registry import SAME, onnx_op, tflite_op
 
 # Flag pairs (align_corners, half_pixel_centers) tried in order of the op version they need.
 _NEAREST_FLAGS = [(False, False), (False, True), (True, False)]
@@ -37,8 +37,9 @@ def _version(flags: tuple[str, ...]):
     return version
 
 
-tflite_op("RESIZE_BILINEAR", options="ResizeBilinearOptions", version=_version(("half_pixel_centers",)))
-tflite_op("RESIZE_NEAREST_NEIGHBOR", options="ResizeNearestNeighborOptions",
+tflite_op("RESIZE_BILINEAR", options="ResizeBilinearOptions", version=_version(("half_pixel_centers",)),
+          quant=SAME)
+tflite_op("RESIZE_NEAREST_NEIGHBOR", options="ResizeNearestNeighborOptions", quant=SAME,
           version=_version(("half_pixel_centers", "align_corners")))
 
 

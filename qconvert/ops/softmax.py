@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape, transpose
-from .registry import onnx_op, tflite_op
+from .registry import QuantRule, onnx_op, tflite_op
 from .versions import by_input_dtype
 
 
@@ -18,9 +18,11 @@ def _softmax(x, beta=1.0):
 
 
 tflite_op("SOFTMAX", options="SoftmaxOptions",
+          quant=QuantRule(output="fixed", fixed_params=(1 / 256, -128)),
           version=by_input_dtype({np.int16: 3, np.int8: 2}),
           evaluate=lambda inputs, op: [_softmax(inputs[0], op.options.get("beta", 1.0)).astype(inputs[0].dtype)])
-tflite_op("LOG_SOFTMAX", options="LogSoftmaxOptions", version=by_input_dtype({np.int8: 2}),
+tflite_op("LOG_SOFTMAX", options="LogSoftmaxOptions",
+          quant=QuantRule(output="fixed", fixed_params=(16 / 256, 127)), version=by_input_dtype({np.int8: 2}),
           evaluate=lambda inputs, op: [np.log(_softmax(inputs[0])).astype(inputs[0].dtype)])
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import channels_last_tensor, reshape, to_channels_first, to_channels_last, transpose
-from .registry import onnx_op, tflite_op
+from .registry import SAME, onnx_op, tflite_op
 from .slice import strided_slice
 from .versions import by_input_dtype
 
@@ -38,9 +38,9 @@ def _evaluate_space_to_depth(inputs, op):
 _version = by_input_dtype({np.int8: 2})
 
 
-tflite_op("DEPTH_TO_SPACE", options="DepthToSpaceOptions", version=_version,
+tflite_op("DEPTH_TO_SPACE", options="DepthToSpaceOptions", quant=SAME, version=_version,
           evaluate=_evaluate_depth_to_space)
-tflite_op("SPACE_TO_DEPTH", options="SpaceToDepthOptions", version=_version,
+tflite_op("SPACE_TO_DEPTH", options="SpaceToDepthOptions", quant=SAME, version=_version,
           evaluate=_evaluate_space_to_depth)
 
 

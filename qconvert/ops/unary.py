@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .registry import evaluate_unary, onnx_op, onnx_ops_as, tflite_op
+from .registry import FREE, evaluate_unary, onnx_op, onnx_ops_as, tflite_op
 from .versions import by_input_dtype, has_quantization, input_dtype
 
 # Suffix of Operator.source on every op of an Erf composition (see erf_group in identify_gelu).
@@ -46,12 +46,12 @@ def _abs_version(op, model) -> int:
 
 
 tflite_op("SQRT", evaluate=evaluate_unary(np.sqrt), layout="elementwise")
-tflite_op("RSQRT", evaluate=evaluate_unary(lambda x: 1 / np.sqrt(x)), layout="elementwise",
+tflite_op("RSQRT", quant=FREE, evaluate=evaluate_unary(lambda x: 1 / np.sqrt(x)), layout="elementwise",
           version=_int8_int16_version(2, 3))
-tflite_op("EXP", options="ExpOptions", evaluate=evaluate_unary(np.exp), layout="elementwise",
+tflite_op("EXP", options="ExpOptions", quant=FREE, evaluate=evaluate_unary(np.exp), layout="elementwise",
           version=_int8_int16_version(2, 2))
-tflite_op("LOG", evaluate=evaluate_unary(np.log), layout="elementwise", version=_int8_int16_version(2, 2))
-tflite_op("ABS", options="AbsOptions", evaluate=evaluate_unary(np.abs), layout="elementwise",
+tflite_op("LOG", quant=FREE, evaluate=evaluate_unary(np.log), layout="elementwise", version=_int8_int16_version(2, 2))
+tflite_op("ABS", options="AbsOptions", quant=FREE, evaluate=evaluate_unary(np.abs), layout="elementwise",
           version=_abs_version)
 tflite_op("NEG", options="NegOptions", evaluate=evaluate_unary(np.negative), layout="elementwise")
 tflite_op("FLOOR", evaluate=evaluate_unary(np.floor), layout="elementwise")

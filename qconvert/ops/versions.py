@@ -17,7 +17,7 @@ How the signature is built (op_signature.cc), which these helpers mirror:
   inequality, so [1, 2, 3] vs [2, 3] broadcasts and a constant of equal shape does not; the rank
   test (GetInputMaxDims) is the largest rank over all inputs.
 - "quantized" (ABS, ADD, MUL input_quantized): the tensor has a quantization table at all, which
-  the writer writes when the array has `quant` or `minmax`.
+  the writer writes when the array has `quant`.
 - "per channel" (CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED): the filter's scale count equals its
   output-channel dimension (CONV_2D shape[0], DEPTHWISE shape[3], FULLY_CONNECTED shape[0] and > 1).
 - builtin_data: the options table as written; an option the IR leaves unset reads as the schema
@@ -54,7 +54,7 @@ def input_rank(op: Operator, model: Model, index: int = 0) -> int:
 
 def has_quantization(array: Array) -> bool:
     """Whether the written tensor carries a quantization table (what `input_quantized` tests)."""
-    return array.quant is not None or array.minmax is not None
+    return array.quant is not None
 
 
 def scale_count(array: Array) -> int:

@@ -12,18 +12,24 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import onnx
 from onnx import helper
 
 from ..errors import ConversionError
+from ..ir import MinMax, Model
+from ..ops.activations import apply_fused_activation
+from ..ops.registry import TFLITE_OPS
+from ..transforms.propagate_minmax import fill_across_same_scale_ops
 
 log = logging.getLogger("qconvert")
 
 _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                 onnx.TensorProto.BFLOAT16}
+_NUMERIC_TYPES = _FLOAT_TYPES | {getattr(onnx.TensorProto, t) for t in (
+    "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "BOOL")}
 # Protobuf cannot serialize a model of 2 GiB or more; such a model goes to onnxruntime via a file.
 _PROTO_LIMIT = (2 << 30) - (64 << 20)
 
@@ -101,107 +107,168 @@ def _copy_without_data(model: onnx.ModelProto, out: onnx.ModelProto) -> None:
         out.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
 
 
+class CalibrationRun:
+    """An onnxruntime session over a copy of `model` with the tensors to calibrate exposed as
+    outputs. Build it while the ONNX model still holds its weights (the loader frees them); the
+    session keeps its own copy. `tensor_names` None means every float tensor that is a graph input
+    or a node output; "all" every numeric one; otherwise those tensors (of any numeric type)."""
+
+    def __init__(self, model: onnx.ModelProto, tensor_names: list[str] | str | None = None):
+        import onnxruntime as ort
+
+        graph = model.graph
+        initializers = {t.name for t in graph.initializer}
+        graph_inputs = [i.name for i in graph.input if i.name not in initializers]
+        produced = [o for n in graph.node for o in n.output if o]
+        types = _tensor_types(model)
+        if tensor_names is None or tensor_names == "all":
+            kinds = _FLOAT_TYPES if tensor_names is None else _NUMERIC_TYPES
+            wanted = [n for n in dict.fromkeys(graph_inputs + produced) if types.get(n) in kinds]
+        else:
+            known = set(graph_inputs) | set(produced)
+            unknown = [n for n in tensor_names if n not in known]
+            if unknown:
+                raise ValueError(f"calibrate_ranges: {unknown[0]!r} is not a graph input or node output")
+            wanted = list(dict.fromkeys(tensor_names))
+        self.from_feeds = [n for n in wanted if n in graph_inputs]
+        self.fetched = [n for n in wanted if n not in graph_inputs]
+
+        # The copy exposes the wanted tensors as outputs; the caller's model stays as it was.
+        work = onnx.ModelProto()
+        work.CopyFrom(model)
+        existing = {o.name for o in work.graph.output}
+        for name in self.fetched:
+            if name not in existing:
+                if name in types:
+                    work.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
+                else:
+                    vi = work.graph.output.add()
+                    vi.name = name
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.log_severity_level = 3
+        providers = ["CPUExecutionProvider"]
+        try:
+            if work.ByteSize() < _PROTO_LIMIT:
+                self.session = ort.InferenceSession(work.SerializeToString(), options, providers=providers)
+                del work
+            else:
+                with tempfile.TemporaryDirectory(prefix="qconvert-calib-") as tmp:
+                    file = os.path.join(tmp, "model.onnx")
+                    onnx.save_model(work, file, save_as_external_data=True, location="weights.bin")
+                    del work
+                    self.session = ort.InferenceSession(file, options, providers=providers)
+        except Exception as e:  # onnxruntime raises its own exception types
+            raise ConversionError(f"onnxruntime cannot load the model for calibration: "
+                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+    def ranges(self, samples: Iterable[dict[str, np.ndarray]], progress: bool = False,
+               derive: Callable[[dict[str, np.ndarray]], Iterable[tuple[str, np.ndarray]]]
+               | None = None) -> dict[str, tuple[float, float]]:
+        """Runs every sample and returns {tensor: (min, max)}, TOCO's global min/max over all
+        samples (NaN skipped). A tensor that never holds a non-NaN value (empty, or NaN
+        throughout) has no entry. `derive`, if given, gets each sample's values by name and
+        yields more (name, value) pairs whose ranges are recorded too (tensors the ONNX graph
+        does not have). Memory is bounded by one sample's activations."""
+        input_types = {i.name: i.type for i in self.session.get_inputs()}
+        lows: dict[str, float] = {}
+        highs: dict[str, float] = {}
+        nan_counts: dict[str, int] = {}
+
+        def update(name: str, value) -> None:
+            value = np.asarray(value)
+            if value.size == 0 or value.dtype.kind not in "fiub":
+                return
+            if value.dtype.kind == "f":
+                nans = int(np.count_nonzero(np.isnan(value)))
+                if nans:
+                    nan_counts[name] = nan_counts.get(name, 0) + nans
+                    if nans == value.size:
+                        return
+                    lo, hi = float(np.nanmin(value)), float(np.nanmax(value))
+                else:
+                    lo, hi = float(value.min()), float(value.max())
+            else:
+                lo, hi = float(value.min()), float(value.max())
+            if name in lows:
+                lows[name] = min(lows[name], lo)
+                highs[name] = max(highs[name], hi)
+            else:
+                lows[name], highs[name] = lo, hi
+
+        bar = _Progress(progress, len(samples) if hasattr(samples, "__len__") else None)
+        done = 0
+        for sample in samples:
+            feeds = {n: v for n, v in sample.items() if n in input_types}
+            missing = [n for n in input_types if n not in feeds]
+            if missing:
+                raise ConversionError(f"calibration sample {done} has no value for model input {missing[0]!r}")
+            try:
+                values = self.session.run(self.fetched, feeds) if self.fetched else []
+            except Exception as e:  # onnxruntime raises its own exception types
+                raise ConversionError(f"onnxruntime failed on calibration sample {done}: "
+                                      f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            known = {n: feeds[n] for n in self.from_feeds}
+            known.update(zip(self.fetched, values))
+            for name, value in known.items():
+                update(name, value)
+            if derive is not None:
+                for name, value in derive(known):
+                    update(name, value)
+            del values, feeds, sample, known
+            done += 1
+            bar.update(done)
+        bar.update(done, final=True)
+        for name, n in nan_counts.items():
+            log.warning("calibration: tensor %r had %d NaN value%s, skipped", name, n, "" if n == 1 else "s")
+        return {n: (lows[n], highs[n]) for n in lows}
+
+
 def calibrate_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]],
                      tensor_names: list[str] | None = None,
                      progress: bool = False) -> dict[str, tuple[float, float]]:
-    """Runs the float model on every sample and returns {tensor: (min, max)}, TOCO's global
-    min/max over all samples (NaN skipped). `tensor_names` None means every float tensor that is
-    a graph input or a node output; otherwise those tensors (of any numeric type). A tensor that
-    never holds a non-NaN value (empty, or NaN throughout) has no entry. `model` is not modified;
-    memory is bounded by one sample's activations."""
-    import onnxruntime as ort
+    """Runs the float model on every sample and returns {tensor: (min, max)} (see CalibrationRun:
+    `tensor_names` None means every float graph input and node output). `model` is not modified."""
+    return CalibrationRun(model, tensor_names).ranges(samples, progress)
 
-    graph = model.graph
-    initializers = {t.name for t in graph.initializer}
-    graph_inputs = [i.name for i in graph.input if i.name not in initializers]
-    produced = [o for n in graph.node for o in n.output if o]
-    types = _tensor_types(model)
-    if tensor_names is None:
-        wanted = [n for n in dict.fromkeys(graph_inputs + produced) if types.get(n) in _FLOAT_TYPES]
-    else:
-        known = set(graph_inputs) | set(produced)
-        unknown = [n for n in tensor_names if n not in known]
-        if unknown:
-            raise ValueError(f"calibrate_ranges: {unknown[0]!r} is not a graph input or node output")
-        wanted = list(dict.fromkeys(tensor_names))
-    from_feeds = [n for n in wanted if n in graph_inputs]
-    fetched = [n for n in wanted if n not in graph_inputs]
 
-    # The copy exposes the wanted tensors as outputs; the caller's model stays as it was.
-    work = onnx.ModelProto()
-    work.CopyFrom(model)
-    existing = {o.name for o in work.graph.output}
-    for name in fetched:
-        if name not in existing:
-            if name in types:
-                work.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
-            else:
-                vi = work.graph.output.add()
-                vi.name = name
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.log_severity_level = 3
-    providers = ["CPUExecutionProvider"]
-    try:
-        if work.ByteSize() < _PROTO_LIMIT:
-            session = ort.InferenceSession(work.SerializeToString(), options, providers=providers)
-            del work
-        else:
-            with tempfile.TemporaryDirectory(prefix="qconvert-calib-") as tmp:
-                file = os.path.join(tmp, "model.onnx")
-                onnx.save_model(work, file, save_as_external_data=True, location="weights.bin")
-                del work
-                session = ort.InferenceSession(file, options, providers=providers)
-    except Exception as e:  # onnxruntime raises its own exception types
-        raise ConversionError(f"onnxruntime cannot load the model for calibration: "
-                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    input_types = {i.name: i.type for i in session.get_inputs()}
+def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[str, np.ndarray]],
+                    progress: bool = False) -> int:
+    """Sets `minmax` on the float activation arrays of `model`, the IR freshly loaded from the
+    ONNX model `run` was built on (before any transformation, so its arrays are still in the ONNX
+    layout), from `run` over `samples`. Returns how many arrays got a range. `run` must expose
+    every numeric tensor (CalibrationRun(proto, "all")).
 
-    lows: dict[str, float] = {}
-    highs: dict[str, float] = {}
-    nan_counts: dict[str, int] = {}
+    Arrays named after an ONNX tensor get that tensor's range. Arrays an importer added (a
+    decomposition's intermediate, a layout TRANSPOSE's output) are computed per sample with the
+    IR ops' own numpy `evaluate` from the ONNX values; those without one (CONV_2D's NHWC output)
+    get their range later through the same-scale ops around them (propagate_minmax).
+    """
+    onnx_names = set(run.from_feeds) | set(run.fetched)
+    derived = [op for op in model.operators
+               if TFLITE_OPS[op.type].evaluate is not None and any(o not in onnx_names for o in op.outputs)]
 
-    def update(name: str, value) -> None:
-        value = np.asarray(value)
-        if value.size == 0 or value.dtype.kind not in "fiub":
-            return
-        if value.dtype.kind == "f":
-            nans = int(np.count_nonzero(np.isnan(value)))
-            if nans:
-                nan_counts[name] = nan_counts.get(name, 0) + nans
-                if nans == value.size:
-                    return
-                lo, hi = float(np.nanmin(value)), float(np.nanmax(value))
-            else:
-                lo, hi = float(value.min()), float(value.max())
-        else:
-            lo, hi = float(value.min()), float(value.max())
-        if name in lows:
-            lows[name] = min(lows[name], lo)
-            highs[name] = max(highs[name], hi)
-        else:
-            lows[name], highs[name] = lo, hi
+    def derive(values: dict[str, np.ndarray]):
+        local = dict(values)
+        for op in derived:
+            inputs = [local.get(n, model.constant(n)) if n else None for n in op.inputs]
+            if any(n and v is None for n, v in zip(op.inputs, inputs)):
+                continue
+            outputs = TFLITE_OPS[op.type].evaluate(inputs, op)
+            for name, value in zip(op.outputs, outputs):
+                value = apply_fused_activation(np.asarray(value), op.fused_activation)
+                if name not in onnx_names:
+                    local[name] = value
+                    yield name, value
 
-    bar = _Progress(progress, len(samples) if hasattr(samples, "__len__") else None)
-    done = 0
-    for sample in samples:
-        feeds = {n: v for n, v in sample.items() if n in input_types}
-        missing = [n for n in input_types if n not in feeds]
-        if missing:
-            raise ConversionError(f"calibration sample {done} has no value for model input {missing[0]!r}")
-        try:
-            values = session.run(fetched, feeds) if fetched else []
-        except Exception as e:  # onnxruntime raises its own exception types
-            raise ConversionError(f"onnxruntime failed on calibration sample {done}: "
-                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        for name in from_feeds:
-            update(name, feeds[name])
-        for name, value in zip(fetched, values):
-            update(name, value)
-        del values, feeds, sample
-        done += 1
-        bar.update(done)
-    bar.update(done, final=True)
-    for name, n in nan_counts.items():
-        log.warning("calibration: tensor %r had %d NaN value%s, skipped", name, n, "" if n == 1 else "s")
-    return {n: (lows[n], highs[n]) for n in wanted if n in lows}
+    ranges = run.ranges(samples, progress, derive=derive if derived else None)
+    count = 0
+    for name, (lo, hi) in ranges.items():
+        array = model.arrays.get(name)
+        if array is not None and array.dtype.kind == "f":
+            array.minmax = MinMax(lo, hi)
+            count += 1
+    # Now, while every CONV_2D's NHWC output still sits next to its TRANSPOSE back to the ONNX tensor.
+    while fill_across_same_scale_ops(model):
+        pass
+    return count

@@ -219,7 +219,7 @@ class _Writer:
     def _tensor(self, b: flatbuffers.Builder, name: str) -> int:
         array = self.model.arrays[name]
         quant = None
-        if array.quant is not None or array.minmax is not None:
+        if array.quant is not None:
             quant = self._quantization(b, array)
         shape = self._ints(b, array.shape)
         name_off = b.CreateString(name)
@@ -234,16 +234,12 @@ class _Writer:
         ])
 
     def _quantization(self, b: flatbuffers.Builder, array) -> int:
-        fields = []
-        if array.minmax is not None:
-            fields += [("Min", self._ints(b, [array.minmax.min], np.float32)),
-                       ("Max", self._ints(b, [array.minmax.max], np.float32))]
-        if array.quant is not None:
-            q = array.quant
-            fields += [("Scale", self._ints(b, q.scale, np.float32)),
-                       ("ZeroPoint", self._ints(b, q.zero_point, np.int64)),
-                       ("QuantizedDimension", q.axis or None)]
-        return self._table(b, "QuantizationParameters", fields)
+        # Only scale and zero point: the calibrated min/max are the converter's working data.
+        q = array.quant
+        return self._table(b, "QuantizationParameters", [
+            ("Scale", self._ints(b, q.scale, np.float32)),
+            ("ZeroPoint", self._ints(b, q.zero_point, np.int64)),
+            ("QuantizedDimension", q.axis or None)])
 
     def _operator(self, b: flatbuffers.Builder, op, code: int) -> int:
         options = _options_object(op)

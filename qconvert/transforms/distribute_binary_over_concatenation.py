@@ -45,7 +45,7 @@ def distribute_binary_over_concatenation(model: Model) -> bool:
             width = model.arrays[name].shape[-1]
             piece = per_channel[start:start + width].astype(value.dtype)
             start += width
-            result = model.add_array(name + "_scaled", model.arrays[name].shape, model.arrays[name].dtype)
+            result = model.add_array_like(name + "_scaled", model.arrays[name].shape, op.outputs[0])
             model.operators.insert(index + k, Operator(
                 op.type, [name, model.add_constant(op.inputs[1], piece)], [result],
                 dict(op.options), op.fused_activation, op.source))

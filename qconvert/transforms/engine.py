@@ -20,14 +20,26 @@ Step = Callable[[Model], bool]
 MAX_ROUNDS = 1000
 
 
+def _after_change(model: Model, name: str) -> None:
+    log.debug("step %s changed the model", name)
+    model.remove_unused()
+    model.check_invariants()
+
+
+def run_once(model: Model, steps: list[tuple[str, Step]]) -> None:
+    """Runs each step once, in order: for phases whose steps build on each other's decisions
+    (the quantize steps), where a second round would have nothing left to do."""
+    for name, step in steps:
+        if step(model):
+            _after_change(model, name)
+
+
 def run_to_fixed_point(model: Model, steps: list[tuple[str, Step]]) -> None:
     for _ in range(MAX_ROUNDS):
         changed = False
         for name, step in steps:
             if step(model):
-                log.debug("step %s changed the model", name)
-                model.remove_unused()
-                model.check_invariants()
+                _after_change(model, name)
                 changed = True
         if not changed:
             return

@@ -1,15 +1,21 @@
 """The transformation pipeline: the one place that says which steps run, in which order.
 
-Each step is one function in its own file; run_to_fixed_point repeats the list until no step
-changes the model, so a step that must wait for another simply does nothing until then.
+Each step is one function in its own file. The float steps run to a fixed point (the list repeats
+until no step changes the model, so a step that must wait for another simply does nothing until
+then). With --quantize, the quantize steps then run once each, in order: each builds on the
+decisions of the ones before it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 from ..ir import Model
 from .channels_last_io import channels_last_io
 from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
-from .engine import Step, run_to_fixed_point
+from .check_quantization import check_quantization
+from .engine import Step, run_once, run_to_fixed_point
 from .fold_constants import fold_constants
 from .fold_transpose_into_fully_connected import fold_transpose_into_fully_connected
 from .fuse_activation import fuse_activation
@@ -17,8 +23,14 @@ from .fuse_binary_into_affine import fuse_binary_into_affine
 from .hoist_transpose_through_reshape import hoist_transpose_through_reshape
 from .identify_gelu import identify_gelu
 from .identify_relu6 import identify_relu6
+from .insert_quantize_dequantize import insert_quantize_dequantize
 from .merge_reshapes import merge_reshapes
+from .propagate_minmax import propagate_minmax
+from .quantize_activations import quantize_activations
+from .quantize_biases import quantize_biases
+from .quantize_weights import quantize_weights
 from .remove_identity import remove_identity
+from .remove_trivial_activation import remove_trivial_activation
 from .sink_transpose_through_reshape import sink_transpose_through_reshape
 from .sink_transposes import sink_transposes
 from .transpose_to_reshape import transpose_to_reshape
@@ -40,6 +52,27 @@ FLOAT_STEPS: list[tuple[str, Step]] = [
 ]
 
 
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """The choices of --quantize that the quantize steps need (calibration happens before)."""
+
+    io_type: str = "float"  # "float", "int8" or "uint8"
+    per_tensor_fc: bool = False
+    default_range: tuple[float, float] | None = None
+
+
+def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
+    return [
+        ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range)),
+        ("quantize_activations", quantize_activations),
+        ("quantize_weights", partial(quantize_weights, per_tensor_fc=options.per_tensor_fc)),
+        ("quantize_biases", quantize_biases),
+        ("insert_quantize_dequantize", partial(insert_quantize_dequantize, io_type=options.io_type)),
+        ("remove_trivial_activation", remove_trivial_activation),
+        ("check_quantization", check_quantization),
+    ]
+
+
 def build_pipeline(io_layout: str = "nhwc") -> list[tuple[str, Step]]:
     steps = list(FLOAT_STEPS)
     if io_layout == "nhwc":
@@ -51,3 +84,8 @@ def build_pipeline(io_layout: str = "nhwc") -> list[tuple[str, Step]]:
 
 def run_pipeline(model: Model, io_layout: str = "nhwc") -> None:
     run_to_fixed_point(model, build_pipeline(io_layout))
+
+
+def run_quantize_pipeline(model: Model, options: QuantizeOptions) -> None:
+    """After run_pipeline, on a model whose arrays carry calibrated ranges."""
+    run_once(model, quantize_steps(options))

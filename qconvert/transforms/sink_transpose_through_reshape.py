@@ -77,7 +77,7 @@ def sink_transpose_through_reshape(model: Model) -> bool:
                 position[k] = len(new_shape)
                 new_shape.append(after[k])
         out_perm = tuple(position[k] for k in range(len(after)))
-        reshaped = model.add_array(op.outputs[0] + "_pre", new_shape, model.arrays[source].dtype)
+        reshaped = model.add_array_like(op.outputs[0] + "_pre", new_shape, op.outputs[0])
         index = model.operators.index(op)
         op.inputs = [source, model.add_constant("shape", np.array(new_shape, np.int32))]
         final = op.outputs[0]

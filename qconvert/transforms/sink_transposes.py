@@ -36,7 +36,7 @@ def add_transpose(model: Model, x: str, perm: tuple[int, ...], y: str | None = N
     """A TRANSPOSE op reading x (not yet placed in model.operators); creates y if not given."""
     shape = model.arrays[x].shape
     if y is None:
-        y = model.add_array(x + "_transposed", permuted(shape, perm), model.arrays[x].dtype)
+        y = model.add_array_like(x + "_transposed", permuted(shape, perm), x)
     perm_name = model.add_constant("perm", np.array(perm, dtype=np.int32))
     return Operator("TRANSPOSE", [x, perm_name], [y], source=source)
 
@@ -101,8 +101,8 @@ def _sink_through(model: Model, op: Operator, producers) -> bool:
     index = model.operators.index(op)
     for k, out in enumerate(list(op.outputs)):
         array = model.arrays[out]
-        inner = model.add_array(out + "_nhwc" if rank >= 3 else out + "_t",
-                                permuted(array.shape, inverse(out_perm)), array.dtype)
+        inner = model.add_array_like(out + "_nhwc" if rank >= 3 else out + "_t",
+                                     permuted(array.shape, inverse(out_perm)), out)
         op.outputs[k] = inner
         model.operators.insert(index + 1 + k, add_transpose(model, inner, out_perm, out, op.source))
     return True

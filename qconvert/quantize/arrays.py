@@ -1,0 +1,105 @@
+"""What the quantize steps ask of IR arrays and ops: ranges, activation params, int8 eligibility.
+
+The params of an int8 activation follow from its range alone (TOCO's chooser), so every step that
+needs an array's params -- the producer choosing them, a consumer's bias scale, a QUANTIZE inserted
+in front of a consumer -- computes the same numbers from the same range.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Array, MinMax, Model, Operator, QuantParams
+from ..ops.registry import TFLITE_OPS, QuantRule
+from .params import choose_quantization_params, nudged_range
+
+FLOAT32 = np.dtype(np.float32)
+INT8 = np.dtype(np.int8)
+# Ops the quantize steps insert; they are the boundary, not ops to quantize.
+BOUNDARY_OPS = ("QUANTIZE", "DEQUANTIZE")
+
+
+def rule_of(op: Operator) -> QuantRule | None:
+    return TFLITE_OPS[op.type].quant
+
+
+def value_range(array: Array) -> MinMax | None:
+    """The calibrated range of an activation, or the data range of a constant."""
+    if array.minmax is not None:
+        return array.minmax
+    if array.is_constant and array.data.size:
+        return MinMax(float(array.data.min()), float(array.data.max()))
+    return None
+
+
+def params_for_range(minmax: MinMax) -> QuantParams:
+    """Per-tensor asymmetric int8 params for a range (TOCO's chooser)."""
+    scale, zero_point = choose_quantization_params(minmax.min, minmax.max)
+    return QuantParams(np.array([scale], np.float32), np.array([zero_point], np.int64))
+
+
+def fixed_params(rule: QuantRule) -> QuantParams:
+    scale, zero_point = rule.fixed_params
+    return QuantParams(np.array([scale], np.float32), np.array([zero_point], np.int64))
+
+
+def fixed_range(rule: QuantRule) -> MinMax:
+    """The real range a fixed-output op's params represent (SOFTMAX: [0, 255/256])."""
+    lo, hi = nudged_range(*rule.fixed_params)
+    return MinMax(lo, hi)
+
+
+def activation_params(array: Array) -> QuantParams | None:
+    """The int8 params the array has, or will get when it is quantized (from its range)."""
+    if array.quant is not None:
+        return array.quant
+    minmax = value_range(array)
+    return None if minmax is None else params_for_range(minmax)
+
+
+def same_params(a: QuantParams | None, b: QuantParams | None) -> bool:
+    """Exactly equal params (kernels compare scales with ==)."""
+    return (a is not None and b is not None and a.axis == b.axis
+            and np.array_equal(np.asarray(a.scale, np.float32), np.asarray(b.scale, np.float32))
+            and np.array_equal(np.asarray(a.zero_point), np.asarray(b.zero_point)))
+
+
+def is_float_activation(array: Array) -> bool:
+    return array.dtype == FLOAT32 and not array.is_constant
+
+
+def handles_float(op: Operator, model: Model) -> bool:
+    """Whether the op reads or writes a float32 activation (integer-only ops are not reported)."""
+    return any(n and is_float_activation(model.arrays[n]) for n in op.inputs + op.outputs)
+
+
+def int8_blocker(op: Operator, model: Model) -> str | None:
+    """Why the op cannot run its int8 kernel here (None: it can)."""
+    rule = rule_of(op)
+    if rule is None:
+        return f"TFLite has no int8 {op.type} kernel"
+    arrays = model.arrays
+    inputs = [op.inputs[i] for i in rule.activation_inputs(op)]
+    # An input already int8 was float32 until its producer was quantized (earlier in op order).
+    if not inputs or any(arrays[n].dtype != FLOAT32 and arrays[n].quant is None for n in inputs):
+        return "its inputs are not float32"
+    for name in inputs:
+        if value_range(arrays[name]) is None:
+            return f"tensor {name!r} has no calibrated range"
+    if rule.output == "free":
+        for name in op.outputs:
+            if arrays[name].minmax is None:
+                return f"tensor {name!r} has no calibrated range"
+    for index, what in ((rule.weight, "weights"), (rule.bias, "bias")):
+        if index is None or index >= len(op.inputs) or not op.inputs[index]:
+            continue
+        array = arrays[op.inputs[index]]
+        if not array.is_constant or array.dtype != FLOAT32:
+            return f"its {what} {array.name!r} are not a float32 constant"
+    return None
+
+
+def input_scale(op: Operator, model: Model) -> float:
+    """The scale of the op's first activation input: S_in in a bias scale S_in * S_weight."""
+    first = op.inputs[rule_of(op).activation_inputs(op)[0]]
+    return float(activation_params(model.arrays[first]).scale[0])

@@ -1,0 +1,100 @@
+"""check_quantization: the self-check before writing an int8 model. It rewrites nothing.
+
+Every int8 op is checked against the constraints of its kernel (quantization-spec.md (e)):
+int8 activations with one positive scale and a zero point in [-128, 127]; same-scale ops with
+identical params on every quantized input and the output; fixed-output ops with the kernel's
+params; int8 weights with zero point 0, values in [-127, 127] and one scale per output channel
+(or one); int32 bias with zero point 0, quantized dimension 0 and scale input_scale *
+weight_scale. The interpreter computes wrong numbers without an error for several of these, so a
+violation is a qconvert bug and stops the conversion (QuantizationCheckError, naming the op).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Array, Model, Operator
+from ..quantize.arrays import BOUNDARY_OPS, FLOAT32, INT8, fixed_params, input_scale, rule_of, same_params
+
+
+class QuantizationCheckError(Exception):
+    """An int8 op violates its kernel's constraints: a bug in the quantize steps."""
+
+
+def _activation_problem(array: Array) -> str | None:
+    q = array.quant
+    if array.dtype != INT8 or q is None:
+        return f"{array.name!r} is {array.dtype}, not quantized int8"
+    if np.size(q.scale) != 1 or not (np.isfinite(q.scale).all() and (q.scale > 0).all()):
+        return f"{array.name!r} needs one positive finite scale, has {q.scale}"
+    if not -128 <= int(q.zero_point[0]) <= 127:
+        return f"{array.name!r} zero point {q.zero_point[0]} is outside [-128, 127]"
+    return None
+
+
+def _weight_problem(op: Operator, rule, weights: Array) -> str | None:
+    q = weights.quant
+    if weights.dtype != INT8 or q is None or not weights.is_constant:
+        return f"weights {weights.name!r} are not constant int8"
+    if np.any(q.zero_point != 0) or np.any(~(q.scale > 0)):
+        return f"weights {weights.name!r} need zero points 0 and positive scales"
+    if weights.data.min(initial=0) < -127:
+        return f"weights {weights.name!r} use -128 (narrow range is [-127, 127])"
+    channels = weights.shape[rule.weight_axis]
+    if np.size(q.scale) not in (1, channels) or (np.size(q.scale) == channels > 1 and q.axis != rule.weight_axis % len(weights.shape)):
+        return f"weights {weights.name!r} have {np.size(q.scale)} scales along axis {q.axis}"
+    return None
+
+
+def _bias_problem(op: Operator, model: Model, bias: Array, weights: Array) -> str | None:
+    q = bias.quant
+    if bias.dtype != np.int32 or q is None or not bias.is_constant:
+        return f"bias {bias.name!r} is not constant int32"
+    if np.any(q.zero_point != 0) or (q.axis or 0) != 0:
+        return f"bias {bias.name!r} needs zero point 0 and quantized dimension 0"
+    expected = (np.float32(input_scale(op, model)) * weights.quant.scale).astype(np.float32)
+    if np.size(q.scale) != np.size(expected) or not np.allclose(q.scale, expected, rtol=1e-6, atol=0):
+        return f"bias {bias.name!r} scale is not input scale x weight scale"
+    return None
+
+
+def _op_problem(op: Operator, model: Model) -> str | None:
+    rule = rule_of(op)
+    arrays = model.arrays
+    inputs = [arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
+    outputs = [arrays[n] for n in op.outputs] if rule.output != "none" else []
+    for array in inputs + outputs:
+        problem = _activation_problem(array)
+        if problem:
+            return problem
+    if rule.output == "same":
+        for array in inputs + outputs[1:]:
+            if not same_params(array.quant, outputs[0].quant):
+                return f"{array.name!r} and output {outputs[0].name!r} must share scale and zero point"
+    if rule.output == "fixed" and not same_params(outputs[0].quant, fixed_params(rule)):
+        return f"output {outputs[0].name!r} must have scale {rule.fixed_params[0]} and zero point {rule.fixed_params[1]}"
+    if rule.weight is not None:
+        weights = arrays[op.inputs[rule.weight]]
+        problem = _weight_problem(op, rule, weights)
+        if problem:
+            return problem
+        if rule.bias is not None and rule.bias < len(op.inputs) and op.inputs[rule.bias]:
+            return _bias_problem(op, model, arrays[op.inputs[rule.bias]], weights)
+    return None
+
+
+def check_quantization(model: Model) -> bool:
+    for op in model.operators:
+        if op.int8:
+            problem = _op_problem(op, model)
+        elif op.type in BOUNDARY_OPS:
+            problem = None
+        else:
+            problem = next((f"float op reads int8 tensor {n!r}" for n in op.inputs
+                            if n and not model.arrays[n].is_constant and model.arrays[n].dtype == INT8
+                            and FLOAT32 in (model.arrays[o].dtype for o in op.outputs)), None)
+        if problem:
+            raise QuantizationCheckError(
+                f"quantization self-check failed (a qconvert bug): {op.type} from ONNX node "
+                f"{op.source!r}: {problem}")
+    return False

@@ -1,0 +1,134 @@
+"""insert_quantize_dequantize: puts a QUANTIZE or DEQUANTIZE wherever int8 and float meet, and
+quantizes the constants int8 ops read as activations.
+
+- An int8 op reading a float activation (a graph input, a float op's output) reads it through
+  a QUANTIZE to the params that activation's range gives; one QUANTIZE per tensor and params,
+  shared by every reader.
+- A same-scale op (CONCATENATION, MAXIMUM, ...) reading an int8 input whose params differ from
+  its output's (a producer with fixed params) reads it through a requantizing QUANTIZE.
+- A constant an int8 op reads as an activation (ADD's addend, PADV2's pad value, a concat piece)
+  is quantized asymmetrically: with its own range, or with the output's params for a same-scale op.
+- A float op reading an int8 tensor reads it through a DEQUANTIZE, one per tensor.
+- Graph inputs and outputs follow `io_type`: "float" keeps them float32 (QUANTIZE after each
+  input, DEQUANTIZE before each int8 output, the graph tensor keeping its name and the int8 one
+  getting an `_int8` suffix); "int8" makes them the int8 tensors; "uint8" adds a requantizing
+  QUANTIZE between uint8 (same scale, zero point + 128) and int8.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Array, Model, Operator, QuantParams
+from ..quantize.arrays import (BOUNDARY_OPS, FLOAT32, INT8, activation_params, params_for_range,
+                               rule_of, same_params, value_range)
+from ..quantize.params import quantize
+from .quantize_weights import own_constant
+
+UINT8 = np.dtype(np.uint8)
+
+
+def _uint8_params(params: QuantParams) -> QuantParams:
+    return QuantParams(params.scale, params.zero_point + 128, params.axis)
+
+
+class _Boundary:
+    """Inserts conversion ops before their first reader and reuses them for later readers."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.made: dict[tuple, str] = {}
+
+    def convert(self, op_type: str, name: str, dtype, params: QuantParams | None, before: Operator) -> str:
+        key = (op_type, name, None if params is None else
+               (params.scale.tobytes(), params.zero_point.tobytes()))
+        if key not in self.made:
+            source = self.model.arrays[name]
+            suffix = "_dequantized" if op_type == "DEQUANTIZE" else f"_{np.dtype(dtype).name}"
+            result = self.model.add_array(name + suffix, source.shape, dtype)
+            self.model.arrays[result].quant = params
+            index = self.model.operators.index(before)
+            self.model.operators.insert(index, Operator(op_type, [name], [result], source=before.source))
+            self.made[key] = result
+        return self.made[key]
+
+
+def _quantize_constant(model: Model, op: Operator, index: int, params: QuantParams, consumers) -> None:
+    name = own_constant(model, op, index, consumers)
+    array = model.arrays[name]
+    array.data = quantize(array.data, params.scale[0], params.zero_point[0], np.int8)
+    array.dtype, array.quant = INT8, params
+
+
+def _int8_graph_inputs(model: Model, io_type: str, consumers) -> None:
+    """With int8/uint8 I/O, a float graph input read by int8 ops becomes int8 itself."""
+    for position, name in enumerate(list(model.inputs)):
+        array = model.arrays[name]
+        if array.dtype != FLOAT32 or not any(op.int8 for op in consumers.get(name, ())):
+            continue
+        params = activation_params(array)
+        if params is None:
+            continue
+        if io_type == "int8":
+            array.dtype, array.quant = INT8, params
+            continue
+        # uint8: the graph input keeps its name, the int8 tensor after the QUANTIZE gets a new one.
+        inner = model.unique_name(name + "_int8")
+        model.rename_tensor(name, inner)
+        model.arrays[inner].dtype, model.arrays[inner].quant = INT8, params
+        model.arrays[name] = Array(name, UINT8, array.shape, quant=_uint8_params(params))
+        model.operators.insert(0, Operator("QUANTIZE", [name], [inner]))
+        model.inputs[position] = name
+
+
+def _graph_outputs(model: Model, io_type: str) -> None:
+    for position, name in enumerate(list(model.outputs)):
+        array = model.arrays[name]
+        if array.is_constant or array.dtype != INT8 or io_type == "int8":
+            continue
+        inner = model.unique_name(name + "_int8")
+        model.rename_tensor(name, inner)
+        if io_type == "uint8":
+            model.arrays[name] = Array(name, UINT8, array.shape, quant=_uint8_params(array.quant))
+            model.operators.append(Operator("QUANTIZE", [inner], [name]))
+        else:
+            model.arrays[name] = Array(name, FLOAT32, array.shape, minmax=array.minmax)
+            model.operators.append(Operator("DEQUANTIZE", [inner], [name]))
+        model.outputs[position] = name
+
+
+def insert_quantize_dequantize(model: Model, io_type: str = "float") -> bool:
+    before = len(model.operators)
+    consumers = model.consumers()
+    if io_type != "float":
+        _int8_graph_inputs(model, io_type, consumers)
+    boundary = _Boundary(model)
+    changed = False
+    for op in list(model.operators):
+        if op.type in BOUNDARY_OPS:
+            continue
+        if not op.int8:
+            for i, name in enumerate(op.inputs):
+                array = model.arrays[name] if name else None
+                if array is not None and not array.is_constant and array.dtype in (INT8, UINT8):
+                    op.inputs[i] = boundary.convert("DEQUANTIZE", name, FLOAT32, None, op)
+            continue
+        rule = rule_of(op)
+        shared = model.arrays[op.outputs[0]].quant if rule.output == "same" else None
+        for i in rule.activation_inputs(op):
+            array = model.arrays[op.inputs[i]]
+            if array.is_constant:
+                if array.dtype == FLOAT32:
+                    _quantize_constant(model, op, i, shared or params_for_range(value_range(array)),
+                                       consumers)
+                    changed = True
+                elif shared is not None and not same_params(array.quant, shared):
+                    raise AssertionError(f"constant {array.name!r} quantized twice")
+                continue
+            if array.dtype == FLOAT32:
+                op.inputs[i] = boundary.convert("QUANTIZE", array.name, INT8,
+                                                shared or activation_params(array), op)
+            elif shared is not None and not same_params(array.quant, shared):
+                op.inputs[i] = boundary.convert("QUANTIZE", array.name, INT8, shared, op)
+    _graph_outputs(model, io_type)
+    return changed or len(model.operators) != before

@@ -1,0 +1,107 @@
+"""propagate_minmax: gives every float activation a range and makes the ranges obey the int8
+kernels' same-scale and fixed-output rules (TOCO's HardcodeMinMax, plus concat unification).
+
+1. An array without a calibrated range (one the float steps created, or a CONV_2D's NHWC output
+   that only its TRANSPOSE back to NCHW had in ONNX) takes the range of the array on the other
+   side of a single-input same-scale op (RESHAPE, TRANSPOSE, PAD, ...): those ops move values
+   without changing them.
+2. With --default-range (TOCO's dummy quantization), arrays still without one get that range.
+3. A same-scale op's output range becomes the union of its quantized inputs' ranges: its int8
+   kernel copies or compares raw int8 values, so inputs and output must share one set of params.
+   For a multi-input op (CONCATENATION, MAXIMUM) the union is pushed back to every input whose
+   producer chooses its output range freely, so those inputs need no requantize; an input whose
+   producer's params are tied (a fixed-output LOGISTIC, another same-scale op) is requantized
+   later by insert_quantize_dequantize.
+4. A fixed-output op's output (SOFTMAX, LOGISTIC, TANH, ...) gets the range its params represent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..ir import MinMax, Model
+from ..quantize.arrays import (BOUNDARY_OPS, FLOAT32, fixed_range, is_float_activation, rule_of,
+                               value_range)
+
+log = logging.getLogger("qconvert")
+
+
+def _set(array, minmax: MinMax) -> bool:
+    if array.minmax == minmax:
+        return False
+    array.minmax = minmax
+    return True
+
+
+def fill_across_same_scale_ops(model: Model) -> bool:
+    """Step 1 (also run right after calibration); returns whether it filled any range."""
+    changed = False
+    for op in model.operators:
+        rule = rule_of(op)
+        if rule is None or rule.output != "same":
+            continue
+        inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
+        outputs = [model.arrays[n] for n in op.outputs]
+        if len(inputs) != 1 or inputs[0].dtype != FLOAT32:
+            continue
+        known = [a.minmax for a in [inputs[0], *outputs] if a.minmax is not None]
+        if not known:
+            continue
+        for array in [inputs[0], *outputs]:
+            if array.minmax is None and not array.is_constant:
+                array.minmax = known[0]
+                changed = True
+    return changed
+
+
+def _apply_default_range(model: Model, default_range: tuple[float, float]) -> bool:
+    missing = [a for a in model.arrays.values() if is_float_activation(a) and a.minmax is None]
+    for array in missing:
+        array.minmax = MinMax(*default_range)
+    if missing:
+        log.warning("--default-range: %d tensor%s without a calibrated range use [%g, %g]; the "
+                    "int8 model's accuracy is meaningless", len(missing),
+                    "" if len(missing) == 1 else "s", *default_range)
+    return bool(missing)
+
+
+def _unify(model: Model) -> bool:
+    changed = False
+    producers = model.producers()
+    for op in model.operators:
+        rule = rule_of(op)
+        if op.type in BOUNDARY_OPS or rule is None:
+            continue
+        outputs = [model.arrays[n] for n in op.outputs]
+        if rule.output == "fixed":
+            for array in outputs:
+                changed |= array.dtype == FLOAT32 and _set(array, fixed_range(rule))
+            continue
+        if rule.output != "same":
+            continue
+        inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
+        ranges = [value_range(a) for a in inputs]
+        if not inputs or any(a.dtype != FLOAT32 for a in inputs) or any(r is None for r in ranges):
+            continue
+        union = MinMax(min(r.min for r in ranges), max(r.max for r in ranges))
+        for array in outputs:
+            changed |= _set(array, union)
+        if len(inputs) == 1:
+            continue
+        for array in inputs:
+            producer = producers.get(array.name)
+            producer_rule = rule_of(producer) if producer is not None else None
+            if producer_rule is not None and producer_rule.output == "free":
+                changed |= _set(array, union)
+    return changed
+
+
+def propagate_minmax(model: Model, default_range: tuple[float, float] | None = None) -> bool:
+    changed = False
+    while fill_across_same_scale_ops(model):
+        changed = True
+    if default_range is not None:
+        changed |= _apply_default_range(model, default_range)
+    while _unify(model):
+        changed = True
+    return changed

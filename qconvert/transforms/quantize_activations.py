@@ -1,0 +1,49 @@
+"""quantize_activations: decides which ops run their int8 kernel and gives their outputs int8
+params (TOCO's ChooseQuantizationParams step, per operator output).
+
+An op runs in int8 when TFLite has an int8 kernel for it (OpDef.quant), its activation inputs
+are float32 with a range, and its weights and bias are constants (int8_blocker). Its outputs then
+become int8 with params that follow the op's rule:
+- free:  from the output's calibrated range, TOCO's chooser (range widened to contain 0, zero
+         point from the side with the smaller error, nudged to an integer);
+- same:  the input's params when it is the only quantized input (a RESHAPE, a MAX_POOL_2D),
+         else from the union range propagate_minmax gave the output (a CONCATENATION);
+- fixed: the params the kernel requires (SOFTMAX 1/256 and -128, TANH 1/128 and 0, ...).
+Every other op that reads or writes float activations stays float, with the reason recorded on
+the op for the report; insert_quantize_dequantize later puts DEQUANTIZE/QUANTIZE around it.
+"""
+
+from __future__ import annotations
+
+from ..ir import Model
+from ..quantize.arrays import (BOUNDARY_OPS, INT8, activation_params, fixed_params, handles_float,
+                               int8_blocker, params_for_range, rule_of)
+
+
+def quantize_activations(model: Model) -> bool:
+    changed = False
+    for op in model.operators:
+        if op.int8 or op.float_reason or op.type in BOUNDARY_OPS:
+            continue
+        reason = int8_blocker(op, model)
+        if reason is not None:
+            if handles_float(op, model):
+                op.float_reason = reason
+                changed = True
+            continue
+        rule = rule_of(op)
+        inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
+        for name in op.outputs:
+            array = model.arrays[name]
+            if rule.output == "none":
+                continue
+            if rule.output == "fixed":
+                array.quant = fixed_params(rule)
+            elif rule.output == "same" and len(inputs) == 1:
+                array.quant = activation_params(inputs[0])
+            else:
+                array.quant = params_for_range(array.minmax)
+            array.dtype = INT8
+        op.int8 = True
+        changed = True
+    return changed

@@ -1,0 +1,66 @@
+"""quantize_weights: the constant weights of int8 CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV and
+FULLY_CONNECTED ops become symmetric int8 (zero point 0, narrow range [-127, 127]), per output
+channel (the OpDef's weight_axis), or per tensor for FULLY_CONNECTED with --per-tensor-fc.
+
+Before quantizing, a channel's scale is widened where its bias would not fit in half the int32
+range at scale input_scale * weight_scale (TFLite's AdjustWeightsForBiasScale); an all-zero
+channel gets a positive scale so its bias survives (see quantize/params.py). A weight tensor read
+by another op as well is copied, so each op owns the params it was quantized with.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Model, QuantParams
+from ..quantize.arrays import FLOAT32, INT8, input_scale, rule_of
+from ..quantize.params import (adjust_weight_scales_for_bias, quantize_weights_per_channel,
+                               quantize_weights_per_tensor)
+
+
+def own_constant(model: Model, op, index: int, consumers) -> str:
+    """The name of a constant input that only `op` reads: the input itself, or a fresh copy."""
+    name = op.inputs[index]
+    if model.is_discardable(name, consumers) and op.inputs.count(name) == 1:
+        return name
+    array = model.arrays[name]
+    copy = model.add_array(name, array.shape, array.dtype, array.data)
+    op.inputs[index] = copy
+    return copy
+
+
+def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
+    changed = False
+    consumers = model.consumers()
+    for op in model.operators:
+        rule = rule_of(op)
+        if not op.int8 or rule.weight is None:
+            continue
+        weights = model.arrays[op.inputs[rule.weight]]
+        if weights.dtype != FLOAT32:
+            continue
+        bias_name = op.inputs[rule.bias] if rule.bias is not None and rule.bias < len(op.inputs) else ""
+        bias = model.constant(bias_name)
+        per_tensor = per_tensor_fc and op.type == "FULLY_CONNECTED"
+        w = weights.data
+        if per_tensor:
+            q, scale = quantize_weights_per_tensor(w)
+            scales = np.array([scale], np.float32)
+        else:
+            q, scales = quantize_weights_per_channel(w, rule.weight_axis)
+        if bias is not None:
+            widened = adjust_weight_scales_for_bias(bias, input_scale(op, model), scales)
+            if not np.array_equal(widened, scales):
+                scales = widened
+                if per_tensor:
+                    q, _ = quantize_weights_per_tensor(w, scale=float(scales[0]))
+                else:
+                    q, _ = quantize_weights_per_channel(w, rule.weight_axis, scales=scales)
+        name = own_constant(model, op, rule.weight, consumers)
+        array = model.arrays[name]
+        array.data, array.dtype = q, INT8
+        array.quant = QuantParams(scales, np.zeros(scales.size, np.int64),
+                                  None if per_tensor else rule.weight_axis % w.ndim)
+        array.narrow_range = True
+        changed = True
+    return changed
