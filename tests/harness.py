@@ -11,6 +11,7 @@ from onnx import helper, numpy_helper
 
 from qconvert.converter import convert
 from qconvert.quantize.calibration_data import model_input_specs
+from qconvert.tflite.reader import read as read_tflite
 
 
 def conv_in_front(x_shape, channels: int) -> tuple[onnx.NodeProto, onnx.TensorProto]:
@@ -89,4 +90,60 @@ def assert_matches_onnxruntime(model: onnx.ModelProto, feeds=None, rtol=1e-4, at
     actual = run_tflite(flatbuffer, report, feeds)
     for name, want in expected.items():
         np.testing.assert_allclose(actual[name], want, rtol=rtol, atol=atol, err_msg=name)
+    return flatbuffer, report
+
+
+def calibration_set(model: onnx.ModelProto, count: int = 16, seed: int = 0, scale: float = 1.0,
+                    shapes: dict | None = None) -> dict[str, np.ndarray]:
+    """{input: [count, *shape]} samples drawn like random_feeds (float inputs: normal * scale)."""
+    samples = [random_feeds(model, seed + k, shapes) for k in range(count)]
+    return {name: np.stack([s[name] * scale if s[name].dtype.kind == "f" else s[name] for s in samples])
+            for name in samples[0]}
+
+
+def convert_quantized(model: onnx.ModelProto, calibration: dict[str, np.ndarray], tmp_path, **options):
+    """(flatbuffer, report) for `model` converted with --quantize, calibrated on `calibration`
+    ({input: [N, *shape]}) written to an .npz under tmp_path. QuantizeOptions fields (io_type,
+    per_tensor_fc, default_range) may be passed with the other convert() options."""
+    from qconvert.transforms.pipeline import QuantizeOptions
+
+    path = tmp_path / "calibration.npz"
+    np.savez(path, **calibration)
+    fields = {k: options.pop(k) for k in ("io_type", "per_tensor_fc", "default_range") if k in options}
+    return convert_proto(model, quantize=QuantizeOptions(**fields), calibration=str(path), **options)
+
+
+def output_steps(flatbuffer: bytes) -> dict[str, float]:
+    """The quantization step (scale) of the int8 tensor behind each float graph output, read
+    from the written file: the input of the DEQUANTIZE that produces the output."""
+    summary = read_tflite(flatbuffer)
+    steps = {}
+    for op in summary.operators:
+        out = summary.tensors[op.outputs[0]]
+        if op.name == "DEQUANTIZE" and out.name in summary.signature_outputs:
+            steps[out.name] = summary.tensors[op.inputs[0]].scales[0]
+    return steps
+
+
+def assert_int8_matches_onnxruntime(model: onnx.ModelProto, tmp_path, calibration=None, feeds=None,
+                                    steps: float = 2.0, allow_float: tuple[str, ...] = (), **options):
+    """Converts with --quantize, runs the interpreter and onnxruntime on `feeds` (default: the
+    first calibration sample), and asserts every float output is within `steps` quantization
+    steps of onnxruntime's, and that no op stayed float except those in `allow_float`.
+    Returns (flatbuffer, report)."""
+    calibration = calibration if calibration is not None else calibration_set(model)
+    if feeds is None:
+        feeds = {name: samples[0] for name, samples in calibration.items()}
+    flatbuffer, report = convert_quantized(model, calibration, tmp_path, **options)
+    stayed_float = [f.op for f in report.quantization.float_ops if f.op not in allow_float]
+    assert not stayed_float, report.quantization.float_ops
+    expected = run_onnxruntime(model, feeds)
+    actual = run_tflite(flatbuffer, report, feeds)
+    scales = output_steps(flatbuffer)
+    for name, want in expected.items():
+        if name in scales:
+            np.testing.assert_allclose(actual[name], want, rtol=0, atol=steps * scales[name] * (1 + 1e-6),
+                                       err_msg=f"{name}: more than {steps} steps of {scales[name]:g}")
+        else:
+            np.testing.assert_array_equal(actual[name], want, err_msg=name)
     return flatbuffer, report

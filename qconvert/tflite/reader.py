@@ -4,7 +4,7 @@ benchmark and tests that check the written bytes rather than qconvert's own repo
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -12,6 +12,19 @@ from . import schema_generated as S
 
 _OP_NAMES = {v: k for k, v in vars(S.BuiltinOperator).items() if not k.startswith("_")}
 _TYPE_NAMES = {v: k for k, v in vars(S.TensorType).items() if not k.startswith("_")}
+_ACTIVATIONS = {v: k for k, v in vars(S.ActivationFunctionType).items() if not k.startswith("_")}
+_OPTIONS = {v: k for k, v in vars(S.BuiltinOptions).items() if not k.startswith("_")}
+
+
+def _fused_activation(op) -> str | None:
+    """The fused_activation_function of the op's options table, if that table has one."""
+    table_name = _OPTIONS.get(op.BuiltinOptionsType())
+    if not table_name or op.BuiltinOptions() is None:
+        return None
+    table = getattr(S, table_name)()
+    table.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+    getter = getattr(table, "FusedActivationFunction", None)
+    return _ACTIVATIONS.get(getter()) if getter else None
 
 
 @dataclass
@@ -21,6 +34,18 @@ class TensorSummary:
     dtype: str
     buffer: int
     data_offset: int | None  # file offset of the constant data, None for activations
+    scales: list[float] = field(default_factory=list)  # quantization scales (empty: not quantized)
+    zero_points: list[int] = field(default_factory=list)
+    quantized_dimension: int = 0
+
+
+@dataclass
+class OpSummary:
+    name: str  # builtin name
+    version: int
+    inputs: list[int]  # tensor indices, -1 for an omitted optional input
+    outputs: list[int]
+    fused_activation: str | None  # the options' fused_activation_function, None without one
 
 
 @dataclass
@@ -32,6 +57,7 @@ class FileSummary:
     buffer_count: int
     signature_inputs: list[str]
     signature_outputs: list[str]
+    operators: list[OpSummary] = field(default_factory=list)
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -46,7 +72,14 @@ def read(data: bytes) -> FileSummary:
         builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
         codes.append((_OP_NAMES.get(builtin, str(builtin)), code.Version()))
     graph = model.Subgraphs(0)
-    ops = [codes[graph.Operators(i).OpcodeIndex()] for i in range(graph.OperatorsLength())]
+    ops, operators = [], []
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        name, version = codes[op.OpcodeIndex()]
+        ops.append((name, version))
+        operators.append(OpSummary(name, version, [int(x) for x in op.InputsAsNumpy()] if op.InputsLength() else [],
+                                   [int(x) for x in op.OutputsAsNumpy()] if op.OutputsLength() else [],
+                                   _fused_activation(op)))
     tensors = []
     for i in range(graph.TensorsLength()):
         t = graph.Tensors(i)
@@ -55,15 +88,21 @@ def read(data: bytes) -> FileSummary:
         if buffer.DataLength():
             # The vector's data position inside the flatbuffer is its offset in the file.
             offset = buffer._tab.Vector(buffer._tab.Offset(4))
-        tensors.append(TensorSummary(t.Name().decode(), [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else [],
-                                     _TYPE_NAMES.get(t.Type(), str(t.Type())), t.Buffer(), offset))
+        summary = TensorSummary(t.Name().decode(), [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else [],
+                                _TYPE_NAMES.get(t.Type(), str(t.Type())), t.Buffer(), offset)
+        q = t.Quantization()
+        if q is not None and q.ScaleLength():
+            summary.scales = [float(v) for v in q.ScaleAsNumpy()]
+            summary.zero_points = [int(v) for v in q.ZeroPointAsNumpy()] if q.ZeroPointLength() else []
+            summary.quantized_dimension = q.QuantizedDimension()
+        tensors.append(summary)
     sig_in, sig_out = [], []
     if model.SignatureDefsLength():
         sig = model.SignatureDefs(0)
         sig_in = [sig.Inputs(i).Name().decode() for i in range(sig.InputsLength())]
         sig_out = [sig.Outputs(i).Name().decode() for i in range(sig.OutputsLength())]
     return FileSummary(model.Version(), (model.Description() or b"").decode(), ops, tensors,
-                       model.BuffersLength(), sig_in, sig_out)
+                       model.BuffersLength(), sig_in, sig_out, operators)
 
 
 def buffer_data(data: bytes, index: int) -> np.ndarray:
