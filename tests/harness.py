@@ -17,9 +17,23 @@ from qconvert.tflite.reader import read as read_tflite
 def conv_in_front(x_shape, channels: int) -> tuple[onnx.NodeProto, onnx.TensorProto]:
     """(node, weights): a 3x3 pad-1 Conv from "x" (NCHW `x_shape`) to "fm" with `channels`
     outputs, so that the op under test reads a feature map behind a layout transpose."""
-    w = np.random.default_rng(1).standard_normal((channels, x_shape[1], 3, 3)).astype(np.float32)
+    w = grid_weights((channels, x_shape[1], 3, 3), seed=1)
     return (helper.make_node("Conv", ["x", "w"], ["fm"], pads=[1, 1, 1, 1]),
             numpy_helper.from_array(w, "w"))
+
+
+def grid_weights(shape, seed: int = 0, axis: int = 0) -> np.ndarray:
+    """Random float32 weights that symmetric per-channel int8 quantization (along `axis`)
+    represents exactly: integers in [-127, 127] times a per-channel step, each channel reaching
+    127. Int8 tests use them so that weight rounding is not mistaken for the op's error."""
+    rng = np.random.default_rng(seed)
+    q = np.clip(np.round(rng.standard_normal(shape) * 40), -127, 127)
+    q = np.moveaxis(q, axis, 0).reshape(shape[axis], -1).copy()
+    q[:, 0] = 127
+    q = q.reshape((shape[axis],) + tuple(np.delete(shape, axis)))
+    steps = rng.uniform(0.5, 2.0, q.shape[0]) / 127
+    w = q * steps.reshape((-1,) + (1,) * (q.ndim - 1))
+    return np.ascontiguousarray(np.moveaxis(w, 0, axis)).astype(np.float32)
 
 
 def make_model(nodes, inputs, outputs, inits=None, opset=13) -> onnx.ModelProto:
@@ -125,16 +139,34 @@ def output_steps(flatbuffer: bytes) -> dict[str, float]:
     return steps
 
 
+def snap_to_input_grid(flatbuffer: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Float feeds rounded to the int8 grid of the QUANTIZE that reads each graph input, so that
+    onnxruntime sees exactly the values the int8 model computes with (input rounding is not the
+    op's error)."""
+    summary = read_tflite(flatbuffer)
+    snapped = dict(feeds)
+    for op in summary.operators:
+        source, target = summary.tensors[op.inputs[0]], summary.tensors[op.outputs[0]]
+        if op.name == "QUANTIZE" and source.name in feeds and source.dtype == "FLOAT32":
+            scale, zero = target.scales[0], target.zero_points[0]
+            q = np.clip(np.round(feeds[source.name] / scale) + zero, -128, 127)
+            snapped[source.name] = ((q - zero) * scale).astype(feeds[source.name].dtype)
+    return snapped
+
+
 def assert_int8_matches_onnxruntime(model: onnx.ModelProto, tmp_path, calibration=None, feeds=None,
-                                    steps: float = 2.0, allow_float: tuple[str, ...] = (), **options):
+                                    steps: float = 2.0, allow_float: tuple[str, ...] = (),
+                                    snap_inputs: bool = True, **options):
     """Converts with --quantize, runs the interpreter and onnxruntime on `feeds` (default: the
-    first calibration sample), and asserts every float output is within `steps` quantization
-    steps of onnxruntime's, and that no op stayed float except those in `allow_float`.
-    Returns (flatbuffer, report)."""
+    first calibration sample, snapped to the int8 input grid unless snap_inputs is False), and
+    asserts every float output is within `steps` quantization steps of onnxruntime's, and that no
+    op stayed float except those in `allow_float`. Returns (flatbuffer, report)."""
     calibration = calibration if calibration is not None else calibration_set(model)
     if feeds is None:
         feeds = {name: samples[0] for name, samples in calibration.items()}
     flatbuffer, report = convert_quantized(model, calibration, tmp_path, **options)
+    if snap_inputs:
+        feeds = snap_to_input_grid(flatbuffer, feeds)
     stayed_float = [f.op for f in report.quantization.float_ops if f.op not in allow_float]
     assert not stayed_float, report.quantization.float_ops
     expected = run_onnxruntime(model, feeds)
