@@ -1,0 +1,121 @@
+"""The command line's quantization flags: success output and report, determinism, the int8 file
+running in LiteRT, and one-line errors with exit codes for contradictory flags and bad
+calibration data (checked before any work, leaving no output file)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from qconvert.cli import cli
+from qconvert.converter import ConversionReport, TensorInfo
+from tests.harness import conv_in_front, make_model, run_onnxruntime, run_tflite
+
+QCONVERT = str(Path(sys.executable).parent / "qconvert")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """conv.onnx (Conv -> Relu -> GlobalAveragePool -> Gemm) and calibration data for it."""
+    root = tmp_path_factory.mktemp("quant-cli")
+    node, w = conv_in_front((1, 3, 8, 8), 4)
+    rng = np.random.default_rng(3)
+    model = make_model([node, helper.make_node("Relu", ["fm"], ["r"]),
+                        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+                        helper.make_node("Flatten", ["g"], ["f"]),
+                        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"])],
+                       {"x": (TensorProto.FLOAT, (1, 3, 8, 8))}, {"y": TensorProto.FLOAT},
+                       {"gw": rng.standard_normal((4, 5)).astype(np.float32),
+                        "gb": rng.standard_normal(5).astype(np.float32)})
+    model.graph.initializer.append(w)
+    onnx.save(model, root / "conv.onnx")
+    x = rng.standard_normal((10, 1, 3, 8, 8)).astype(np.float32)
+    np.savez(root / "cal.npz", x=x)
+    np.savez(root / "wrong_name.npz", image=x)
+    np.savez(root / "wrong_shape.npz", x=x[:, :, :2])
+    bad = x.copy()
+    bad[3, 0, 0, 0, 0] = np.nan
+    np.savez(root / "nan.npz", x=bad)
+    return root
+
+
+def _invoke(files, tmp_path, *flags):
+    out = tmp_path / "out.tflite"
+    result = CliRunner().invoke(cli, [str(files / "conv.onnx"), str(out), *flags])
+    return result, out
+
+
+def test_quantize_summary_json_and_litert_run(files, tmp_path):
+    result, out = _invoke(files, tmp_path, "--quantize", "--calibration", str(files / "cal.npz"), "--json")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "int8: 4 ops" in lines[0], lines  # CONV_2D, MEAN, RESHAPE, FC
+    report = json.loads(result.stdout)
+    q = report["quantization"]
+    assert q["int8_ops"] == 4 and q["float_ops"] == [] and q["calibration_samples"] == 10
+    assert q["weights_bytes"] < q["weights_bytes_float"] / 3
+    assert report["op_counts"]["QUANTIZE"] == report["op_counts"]["DEQUANTIZE"] == 1
+    info = ConversionReport(**{**report, "inputs": [TensorInfo(**i) for i in report["inputs"]],
+                               "outputs": [TensorInfo(**o) for o in report["outputs"]]})
+    x = np.load(files / "cal.npz")["x"][0]
+    model = onnx.load(files / "conv.onnx")
+    actual = run_tflite(out.read_bytes(), info, {"x": x})["y"]
+    expected = run_onnxruntime(model, {"x": x})["y"]
+    assert np.abs(actual - expected).max() < 0.05 * np.abs(expected).max()
+
+
+def test_quantized_output_is_byte_identical_across_runs_and_sample_limit_applies(files, tmp_path):
+    flags = ("--quantize", "--calibration", str(files / "cal.npz"))
+    first, out = _invoke(files, tmp_path, *flags)
+    data = out.read_bytes()
+    second, out = _invoke(files, tmp_path, *flags)
+    assert first.exit_code == second.exit_code == 0
+    assert out.read_bytes() == data
+    limited, out = _invoke(files, tmp_path, *flags, "--calibration-samples", "3", "--json")
+    assert json.loads(limited.stdout)["quantization"]["calibration_samples"] == 3
+
+
+@pytest.mark.parametrize("flags, code, fragments", [
+    (["--calibration", "{f}/cal.npz"], 2, ["--calibration", "--quantize"]),
+    (["--io-type", "int8"], 2, ["--io-type", "--quantize"]),
+    (["--quantize"], 2, ["--quantize needs --calibration"]),
+    (["--quantize", "--default-range", "1,a"], 2, ["--default-range", "MIN,MAX"]),
+    (["--quantize", "--default-range", "3,-3"], 2, ["--default-range"]),
+    (["--quantize", "--calibration", "{f}/cal.npz", "--calibration-samples", "0"], 2,
+     ["--calibration-samples"]),
+    (["--quantize", "--default-range", "-1,1", "--calibration-samples", "4"], 2,
+     ["--calibration-samples needs --calibration"]),
+    (["--quantize", "--calibration", "{f}/missing.npz"], 1, ["missing.npz", "no such file"]),
+    (["--quantize", "--calibration", "{f}/wrong_name.npz"], 1, ["'x'", "image"]),
+    (["--quantize", "--calibration", "{f}/wrong_shape.npz"], 1, ["wrong_shape.npz", "'x'"]),
+    (["--quantize", "--calibration", "{f}/nan.npz"], 1, ["nan.npz", "sample 3"]),
+], ids=["calibration-without-quantize", "io-type-without-quantize", "quantize-without-data",
+        "default-range-not-numbers", "default-range-reversed", "zero-samples",
+        "samples-without-calibration", "missing-file", "wrong-input-name", "wrong-shape", "nan"])
+def test_bad_quantization_flags_and_data(files, tmp_path, flags, code, fragments):
+    result, out = _invoke(files, tmp_path, *[f.format(f=files) for f in flags])
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qconvert: error:"), lines
+    assert result.exit_code == code, lines
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert not out.exists()
+
+
+def test_default_range_warns_once(files, tmp_path):
+    """In a real process (the warning goes through logging to the process's stderr)."""
+    out = tmp_path / "out.tflite"
+    proc = subprocess.run([QCONVERT, str(files / "conv.onnx"), str(out), "--quantize",
+                           "--default-range", "-4,4"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2 and "accuracy is meaningless" in lines[0], lines
+    assert out.exists()
