@@ -179,17 +179,13 @@ class CalibrationRun:
             value = np.asarray(value)
             if value.size == 0 or value.dtype.kind not in "fiub":
                 return
-            if value.dtype.kind == "f":
+            lo, hi = float(value.min()), float(value.max())
+            if np.isnan(lo) or np.isnan(hi):  # min/max propagate NaN: count and skip them
                 nans = int(np.count_nonzero(np.isnan(value)))
-                if nans:
-                    nan_counts[name] = nan_counts.get(name, 0) + nans
-                    if nans == value.size:
-                        return
-                    lo, hi = float(np.nanmin(value)), float(np.nanmax(value))
-                else:
-                    lo, hi = float(value.min()), float(value.max())
-            else:
-                lo, hi = float(value.min()), float(value.max())
+                nan_counts[name] = nan_counts.get(name, 0) + nans
+                if nans == value.size:
+                    return
+                lo, hi = float(np.nanmin(value)), float(np.nanmax(value))
             if name in lows:
                 lows[name] = min(lows[name], lo)
                 highs[name] = max(highs[name], hi)
