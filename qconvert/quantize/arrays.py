@@ -15,6 +15,7 @@ from .params import choose_quantization_params, nudged_range
 
 FLOAT32 = np.dtype(np.float32)
 INT8 = np.dtype(np.int8)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Ops the quantize steps insert; they are the boundary, not ops to quantize.
 BOUNDARY_OPS = ("QUANTIZE", "DEQUANTIZE")
 
@@ -24,12 +25,23 @@ def rule_of(op: Operator) -> QuantRule | None:
 
 
 def value_range(array: Array) -> MinMax | None:
-    """The calibrated range of an activation, or the data range of a constant."""
+    """The calibrated range of an activation, or the data range of a constant.
+
+    A constant's float sentinels (the lowest float that max-pool padding pads with) do not count:
+    in int8 they saturate to the end of the range, which is what they mean. A constant of nothing
+    but sentinels has no range of its own."""
     if array.minmax is not None:
         return array.minmax
-    if array.is_constant and array.data.size:
-        return MinMax(float(array.data.min()), float(array.data.max()))
-    return None
+    if not array.is_constant or not array.data.size:
+        return None
+    data = array.data
+    lo, hi = float(data.min()), float(data.max())
+    if data.dtype.kind == "f" and max(abs(lo), abs(hi)) >= FLOAT32_MAX:
+        real = data[np.abs(data) < FLOAT32_MAX]
+        if not real.size:
+            return None
+        lo, hi = float(real.min()), float(real.max())
+    return MinMax(lo, hi)
 
 
 def params_for_range(minmax: MinMax) -> QuantParams:
@@ -84,7 +96,7 @@ def int8_blocker(op: Operator, model: Model) -> str | None:
     if not inputs or any(arrays[n].dtype != FLOAT32 and arrays[n].quant is None for n in inputs):
         return "its inputs are not float32"
     for name in inputs:
-        if value_range(arrays[name]) is None:
+        if value_range(arrays[name]) is None and not arrays[name].is_constant:
             return f"tensor {name!r} has no calibrated range"
     if rule.output == "free":
         for name in op.outputs:

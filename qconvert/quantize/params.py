@@ -132,7 +132,9 @@ def quantize(values, scale, zero_point=0, dtype=np.int8, axis: int | None = None
         s = s.reshape(_move_axis_shape(v.ndim, axis, s.size))
         z = np.broadcast_to(z, (s.size,)).reshape(s.shape)
     qmin, qmax = _int_range(dtype, narrow_range)
-    q = round_half_away(v / s).astype(np.float64) + z
+    with np.errstate(over="ignore"):  # a float sentinel (-FLT_MAX padding) overflows to -inf
+        scaled = np.clip(v / s, -(2.0**40), 2.0**40)  # finite, and still saturates below
+    q = round_half_away(scaled).astype(np.float64) + z
     return np.clip(q, qmin, qmax).astype(dtype)
 
 

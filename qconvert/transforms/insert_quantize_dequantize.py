@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Array, Model, Operator, QuantParams
+from ..ir import Array, MinMax, Model, Operator, QuantParams
 from ..quantize.arrays import (BOUNDARY_OPS, FLOAT32, INT8, activation_params, params_for_range,
                                rule_of, same_params, value_range)
 from ..quantize.params import quantize
@@ -119,8 +119,8 @@ def insert_quantize_dequantize(model: Model, io_type: str = "float") -> bool:
             array = model.arrays[op.inputs[i]]
             if array.is_constant:
                 if array.dtype == FLOAT32:
-                    _quantize_constant(model, op, i, shared or params_for_range(value_range(array)),
-                                       consumers)
+                    own = params_for_range(value_range(array) or MinMax(0.0, 0.0))
+                    _quantize_constant(model, op, i, shared or own, consumers)
                     changed = True
                 elif shared is not None and not same_params(array.quant, shared):
                     raise AssertionError(f"constant {array.name!r} quantized twice")

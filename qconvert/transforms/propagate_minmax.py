@@ -81,7 +81,14 @@ def _unify(model: Model) -> bool:
             continue
         inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
         ranges = [value_range(a) for a in inputs]
-        if not inputs or any(a.dtype != FLOAT32 for a in inputs) or any(r is None for r in ranges):
+        if not inputs or any(a.dtype != FLOAT32 for a in inputs):
+            continue
+        # A constant without a range of its own (PADV2's lowest-float pad value) joins whatever
+        # range the others give; an activation without one leaves the op to stay float.
+        if any(r is None and not a.is_constant for a, r in zip(inputs, ranges)):
+            continue
+        ranges = [r for r in ranges if r is not None]
+        if not ranges:
             continue
         union = MinMax(min(r.min for r in ranges), max(r.max for r in ranges))
         for array in outputs:

@@ -211,3 +211,17 @@ def test_self_check_catches_a_wrong_bias_scale():
     bias.quant = QuantParams(bias.quant.scale * 1.01, bias.quant.zero_point, 0)
     with pytest.raises(QuantizationCheckError, match="CONV_2D.*input scale x weight scale"):
         check_quantization(ir)
+
+
+def test_max_pool_padding_with_the_lowest_float_saturates_to_int8_min(tmp_path):
+    """ResNet's MaxPool(3, stride 2, pads 1) pads with the lowest float (PADV2): that sentinel must
+    not widen the shared range (it made the scale 1e36 and XNNPACK refuse the model); in int8 it
+    is -128, the bottom of the input's range."""
+    model = _conv_model([helper.make_node("MaxPool", ["fm"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                          pads=[1, 1, 1, 1])])
+    flatbuffer, _ = assert_int8_matches_onnxruntime(model, tmp_path)
+    summary, ops = _ops(flatbuffer)
+    pad = next(op for name, op in ops if name == "PADV2")
+    value = summary.tensors[pad.inputs[2]]
+    assert np.frombuffer(bytes(buffer_data(flatbuffer, value.buffer)), np.int8).tolist() == [-128]
+    assert summary.tensors[pad.inputs[0]].scales == value.scales and value.scales[0] < 1
