@@ -4,7 +4,8 @@ kernels' same-scale and fixed-output rules (TOCO's HardcodeMinMax, plus concat u
 1. An array without a calibrated range (one the float steps created, or a CONV_2D's NHWC output
    that only its TRANSPOSE back to NCHW had in ONNX) takes the range of the array on the other
    side of a single-input same-scale op (RESHAPE, TRANSPOSE, PAD, ...): those ops move values
-   without changing them.
+   without changing them. A piece of a concatenation (a grouped conv's group) takes the
+   concatenation's output range, which contains it.
 2. With --default-range (TOCO's dummy quantization), arrays still without one get that range.
 3. A same-scale op's output range becomes the union of its quantized inputs' ranges: its int8
    kernel copies or compares raw int8 values, so inputs and output must share one set of params.
@@ -42,7 +43,15 @@ def fill_across_same_scale_ops(model: Model) -> bool:
             continue
         inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
         outputs = [model.arrays[n] for n in op.outputs]
-        if len(inputs) != 1 or inputs[0].dtype != FLOAT32:
+        if not inputs or any(a.dtype != FLOAT32 for a in inputs):
+            continue
+        if len(inputs) > 1:
+            # A concat's piece (a grouped conv's group) lies within the output's range.
+            if outputs[0].minmax is not None:
+                for array in inputs:
+                    if array.minmax is None and not array.is_constant:
+                        array.minmax = outputs[0].minmax
+                        changed = True
             continue
         known = [a.minmax for a in [inputs[0], *outputs] if a.minmax is not None]
         if not known:

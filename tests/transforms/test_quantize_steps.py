@@ -225,3 +225,13 @@ def test_max_pool_padding_with_the_lowest_float_saturates_to_int8_min(tmp_path):
     value = summary.tensors[pad.inputs[2]]
     assert np.frombuffer(bytes(buffer_data(flatbuffer, value.buffer)), np.int8).tolist() == [-128]
     assert summary.tensors[pad.inputs[0]].scales == value.scales and value.scales[0] < 1
+
+
+def test_grouped_conv_pieces_take_the_concat_range(tmp_path):
+    """A grouped Conv is SPLIT + one CONV_2D per group + CONCATENATION; the groups' outputs exist
+    only in the converted graph, so they take the concatenation's calibrated range."""
+    w = np.random.default_rng(2).standard_normal((6, 2, 3, 3)).astype(np.float32)
+    model = _conv_model([helper.make_node("Conv", ["fm", "gw"], ["y"], group=2, pads=[1, 1, 1, 1])],
+                        inits={"gw": w})
+    flatbuffer, report = assert_int8_matches_onnxruntime(model, tmp_path)
+    assert report.op_counts["CONV_2D"] == 3 and report.op_counts["CONCATENATION"] == 1
