@@ -69,12 +69,9 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
     if missing:
         try:
             # Inference needs only the initializers' types and shapes; stripping their data keeps
-            # the copy small (and under protobuf's 2 GiB).
+            # the copy small (and under protobuf's 2 GiB) and fast to make.
             light = onnx.ModelProto()
-            if model.ByteSize() < (256 << 20):
-                light.CopyFrom(model)
-            else:
-                _copy_without_data(model, light)
+            _copy_without_data(model, light)
             inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False)
             for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
                 if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
@@ -133,26 +130,32 @@ class CalibrationRun:
         self.from_feeds = [n for n in wanted if n in graph_inputs]
         self.fetched = [n for n in wanted if n not in graph_inputs]
 
-        # The copy exposes the wanted tensors as outputs; the caller's model stays as it was.
-        work = onnx.ModelProto()
-        work.CopyFrom(model)
-        existing = {o.name for o in work.graph.output}
+        # The wanted tensors become graph outputs while the session is made, then the caller's
+        # model gets its own outputs back (no copy of the weights for models under 2 GiB).
+        outputs = model.graph.output
+        kept = len(outputs)
+        existing = {o.name for o in outputs}
         for name in self.fetched:
             if name not in existing:
                 if name in types:
-                    work.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
+                    outputs.append(helper.make_tensor_value_info(name, types[name], None))
                 else:
-                    vi = work.graph.output.add()
-                    vi.name = name
+                    outputs.add().name = name
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.log_severity_level = 3
         providers = ["CPUExecutionProvider"]
         try:
-            if work.ByteSize() < _PROTO_LIMIT:
-                self.session = ort.InferenceSession(work.SerializeToString(), options, providers=providers)
-                del work
+            if model.ByteSize() < _PROTO_LIMIT:
+                data = model.SerializeToString()
+                del outputs[kept:]
+                self.session = ort.InferenceSession(data, options, providers=providers)
+                del data
             else:
+                # Saving with external data rewrites the proto's tensors: do it on a copy.
+                work = onnx.ModelProto()
+                work.CopyFrom(model)
+                del outputs[kept:]
                 with tempfile.TemporaryDirectory(prefix="qconvert-calib-") as tmp:
                     file = os.path.join(tmp, "model.onnx")
                     onnx.save_model(work, file, save_as_external_data=True, location="weights.bin")
@@ -161,6 +164,8 @@ class CalibrationRun:
         except Exception as e:  # onnxruntime raises its own exception types
             raise ConversionError(f"onnxruntime cannot load the model for calibration: "
                                   f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        finally:
+            del outputs[kept:]
 
     def ranges(self, samples: Iterable[dict[str, np.ndarray]], progress: bool = False,
                derive: Callable[[dict[str, np.ndarray]], Iterable[tuple[str, np.ndarray]]]

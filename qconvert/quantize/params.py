@@ -28,13 +28,17 @@ ZERO_RANGE_SCALE = 1.0
 def round_half_away(x) -> np.ndarray:
     """Round to the nearest integer, ties away from zero (std::round), keeping x's float dtype.
 
-    x - trunc(x) is exact in floating point, so unlike floor(|x| + 0.5) this never rounds
-    0.49999999999999994 up.
+    np.rint rounds ties to even; x - rint(x) is exact, so the ties are exactly the elements where
+    it is +-0.5, and only those are moved away from zero. (Unlike floor(|x| + 0.5) this never
+    rounds 0.49999997 up.) Few passes over the data: weights can be hundreds of MB.
     """
     x = np.asarray(x)
-    whole = np.trunc(x)
-    frac = x - whole
-    return whole + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
+    rounded = np.array(np.rint(x))
+    with np.errstate(invalid="ignore"):  # inf - inf: not a tie
+        ties = np.abs(x - rounded) == 0.5
+    if ties.any():
+        rounded[ties] = x[ties] + np.copysign(np.asarray(0.5, x.dtype), x[ties])
+    return rounded
 
 
 def _int_range(dtype, narrow_range: bool) -> tuple[int, int]:
@@ -161,12 +165,29 @@ def _symmetric_scales(wmin, wmax, narrow: bool) -> np.ndarray:
     return np.maximum(np.maximum(-wmin, 0) / np.float32(128), np.maximum(wmax, 0) / np.float32(127))
 
 
+# Weights are quantized in slices of about this many elements, so the float temporaries stay
+# small next to a weight of hundreds of MB.
+CHUNK_ELEMENTS = 1 << 22
+
+
+def _scale_round_clip(w: np.ndarray, inv: np.ndarray, qmin: int, qmax: int) -> np.ndarray:
+    """clamp(round(w * inv), qmin, qmax) as int8, computed over slices of w's first axis; `inv`
+    broadcasts against w (per-channel reciprocals, or one)."""
+    if w.ndim == 0:
+        return np.clip(round_half_away(w * inv), qmin, qmax).astype(np.int8)
+    out = np.empty(w.shape, np.int8)
+    per_row = inv.ndim == w.ndim and inv.shape[0] == w.shape[0] > 1
+    rows = max(1, CHUNK_ELEMENTS // max(1, w[0].size))
+    for start in range(0, w.shape[0], rows):
+        part = slice(start, start + rows)
+        out[part] = np.clip(round_half_away(w[part] * (inv[part] if per_row else inv)), qmin, qmax)
+    return out
+
+
 def _quantize_symmetric(w: np.ndarray, scales: np.ndarray, narrow: bool) -> np.ndarray:
     """round(w * (1/scale)) clamped, in float32 with a precomputed reciprocal as TFLite does."""
     qmin, qmax = _int_range(np.int8, narrow)
-    inv = np.float32(1) / scales
-    q = round_half_away(w * inv)
-    return np.clip(q, qmin, qmax).astype(np.int8)
+    return _scale_round_clip(w, np.asarray(np.float32(1) / scales), qmin, qmax)
 
 
 def _floor_zero_scales(scales: np.ndarray) -> np.ndarray:
@@ -212,8 +233,7 @@ def quantize_weights_per_channel(w, axis: int, narrow: bool = True,
             with np.errstate(divide="ignore"):
                 inv = np.where(half_range > 0, np.float32(127) / half_range, np.float32(0))
             inv = inv.astype(np.float32).reshape(_move_axis_shape(w.ndim, axis, w.shape[axis]))
-            q = np.clip(round_half_away(w * inv), -127, 127).astype(np.int8)
-            return q, scales
+            return _scale_round_clip(w, inv, -127, 127), scales
     scales = np.asarray(scales, dtype=np.float32).reshape(-1)
     if scales.size != w.shape[axis] or np.any(~(scales > 0)):
         raise ValueError("need one positive scale per channel")
