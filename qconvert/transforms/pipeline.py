@@ -64,7 +64,7 @@ class QuantizeOptions:
 def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
     return [
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range)),
-        ("quantize_activations", quantize_activations),
+        ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float")),
         ("quantize_weights", partial(quantize_weights, per_tensor_fc=options.per_tensor_fc)),
         ("quantize_biases", quantize_biases),
         ("insert_quantize_dequantize", partial(insert_quantize_dequantize, io_type=options.io_type)),

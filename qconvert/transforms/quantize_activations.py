@@ -11,6 +11,12 @@ become int8 with params that follow the op's rule:
 - fixed: the params the kernel requires (SOFTMAX 1/256 and -128, TANH 1/128 and 0, ...).
 Every other op that reads or writes float activations stays float, with the reason recorded on
 the op for the report; insert_quantize_dequantize later puts DEQUANTIZE/QUANTIZE around it.
+
+One deliberate exception: with float model outputs, a fixed-output op (SOFTMAX, LOGISTIC, ...)
+that produces a model output stays float. Its int8 kernel would write steps of 1/256 whatever
+the values, so a classifier's small probabilities or a detector's low scores would be rounded
+away just before the DEQUANTIZE that turns them back to float; computed in float from the
+dequantized int8 input they keep their precision, at the cost of one small float op.
 """
 
 from __future__ import annotations
@@ -20,18 +26,22 @@ from ..quantize.arrays import (BOUNDARY_OPS, INT8, activation_params, fixed_para
                                int8_blocker, params_for_range, rule_of)
 
 
-def quantize_activations(model: Model) -> bool:
+def quantize_activations(model: Model, float_outputs: bool = True) -> bool:
     changed = False
     for op in model.operators:
         if op.int8 or op.float_reason or op.type in BOUNDARY_OPS:
             continue
         reason = int8_blocker(op, model)
+        rule = rule_of(op)
+        if (reason is None and float_outputs and rule.output == "fixed"
+                and any(name in model.outputs for name in op.outputs)):
+            reason = (f"its output is a model output: in float it keeps the precision that "
+                      f"int8's fixed step of {rule.fixed_params[0]:g} would lose")
         if reason is not None:
             if handles_float(op, model):
                 op.float_reason = reason
                 changed = True
             continue
-        rule = rule_of(op)
         inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
         for name in op.outputs:
             array = model.arrays[name]

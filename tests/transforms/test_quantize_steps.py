@@ -235,3 +235,22 @@ def test_grouped_conv_pieces_take_the_concat_range(tmp_path):
                         inits={"gw": w})
     flatbuffer, report = assert_int8_matches_onnxruntime(model, tmp_path)
     assert report.op_counts["CONV_2D"] == 3 and report.op_counts["CONCATENATION"] == 1
+
+
+@pytest.mark.parametrize("io_type", ["float", "int8"])
+def test_softmax_producing_a_float_model_output_stays_float(tmp_path, io_type):
+    """1000 small probabilities in int8 steps of 1/256 would mostly round to 0 just before the
+    DEQUANTIZE; with float outputs the final SOFTMAX runs in float instead. With int8 outputs
+    the model stays all-integer."""
+    w = np.random.default_rng(4).standard_normal((1000, 4)).astype(np.float32)
+    nodes = [helper.make_node("GlobalAveragePool", ["fm"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "gw"], ["logits"], transB=1),
+             helper.make_node("Softmax", ["logits"], ["y"], axis=1)]
+    model = _conv_model(nodes, inits={"gw": w})
+    flatbuffer, report = convert_quantized(model, calibration_set(model), tmp_path, io_type=io_type)
+    names = [name for name, _ in _ops(flatbuffer)[1]]
+    if io_type == "float":
+        assert names[-2:] == ["DEQUANTIZE", "SOFTMAX"]
+        assert [f.op for f in report.quantization.float_ops] == ["SOFTMAX"]
+    else:
+        assert names[-1] == "SOFTMAX" and report.quantization.float_ops == []
