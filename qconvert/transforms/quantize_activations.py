@@ -13,7 +13,7 @@ Every other op that reads or writes float activations stays float, with the reas
 the op for the report; insert_quantize_dequantize later puts DEQUANTIZE/QUANTIZE around it.
 
 One deliberate exception: with float model outputs, a fixed-output op (SOFTMAX, LOGISTIC, ...)
-that produces a model output stays float. Its int8 kernel would write steps of 1/256 whatever
+that produces a model output (directly, or through a RESHAPE and the like) stays float. Its int8 kernel would write steps of 1/256 whatever
 the values, so a classifier's small probabilities or a detector's low scores would be rounded
 away just before the DEQUANTIZE that turns them back to float; computed in float from the
 dequantized int8 input they keep their precision, at the cost of one small float op.
@@ -26,17 +26,42 @@ from ..quantize.arrays import (BOUNDARY_OPS, INT8, activation_params, fixed_para
                                int8_blocker, params_for_range, rule_of)
 
 
+def _float_tails(model: Model) -> dict[int, str]:
+    """{id(op): reason} for each fixed-output op whose output reaches a model output, directly or
+    through ops that only move values (a RESHAPE that flattens the probabilities), and for those
+    ops: they stay float (see the module docstring)."""
+    consumers = model.consumers()
+    tails: dict[int, str] = {}
+    for op in model.operators:
+        rule = rule_of(op)
+        if rule is None or rule.output != "fixed" or len(op.outputs) != 1:
+            continue
+        reason = (f"its output is a model output: in float it keeps the precision that int8's "
+                  f"fixed step of {rule.fixed_params[0]:g} would lose")
+        chain, name = [op], op.outputs[0]
+        while name not in model.outputs:
+            readers = consumers.get(name, [])
+            follow = readers[0] if len(readers) == 1 else None
+            follow_rule = rule_of(follow) if follow is not None else None
+            if (follow_rule is None or follow_rule.output != "same" or len(follow.outputs) != 1
+                    or [follow.inputs[i] for i in follow_rule.activation_inputs(follow)] != [name]):
+                break
+            chain.append(follow)
+            name = follow.outputs[0]
+        if name in model.outputs:
+            tails.update((id(o), reason if o is op else f"it carries the float output of {op.type} "
+                          "to a model output") for o in chain)
+    return tails
+
+
 def quantize_activations(model: Model, float_outputs: bool = True) -> bool:
     changed = False
+    tails = _float_tails(model) if float_outputs else {}
     for op in model.operators:
         if op.int8 or op.float_reason or op.type in BOUNDARY_OPS:
             continue
-        reason = int8_blocker(op, model)
+        reason = int8_blocker(op, model) or tails.get(id(op))
         rule = rule_of(op)
-        if (reason is None and float_outputs and rule.output == "fixed"
-                and any(name in model.outputs for name in op.outputs)):
-            reason = (f"its output is a model output: in float it keeps the precision that "
-                      f"int8's fixed step of {rule.fixed_params[0]:g} would lose")
         if reason is not None:
             if handles_float(op, model):
                 op.float_reason = reason
