@@ -258,7 +258,7 @@ def test_softmax_producing_a_float_model_output_stays_float(tmp_path, io_type):
 
 def test_softmax_reaching_the_output_through_a_reshape_stays_float(tmp_path):
     """SqueezeNet ends Softmax -> Reshape: the RESHAPE only moves the probabilities, so both stay
-    float; a Softmax feeding a Concat with another tensor does not end the model and stays int8."""
+    float. (A Sigmoid feeding a Concat does not end the model: see the concat test.)"""
     nodes = [helper.make_node("Flatten", ["fm"], ["f"]), helper.make_node("Softmax", ["f"], ["s"], axis=1),
              helper.make_node("Reshape", ["s", "shape"], ["y"])]
     model = _conv_model(nodes, inits={"shape": np.array([1, 4, 64], np.int64)})
