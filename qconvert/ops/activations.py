@@ -30,8 +30,11 @@ def apply_fused_activation(value: np.ndarray, activation: str) -> np.ndarray:
 
 tflite_op("RELU", quant=FREE, evaluate=evaluate_unary(lambda x: np.maximum(x, 0)), layout="elementwise",
           version=by_input_dtype({np.int16: 3, np.int8: 2, np.uint8: 2}))
-tflite_op("RELU6", quant=FREE, evaluate=evaluate_unary(lambda x: np.clip(x, 0, 6)), layout="elementwise",
-          version=by_input_dtype({np.int16: 3, np.int8: 2}))
+# RELU6 shares its input's params: TFLite Micro's int8 RELU6 clamps the raw int8 codes to those of 0
+# and 6 under the input's params and never rescales, so a RELU6 with its own output params is silently
+# wrong there (143 output steps off in tests/quantize/test_ops_int8.py); LiteRT's kernel handles both.
+tflite_op("RELU6", quant=QuantRule(output="same"), evaluate=evaluate_unary(lambda x: np.clip(x, 0, 6)),
+          layout="elementwise", version=by_input_dtype({np.int16: 3, np.int8: 2}))
 tflite_op("RELU_N1_TO_1", quant=FREE, evaluate=evaluate_unary(lambda x: np.clip(x, -1, 1)), layout="elementwise")
 tflite_op("LOGISTIC", quant=QuantRule(output="fixed", fixed_params=(1 / 256, -128)),
           evaluate=evaluate_unary(lambda x: 1 / (1 + np.exp(-x))), layout="elementwise",
