@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
-from ai_edge_litert.interpreter import Interpreter
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from onnx import helper, numpy_helper
 
 from qconvert.converter import convert
@@ -53,9 +53,14 @@ def convert_proto(model: onnx.ModelProto, **options):
     return bytes(flatbuffer), report
 
 
-def run_tflite(flatbuffer: bytes, report, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Runs the model through its signature with ONNX-layout inputs; returns ONNX-layout outputs."""
-    interpreter = Interpreter(model_content=flatbuffer, num_threads=1)
+def run_tflite(flatbuffer: bytes, report, feeds: dict[str, np.ndarray],
+               reference_kernels: bool = False) -> dict[str, np.ndarray]:
+    """Runs the model through its signature with ONNX-layout inputs; returns ONNX-layout outputs.
+    reference_kernels: TFLite's reference kernels (BUILTIN_REF: no XNNPACK delegate, no optimized
+    kernels), the implementations TFLite Micro's int8 kernels follow."""
+    resolver = OpResolverType.BUILTIN_REF if reference_kernels else OpResolverType.AUTO
+    interpreter = Interpreter(model_content=flatbuffer, num_threads=1,
+                              experimental_op_resolver_type=resolver)
     runner = interpreter.get_signature_runner()
     args = {}
     for info in report.inputs:

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from ai_edge_litert.interpreter import Interpreter, OpResolverType
+from ai_edge_litert.interpreter import Interpreter
 from onnx import TensorProto, helper
 
 from qconvert.ops.registry import TFLITE_OPS
@@ -346,24 +346,7 @@ def check_int8_op(flatbuffer: bytes, op_name: str, per_tensor_weights: bool = Fa
 
 
 def run_reference_kernels(flatbuffer: bytes, report, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """harness.run_tflite with TFLite's reference kernels (BUILTIN_REF: no XNNPACK delegate, no
-    optimized kernels), the implementations TFLite Micro's int8 kernels follow."""
-    interpreter = Interpreter(model_content=flatbuffer, num_threads=1,
-                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    args = {}
-    for info in report.inputs:
-        value = np.asarray(feeds[info.name])
-        if info.layout_permutation:
-            value = np.transpose(value, info.layout_permutation)
-        args[info.name] = np.ascontiguousarray(value.astype(info.dtype))
-    results = interpreter.get_signature_runner()(**args)
-    outputs = {}
-    for info in report.outputs:
-        value = results[info.name]
-        if info.layout_permutation:
-            value = np.transpose(value, np.argsort(info.layout_permutation))
-        outputs[info.name] = value
-    return outputs
+    return run_tflite(flatbuffer, report, feeds, reference_kernels=True)
 
 
 def assert_every_sample_matches(model, flatbuffer, report, samples, steps, run=run_tflite):
