@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import QuantRule, SAME, onnx_op, tflite_op
+from .registry import SAME, QuantRule, onnx_op, tflite_op
 from .slice import slice_tensor
 from .tile import broadcast_to, tile
 from .versions import by_input_dtype, input_rank

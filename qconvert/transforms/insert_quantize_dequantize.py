@@ -20,8 +20,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Array, MinMax, Model, Operator, QuantParams
-from ..quantize.arrays import (BOUNDARY_OPS, FLOAT32, INT8, activation_params, params_for_range,
-                               rule_of, same_params, value_range)
+from ..quantize.arrays import (
+    BOUNDARY_OPS,
+    FLOAT32,
+    INT8,
+    activation_params,
+    params_for_range,
+    rule_of,
+    same_params,
+    value_range,
+)
 from ..quantize.params import quantize
 from .quantize_weights import own_constant
 

@@ -13,8 +13,8 @@ from functools import partial
 
 from ..ir import Model
 from .channels_last_io import channels_last_io
-from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
 from .check_quantization import check_quantization
+from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
 from .engine import Step, run_once, run_to_fixed_point
 from .fold_constants import fold_constants
 from .fold_transpose_into_fully_connected import fold_transpose_into_fully_connected

@@ -21,8 +21,7 @@ from __future__ import annotations
 import logging
 
 from ..ir import MinMax, Model
-from ..quantize.arrays import (BOUNDARY_OPS, FLOAT32, fixed_range, is_float_activation, rule_of,
-                               value_range)
+from ..quantize.arrays import BOUNDARY_OPS, FLOAT32, fixed_range, is_float_activation, rule_of, value_range
 
 log = logging.getLogger("qconvert")
 

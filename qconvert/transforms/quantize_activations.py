@@ -22,8 +22,16 @@ dequantized int8 input they keep their precision, at the cost of one small float
 from __future__ import annotations
 
 from ..ir import Model
-from ..quantize.arrays import (BOUNDARY_OPS, INT8, activation_params, fixed_params, handles_float,
-                               int8_blocker, params_for_range, rule_of)
+from ..quantize.arrays import (
+    BOUNDARY_OPS,
+    INT8,
+    activation_params,
+    fixed_params,
+    handles_float,
+    int8_blocker,
+    params_for_range,
+    rule_of,
+)
 
 
 def _float_tails(model: Model) -> dict[int, str]:

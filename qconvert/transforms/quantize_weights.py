@@ -14,8 +14,11 @@ import numpy as np
 
 from ..ir import Model, QuantParams
 from ..quantize.arrays import FLOAT32, INT8, input_scale, rule_of
-from ..quantize.params import (adjust_weight_scales_for_bias, quantize_weights_per_channel,
-                               quantize_weights_per_tensor)
+from ..quantize.params import (
+    adjust_weight_scales_for_bias,
+    quantize_weights_per_channel,
+    quantize_weights_per_tensor,
+)
 
 
 def own_constant(model: Model, op, index: int, consumers) -> str:

@@ -1,4 +1,3 @@
-import numpy as np
 from onnx import TensorProto, helper
 
 from tests.harness import assert_int8_matches_onnxruntime, conv_in_front, make_model

@@ -20,11 +20,18 @@ from ai_edge_litert.interpreter import Interpreter
 from onnx import TensorProto, helper
 
 from qconvert.ops.registry import TFLITE_OPS
-from qconvert.tflite import schema_generated as schema
 from qconvert.quantize.calibration_data import model_input_specs
+from qconvert.tflite import schema_generated as schema
 from qconvert.tflite.reader import read as read_tflite
-from tests.harness import (assert_int8_matches_onnxruntime, convert_quantized, make_model, output_steps,
-                           run_onnxruntime, run_tflite, snap_to_input_grid)
+from tests.harness import (
+    assert_int8_matches_onnxruntime,
+    convert_quantized,
+    make_model,
+    output_steps,
+    run_onnxruntime,
+    run_tflite,
+    snap_to_input_grid,
+)
 
 F, B, I64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
 SAMPLES = 16

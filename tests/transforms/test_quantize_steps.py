@@ -14,8 +14,16 @@ from qconvert.quantize.calibrate import CalibrationRun, calibrate_model
 from qconvert.tflite.reader import buffer_data, read
 from qconvert.transforms.check_quantization import QuantizationCheckError, check_quantization
 from qconvert.transforms.pipeline import QuantizeOptions, quantize_steps
-from tests.harness import (assert_int8_matches_onnxruntime, calibration_set, conv_in_front,
-                           convert_proto, convert_quantized, make_model, run_onnxruntime, run_tflite)
+from tests.harness import (
+    assert_int8_matches_onnxruntime,
+    calibration_set,
+    conv_in_front,
+    convert_proto,
+    convert_quantized,
+    make_model,
+    run_onnxruntime,
+    run_tflite,
+)
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(5)
