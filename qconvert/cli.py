@@ -96,6 +96,21 @@ def parse_default_range(value: str) -> tuple[float, float]:
     return lo, hi
 
 
+def weight_mode_from_flags(weight_only: bool, min_elements, float16: bool, quantize: bool,
+                           calibration) -> str | None:
+    """"int8" (--weight-only), "float16" (--float16) or None; contradictions are usage errors."""
+    if min_elements is not None and not weight_only:
+        raise click.UsageError("--weight-only-min-elements only applies with --weight-only")
+    chosen = [flag for flag, on in (("--weight-only", weight_only), ("--float16", float16)) if on]
+    if len(chosen) > 1:
+        raise click.UsageError("--weight-only and --float16 are two ways to store the weights: pick one")
+    if chosen and (quantize or calibration):
+        other = "--quantize" if quantize else "--calibration"
+        raise click.UsageError(f"{chosen[0]} keeps activations float and needs no calibration; it "
+                               f"cannot be combined with {other} (full int8)")
+    return {"--weight-only": "int8", "--float16": "float16"}[chosen[0]] if chosen else None
+
+
 def quantize_options_from_flags(quantize: bool, calibration, calibration_samples, default_range,
                                 io_type, per_tensor_fc):
     """The QuantizeOptions the flags ask for (None: float); contradictions are usage errors."""
@@ -184,12 +199,19 @@ def _write_stdout(data) -> None:
 @click.option("--per-tensor-fc", is_flag=True,
               help="Quantize FULLY_CONNECTED weights per tensor, for runtimes without per-channel "
                    "dense layers (TFLite Micro before 2024).")
+@click.option("--weight-only", is_flag=True,
+              help="Store large weights as int8 (TFLite's dynamic-range mode); activations stay "
+                   "float, no calibration data needed.")
+@click.option("--weight-only-min-elements", type=click.IntRange(min=1), metavar="N",
+              help="With --weight-only: quantize weights of at least N elements [default: 1024].")
+@click.option("--float16", is_flag=True, help="Store every float weight as float16.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
 @click.version_option(__version__, prog_name="qconvert")
 def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
-        default_range, io_type, per_tensor_fc, as_json, verbose, debug):
+        default_range, io_type, per_tensor_fc, weight_only, weight_only_min_elements, float16,
+        as_json, verbose, debug):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
@@ -198,6 +220,8 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="qconvert: %(message)s", stream=sys.stderr)
     shapes = parse_input_shape(input_shapes)
+    weights = weight_mode_from_flags(weight_only, weight_only_min_elements, float16, quantize,
+                                     calibration)
     quantize_options = quantize_options_from_flags(quantize, calibration, calibration_samples,
                                                    default_range, io_type, per_tensor_fc)
     if as_json and dest == "-":
@@ -214,7 +238,8 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
         flatbuffer, report = convert(source, data=data, input_shapes=shapes, io_layout=io_layout,
                                      output_name=dest, quantize=quantize_options,
                                      calibration=calibration, calibration_samples=calibration_samples,
-                                     progress=True)
+                                     progress=True, weights=weights,
+                                     weight_only_min_elements=weight_only_min_elements or 1024)
         if dest == "-":
             _write_stdout(flatbuffer)
         else:

@@ -6,11 +6,13 @@ import collections
 import time
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from . import __version__
 from .ir import Model
 from .loader import load, read_onnx
 from .tflite.writer import serialize
-from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline
+from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
 
 
 @dataclass
@@ -40,6 +42,14 @@ class QuantizationReport:
 
 
 @dataclass
+class WeightsReport:
+    mode: str  # "int8" (--weight-only) or "float16"
+    tensors: list[str]  # the constants stored as int8 or float16
+    weights_bytes_float: int  # constant data before
+    weights_bytes: int  # constant data after
+
+
+@dataclass
 class ConversionReport:
     input: str
     output: str
@@ -51,6 +61,7 @@ class ConversionReport:
     inputs: list[TensorInfo] = field(default_factory=list)
     outputs: list[TensorInfo] = field(default_factory=list)
     quantization: QuantizationReport | None = None
+    weights: WeightsReport | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -66,6 +77,10 @@ class ConversionReport:
                 kinds = collections.Counter(f.op for f in q.float_ops)
                 text += "; stayed float: " + ", ".join(
                     f"{n} {op}" if n > 1 else op for op, n in sorted(kinds.items()))
+        w = self.weights
+        if w is not None:
+            text += (f"; {w.mode} weights: {len(w.tensors)} tensors, {_human_size(w.weights_bytes_float)}"
+                     f" -> {_human_size(w.weights_bytes)}")
         return text
 
 
@@ -109,12 +124,14 @@ def _quantization_report(model: Model, options: QuantizeOptions, samples: int, s
 def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None = None,
             io_layout: str = "nhwc", output_name: str = "", quantize: QuantizeOptions | None = None,
             calibration: str | None = None, calibration_samples: int | None = None,
-            progress: bool = False) -> tuple[memoryview, ConversionReport]:
+            progress: bool = False, weights: str | None = None,
+            weight_only_min_elements: int = 1024) -> tuple[memoryview, ConversionReport]:
     """Converts the ONNX file `source` (or `data`, the bytes of one) to TFLite flatbuffer bytes.
 
     With `quantize`, the model is calibrated on the data at `calibration` (its first
     `calibration_samples` samples) unless quantize.default_range stands in for it, and written
-    as int8."""
+    as int8. With `weights` ("int8": --weight-only, "float16": --float16) only the stored
+    weights change (int8 from `weight_only_min_elements` elements up)."""
     start = time.perf_counter()
     proto = read_onnx(source, data)
     samples = run = None
@@ -135,11 +152,18 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     del proto
     convert_model(model, io_layout)
     float_bytes = _constant_bytes(model)
-    quantization = None
+    quantization = weights_report = None
     if quantize is not None:
         run_quantize_pipeline(model, quantize)
         quantization = _quantization_report(model, quantize, len(samples) if samples else 0,
                                             calibration_seconds, float_bytes)
+    if weights is not None:
+        floats = {n for n, a in model.arrays.items() if a.is_constant and a.dtype.kind == "f"}
+        run_weight_pipeline(model, weights, weight_only_min_elements)
+        stored = np.dtype(np.int8) if weights == "int8" else np.dtype(np.float16)
+        weights_report = WeightsReport(
+            weights, sorted(n for n in floats if n in model.arrays and model.arrays[n].dtype == stored),
+            float_bytes, _constant_bytes(model))
     flatbuffer = serialize(model, f"qconvert {__version__}", release_data=True)
     counts = collections.Counter(op.type for op in model.operators)
     report = ConversionReport(
@@ -147,5 +171,5 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         op_counts=dict(sorted(counts.items())), transposes=counts.get("TRANSPOSE", 0),
         size_bytes=len(flatbuffer), seconds=round(time.perf_counter() - start, 3),
         inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
-        quantization=quantization)
+        quantization=quantization, weights=weights_report)
     return flatbuffer, report

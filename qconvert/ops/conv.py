@@ -12,7 +12,7 @@ import numpy as np
 
 from .layout import from_channels_last, reshape, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
-from .registry import QuantRule, onnx_op, tflite_op
+from .registry import HybridRule, QuantRule, onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, is_type, scale_count
 
 
@@ -48,9 +48,9 @@ def _depthwise_version(op, model):
 
 # Weights OHWI: per output channel along axis 0; depthwise 1HW(C*M): along axis 3.
 tflite_op("CONV_2D", options="Conv2DOptions", version=_conv_version,
-          quant=QuantRule(weight=1, weight_axis=0, bias=2))
+          quant=QuantRule(weight=1, weight_axis=0, bias=2), hybrid=HybridRule(axis=0))
 tflite_op("DEPTHWISE_CONV_2D", options="DepthwiseConv2DOptions", version=_depthwise_version,
-          quant=QuantRule(weight=1, weight_axis=3, bias=2))
+          quant=QuantRule(weight=1, weight_axis=3, bias=2), hybrid=HybridRule(axis=3))
 
 
 @onnx_op("Conv")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape
-from .registry import QuantRule, onnx_op, tflite_op
+from .registry import HybridRule, QuantRule, onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, input_dtype, is_type, scale_count
 
 
@@ -66,8 +66,10 @@ def _evaluate_batch_matmul(inputs, op):
 # Weights [out, in]: per output channel along axis 0 (per tensor with --per-tensor-fc).
 tflite_op("FULLY_CONNECTED", options="FullyConnectedOptions", version=_fc_version,
           quant=QuantRule(weight=1, weight_axis=0, bias=2),
+          hybrid=HybridRule(axis=0, asymmetric=True),
           evaluate=_evaluate_fc)
 tflite_op("BATCH_MATMUL", options="BatchMatMulOptions", version=_batch_matmul_version,
+          hybrid=HybridRule(asymmetric=True),
           evaluate=_evaluate_batch_matmul)
 
 

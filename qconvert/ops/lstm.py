@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .registry import SAME, onnx_op, tflite_op
+from .registry import SAME, HybridRule, onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, by_input_dtype, input_dtype
 
 _DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
@@ -63,7 +63,9 @@ def _evaluate_reverse(inputs, op):
     return [np.flip(inputs[0], axis=tuple(int(a) for a in np.ravel(inputs[1])))]
 
 
+# Hybrid: the eight input-to-gate and recurrent-to-gate weight matrices, per tensor.
 tflite_op("UNIDIRECTIONAL_SEQUENCE_LSTM", options="UnidirectionalSequenceLSTMOptions",
+          hybrid=HybridRule(weights=tuple(range(1, 9)), asymmetric=True),
           version=_lstm_version)
 # FILL has no `evaluate` on purpose: it (re)initialises LSTM state variables on every invocation.
 tflite_op("FILL", version=_fill_version)

@@ -63,6 +63,24 @@ class QuantRule:
         return [i for i in indices if i < len(op.inputs) and op.inputs[i]]
 
 
+@dataclass(frozen=True)
+class HybridRule:
+    """How an op runs TFLite's hybrid kernel under --weight-only: float activations, int8 weights
+    (symmetric, zero point 0), the activations quantized on the fly at run time.
+
+    weights:    the input indices that hold the weights; the op runs hybrid only when every one
+                of them is a float constant big enough to be quantized (the kernel wants them all
+                int8), otherwise its weights reach it through DEQUANTIZE.
+    axis:       the per-channel axis of the weights (None: per tensor only).
+    asymmetric: the op has `asymmetric_quantize_inputs` (it quantizes each input row with its own
+                zero point rather than symmetrically: better for inputs not centred on 0).
+    """
+
+    weights: tuple[int, ...] = (1,)
+    axis: int | None = None
+    asymmetric: bool = False
+
+
 # The rules most ops share.
 FREE = QuantRule()
 SAME = QuantRule(output="same")
@@ -86,6 +104,7 @@ class OpDef:
               the permutation that turns its new output into the old one (None: cannot).
     quant:    the QuantRule of the op's int8 kernel, or None when TFLite has none (the op then
               stays float under --quantize, between DEQUANTIZE and QUANTIZE).
+    hybrid:   the HybridRule of the op's hybrid kernel (--weight-only), or None when it has none.
     """
 
     name: str
@@ -96,6 +115,7 @@ class OpDef:
     layout_inputs: tuple[int, ...] | None = None
     remap_axes: Callable | None = None
     quant: QuantRule | None = None
+    hybrid: HybridRule | None = None
 
 
 def evaluate_unary(fn: Callable[[np.ndarray], np.ndarray]):

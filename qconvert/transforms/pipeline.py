@@ -3,7 +3,7 @@
 Each step is one function in its own file. The float steps run to a fixed point (the list repeats
 until no step changes the model, so a step that must wait for another simply does nothing until
 then). With --quantize, the quantize steps then run once each, in order: each builds on the
-decisions of the ones before it.
+decisions of the ones before it; with --weight-only or --float16, the one weight step runs.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ from .propagate_minmax import propagate_minmax
 from .quantize_activations import quantize_activations
 from .quantize_biases import quantize_biases
 from .quantize_weights import quantize_weights
+from .quantize_weights_only import quantize_weights_only
 from .remove_identity import remove_identity
 from .remove_trivial_activation import remove_trivial_activation
 from .sink_transpose_through_reshape import sink_transpose_through_reshape
 from .sink_transposes import sink_transposes
+from .store_weights_float16 import store_weights_float16
 from .transpose_to_reshape import transpose_to_reshape
 
 FLOAT_STEPS: list[tuple[str, Step]] = [
@@ -73,6 +75,13 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
     ]
 
 
+def weight_steps(mode: str, min_elements: int = 1024) -> list[tuple[str, Step]]:
+    """--weight-only ("int8") or --float16 ("float16"): only the stored weights change."""
+    if mode == "int8":
+        return [("quantize_weights_only", partial(quantize_weights_only, min_elements=min_elements))]
+    return [("store_weights_float16", store_weights_float16)]
+
+
 def build_pipeline(io_layout: str = "nhwc") -> list[tuple[str, Step]]:
     steps = list(FLOAT_STEPS)
     if io_layout == "nhwc":
@@ -89,3 +98,8 @@ def run_pipeline(model: Model, io_layout: str = "nhwc") -> None:
 def run_quantize_pipeline(model: Model, options: QuantizeOptions) -> None:
     """After run_pipeline, on a model whose arrays carry calibrated ranges."""
     run_once(model, quantize_steps(options))
+
+
+def run_weight_pipeline(model: Model, mode: str, min_elements: int = 1024) -> None:
+    """After run_pipeline: store the weights as int8 (hybrid kernels) or float16."""
+    run_once(model, weight_steps(mode, min_elements))

@@ -1,0 +1,85 @@
+"""quantize_weights_only: --weight-only (TFLite's dynamic-range mode). Constant float32 weights
+of at least `min_elements` elements are stored as symmetric int8 (zero point 0, narrow range);
+activations stay float.
+
+- An op with a hybrid kernel (OpDef.hybrid: CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED,
+  BATCH_MATMUL, UNIDIRECTIONAL_SEQUENCE_LSTM) reads the int8 weights directly when every one of
+  its weight inputs is quantized; the kernel quantizes its float input on the fly (per row and
+  asymmetrically where the op has `asymmetric_quantize_inputs`, which is set). Weights are per
+  output channel where the hybrid kernel takes that, else per tensor.
+- Any other reader (a GATHER's table, a TRANSPOSE_CONV's weights, an ADD's big constant, or a
+  hybrid op whose other weights stayed float) reads the weights through one DEQUANTIZE, inserted
+  before the first such reader and shared by all of them.
+- Biases, and weights below the threshold, stay float32: they are small, and the hybrid
+  kernels want a float bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Model, Operator, QuantParams
+from ..ops.registry import TFLITE_OPS
+from ..quantize.params import quantize_weights_per_channel, quantize_weights_per_tensor
+
+FLOAT32 = np.dtype(np.float32)
+
+
+def _is_candidate(model: Model, name: str, min_elements: int) -> bool:
+    array = model.arrays.get(name) if name else None
+    return (array is not None and array.is_constant and array.dtype == FLOAT32
+            and array.data.size >= min_elements and name not in model.outputs)
+
+
+def _is_bias(op: Operator, index: int) -> bool:
+    rule = TFLITE_OPS[op.type].quant
+    return rule is not None and rule.bias == index
+
+
+def _runs_hybrid(op: Operator, model: Model, min_elements: int) -> bool:
+    rule = TFLITE_OPS[op.type].hybrid
+    return (rule is not None and model.arrays[op.inputs[0]].dtype == FLOAT32
+            and all(i < len(op.inputs) and _is_candidate(model, op.inputs[i], min_elements)
+                    for i in rule.weights))
+
+
+def dequantize_for(model: Model, name: str, uses: list[tuple[Operator, int]]) -> str:
+    """Makes the given (op, input index) uses of the stored constant `name` read it through one
+    DEQUANTIZE to float32, placed before the first of those ops; returns the float tensor."""
+    array = model.arrays[name]
+    result = model.add_array(name + "_dequantized", array.shape, FLOAT32)
+    first = min(model.operators.index(op) for op, _ in uses)
+    model.operators.insert(first, Operator("DEQUANTIZE", [name], [result], source=uses[0][0].source))
+    for op, index in uses:
+        op.inputs[index] = result
+    return result
+
+
+def quantize_weights_only(model: Model, min_elements: int = 1024) -> bool:
+    hybrid = {id(op) for op in model.operators if _runs_hybrid(op, model, min_elements)}
+    uses: dict[str, list[tuple[Operator, int]]] = {}
+    for op in model.operators:
+        for index, name in enumerate(op.inputs):
+            if _is_candidate(model, name, min_elements) and not _is_bias(op, index):
+                uses.setdefault(name, []).append((op, index))
+    for name, readers in uses.items():
+        direct = [(op, i) for op, i in readers
+                  if id(op) in hybrid and i in TFLITE_OPS[op.type].hybrid.weights]
+        axes = {TFLITE_OPS[op.type].hybrid.axis for op, _ in direct}
+        axis = axes.pop() if len(axes) == 1 else None
+        array = model.arrays[name]
+        if axis is None:
+            q, scale = quantize_weights_per_tensor(array.data)
+            params = QuantParams(np.array([scale], np.float32), np.zeros(1, np.int64))
+        else:
+            q, scales = quantize_weights_per_channel(array.data, axis)
+            params = QuantParams(scales, np.zeros(scales.size, np.int64), axis % array.data.ndim)
+        array.data, array.dtype, array.quant, array.narrow_range = q, np.dtype(np.int8), params, True
+        direct_ids = {(id(op), i) for op, i in direct}
+        others = [(op, i) for op, i in readers if (id(op), i) not in direct_ids]
+        if others:
+            dequantize_for(model, name, others)
+    for op in model.operators:
+        if id(op) in hybrid and TFLITE_OPS[op.type].hybrid.asymmetric:
+            op.options["asymmetric_quantize_inputs"] = True
+    return bool(uses)
