@@ -119,3 +119,37 @@ def test_default_range_warns_once(files, tmp_path):
     lines = proc.stderr.splitlines()
     assert len(lines) == 2 and "accuracy is meaningless" in lines[0], lines
     assert out.exists()
+
+
+@pytest.mark.parametrize("flags, fragments", [
+    (["--weight-only", "--quantize", "--calibration", "{f}/cal.npz"], ["--weight-only", "--quantize"]),
+    (["--weight-only", "--calibration", "{f}/cal.npz"], ["--weight-only", "--calibration"]),
+    (["--float16", "--quantize", "--default-range", "-1,1"], ["--float16", "--quantize"]),
+    (["--float16", "--weight-only"], ["--weight-only and --float16"]),
+    (["--weight-only-min-elements", "10"], ["--weight-only-min-elements", "--weight-only"]),
+    (["--weight-only", "--weight-only-min-elements", "0"], ["--weight-only-min-elements"]),
+], ids=["weight-only-and-quantize", "weight-only-and-calibration", "float16-and-quantize",
+        "both-storage-modes", "min-elements-alone", "min-elements-zero"])
+def test_weight_storage_flags_that_contradict(files, tmp_path, flags, fragments):
+    result, out = _invoke(files, tmp_path, *[f.format(f=files) for f in flags])
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qconvert: error:"), lines
+    assert result.exit_code == 2, lines
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, mode, dtype", [
+    (["--weight-only", "--weight-only-min-elements", "16"], "int8", "INT8"),
+    (["--float16"], "float16", "FLOAT16")])
+def test_weight_storage_report_lists_the_stored_tensors(files, tmp_path, flags, mode, dtype):
+    from qconvert.tflite.reader import read
+
+    result, out = _invoke(files, tmp_path, *flags, "--json")
+    assert result.exit_code == 0, result.stderr
+    weights = json.loads(result.stdout)["weights"]
+    assert weights["mode"] == mode and weights["weights_bytes"] < weights["weights_bytes_float"]
+    stored = sorted(t.name for t in read(out.read_bytes()).tensors if t.dtype == dtype)
+    assert stored == weights["tensors"] and stored
+    assert f"{mode} weights: {len(stored)} tensors" in result.stderr
