@@ -1,31 +1,34 @@
 """Benchmark: convert the onnx package's light architectures (random weights) and measure.
 
-One markdown row per model: conversion wall time and peak RSS (of a fresh `qconvert IN OUT --json`
-process), weight and output sizes, operator and TRANSPOSE counts read back from the .tflite,
-median latency in ai-edge-litert's interpreter (1 thread) and in onnxruntime (1 thread), and the
-largest absolute difference of their outputs on the same random input. A model that fails to
-convert, or whose .tflite crashes the interpreter, gets a row with the one-line error.
+Float table, one markdown row per model: conversion wall time and peak RSS (of a fresh
+`qconvert IN OUT --json` process), weight and output sizes, operator and TRANSPOSE counts read
+back from the .tflite, median latency in ai-edge-litert's interpreter (1 thread) and in
+onnxruntime (1 thread), and the largest absolute difference of their outputs on the same random
+input. A model that fails to convert, or whose .tflite crashes the interpreter, gets a row with
+the one-line error.
 
-    .venv/bin/python bench/bench.py [--models resnet50,squeezenet] [--out DIR]
+Int8 table (int8.py), two rows per model: `qconvert --quantize` calibrated on --int8-samples
+standard normal samples, and onnxruntime's quantize_static on the same samples, each scored
+against the float model on --held-out other samples (SQNR, top-1 agreement) and timed next to
+its float model in its runtime. `--int8-samples 0` skips it.
 
-The interpreter runs in a child process (this script with --tflite-worker): a bad model can abort
-the native interpreter, which must not take the whole benchmark down.
+    .venv/bin/python bench/bench.py [--models resnet50,squeezenet] [--int8-samples 100]
+        [--held-out 20] [--no-peer] [--out DIR]
+
+The interpreter and onnxruntime's quantizer run in child processes (this script with
+--tflite-worker / --ort-quantize-worker): a bad model can abort the native interpreter, which
+must not take the whole benchmark down, and a fresh process measures the quantizer's own memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import platform
-import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from importlib import metadata
 from pathlib import Path
 
@@ -35,22 +38,15 @@ import onnx
 from qconvert.quantize.calibration_data import model_input_specs
 
 if __package__:
-    from . import models
+    from . import int8, models, runners
 else:  # run as a script: bench/ is on sys.path
+    import int8
     import models
+    import runners
 
 COLUMNS = ["model", "convert (s)", "peak RSS (MB)", "weights (MB)", ".tflite (MB)", "ops",
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
-
-
-def qconvert_command() -> list[str]:
-    """The installed console script beside this interpreter, else `python -m qconvert`."""
-    script = Path(sys.executable).parent / "qconvert"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("qconvert")
-    return [found] if found else [sys.executable, "-m", "qconvert"]
 
 
 def machine_line() -> str:
@@ -72,67 +68,26 @@ def machine_line() -> str:
             + ", ".join(versions))
 
 
-def one_line(text: str, limit: int = 160) -> str:
-    """The last non-empty line of a process's stderr, shortened and safe inside a table cell."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    line = lines[-1] if lines else "no message"
-    line = line.replace("|", "\\|")
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+def qconvert_commit() -> str:
+    """The commit of the qconvert tree measured, "+ changes" when qconvert/ differs from it."""
+    try:
+        commit = subprocess.run(["git", "-C", str(models.ROOT), "log", "-1", "--format=%h %cI"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(models.ROOT), "status", "--porcelain", "qconvert"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return commit + (" + uncommitted changes in qconvert/" if dirty else "")
 
 
-# Runs argv[2:] as a child, waits, writes {"seconds", "maxrss_kb", "status"} to argv[1] and exits
-# with the child's code. Why a launcher: Linux carries the RSS high-water mark of the forking
-# process into the child (exec records the old address space's peak), so a qconvert forked from
-# this script, which holds whole models, would report this script's peak. The launcher is small.
-_LAUNCHER = """
-import json, os, sys, time
-start = time.perf_counter()
-pid = os.fork()
-if pid == 0:
-    os.execv(sys.argv[2], sys.argv[2:])
-_, status, usage = os.wait4(pid, 0)
-seconds = time.perf_counter() - start
-with open(sys.argv[1], "w") as f:
-    json.dump({"seconds": seconds, "maxrss_kb": usage.ru_maxrss, "status": status}, f)
-code = os.waitstatus_to_exitcode(status)
-sys.exit(code if code >= 0 else 128 - code)
-"""
-
-
-def run_qconvert(source: Path, dest: Path, timeout: float, work: Path) -> dict:
-    """Runs `qconvert source dest --json` in a fresh process: wall time, peak RSS, report/error.
-
-    Peak RSS is the ru_maxrss of exactly that process (os.wait4 in a small launcher, see
-    _LAUNCHER); wall time is from its fork to its exit.
-    """
-    usage_path = work / f"{dest.stem}.usage.json"
-    command = qconvert_command() + [str(source), str(dest), "--json"]
-    if not os.path.isabs(command[0]):
-        command[0] = shutil.which(command[0]) or command[0]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(usage_path)] + command,
-                                stdout=out, stderr=err, start_new_session=True)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and qconvert
-            proc.wait()
-            return {"error": f"conversion timed out after {timeout:g} s"}
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    if not usage_path.exists():
-        return {"error": f"launcher failed: {one_line(stderr)}"}
-    usage = json.loads(usage_path.read_text())
-    result = {"seconds": usage["seconds"], "rss_mb": usage["maxrss_kb"] / 1024}  # Linux: KiB
-    code = os.waitstatus_to_exitcode(usage["status"])
-    if code == 0:
-        result["report"] = json.loads(stdout)
-    elif code < 0:
-        result["error"] = f"qconvert killed by {signal.Signals(-code).name}: {one_line(stderr)}"
-    else:
-        result["error"] = f"exit {code}: {one_line(stderr)}"
-    return result
+def source_line(start_commit: str) -> str:
+    """The qconvert commit measured (others may commit while the benchmark runs: then both ends
+    are named) and the load average (the machine may be shared; latencies move with it)."""
+    end_commit = qconvert_commit()
+    commit = (start_commit if end_commit == start_commit
+              else f"{start_commit} at the start, {end_commit} at the end")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"qconvert commit {commit}; load average (1, 5, 15 min) at the end: {load}"
 
 
 def count_operators(path: Path) -> collections.Counter:
@@ -155,88 +110,11 @@ def count_operators(path: Path) -> collections.Counter:
 
 
 def random_feeds(proto, seed: int) -> dict[str, np.ndarray]:
-    """Standard normal data for every graph input that is not an initializer (float32 models)."""
+    """One standard normal sample for every graph input that is not an initializer (float32
+    models), with a leading sample axis of 1 (see runners)."""
     rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal([d or 1 for d in dims]).astype(dtype)  # symbolic dims: 1
+    return {name: rng.standard_normal([1] + [d or 1 for d in dims]).astype(dtype)  # symbolic: 1
             for name, (dims, dtype) in model_input_specs(proto).items()}
-
-
-def median_ms(run, warmup: int, runs: int) -> tuple[float, object]:
-    """Median wall time of `run()` in ms over `runs` calls after `warmup` calls; last result."""
-    result = None
-    for _ in range(warmup):
-        result = run()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        result = run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000, result
-
-
-def run_onnxruntime(path: Path, feeds: dict, warmup: int, runs: int) -> tuple[float, dict]:
-    """(median latency in ms, outputs by name) with one intra-op and one inter-op thread."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    ms, outputs = median_ms(lambda: session.run(names, feeds), warmup, runs)
-    return ms, dict(zip(names, outputs))
-
-
-def tflite_worker(tflite: str, report_path: str, feeds_path: str, result_path: str,
-                  warmup: int, runs: int) -> None:
-    """Child process: runs the .tflite through its signature on ONNX-layout feeds (transposed to
-    the file's layout as the report says), saves ONNX-layout outputs, prints the median ms.
-    The timed call includes copying the inputs in and the outputs out, as onnxruntime's does."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    report = json.loads(Path(report_path).read_text())
-    feeds = dict(np.load(feeds_path))
-    interpreter = Interpreter(model_path=tflite, num_threads=1)
-    runner = interpreter.get_signature_runner()
-    args = {}
-    for info in report["inputs"]:
-        value = feeds[info["name"]]
-        if info["layout_permutation"]:
-            value = np.transpose(value, info["layout_permutation"])
-        args[info["name"]] = np.ascontiguousarray(value.astype(info["dtype"]))
-    ms, results = median_ms(lambda: runner(**args), warmup, runs)
-    outputs = {}
-    for info in report["outputs"]:
-        value = results[info["name"]]
-        if info["layout_permutation"]:
-            value = np.transpose(value, np.argsort(info["layout_permutation"]))
-        outputs[info["name"]] = value
-    np.savez(result_path, **outputs)
-    print(json.dumps({"ms": ms}))
-
-
-def run_tflite(tflite: Path, report: dict, feeds: dict, work: Path, args) -> tuple[float, dict]:
-    """Runs tflite_worker in a child: (median ms, outputs); a one-line RuntimeError on failure."""
-    report_path, feeds_path, result_path = (work / f"{tflite.stem}.{suffix}"
-                                            for suffix in ("report.json", "feeds.npz", "out.npz"))
-    report_path.write_text(json.dumps(report))
-    np.savez(feeds_path, **feeds)
-    command = [sys.executable, str(Path(__file__).resolve()), "--tflite-worker", str(tflite),
-               str(report_path), str(feeds_path), str(result_path),
-               "--warmup", str(args.warmup), "--runs", str(args.runs)]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"interpreter timed out after {args.timeout:g} s") from None
-    if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
-        raise RuntimeError(f"interpreter crashed ({name}): {one_line(proc.stderr)}")
-    if proc.returncode != 0:
-        raise RuntimeError(f"interpreter failed: {one_line(proc.stderr)}")
-    with np.load(result_path) as data:
-        outputs = {name: data[name] for name in data.files}
-    return json.loads(proc.stdout.strip().splitlines()[-1])["ms"], outputs
 
 
 def max_abs_diff(expected: dict, actual: dict) -> float:
@@ -250,45 +128,51 @@ def max_abs_diff(expected: dict, actual: dict) -> float:
     return worst
 
 
-def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Counter | None]:
-    """One table row (column -> text) and the operator counts of the converted file."""
+def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Counter | None, dict]:
+    """One table row (column -> text), the operator counts of the converted file, and what the
+    int8 rows reuse (see int8.bench_int8)."""
     row = dict.fromkeys(COLUMNS, "-")
     row["model"] = name
     source = models.model_path(name, args.seed)
     proto = onnx.load(str(source))
     row["weights (MB)"] = f"{models.weight_bytes(proto) / MB:.1f}"
     feeds = random_feeds(proto, args.seed)
+    floats = {"source": source, "specs": model_input_specs(proto)}
     del proto
-    ort_ms, expected = run_onnxruntime(source, feeds, args.warmup, args.runs)
-    row["ORT (ms)"] = f"{ort_ms:.1f}"
+    ort = runners.run_onnxruntime(source, feeds, args.warmup, args.runs)
+    row["ORT (ms)"] = f"{ort['ms']:.1f}"
 
     dest = out_dir / f"{name}.tflite"
-    converted = run_qconvert(source, dest, args.timeout, args.work)
+    converted = runners.run_qconvert(source, dest, args.timeout, args.work)
     if "seconds" in converted:
         row["convert (s)"] = f"{converted['seconds']:.2f}"
         row["peak RSS (MB)"] = f"{converted['rss_mb']:.0f}"
     if "error" in converted:
         row["status"] = converted["error"]
-        return row, None
+        return row, None, floats
     counts = count_operators(dest)
+    floats["tflite"] = dest
+    floats["report"] = converted["report"]
     row[".tflite (MB)"] = f"{dest.stat().st_size / MB:.1f}"
     row["ops"] = str(sum(counts.values()))
     row["TRANSPOSE"] = str(counts.get("TRANSPOSE", 0))
     try:
-        tfl_ms, actual = run_tflite(dest, converted["report"], feeds, args.work, args)
+        tfl = runners.run_tflite(dest, converted["report"], feeds, args.work, args)
     except RuntimeError as e:
         row["status"] = str(e)
-        return row, counts
-    row["TFLite (ms)"] = f"{tfl_ms:.1f}"
-    row["max abs diff"] = f"{max_abs_diff(expected, actual):.2e}"
+        return row, counts, floats
+    row["TFLite (ms)"] = f"{tfl['ms']:.1f}"
+    row["max abs diff"] = f"{max_abs_diff(ort['outputs'], tfl['outputs']):.2e}"
     row["status"] = "ok"
-    return row, counts
+    return row, counts, floats
 
 
-def markdown_table(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |",
-             "|" + "|".join("---" if c in ("model", "status") else "---:" for c in COLUMNS) + "|"]
-    lines += ["| " + " | ".join(row[c] for c in COLUMNS) + " |" for row in rows]
+def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
+    """Text columns left-aligned, numbers right-aligned."""
+    text = ("model", "status", "quantizer", "runtime")
+    lines = ["| " + " | ".join(columns) + " |",
+             "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
+    lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -302,15 +186,32 @@ def parse_args(argv=None):
     parser.add_argument("--runs", type=int, default=20, help="timed runs per runtime")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs before timing")
     parser.add_argument("--timeout", type=float, default=1800, help="per conversion / run, seconds")
+    parser.add_argument("--int8-samples", type=int, default=100,
+                        help="calibration samples of the int8 rows (0: no int8 table)")
+    parser.add_argument("--held-out", type=int, default=20,
+                        help="held-out samples that score the int8 models")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="int8 rows without onnxruntime's quantize_static")
     parser.add_argument("--tflite-worker", nargs=4, help=argparse.SUPPRESS,
-                        metavar=("TFLITE", "REPORT", "FEEDS", "RESULT"))
-    return parser.parse_args(argv)
+                        metavar=("TFLITE", "REPORT", "SAMPLES", "RESULT"))
+    parser.add_argument("--baseline", nargs=2, help=argparse.SUPPRESS, metavar=("TFLITE", "REPORT"))
+    parser.add_argument("--logits", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ort-quantize-worker", nargs=3, help=argparse.SUPPRESS,
+                        metavar=("SOURCE", "CALIBRATION", "DEST"))
+    args = parser.parse_args(argv)
+    if args.int8_samples < 0 or args.held_out < 1:
+        parser.error("--int8-samples must be >= 0 and --held-out >= 1")
+    return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.tflite_worker:
-        tflite_worker(*args.tflite_worker, args.warmup, args.runs)
+        runners.tflite_worker(*args.tflite_worker, args.warmup, args.runs, args.baseline,
+                              args.logits)
+        return 0
+    if args.ort_quantize_worker:
+        int8.ort_quantize_worker(*args.ort_quantize_worker)
         return 0
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in models.MODELS]
@@ -318,28 +219,47 @@ def main(argv=None) -> int:
         print(f"bench: unknown model(s) {', '.join(unknown)}; known: {', '.join(models.MODELS)}",
               file=sys.stderr)
         return 2
+    start_commit = qconvert_commit()
     with tempfile.TemporaryDirectory(prefix="qconvert-bench-") as tmp:
         args.work = Path(tmp)  # the interpreter worker's feeds and results
         out_dir = args.out or args.work
         out_dir.mkdir(parents=True, exist_ok=True)
-        rows, op_lines = [], []
+        rows, op_lines, int8_rows, int8_lines = [], [], [], []
         for name in names:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
+            floats = None
             try:
-                row, counts = bench_model(name, out_dir, args)
+                row, counts, floats = bench_model(name, out_dir, args)
             except Exception as e:  # a broken model or runtime: a row, never a crash
                 row, counts = dict.fromkeys(COLUMNS, "-"), None
-                row.update(model=name, status=one_line(f"{type(e).__name__}: {e}"))
+                row.update(model=name, status=runners.one_line(f"{type(e).__name__}: {e}"))
             rows.append(row)
             if counts:
                 op_lines.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in
                                                          sorted(counts.items())))
+            if args.int8_samples and floats:
+                print(f"bench: {name} int8 ...", file=sys.stderr, flush=True)
+                try:
+                    new_rows, lines = int8.bench_int8(name, floats, out_dir, args)
+                except Exception as e:  # as above
+                    new_rows = [dict.fromkeys(int8.COLUMNS, "-")]
+                    new_rows[0].update(model=name,
+                                       status=runners.one_line(f"{type(e).__name__}: {e}"))
+                    lines = []
+                int8_rows += new_rows
+                int8_lines += lines
     print(machine_line())
+    print(source_line(start_commit))
     print()
     print(markdown_table(rows))
     if op_lines:
         print("\nOperators per model:")
         print("\n".join(op_lines))
+    if int8_rows:
+        print(int8.HEADER.format(samples=args.int8_samples, held_out=args.held_out,
+                                 seed=args.seed))
+        print(markdown_table(int8_rows, int8.COLUMNS))
+        print("\n" + "\n".join(int8_lines))
     return 0
 
 
