@@ -270,6 +270,6 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
             array.minmax = MinMax(lo, hi)
             count += 1
     # Now, while every CONV_2D's NHWC output still sits next to its TRANSPOSE back to the ONNX tensor.
-    while fill_across_same_scale_ops(model):
+    while fill_across_same_scale_ops(model, concat_pieces=False):
         pass
     return count

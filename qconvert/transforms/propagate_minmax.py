@@ -33,8 +33,10 @@ def _set(array, minmax: MinMax) -> bool:
     return True
 
 
-def fill_across_same_scale_ops(model: Model) -> bool:
-    """Step 1 (also run right after calibration); returns whether it filled any range."""
+def fill_across_same_scale_ops(model: Model, concat_pieces: bool = True) -> bool:
+    """Step 1; returns whether it filled any range. Also run right after calibration, there
+    without `concat_pieces`: a grouped conv's groups must wait until fuse_activation has moved a
+    following RELU into them and the concatenation's output has become the RELU's."""
     changed = False
     for op in model.operators:
         rule = rule_of(op)
@@ -46,7 +48,7 @@ def fill_across_same_scale_ops(model: Model) -> bool:
             continue
         if len(inputs) > 1:
             # A concat's piece (a grouped conv's group) lies within the output's range.
-            if outputs[0].minmax is not None:
+            if concat_pieces and outputs[0].minmax is not None:
                 for array in inputs:
                     if array.minmax is None and not array.is_constant:
                         array.minmax = outputs[0].minmax

@@ -20,6 +20,7 @@ from tests.harness import (
     conv_in_front,
     convert_proto,
     convert_quantized,
+    grid_weights,
     make_model,
     run_onnxruntime,
     run_tflite,
@@ -243,6 +244,19 @@ def test_grouped_conv_pieces_take_the_concat_range(tmp_path):
                         inits={"gw": w})
     flatbuffer, report = assert_int8_matches_onnxruntime(model, tmp_path)
     assert report.op_counts["CONV_2D"] == 3 and report.op_counts["CONCATENATION"] == 1
+
+
+def test_grouped_conv_followed_by_relu_uses_the_relu_range(tmp_path):
+    """The Relu goes into each group's CONV_2D; the groups and the concatenation then take the
+    Relu's range (zero point -128), not the conv's, which would waste half the int8 codes."""
+    w = grid_weights((6, 2, 3, 3), seed=2)
+    model = _conv_model([helper.make_node("Conv", ["fm", "gw"], ["c"], group=2, pads=[1, 1, 1, 1]),
+                         helper.make_node("Relu", ["c"], ["y"])], inits={"gw": w})
+    flatbuffer, _ = assert_int8_matches_onnxruntime(model, tmp_path)
+    summary, ops = _ops(flatbuffer)
+    concat = next(op for name, op in ops if name == "CONCATENATION")
+    for index in concat.inputs + concat.outputs:
+        assert summary.tensors[index].zero_points == [-128]
 
 
 @pytest.mark.parametrize("io_type", ["float", "int8"])
