@@ -74,11 +74,13 @@ class HybridRule:
     axis:       the per-channel axis of the weights (None: per tensor only).
     asymmetric: the op has `asymmetric_quantize_inputs` (it quantizes each input row with its own
                 zero point rather than symmetrically: better for inputs not centred on 0).
+    float_inputs: inputs that stay float32 whatever their size (biases, besides QuantRule.bias).
     """
 
     weights: tuple[int, ...] = (1,)
     axis: int | None = None
     asymmetric: bool = False
+    float_inputs: tuple[int, ...] = ()
 
 
 # The rules most ops share.

@@ -31,9 +31,11 @@ def _is_candidate(model: Model, name: str, min_elements: int) -> bool:
             and array.data.size >= min_elements and name not in model.outputs)
 
 
-def _is_bias(op: Operator, index: int) -> bool:
-    rule = TFLITE_OPS[op.type].quant
-    return rule is not None and rule.bias == index
+def _stays_float(op: Operator, index: int) -> bool:
+    """A bias (QuantRule.bias, HybridRule.float_inputs) stays float32 whatever its size."""
+    quant, hybrid = TFLITE_OPS[op.type].quant, TFLITE_OPS[op.type].hybrid
+    return ((quant is not None and quant.bias == index)
+            or (hybrid is not None and index in hybrid.float_inputs))
 
 
 def _runs_hybrid(op: Operator, model: Model, min_elements: int) -> bool:
@@ -60,7 +62,7 @@ def quantize_weights_only(model: Model, min_elements: int = 1024) -> bool:
     uses: dict[str, list[tuple[Operator, int]]] = {}
     for op in model.operators:
         for index, name in enumerate(op.inputs):
-            if _is_candidate(model, name, min_elements) and not _is_bias(op, index):
+            if _is_candidate(model, name, min_elements) and not _stays_float(op, index):
                 uses.setdefault(name, []).append((op, index))
     for name, readers in uses.items():
         direct = [(op, i) for op, i in readers

@@ -441,8 +441,6 @@ def test_weight_only_lstm_with_small_input_weights_dequantizes():
     print(f"\nlstm dequantized: max error / allowed {ratio:.3f}")
 
 
-@pytest.mark.xfail(strict=True, reason="quantize_weights_only: _is_bias only knows QuantRule.bias; the "
-                                       "LSTM (no QuantRule) gate biases, inputs 12-15, become int8")
 def test_weight_only_lstm_biases_stay_float_below_their_size():
     """With the threshold at the bias size the gate biases are still biases: float32."""
     _, summary, op, _, _ = lstm_run(H, weight_only_min_elements=H)
