@@ -108,6 +108,9 @@ class _Writer:
         self.buffer_data: list[np.ndarray | None] = []  # index i+1 in the file's buffer list
         self.opcode_index: dict[tuple[str, int], int] = {}  # (op type, version) -> code index
         self.op_code: list[int] = []  # each operator's code index, in execution order
+        # Written once, referred to by every tensor that has them: per-channel zero points (all
+        # 0, int64 by the schema) would otherwise take 8 bytes per channel per tensor.
+        self.shared: dict[tuple, int] = {}
 
     def number_everything(self) -> None:
         model = self.model
@@ -233,13 +236,24 @@ class _Writer:
             ("HasRank", True),
         ])
 
+    def _shared_ints(self, b: flatbuffers.Builder, values, dtype) -> int:
+        values = np.asarray(values, dtype=dtype).reshape(-1)
+        key = (values.dtype.str, values.tobytes())
+        if key not in self.shared:
+            self.shared[key] = b.CreateNumpyVector(values)
+        return self.shared[key]
+
     def _quantization(self, b: flatbuffers.Builder, array) -> int:
         # Only scale and zero point: the calibrated min/max are the converter's working data.
+        # Identical tables (tensors sharing params through same-scale ops) are written once.
         q = array.quant
-        return self._table(b, "QuantizationParameters", [
-            ("Scale", self._ints(b, q.scale, np.float32)),
-            ("ZeroPoint", self._ints(b, q.zero_point, np.int64)),
-            ("QuantizedDimension", q.axis or None)])
+        scale = self._shared_ints(b, q.scale, np.float32)
+        zero_point = self._shared_ints(b, q.zero_point, np.int64)
+        key = ("table", scale, zero_point, q.axis or 0)
+        if key not in self.shared:
+            self.shared[key] = self._table(b, "QuantizationParameters", [
+                ("Scale", scale), ("ZeroPoint", zero_point), ("QuantizedDimension", q.axis or None)])
+        return self.shared[key]
 
     def _operator(self, b: flatbuffers.Builder, op, code: int) -> int:
         options = _options_object(op)

@@ -4,13 +4,14 @@ bytes hold as int8 / float16, and the outputs in ai-edge-litert against onnxrunt
 
 Weight-only (measured on the held-out inputs below):
 - size: 0.250 (vgg19, alexnet, zfnet512) to 0.2695 (densenet121) of the float file, limit 0.27.
-  shufflenet is 0.302: its per-channel quantization tables (4-byte scale + 8-byte zero point,
-  int64 by the schema, per output channel of 136 weights; per-tensor depthwise hybrid weights give
-  NaN in LiteRT) are 3.0% of the float file, and without them it is 0.272, its graph (292 ops,
-  774 tensors around 5.5 MB of weights) being a larger share of the file than elsewhere. So for it
-  the limit is 0.275 + its quantization-table bytes / float size. For every model the size is also
-  accounted for: the float file, less 3 bytes per int8 weight element, plus the quantization
-  tables and the DEQUANTIZE ops (with their flatbuffer headers): nothing else grew.
+  shufflenet is 0.285: its per-channel scales (4 bytes per output channel of its many small
+  weights; the all-zero int64 zero-point vectors are stored once per length by the writer;
+  per-tensor depthwise hybrid weights give NaN in LiteRT) are 1.3% of the float file, and without
+  them it is 0.272, its graph (292 ops, 774 tensors around 5.5 MB of weights) being a larger share
+  of the file than elsewhere. So for it the limit is 0.275 + its quantization-vector bytes / float
+  size. For every model the size is also accounted for: the float file, less 3 bytes per int8
+  weight element, plus the distinct quantization vectors and the DEQUANTIZE ops (with their
+  flatbuffer headers): nothing else grew.
 - SQNR on the logits (the final softmax's input, added as an output): 33 to 37 dB, vgg19 29.4 to
   30.1 dB. The floor is 30 dB, 28 dB for vgg19: its int8 weight rounding alone (fake-quantized
   weights run in onnxruntime) already gives 30.9 dB, before the hybrid kernels' run-time input
@@ -60,8 +61,11 @@ def elements(tensor) -> int:
 
 
 def quantization_bytes(summary) -> int:
-    """The scale (float32) and zero point (int64) elements of every quantization table."""
-    return sum(4 * len(t.scales) + 8 * len(t.zero_points) for t in summary.tensors)
+    """The scale (float32) and zero point (int64) vectors of the quantization tables, each
+    distinct vector once (the writer stores identical vectors once)."""
+    scales = {tuple(t.scales) for t in summary.tensors if t.scales}
+    zero_points = {tuple(t.zero_points) for t in summary.tensors if t.scales}
+    return 4 * sum(map(len, scales)) + 8 * sum(map(len, zero_points))
 
 
 def float_weights(summary) -> dict[str, int]:
