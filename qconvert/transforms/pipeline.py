@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..ir import Model
+from .affine_to_depthwise import affine_to_depthwise
 from .channels_last_io import channels_last_io
 from .check_quantization import check_quantization
 from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
@@ -24,6 +25,7 @@ from .hoist_transpose_through_reshape import hoist_transpose_through_reshape
 from .identify_gelu import identify_gelu
 from .identify_relu6 import identify_relu6
 from .insert_quantize_dequantize import insert_quantize_dequantize
+from .merge_constant_binary_chains import merge_constant_binary_chains
 from .merge_reshapes import merge_reshapes
 from .propagate_minmax import propagate_minmax
 from .quantize_activations import quantize_activations
@@ -47,6 +49,7 @@ FLOAT_STEPS: list[tuple[str, Step]] = [
     ("merge_reshapes", merge_reshapes),
     ("fold_transpose_into_fully_connected", fold_transpose_into_fully_connected),
     ("distribute_binary_over_concatenation", distribute_binary_over_concatenation),
+    ("merge_constant_binary_chains", merge_constant_binary_chains),
     ("fuse_binary_into_affine", fuse_binary_into_affine),
     ("identify_relu6", identify_relu6),
     ("identify_gelu", identify_gelu),
@@ -65,6 +68,7 @@ class QuantizeOptions:
 
 def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
     return [
+        ("affine_to_depthwise", affine_to_depthwise),
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range)),
         ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float")),
         ("quantize_weights", partial(quantize_weights, per_tensor_fc=options.per_tensor_fc)),

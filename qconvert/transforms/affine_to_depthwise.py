@@ -1,0 +1,53 @@
+"""affine_to_depthwise (quantize phase): a per-channel MUL followed by a per-channel ADD on an NHWC
+feature map -- a batch norm that could not fold into a conv -- becomes one 1x1 DEPTHWISE_CONV_2D
+whose weights are the scale and whose bias is the shift.
+
+In int8 that is one rounding instead of two, and the scale is quantized per channel (a MUL's
+constant gets one scale for all channels); a fused RELU on the ADD stays fused. In float the two
+elementwise ops are as good, so this runs only under --quantize, before the ranges are propagated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Model, Operator
+from .merge_constant_binary_chains import split_constant_binary
+
+
+def _per_channel(value: np.ndarray, channels: int) -> np.ndarray | None:
+    if value.size == 1 or (value.size == channels and value.shape[-1] == channels):
+        return np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float32)
+    return None
+
+
+def affine_to_depthwise(model: Model) -> bool:
+    changed = False
+    consumers = model.consumers()
+    for mul in list(model.operators):
+        head = split_constant_binary(mul, model) if mul.type == "MUL" else None
+        if head is None or mul.fused_activation != "NONE":
+            continue
+        x = mul.inputs[head[0]]
+        shape = model.arrays[x].shape
+        middle = mul.outputs[0]
+        if len(shape) != 4 or not model.is_discardable(middle, consumers):
+            continue
+        add = consumers[middle][0]
+        tail = split_constant_binary(add, model) if add.type == "ADD" else None
+        if tail is None or add.inputs[tail[0]] != middle:
+            continue
+        scale, shift = _per_channel(head[1], shape[3]), _per_channel(tail[1], shape[3])
+        if scale is None or shift is None:
+            continue
+        weights = model.add_constant(mul.inputs[1 - head[0]] + "_depthwise", scale.reshape(1, 1, 1, -1))
+        bias = model.add_constant(add.inputs[1 - tail[0]] + "_bias", shift)
+        options = {"padding": "VALID", "stride_h": 1, "stride_w": 1, "depth_multiplier": 1,
+                   "dilation_h_factor": 1, "dilation_w_factor": 1}
+        index = model.operators.index(mul)
+        model.operators[index] = Operator("DEPTHWISE_CONV_2D", [x, weights, bias], list(add.outputs),
+                                          options, add.fused_activation, mul.source)
+        model.operators.remove(add)
+        consumers = model.consumers()
+        changed = True
+    return changed

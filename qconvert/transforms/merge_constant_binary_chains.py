@@ -1,0 +1,88 @@
+"""merge_constant_binary_chains: a chain of MUL and ADD by constants becomes one MUL and one ADD.
+
+A batch norm that cannot fold into a conv imports as MUL + ADD; DenseNet's (and Caffe2's)
+scale layer after it is another Mul + Add. Four elementwise passes become two:
+- ADD(x, b) -> MUL(., c)   becomes  MUL(x, c) -> ADD(., b * c)   (moves the MUL first), then
+- MUL(x, a) -> MUL(., c)   becomes  MUL(x, a * c), and
+- ADD(x, b) -> ADD(., d)   becomes  ADD(x, b + d).
+Fewer ops run faster in float, and in int8 each op is one rounding less. The float result differs
+from the ONNX order only in float rounding. Only pairs whose constants broadcast into the
+activation's shape (so no op changes the shape) and whose middle tensor has no other reader and no
+fused activation are merged; the second op's fused activation is kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import MinMax, Model, Operator
+
+
+def split_constant_binary(op: Operator, model: Model) -> tuple[int, np.ndarray] | None:
+    """(activation input index, constant) of a MUL/ADD by a float constant that keeps the shape."""
+    if op.type not in ("MUL", "ADD") or len(op.inputs) != 2:
+        return None
+    values = [model.constant(n) for n in op.inputs]
+    if (values[0] is None) == (values[1] is None):
+        return None
+    index = 0 if values[1] is not None else 1
+    constant = values[1 - index]
+    x, y = model.arrays[op.inputs[index]], model.arrays[op.outputs[0]]
+    if constant.dtype != np.float32 or x.dtype != np.float32 or x.shape != y.shape:
+        return None
+    return index, constant
+
+
+def _merge(model: Model, first: Operator, second: Operator, constant: np.ndarray) -> None:
+    """`second` reads first's activation input and `constant`; `first` goes."""
+    index, _ = split_constant_binary(first, model)
+    second_index, _ = split_constant_binary(second, model)
+    second.inputs = [first.inputs[index], model.add_constant(second.inputs[1 - second_index], constant)]
+    model.operators.remove(first)
+
+
+def merge_constant_binary_chains(model: Model) -> bool:
+    changed = False
+    consumers = model.consumers()
+    for first in list(model.operators):
+        if first not in model.operators:
+            continue
+        head = split_constant_binary(first, model)
+        middle = first.outputs[0]
+        if head is None or first.fused_activation != "NONE" or not model.is_discardable(middle, consumers):
+            continue
+        second = consumers[middle][0]
+        tail = split_constant_binary(second, model)
+        if tail is None or second.inputs[tail[0]] != middle:
+            continue
+        shape = model.arrays[middle].shape
+        (_, a), (_, c) = head, tail
+        if np.broadcast_shapes(a.shape, c.shape, shape) != shape:
+            continue
+        if first.type == second.type:
+            merged = a * c if first.type == "MUL" else a + c
+            _merge(model, first, second, merged.astype(np.float32))
+        elif first.type == "ADD":  # ADD(x, a) -> MUL(., c): MUL(x, c) -> ADD(., a * c)
+            _swap_add_before_mul(model, first, second, a, c)
+        else:
+            continue
+        consumers = model.consumers()
+        changed = True
+    return changed
+
+
+def _swap_add_before_mul(model: Model, add: Operator, mul: Operator, a: np.ndarray, c: np.ndarray) -> None:
+    add_index, _ = split_constant_binary(add, model)
+    x, middle, out = add.inputs[add_index], add.outputs[0], mul.outputs[0]
+    shifted = (a * c).astype(np.float32)
+    # The MUL now writes the middle tensor: x * c. Its range, where the final one is known, is the
+    # final range less the shift (a bound, per channel the shift is exact).
+    final = model.arrays[out].minmax
+    model.arrays[middle].minmax = (None if final is None else
+                                   MinMax(final.min - float(shifted.max()), final.max - float(shifted.min())))
+    c_name = mul.inputs[0 if mul.inputs[1] == middle else 1]
+    mul.inputs, mul.outputs = [x, model.add_constant(c_name, c)], [middle]
+    add.inputs, add.outputs = [middle, model.add_constant(add.inputs[1 - add_index], shifted)], [out]
+    add.fused_activation, mul.fused_activation = mul.fused_activation, "NONE"
+    model.operators.remove(mul)
+    model.operators.insert(model.operators.index(add), mul)
