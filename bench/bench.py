@@ -10,14 +10,23 @@ the one-line error.
 Int8 table (int8.py), two rows per model: `qconvert --quantize` calibrated on --int8-samples
 standard normal samples, and onnxruntime's quantize_static on the same samples, each scored
 against the float model on --held-out other samples (SQNR, top-1 agreement) and timed next to
-its float model in its runtime. `--int8-samples 0` skips it.
+its float model in its runtime.
 
-    .venv/bin/python bench/bench.py [--models resnet50,squeezenet] [--int8-samples 100]
-        [--held-out 20] [--no-peer] [--out DIR]
+Weight-storage table (weights.py), up to three rows per model: `qconvert --weight-only` and
+`qconvert --float16`, and onnxruntime's quantize_dynamic, scored on the int8 table's held-out
+samples and timed next to the float model in their runtime.
 
-The interpreter and onnxruntime's quantizer run in child processes (this script with
---tflite-worker / --ort-quantize-worker): a bad model can abort the native interpreter, which
-must not take the whole benchmark down, and a fresh process measures the quantizer's own memory.
+    .venv/bin/python bench/bench.py [--models resnet50,squeezenet] [--tables float,int8,weights]
+        [--int8-samples 100] [--held-out 20] [--no-peer] [--out DIR]
+
+--tables chooses the tables printed (all by default). The int8 and weight tables need the float
+.tflite (for their size and latency ratios): without the float table it is still converted, but
+not timed. `--int8-samples 0` drops the int8 table, as before --tables.
+
+The interpreter and onnxruntime's quantizers run in child processes (this script with
+--tflite-worker / --ort-quantize-worker / --ort-dynamic-worker): a bad model can abort the native
+interpreter, which must not take the whole benchmark down, and a fresh process measures the
+quantizer's own memory.
 """
 
 from __future__ import annotations
@@ -38,15 +47,17 @@ import onnx
 from qconvert.quantize.calibration_data import model_input_specs
 
 if __package__:
-    from . import int8, models, runners
+    from . import int8, models, runners, weights
 else:  # run as a script: bench/ is on sys.path
     import int8
     import models
     import runners
+    import weights
 
 COLUMNS = ["model", "convert (s)", "peak RSS (MB)", "weights (MB)", ".tflite (MB)", "ops",
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
+TABLES = ("float", "int8", "weights")
 
 
 def machine_line() -> str:
@@ -130,7 +141,8 @@ def max_abs_diff(expected: dict, actual: dict) -> float:
 
 def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Counter | None, dict]:
     """One table row (column -> text), the operator counts of the converted file, and what the
-    int8 rows reuse (see int8.bench_int8)."""
+    int8 and weight rows reuse (see int8.bench_int8). Without the float table in args.tables
+    the model is only converted: no runtime runs."""
     row = dict.fromkeys(COLUMNS, "-")
     row["model"] = name
     source = models.model_path(name, args.seed)
@@ -139,8 +151,10 @@ def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Count
     feeds = random_feeds(proto, args.seed)
     floats = {"source": source, "specs": model_input_specs(proto)}
     del proto
-    ort = runners.run_onnxruntime(source, feeds, args.warmup, args.runs)
-    row["ORT (ms)"] = f"{ort['ms']:.1f}"
+    timed = "float" in args.tables
+    if timed:
+        ort = runners.run_onnxruntime(source, feeds, args.warmup, args.runs)
+        row["ORT (ms)"] = f"{ort['ms']:.1f}"
 
     dest = out_dir / f"{name}.tflite"
     converted = runners.run_qconvert(source, dest, args.timeout, args.work)
@@ -156,6 +170,9 @@ def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Count
     row[".tflite (MB)"] = f"{dest.stat().st_size / MB:.1f}"
     row["ops"] = str(sum(counts.values()))
     row["TRANSPOSE"] = str(counts.get("TRANSPOSE", 0))
+    if not timed:
+        row["status"] = "ok"
+        return row, counts, floats
     try:
         tfl = runners.run_tflite(dest, converted["report"], feeds, args.work, args)
     except RuntimeError as e:
@@ -169,7 +186,7 @@ def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Count
 
 def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     """Text columns left-aligned, numbers right-aligned."""
-    text = ("model", "status", "quantizer", "runtime")
+    text = ("model", "status", "quantizer", "runtime")  # the others hold numbers
     lines = ["| " + " | ".join(columns) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
     lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in rows]
@@ -180,6 +197,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(models.MODELS),
                         help=f"comma-separated subset of: {','.join(models.MODELS)}")
+    parser.add_argument("--tables", default=",".join(TABLES),
+                        help=f"comma-separated subset of: {','.join(TABLES)}")
     parser.add_argument("--out", type=Path, help="directory for the .tflite files (default: temp)")
     parser.add_argument("--seed", type=int, default=models.DEFAULT_SEED,
                         help="seed of the random weights and of the input")
@@ -189,18 +208,25 @@ def parse_args(argv=None):
     parser.add_argument("--int8-samples", type=int, default=100,
                         help="calibration samples of the int8 rows (0: no int8 table)")
     parser.add_argument("--held-out", type=int, default=20,
-                        help="held-out samples that score the int8 models")
+                        help="held-out samples that score the int8 and weight-storage models")
     parser.add_argument("--no-peer", action="store_true",
-                        help="int8 rows without onnxruntime's quantize_static")
+                        help="no onnxruntime quantize_static / quantize_dynamic rows")
     parser.add_argument("--tflite-worker", nargs=4, help=argparse.SUPPRESS,
                         metavar=("TFLITE", "REPORT", "SAMPLES", "RESULT"))
     parser.add_argument("--baseline", nargs=2, help=argparse.SUPPRESS, metavar=("TFLITE", "REPORT"))
     parser.add_argument("--logits", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ort-quantize-worker", nargs=3, help=argparse.SUPPRESS,
                         metavar=("SOURCE", "CALIBRATION", "DEST"))
+    parser.add_argument("--ort-dynamic-worker", nargs=2, help=argparse.SUPPRESS,
+                        metavar=("SOURCE", "DEST"))
     args = parser.parse_args(argv)
     if args.int8_samples < 0 or args.held_out < 1:
         parser.error("--int8-samples must be >= 0 and --held-out >= 1")
+    tables = [t.strip() for t in args.tables.split(",") if t.strip()]
+    unknown = [t for t in tables if t not in TABLES]
+    if unknown or not tables:
+        parser.error(f"--tables takes a comma-separated subset of {','.join(TABLES)}")
+    args.tables = {t for t in tables if t != "int8" or args.int8_samples}
     return args
 
 
@@ -213,6 +239,9 @@ def main(argv=None) -> int:
     if args.ort_quantize_worker:
         int8.ort_quantize_worker(*args.ort_quantize_worker)
         return 0
+    if args.ort_dynamic_worker:
+        weights.ort_dynamic_worker(*args.ort_dynamic_worker)
+        return 0
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in models.MODELS]
     if unknown:
@@ -224,7 +253,8 @@ def main(argv=None) -> int:
         args.work = Path(tmp)  # the interpreter worker's feeds and results
         out_dir = args.out or args.work
         out_dir.mkdir(parents=True, exist_ok=True)
-        rows, op_lines, int8_rows, int8_lines = [], [], [], []
+        rows, op_lines = [], []
+        quantized = {"int8": ([], []), "weights": ([], [])}  # table -> (rows, note lines)
         for name in names:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
             floats = None
@@ -237,30 +267,50 @@ def main(argv=None) -> int:
             if counts:
                 op_lines.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in
                                                          sorted(counts.items())))
-            if args.int8_samples and floats:
-                print(f"bench: {name} int8 ...", file=sys.stderr, flush=True)
-                try:
-                    new_rows, lines = int8.bench_int8(name, floats, out_dir, args)
-                except Exception as e:  # as above
-                    new_rows = [dict.fromkeys(int8.COLUMNS, "-")]
-                    new_rows[0].update(model=name,
-                                       status=runners.one_line(f"{type(e).__name__}: {e}"))
-                    lines = []
-                int8_rows += new_rows
-                int8_lines += lines
+            if floats and args.tables & quantized.keys():
+                bench_quantized(name, floats, out_dir, args, quantized)
     print(machine_line())
     print(source_line(start_commit))
-    print()
-    print(markdown_table(rows))
-    if op_lines:
-        print("\nOperators per model:")
-        print("\n".join(op_lines))
-    if int8_rows:
+    if "float" in args.tables:
+        print()
+        print(markdown_table(rows))
+        if op_lines:
+            print("\nOperators per model:")
+            print("\n".join(op_lines))
+    if "int8" in args.tables:
         print(int8.HEADER.format(samples=args.int8_samples, held_out=args.held_out,
                                  seed=args.seed))
-        print(markdown_table(int8_rows, int8.COLUMNS))
-        print("\n" + "\n".join(int8_lines))
+        print(markdown_table(quantized["int8"][0], int8.COLUMNS))
+        print("\n" + "\n".join(quantized["int8"][1]))
+    if "weights" in args.tables:
+        print(weights.HEADER.format(held_out=args.held_out, seed=args.seed))
+        print(markdown_table(quantized["weights"][0], weights.COLUMNS))
+        print("\n" + "\n".join(quantized["weights"][1]))
     return 0
+
+
+def bench_quantized(name: str, floats: dict, out_dir: Path, args, tables: dict) -> None:
+    """The int8 and weight-storage rows of `name` (those in args.tables) appended to `tables`
+    (table -> (rows, note lines)); a failure becomes a row with its message, never a crash."""
+    try:
+        scoring = int8.held_out_scoring(floats, args)
+    except Exception as e:  # the float model itself fails in onnxruntime
+        scoring, error = None, runners.one_line(f"{type(e).__name__}: {e}")
+    for table, module, bench in (("int8", int8, int8.bench_int8),
+                                 ("weights", weights, weights.bench_weights)):
+        if table not in args.tables:
+            continue
+        print(f"bench: {name} {table} ...", file=sys.stderr, flush=True)
+        try:
+            if scoring is None:
+                raise RuntimeError(error)
+            new_rows, lines = bench(name, floats, scoring, out_dir, args)
+        except Exception as e:  # as in main
+            new_rows = [dict.fromkeys(module.COLUMNS, "-")]
+            new_rows[0].update(model=name, status=runners.one_line(f"{type(e).__name__}: {e}"))
+            lines = []
+        tables[table][0].extend(new_rows)
+        tables[table][1].extend(lines)
 
 
 if __name__ == "__main__":

@@ -124,12 +124,31 @@ def qdq_op_counts(path: Path) -> tuple[int, collections.Counter]:
     return int8, other
 
 
+def ort_prepared(source: str, dest: str) -> Path:
+    """`source` made ready for onnxruntime's quantizers, as the module docstring says (opset 13,
+    quant_pre_process), written beside `dest`; the caller deletes it."""
+    from onnx import version_converter
+    from onnxruntime.quantization import quant_pre_process
+
+    out = Path(dest)
+    model = onnx.load(source)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    if opset < PEER_OPSET:
+        model = version_converter.convert_version(model, PEER_OPSET)
+    upgraded = out.with_suffix(".opset.onnx")
+    onnx.save(model, str(upgraded))
+    del model
+    prepared = out.with_suffix(".pre.onnx")
+    quant_pre_process(str(upgraded), str(prepared), skip_symbolic_shape=True)
+    upgraded.unlink()
+    return prepared
+
+
 def ort_quantize_worker(source: str, calibration: str, dest: str) -> None:
     """Child process: the peer's quantization of `source` on the samples in `calibration` (see
     the module docstring), written to `dest`."""
-    from onnx import version_converter
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
-                                          QuantType, quant_pre_process, quantize_static)
+                                          QuantType, quantize_static)
 
     class Reader(CalibrationDataReader):
         """One {input: sample} dict per call, from the calibration .npz."""
@@ -145,20 +164,10 @@ def ort_quantize_worker(source: str, calibration: str, dest: str) -> None:
             self.next += 1
             return {name: value[self.next - 1] for name, value in self.data.items()}
 
-    out = Path(dest)
-    model = onnx.load(source)
-    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    if opset < PEER_OPSET:
-        model = version_converter.convert_version(model, PEER_OPSET)
-    upgraded = out.with_suffix(".opset.onnx")
-    onnx.save(model, str(upgraded))
-    del model
-    prepared = out.with_suffix(".pre.onnx")
-    quant_pre_process(str(upgraded), str(prepared), skip_symbolic_shape=True)
-    quantize_static(str(prepared), str(out), Reader(calibration), quant_format=QuantFormat.QDQ,
+    prepared = ort_prepared(source, dest)
+    quantize_static(str(prepared), dest, Reader(calibration), quant_format=QuantFormat.QDQ,
                     per_channel=True, activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax)
-    upgraded.unlink()
     prepared.unlink()
 
 
@@ -258,20 +267,29 @@ def bench_peer(name: str, calibration: Path, held_out: dict, reference: tuple, f
     return row, facts
 
 
-def bench_int8(name: str, floats: dict, out_dir: Path, args) -> tuple[list, list]:
+def held_out_scoring(floats: dict, args) -> tuple[dict, tuple]:
+    """(held-out samples, reference): the samples every quantized model is scored on (the int8
+    and the weight-storage tables share them) and the float ONNX model's (outputs, logits: what a
+    final softmax reads, or None) on them in onnxruntime."""
+    held_out = sample_set(floats["specs"], args.held_out, args.seed, HELD_OUT_STREAM)
+    reference = runners.onnx_outputs(floats["source"], held_out,
+                                     runners.onnx_softmax_input(floats["source"]))
+    return held_out, reference
+
+
+def bench_int8(name: str, floats: dict, scoring: tuple, out_dir: Path,
+               args) -> tuple[list, list]:
     """The two rows of `name` (qconvert, peer) and its lines for the notes under the table.
 
     `floats` is what the float row leaves: "source" (the float ONNX file), "specs" (its
     model_input_specs) and, when the float conversion worked, "tflite" and "report" (the float
-    .tflite and its JSON report): the int8 file is sized and timed against them.
+    .tflite and its JSON report): the int8 file is sized and timed against them. `scoring` is
+    held_out_scoring's.
     """
     calibration = args.work / f"{name}.calibration.npz"
-    specs = floats["specs"]
-    np.savez(calibration, **sample_set(specs, args.int8_samples, args.seed, CALIBRATION_STREAM))
-    held_out = sample_set(specs, args.held_out, args.seed, HELD_OUT_STREAM)
-    # (outputs, logits: what a final softmax reads, or None) of the float model
-    reference = runners.onnx_outputs(floats["source"], held_out,
-                                     runners.onnx_softmax_input(floats["source"]))
+    np.savez(calibration, **sample_set(floats["specs"], args.int8_samples, args.seed,
+                                       CALIBRATION_STREAM))
+    held_out, reference = scoring
     ours, our_facts = bench_qconvert(name, calibration, held_out, reference, floats, out_dir, args)
     if args.no_peer:
         peer, peer_facts = None, {}
