@@ -203,7 +203,8 @@ class CalibrationRun:
             feeds = {n: v for n, v in sample.items() if n in input_types}
             missing = [n for n in input_types if n not in feeds]
             if missing:
-                raise ConversionError(f"calibration sample {done} has no value for model input {missing[0]!r}")
+                raise ConversionError(
+                    f"calibration sample {done} has no value for model input {missing[0]!r}")
             try:
                 values = self.session.run(self.fetched, feeds) if self.fetched else []
             except Exception as e:  # onnxruntime raises its own exception types

@@ -77,9 +77,9 @@ def read(data: bytes) -> FileSummary:
         op = graph.Operators(i)
         name, version = codes[op.OpcodeIndex()]
         ops.append((name, version))
-        operators.append(OpSummary(name, version, [int(x) for x in op.InputsAsNumpy()] if op.InputsLength() else [],
-                                   [int(x) for x in op.OutputsAsNumpy()] if op.OutputsLength() else [],
-                                   _fused_activation(op)))
+        inputs = [int(x) for x in op.InputsAsNumpy()] if op.InputsLength() else []
+        outputs = [int(x) for x in op.OutputsAsNumpy()] if op.OutputsLength() else []
+        operators.append(OpSummary(name, version, inputs, outputs, _fused_activation(op)))
     tensors = []
     for i in range(graph.TensorsLength()):
         t = graph.Tensors(i)
@@ -88,8 +88,9 @@ def read(data: bytes) -> FileSummary:
         if buffer.DataLength():
             # The vector's data position inside the flatbuffer is its offset in the file.
             offset = buffer._tab.Vector(buffer._tab.Offset(4))
-        summary = TensorSummary(t.Name().decode(), [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else [],
-                                _TYPE_NAMES.get(t.Type(), str(t.Type())), t.Buffer(), offset)
+        shape = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
+        summary = TensorSummary(t.Name().decode(), shape, _TYPE_NAMES.get(t.Type(), str(t.Type())),
+                                t.Buffer(), offset)
         q = t.Quantization()
         if q is not None and q.ScaleLength():
             summary.scales = [float(v) for v in q.ScaleAsNumpy()]

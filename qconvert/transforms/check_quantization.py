@@ -40,9 +40,10 @@ def _weight_problem(op: Operator, rule, weights: Array) -> str | None:
         return f"weights {weights.name!r} need zero points 0 and positive scales"
     if weights.data.min(initial=0) < -127:
         return f"weights {weights.name!r} use -128 (narrow range is [-127, 127])"
-    channels = weights.shape[rule.weight_axis]
-    if np.size(q.scale) not in (1, channels) or (np.size(q.scale) == channels > 1 and q.axis != rule.weight_axis % len(weights.shape)):
-        return f"weights {weights.name!r} have {np.size(q.scale)} scales along axis {q.axis}"
+    axis = rule.weight_axis % len(weights.shape)
+    count = np.size(q.scale)
+    if count not in (1, weights.shape[axis]) or (count > 1 and q.axis != axis):
+        return f"weights {weights.name!r} have {count} scales along axis {q.axis}"
     return None
 
 
@@ -72,7 +73,8 @@ def _op_problem(op: Operator, model: Model) -> str | None:
             if not same_params(array.quant, outputs[0].quant):
                 return f"{array.name!r} and output {outputs[0].name!r} must share scale and zero point"
     if rule.output == "fixed" and not same_params(outputs[0].quant, fixed_params(rule)):
-        return f"output {outputs[0].name!r} must have scale {rule.fixed_params[0]} and zero point {rule.fixed_params[1]}"
+        scale, zero_point = rule.fixed_params
+        return f"output {outputs[0].name!r} must have scale {scale} and zero point {zero_point}"
     if rule.weight is not None:
         weights = arrays[op.inputs[rule.weight]]
         problem = _weight_problem(op, rule, weights)

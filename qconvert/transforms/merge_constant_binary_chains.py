@@ -2,7 +2,8 @@
 
 A batch norm that cannot fold into a conv imports as MUL + ADD; DenseNet's (and Caffe2's)
 scale layer after it is another Mul + Add. Four elementwise passes become two:
-- ADD(x, b) -> MUL(., c)   becomes  MUL(x, c) -> ADD(., b * c)   (moves the MUL first), then
+- ADD(x, b) -> MUL(., c)   becomes  MUL(x, c) -> ADD(., b * c)   (moves the MUL first, when a
+                                                                 merge follows), then
 - MUL(x, a) -> MUL(., c)   becomes  MUL(x, a * c), and
 - ADD(x, b) -> ADD(., d)   becomes  ADD(x, b + d).
 Fewer ops run faster in float, and in int8 each op is one rounding less. The float result differs
@@ -43,7 +44,7 @@ def _merge(model: Model, first: Operator, second: Operator, constant: np.ndarray
 
 def merge_constant_binary_chains(model: Model) -> bool:
     changed = False
-    consumers = model.consumers()
+    consumers, producers = model.consumers(), model.producers()
     for first in list(model.operators):
         if first not in model.operators:
             continue
@@ -62,13 +63,26 @@ def merge_constant_binary_chains(model: Model) -> bool:
         if first.type == second.type:
             merged = a * c if first.type == "MUL" else a + c
             _merge(model, first, second, merged.astype(np.float32))
-        elif first.type == "ADD":  # ADD(x, a) -> MUL(., c): MUL(x, c) -> ADD(., a * c)
-            _swap_add_before_mul(model, first, second, a, c)
+        elif first.type == "ADD" and _swap_helps(model, first, second, consumers, producers):
+            _swap_add_before_mul(model, first, second, a, c)  # MUL(x, c) -> ADD(., a * c)
         else:
             continue
-        consumers = model.consumers()
+        consumers, producers = model.consumers(), model.producers()
         changed = True
     return changed
+
+
+def _swap_helps(model: Model, add: Operator, mul: Operator, consumers, producers) -> bool:
+    """Moving the MUL first only pays when a merge follows: a MUL by a constant before the ADD, or
+    an ADD by a constant after the MUL (otherwise patterns such as GELU's are left as written)."""
+    producer = producers.get(add.inputs[split_constant_binary(add, model)[0]])
+    before = (producer is not None and producer.type == "MUL" and producer.fused_activation == "NONE"
+              and split_constant_binary(producer, model) is not None
+              and model.is_discardable(producer.outputs[0], consumers))
+    readers = consumers.get(mul.outputs[0], [])
+    after = (mul.fused_activation == "NONE" and model.is_discardable(mul.outputs[0], consumers)
+             and readers[0].type == "ADD" and split_constant_binary(readers[0], model) is not None)
+    return before or after
 
 
 def _swap_add_before_mul(model: Model, add: Operator, mul: Operator, a: np.ndarray, c: np.ndarray) -> None:

@@ -12,11 +12,12 @@ become int8 with params that follow the op's rule:
 Every other op that reads or writes float activations stays float, with the reason recorded on
 the op for the report; insert_quantize_dequantize later puts DEQUANTIZE/QUANTIZE around it.
 
-One deliberate exception: with float model outputs, a fixed-output op (SOFTMAX, LOGISTIC, ...)
-that produces a model output (directly, or through a RESHAPE and the like) stays float. Its int8 kernel would write steps of 1/256 whatever
-the values, so a classifier's small probabilities or a detector's low scores would be rounded
-away just before the DEQUANTIZE that turns them back to float; computed in float from the
-dequantized int8 input they keep their precision, at the cost of one small float op.
+One deliberate exception: with float model outputs, a fixed-output op (SOFTMAX, LOGISTIC, ...) that
+produces a model output (directly, or through a RESHAPE and the like) stays float. Its int8 kernel
+would write steps of 1/256 whatever the values, so a classifier's small probabilities or a
+detector's low scores would be rounded away just before the DEQUANTIZE that turns them back to
+float; computed in float from the dequantized int8 input they keep their precision, at the cost of
+one small float op.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ def chain(*steps, activation="NONE"):
     for k, (op_type, constant) in enumerate(steps):
         b.const(f"c{k}", constant)
         last = k == len(steps) - 1
-        b.op(op_type, [name, f"c{k}"], "y" if last else f"t{k}", SHAPE, activation=activation if last else "NONE")
+        b.op(op_type, [name, f"c{k}"], "y" if last else f"t{k}", SHAPE,
+             activation=activation if last else "NONE")
         name = f"t{k}"
     return b.output("y").model
 
@@ -42,8 +43,10 @@ def test_batch_norm_then_scale_layer_becomes_one_mul_and_one_add():
     assert model.operators[-1].fused_activation == "RELU"
 
 
-def test_add_then_mul_swaps_and_a_scalar_broadcasts():
-    check(chain(("ADD", per_channel()), ("MUL", np.float32(3.0))), ["MUL", "ADD"])
+def test_add_then_mul_swaps_when_a_merge_follows_and_a_scalar_broadcasts():
+    check(chain(("ADD", per_channel()), ("MUL", np.float32(3.0)), ("ADD", per_channel())), ["MUL", "ADD"])
+    # Alone, ADD -> MUL stays as written (GELU's (1 + erf) * 0.5 must keep its shape).
+    check(chain(("ADD", per_channel()), ("MUL", np.float32(3.0))), ["ADD", "MUL"])
 
 
 def test_constants_varying_along_rows_merge_and_a_shape_changing_one_does_not():

@@ -54,7 +54,8 @@ def test_same_scale_ops_share_the_input_params(tmp_path):
     summary, ops = _ops(flatbuffer)
     pool = next(op for name, op in ops if name == "MAX_POOL_2D")
     a, b = summary.tensors[pool.inputs[0]], summary.tensors[pool.outputs[0]]
-    assert (a.dtype, a.scales, a.zero_points) == (b.dtype, b.scales, b.zero_points) == ("INT8", a.scales, a.zero_points)
+    assert a.dtype == b.dtype == "INT8"
+    assert (a.scales, a.zero_points) == (b.scales, b.zero_points)
 
 
 def test_concat_with_a_fixed_producer_requantizes_only_that_input(tmp_path):
@@ -72,7 +73,8 @@ def test_concat_with_a_fixed_producer_requantizes_only_that_input(tmp_path):
     for index in concat.inputs:
         assert summary.tensors[index].scales == out.scales
         assert summary.tensors[index].zero_points == out.zero_points
-    requantized = [op for name, op in ops if name == "QUANTIZE" and summary.tensors[op.inputs[0]].dtype == "INT8"]
+    requantized = [op for name, op in ops
+                   if name == "QUANTIZE" and summary.tensors[op.inputs[0]].dtype == "INT8"]
     assert len(requantized) == 1
     assert summary.tensors[requantized[0].inputs[0]].scales == [1 / 256]
 
@@ -100,7 +102,8 @@ def test_op_without_int8_kernel_stays_float_between_dequantize_and_quantize(tmp_
     # The conv's int8 output (step ~0.08 over its wide range) feeds SIN, whose own output step is
     # ~0.004: half a conv step through sin' <= 1 is ~10 of those.
     flatbuffer, report = assert_int8_matches_onnxruntime(model, tmp_path, allow_float=("SIN",), steps=12)
-    assert [(f.op, f.reason) for f in report.quantization.float_ops] == [("SIN", "TFLite has no int8 SIN kernel")]
+    reasons = [(f.op, f.reason) for f in report.quantization.float_ops]
+    assert reasons == [("SIN", "TFLite has no int8 SIN kernel")]
     names = [name for name, _ in _ops(flatbuffer)[1]]
     assert names == ["QUANTIZE", "CONV_2D", "DEQUANTIZE", "SIN", "QUANTIZE", "RELU", "DEQUANTIZE"]
 
