@@ -2,7 +2,8 @@
 
 Pools run in NHWC; ONNX pads that are not TFLite's SAME/VALID become an explicit pad: PADV2 with
 the lowest float for max pooling (ONNX pads max pools with -inf), PAD with zeros for average pooling
-when count_include_pad=1. Global pools are MEAN / REDUCE_MAX over the spatial axes.
+when count_include_pad=1. Global pools, and pools whose one window covers the whole map, are
+MEAN / REDUCE_MAX over the spatial axes.
 """
 
 from __future__ import annotations
@@ -48,8 +49,15 @@ def import_pool(node, ctx):
         span = (kernel[i] - 1) * dilations[i] + 1
         needed = (y4[2 + i] - 1) * strides[i] + span - spatial[i] - pads[i]
         pads[2 + i] = max(pads[2 + i], needed)
-    x_nhwc = to_channels_last(ctx, x)
     is_max = node.op_type == "MaxPool"
+    if not one_d and _covers_whole_input(spatial, kernel, pads, y4[2:], dilations) and (
+            is_max or not node.attr("count_include_pad", 0) or not any(pads)):
+        # One window over the whole map (a final 7x7 pool whose pads only round the size up):
+        # the padding adds nothing, so it is a global pool, one op instead of PAD, pool and a
+        # rescale (and in int8 one rounding).
+        _global_pool(ctx, "REDUCE_MAX" if is_max else "MEAN", x, y)
+        return
+    x_nhwc = to_channels_last(ctx, x)
     if any(d != 1 for d in dilations):
         inner = ctx.tensor(y + "_nhwc", (y4[0], y4[2], y4[3], y4[1]), ctx.dtype(y))
         _dilated_pool(ctx, node, x_nhwc, inner, spatial, kernel, strides, dilations, pads, y4[2:])
@@ -121,10 +129,20 @@ def _exclude_pad_correction(spatial, kernel, strides, pads, out_spatial, dilatio
     return (kernel[0] * kernel[1] / count).reshape(1, out_spatial[0], out_spatial[1], 1)
 
 
+def _covers_whole_input(spatial, kernel, pads, out_spatial, dilations) -> bool:
+    """A single output position whose window (starting at -pad_begin) spans every input row and
+    column."""
+    return (tuple(out_spatial) == (1, 1) and all(d == 1 for d in dilations)
+            and all(kernel[i] - pads[i] >= spatial[i] for i in range(2)))
+
+
+def _global_pool(ctx, op_type: str, x: str, y: str) -> None:
+    """A reduction over the spatial axes with keep_dims; in NHWC after the layout pass."""
+    axes = np.arange(2, ctx.rank(x), dtype=np.int32)
+    ctx.add_op(op_type, [x, ctx.constant("axes", axes)], [y], {"keep_dims": True})
+
+
 @onnx_op("GlobalAveragePool", "GlobalMaxPool")
 def import_global_pool(node, ctx):
-    """A reduction over the spatial axes with keep_dims; in NHWC after the layout pass."""
-    x, y = node.inputs[0], node.outputs[0]
-    axes = np.arange(2, ctx.rank(x), dtype=np.int32)
-    op_type = "MEAN" if node.op_type == "GlobalAveragePool" else "REDUCE_MAX"
-    ctx.add_op(op_type, [x, ctx.constant("axes", axes)], [y], {"keep_dims": True})
+    _global_pool(ctx, "MEAN" if node.op_type == "GlobalAveragePool" else "REDUCE_MAX",
+                 node.inputs[0], node.outputs[0])
