@@ -147,8 +147,13 @@ def ort_prepared(source: str, dest: str) -> Path:
 def ort_quantize_worker(source: str, calibration: str, dest: str) -> None:
     """Child process: the peer's quantization of `source` on the samples in `calibration` (see
     the module docstring), written to `dest`."""
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
-                                          QuantType, quantize_static)
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     class Reader(CalibrationDataReader):
         """One {input: sample} dict per call, from the calibration .npz."""
@@ -206,19 +211,10 @@ def bench_qconvert(name: str, calibration: Path, held_out: dict, reference: tupl
     facts["float_ops"] = quantization["float_ops"]
     row["int8 ops"] = str(quantization["int8_ops"])
     row["float ops"] = str(len(quantization["float_ops"]))
-    baseline = None
-    if "tflite" in floats:
-        facts["size"] = dest.stat().st_size / floats["tflite"].stat().st_size
-        row["size / float"] = f"{facts['size']:.3f}"
-        baseline = (floats["tflite"], floats["report"])
-    try:
-        result = runners.run_tflite(dest, converted["report"], held_out, args.work, args, baseline,
-                                    logits=reference[1] is not None)
-    except RuntimeError as e:
-        row["status"] = str(e)
+    result = runners.run_next_to_float(dest, converted["report"], floats, held_out, args, reference,
+                                       row, facts)
+    if result is None:
         return row, facts
-    facts["delegated"] = result["delegated"]
-    facts["float_delegated"] = result.get("baseline_delegated")
     facts["sqnr"] = sqnr_db(reference[0], result["outputs"])
     facts["logits_sqnr"] = logits_sqnr_db(reference[1], result["logits"])
     _score(row, reference[0], result["outputs"])

@@ -391,3 +391,23 @@ def run_tflite(tflite: Path, report: dict, samples: dict, work: Path, args,
         result["outputs"] = {name: data[name] for name in data.files}
     result["logits"] = result["outputs"].pop("__logits__", None)
     return result
+
+
+def run_next_to_float(dest, report, floats, held_out, args, reference, row, facts):
+    """A quantized .tflite's size over the float one and its run on the held-out samples, timed in
+    turn with the float model (the int8 and weight-storage tables). Returns the run's result, or
+    None with the interpreter's error in row["status"]."""
+    baseline = None
+    if "tflite" in floats:
+        facts["size"] = dest.stat().st_size / floats["tflite"].stat().st_size
+        row["size / float"] = f"{facts['size']:.3f}"
+        baseline = (floats["tflite"], floats["report"])
+    try:
+        result = run_tflite(dest, report, held_out, args.work, args, baseline,
+                            logits=reference[1] is not None)
+    except RuntimeError as e:
+        row["status"] = str(e)
+        return None
+    facts["delegated"] = result["delegated"]
+    facts["float_delegated"] = result.get("baseline_delegated")
+    return result

@@ -113,21 +113,12 @@ def bench_qconvert(name: str, flag: str, scoring: tuple, floats: dict, out_dir: 
         row["status"] = f"report weights mode {weights.get('mode')!r}, expected {MODES[flag]!r}"
         return row, facts
     row["weight tensors"] = str(len(weights["tensors"]))
-    baseline = None
-    if "tflite" in floats:
-        facts["size"] = dest.stat().st_size / floats["tflite"].stat().st_size
-        row["size / float"] = f"{facts['size']:.3f}"
-        baseline = (floats["tflite"], floats["report"])
-    try:
-        result = runners.run_tflite(dest, converted["report"], held_out, args.work, args, baseline,
-                                    logits=reference[1] is not None)
-    except RuntimeError as e:
-        row["status"] = str(e)
+    result = runners.run_next_to_float(dest, converted["report"], floats, held_out, args, reference,
+                                       row, facts)
+    if result is None:
         return row, facts
     _score(row, facts, reference, result["outputs"], result["logits"])
     _latency(row, facts, result.get("baseline_ms"), result["ms"])
-    facts["delegated"] = result["delegated"]
-    facts["float_delegated"] = result.get("baseline_delegated")
     if result["delegated"]:
         row["runtime"] = "LiteRT, XNNPACK {}/{} ops".format(*result["delegated"])
     row["status"] = "ok"
