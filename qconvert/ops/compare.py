@@ -35,7 +35,7 @@ for _tfl, _options, _fn, _table in _COMPARISONS.values():
     # Comparisons of int8 inputs rescale both sides in the kernel; logical ops read booleans.
     tflite_op(_tfl, options=_options, evaluate=_binary(_fn), layout="elementwise",
               version=by_input_dtype(_table),
-              quant=QuantRule(activations=(0, 1), output="none") if _table else None)
+              quant=QuantRule(activations=(0, 1), output="none", input_scale_below=1.0) if _table else None)
 tflite_op("LOGICAL_NOT", options="LogicalNotOptions", layout="elementwise",
           evaluate=lambda inputs, op: [np.logical_not(inputs[0])])
 tflite_op("SELECT_V2", options="SelectV2Options", layout="elementwise",

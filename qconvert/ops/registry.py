@@ -49,6 +49,9 @@ class QuantRule:
                  per channel along `weight_axis` (None: per tensor).
     bias:        the input holding the constant bias: int32, scale input_scale * weight_scale.
     output:      one of OUTPUT_RULES; `fixed_params` (scale, zero_point) for "fixed".
+    input_scale_below: the kernel aborts unless every quantized input's scale is below this
+                 (TFLite's int8 comparisons turn each input scale itself into a multiplier < 1);
+                 an op whose inputs' ranges exceed it stays float.
     """
 
     activations: tuple[int, ...] | None = (0,)
@@ -57,6 +60,7 @@ class QuantRule:
     bias: int | None = None
     output: str = "free"
     fixed_params: tuple[float, int] | None = None
+    input_scale_below: float | None = None
 
     def activation_inputs(self, op: Operator) -> list[int]:
         indices = range(len(op.inputs)) if self.activations is None else self.activations

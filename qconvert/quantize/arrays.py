@@ -91,6 +91,8 @@ def int8_blocker(op: Operator, model: Model) -> str | None:
     if rule is None:
         return f"TFLite has no int8 {op.type} kernel"
     arrays = model.arrays
+    if any(arrays[n].is_variable for n in op.outputs):
+        return "it writes the state tensor of an op that stays float (LSTM)"
     inputs = [op.inputs[i] for i in rule.activation_inputs(op)]
     # An input already int8 was float32 until its producer was quantized (earlier in op order).
     if not inputs or any(arrays[n].dtype != FLOAT32 and arrays[n].quant is None for n in inputs):
@@ -98,6 +100,12 @@ def int8_blocker(op: Operator, model: Model) -> str | None:
     for name in inputs:
         if value_range(arrays[name]) is None and not arrays[name].is_constant:
             return f"tensor {name!r} has no calibrated range"
+        zero_constant = arrays[name].is_constant and value_range(arrays[name]) in (None, MinMax(0.0, 0.0))
+        if rule.input_scale_below is not None and not zero_constant:  # a 0 takes its sibling's params
+            params = activation_params(arrays[name])
+            if params is not None and params.scale[0] >= rule.input_scale_below:
+                return (f"its int8 kernel needs input scales below {rule.input_scale_below:g}; "
+                        f"{name!r} would have {float(params.scale[0]):g}")
     if rule.output == "free":
         for name in op.outputs:
             if arrays[name].minmax is None:

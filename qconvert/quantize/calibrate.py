@@ -2,7 +2,8 @@
 
 `calibrate_ranges` runs the float ONNX model in onnxruntime, one sample per run, with the tensors
 that need a range added as graph outputs, and keeps TOCO's running global min/max per tensor
-(NaN values are skipped with a warning, like TFLite's calibration logger).
+(NaN values are skipped with a warning, like TFLite's calibration logger; +-inf, such as an
+attention mask's -inf, are left out of the range and saturate in int8).
 """
 
 from __future__ import annotations
@@ -185,12 +186,16 @@ class CalibrationRun:
             if value.size == 0 or value.dtype.kind not in "fiub":
                 return
             lo, hi = float(value.min()), float(value.max())
-            if np.isnan(lo) or np.isnan(hi):  # min/max propagate NaN: count and skip them
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                # NaN (counted, warned about) and +-inf (an attention mask's -inf: in int8 it
+                # saturates to the end of the range) are left out of the range.
                 nans = int(np.count_nonzero(np.isnan(value)))
-                nan_counts[name] = nan_counts.get(name, 0) + nans
-                if nans == value.size:
+                if nans:
+                    nan_counts[name] = nan_counts.get(name, 0) + nans
+                finite = value[np.isfinite(value)]
+                if not finite.size:
                     return
-                lo, hi = float(np.nanmin(value)), float(np.nanmax(value))
+                lo, hi = float(finite.min()), float(finite.max())
             if name in lows:
                 lows[name] = min(lows[name], lo)
                 highs[name] = max(highs[name], hi)

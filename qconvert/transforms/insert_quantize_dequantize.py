@@ -68,6 +68,20 @@ def _quantize_constant(model: Model, op: Operator, index: int, params: QuantPara
     array.dtype, array.quant = INT8, params
 
 
+def _constant_params(model: Model, op: Operator, index: int) -> QuantParams:
+    """Params for a constant a free-output int8 op reads as an activation: from its own values,
+    except an all-zero constant (Greater(x, 0), x + 0), which takes the params of the op's other
+    activation input: any scale holds 0 exactly, and the comparison kernels abort on a scale far
+    from the other input's (a constant 0 alone would get scale 1)."""
+    own = value_range(model.arrays[op.inputs[index]])
+    if own is None or own.min == own.max == 0.0:
+        for other in rule_of(op).activation_inputs(op):
+            params = activation_params(model.arrays[op.inputs[other]]) if other != index else None
+            if params is not None and not model.arrays[op.inputs[other]].is_constant:
+                return params
+    return params_for_range(own or MinMax(0.0, 0.0))
+
+
 def _int8_graph_inputs(model: Model, io_type: str, consumers) -> None:
     """With int8/uint8 I/O, a float graph input read by int8 ops becomes int8 itself."""
     for position, name in enumerate(list(model.inputs)):
@@ -127,8 +141,8 @@ def insert_quantize_dequantize(model: Model, io_type: str = "float") -> bool:
             array = model.arrays[op.inputs[i]]
             if array.is_constant:
                 if array.dtype == FLOAT32:
-                    own = params_for_range(value_range(array) or MinMax(0.0, 0.0))
-                    _quantize_constant(model, op, i, shared or own, consumers)
+                    params = shared or _constant_params(model, op, i)
+                    _quantize_constant(model, op, i, params, consumers)
                     changed = True
                 elif shared is not None and not same_params(array.quant, shared):
                     raise AssertionError(f"constant {array.name!r} quantized twice")

@@ -289,3 +289,25 @@ def test_softmax_reaching_the_output_through_a_reshape_stays_float(tmp_path):
     model = _conv_model(nodes, inits={"shape": np.array([1, 4, 64], np.int64)})
     _, report = convert_quantized(model, calibration_set(model), tmp_path)
     assert [f.op for f in report.quantization.float_ops] == ["SOFTMAX", "RESHAPE"]
+
+
+def test_comparisons_with_a_zero_constant_or_a_wide_input_never_abort_the_interpreter(tmp_path):
+    """TFLite's int8 comparisons abort unless every input scale is below 1: Greater(x, 0) gives
+    the 0 the other input's params; an input whose range needs a scale of 1 or more stays float.
+    An attention mask's -inf stays out of the calibrated range."""
+    x = {"x": (F, (2, 8))}
+    zero = make_model([helper.make_node("Greater", ["x", "z"], ["c"]),
+                       helper.make_node("Where", ["c", "x", "n"], ["y"])], x, {"y": F},
+                      {"z": np.float32(0), "n": np.float32(-1)})
+    assert_int8_matches_onnxruntime(zero, tmp_path)
+    wide = make_model([helper.make_node("Mul", ["x", "k"], ["w"]),
+                       helper.make_node("Less", ["w", "x"], ["c"]),
+                       helper.make_node("Where", ["c", "x", "masked"], ["y"])], x, {"y": F},
+                      {"k": np.float32(300), "masked": np.float32(-np.inf)})
+    flatbuffer, report = convert_quantized(wide, calibration_set(wide), tmp_path)
+    assert [f.op for f in report.quantization.float_ops] == ["LESS"]
+    feeds = {"x": calibration_set(wide)["x"][0]}
+    actual, expected = run_tflite(flatbuffer, report, feeds)["y"], run_onnxruntime(wide, feeds)["y"]
+    masked = expected == -np.inf  # in int8 the -inf saturates to the bottom of the range
+    assert masked.any() and np.all(actual[masked] == actual.min())
+    assert actual.min() <= expected[~masked].min()
