@@ -63,7 +63,7 @@ def expected_failure(case) -> str | None:
     return None
 
 
-def _array(value) -> np.ndarray:
+def case_array(value) -> np.ndarray:
     """Suite data as numpy (a few cases store TensorProtos)."""
     return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
 
@@ -109,7 +109,7 @@ def freeze_parameters(case):
     model = onnx.ModelProto()
     model.CopyFrom(case.model)
     graph = model.graph
-    feeds = dict(zip([i.name for i in graph.input], map(_array, case.data_sets[0][0])))
+    feeds = dict(zip([i.name for i in graph.input], map(case_array, case.data_sets[0][0])))
     frozen = set()
     for node in graph.node:
         for position in PARAMETER_INPUTS.get(node.op_type, ()):
@@ -133,10 +133,10 @@ def run_case(case):
     outputs = [o.name for o in case.model.graph.output]
     rtol, atol = max(1e-4, case.rtol), max(1e-5, case.atol)
     for feeds, expected in case.data_sets:
-        feeds = {n: _array(v) for n, v in zip(inputs, feeds) if n not in frozen}
+        feeds = {n: case_array(v) for n, v in zip(inputs, feeds) if n not in frozen}
         actual = run_tflite(flatbuffer, report, feeds)
         for name, want in zip(outputs, expected):
-            got, want = actual[name], _array(want)
+            got, want = actual[name], case_array(want)
             assert got.shape == np.asarray(want).shape, f"{name}: shape {got.shape} != {np.shape(want)}"
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
 
