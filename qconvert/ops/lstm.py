@@ -63,15 +63,17 @@ def _evaluate_reverse(inputs, op):
     return [np.flip(inputs[0], axis=tuple(int(a) for a in np.ravel(inputs[1])))]
 
 
-# Hybrid: the eight input-to-gate and recurrent-to-gate weight matrices, per tensor; peepholes,
-# gate and projection biases and layer-norm coefficients stay float, as the kernel reads them.
+# Hybrid: the eight input-to-gate and recurrent-to-gate weight matrices, per tensor, and with them
+# the peepholes and projection weights (the kernel wants every weight int8); gate and projection
+# biases and layer-norm coefficients stay float, as the kernel reads them.
 tflite_op("UNIDIRECTIONAL_SEQUENCE_LSTM", options="UnidirectionalSequenceLSTMOptions",
           hybrid=HybridRule(weights=tuple(range(1, 9)), asymmetric=True,
-                            float_inputs=(9, 10, 11, 12, 13, 14, 15, 17, 20, 21, 22, 23)),
+                            companions=(9, 10, 11, 16), float_inputs=(12, 13, 14, 15, 17, 20, 21, 22, 23)),
           version=_lstm_version)
 # FILL has no `evaluate` on purpose: it (re)initialises LSTM state variables on every invocation.
 tflite_op("FILL", version=_fill_version)
-tflite_op("REVERSE_V2", quant=SAME, version=by_input_dtype({np.int8: 3, np.bool_: 2}), evaluate=_evaluate_reverse)
+tflite_op("REVERSE_V2", quant=SAME, version=by_input_dtype({np.int8: 3, np.bool_: 2}),
+          evaluate=_evaluate_reverse)
 
 
 @dataclass

@@ -79,12 +79,15 @@ class HybridRule:
     asymmetric: the op has `asymmetric_quantize_inputs` (it quantizes each input row with its own
                 zero point rather than symmetrically: better for inputs not centred on 0).
     float_inputs: inputs that stay float32 whatever their size (biases, besides QuantRule.bias).
+    companions: weight inputs the hybrid kernel also wants int8 when present, whatever their size
+                (an LSTM's peepholes and projection); they do not decide whether it runs hybrid.
     """
 
     weights: tuple[int, ...] = (1,)
     axis: int | None = None
     asymmetric: bool = False
     float_inputs: tuple[int, ...] = ()
+    companions: tuple[int, ...] = ()
 
 
 # The rules most ops share.

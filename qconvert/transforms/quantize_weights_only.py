@@ -11,7 +11,8 @@ activations stay float.
   hybrid op whose other weights stayed float) reads the weights through one DEQUANTIZE, inserted
   before the first such reader and shared by all of them.
 - Biases, and weights below the threshold, stay float32: they are small, and the hybrid
-  kernels want a float bias.
+  kernels want a float bias. Exception: a hybrid op's companion weights (an LSTM's peepholes)
+  become int8 with its big weights whatever their size, since its kernel wants all weights int8.
 """
 
 from __future__ import annotations
@@ -61,12 +62,15 @@ def quantize_weights_only(model: Model, min_elements: int = 1024) -> bool:
     hybrid = {id(op) for op in model.operators if _runs_hybrid(op, model, min_elements)}
     uses: dict[str, list[tuple[Operator, int]]] = {}
     for op in model.operators:
+        companions = TFLITE_OPS[op.type].hybrid.companions if id(op) in hybrid else ()
         for index, name in enumerate(op.inputs):
-            if _is_candidate(model, name, min_elements) and not _stays_float(op, index):
+            wanted = _is_candidate(model, name, min_elements) or (
+                index in companions and _is_candidate(model, name, 1))
+            if wanted and not _stays_float(op, index):
                 uses.setdefault(name, []).append((op, index))
     for name, readers in uses.items():
-        direct = [(op, i) for op, i in readers
-                  if id(op) in hybrid and i in TFLITE_OPS[op.type].hybrid.weights]
+        direct = [(op, i) for op, i in readers if id(op) in hybrid
+                  and i in TFLITE_OPS[op.type].hybrid.weights + TFLITE_OPS[op.type].hybrid.companions]
         axes = {TFLITE_OPS[op.type].hybrid.axis for op, _ in direct}
         axis = axes.pop() if len(axes) == 1 else None
         array = model.arrays[name]
