@@ -27,9 +27,12 @@ FLOAT32 = np.dtype(np.float32)
 
 
 def _is_candidate(model: Model, name: str, min_elements: int) -> bool:
+    """A float32 constant of at least min_elements finite values (an attention mask's -inf has
+    no int8 code: such a constant stays float32)."""
     array = model.arrays.get(name) if name else None
     return (array is not None and array.is_constant and array.dtype == FLOAT32
-            and array.data.size >= min_elements and name not in model.outputs)
+            and array.data.size >= min_elements and name not in model.outputs
+            and bool(np.isfinite(array.data).all()))
 
 
 def _stays_float(op: Operator, index: int) -> bool:
