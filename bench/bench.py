@@ -158,11 +158,7 @@ def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Count
 
     dest = out_dir / f"{name}.tflite"
     converted = runners.run_qconvert(source, dest, args.timeout, args.work)
-    if "seconds" in converted:
-        row["convert (s)"] = f"{converted['seconds']:.2f}"
-        row["peak RSS (MB)"] = f"{converted['rss_mb']:.0f}"
-    if "error" in converted:
-        row["status"] = converted["error"]
+    if not runners.record_measured(row, converted, "convert (s)", 2):
         return row, None, floats
     counts = count_operators(dest)
     floats["tflite"] = dest

@@ -200,11 +200,7 @@ def bench_qconvert(name: str, calibration: Path, held_out: dict, reference: tupl
     dest = out_dir / f"{name}.int8.tflite"
     converted = runners.run_qconvert(floats["source"], dest, args.timeout, args.work,
                                      ("--quantize", "--calibration", str(calibration)))
-    if "seconds" in converted:
-        row["convert + calib (s)"] = f"{converted['seconds']:.1f}"
-        row["peak RSS (MB)"] = f"{converted['rss_mb']:.0f}"
-    if "error" in converted:
-        row["status"] = converted["error"]
+    if not runners.record_measured(row, converted, "convert + calib (s)", 1):
         return row, facts
     quantization = converted["report"]["quantization"]
     facts["calibration_seconds"] = quantization["calibration_seconds"]
@@ -238,11 +234,7 @@ def bench_peer(name: str, calibration: Path, held_out: dict, reference: tuple, f
     command = [sys.executable, str(runners.BENCH_SCRIPT), "--ort-quantize-worker", str(source),
                str(calibration), str(dest)]
     quantized = runners.run_measured(command, "quantize_static", args.timeout, args.work)
-    if "seconds" in quantized:
-        row["convert + calib (s)"] = f"{quantized['seconds']:.1f}"
-        row["peak RSS (MB)"] = f"{quantized['rss_mb']:.0f}"
-    if "error" in quantized:
-        row["status"] = quantized["error"]
+    if not runners.record_measured(row, quantized, "convert + calib (s)", 1):
         return row, facts
     int8, other = qdq_op_counts(dest)
     facts["float_ops"] = other

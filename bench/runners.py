@@ -411,3 +411,15 @@ def run_next_to_float(dest, report, floats, held_out, args, reference, row, fact
     facts["delegated"] = result["delegated"]
     facts["float_delegated"] = result.get("baseline_delegated")
     return result
+
+
+def record_measured(row: dict, measured: dict, time_column: str, digits: int) -> bool:
+    """Puts a measured process run's wall time (in `time_column`) and peak RSS in the row;
+    returns False, with the run's error as the row's status, when it failed."""
+    if "seconds" in measured:
+        row[time_column] = f"{measured['seconds']:.{digits}f}"
+        row["peak RSS (MB)"] = f"{measured['rss_mb']:.0f}"
+    if "error" in measured:
+        row["status"] = measured["error"]
+        return False
+    return True

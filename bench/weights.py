@@ -102,11 +102,7 @@ def bench_qconvert(name: str, flag: str, scoring: tuple, floats: dict, out_dir: 
     held_out, reference = scoring
     dest = out_dir / f"{name}.{MODES[flag]}-weights.tflite"
     converted = runners.run_qconvert(floats["source"], dest, args.timeout, args.work, (flag,))
-    if "seconds" in converted:
-        row["convert (s)"] = f"{converted['seconds']:.2f}"
-        row["peak RSS (MB)"] = f"{converted['rss_mb']:.0f}"
-    if "error" in converted:
-        row["status"] = converted["error"]
+    if not runners.record_measured(row, converted, "convert (s)", 2):
         return row, facts
     weights = converted["report"].get("weights") or {}
     if weights.get("mode") != MODES[flag]:  # the flag did nothing: say so, do not score a float file
@@ -135,11 +131,7 @@ def bench_peer(name: str, scoring: tuple, floats: dict, out_dir: Path, args) -> 
     command = [sys.executable, str(runners.BENCH_SCRIPT), "--ort-dynamic-worker", str(source),
                str(dest)]
     quantized = runners.run_measured(command, "quantize_dynamic", args.timeout, args.work)
-    if "seconds" in quantized:
-        row["convert (s)"] = f"{quantized['seconds']:.2f}"
-        row["peak RSS (MB)"] = f"{quantized['rss_mb']:.0f}"
-    if "error" in quantized:
-        row["status"] = quantized["error"]
+    if not runners.record_measured(row, quantized, "convert (s)", 2):
         return row
     row["weight tensors"] = str(int8_weight_tensors(dest))
     row["size / float"] = f"{dest.stat().st_size / source.stat().st_size:.3f}"
