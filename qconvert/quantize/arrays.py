@@ -98,11 +98,12 @@ def int8_blocker(op: Operator, model: Model) -> str | None:
     if not inputs or any(arrays[n].dtype != FLOAT32 and arrays[n].quant is None for n in inputs):
         return "its inputs are not float32"
     for name in inputs:
-        if value_range(arrays[name]) is None and not arrays[name].is_constant:
+        array, span = arrays[name], value_range(arrays[name])
+        if span is None and not array.is_constant:
             return f"tensor {name!r} has no calibrated range"
-        zero_constant = arrays[name].is_constant and value_range(arrays[name]) in (None, MinMax(0.0, 0.0))
+        zero_constant = array.is_constant and span in (None, MinMax(0.0, 0.0))
         if rule.input_scale_below is not None and not zero_constant:  # a 0 takes its sibling's params
-            params = activation_params(arrays[name])
+            params = array.quant or params_for_range(span)
             if params is not None and params.scale[0] >= rule.input_scale_below:
                 return (f"its int8 kernel needs input scales below {rule.input_scale_below:g}; "
                         f"{name!r} would have {float(params.scale[0]):g}")

@@ -9,16 +9,10 @@ elementwise ops are as good, so this runs only under --quantize, before the rang
 
 from __future__ import annotations
 
-import numpy as np
 
 from ..ir import Model, Operator
+from .fuse_binary_into_affine import per_channel_vector
 from .merge_constant_binary_chains import split_constant_binary
-
-
-def _per_channel(value: np.ndarray, channels: int) -> np.ndarray | None:
-    if value.size == 1 or (value.size == channels and value.shape[-1] == channels):
-        return np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float32)
-    return None
 
 
 def affine_to_depthwise(model: Model) -> bool:
@@ -37,7 +31,7 @@ def affine_to_depthwise(model: Model) -> bool:
         tail = split_constant_binary(add, model) if add.type == "ADD" else None
         if tail is None or add.inputs[tail[0]] != middle:
             continue
-        scale, shift = _per_channel(head[1], shape[3]), _per_channel(tail[1], shape[3])
+        scale, shift = (per_channel_vector(c, shape[3], 4) for c in (head[1], tail[1]))
         if scale is None or shift is None:
             continue
         weights = model.add_constant(mul.inputs[1 - head[0]] + "_depthwise", scale.reshape(1, 1, 1, -1))

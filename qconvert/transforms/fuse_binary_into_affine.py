@@ -19,7 +19,7 @@ AFFINE = {
 }
 
 
-def _per_channel(value: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
+def per_channel_vector(value: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
     """The constant as a [channels] vector if it only varies along the last output axis."""
     if value.ndim > out_rank:
         return None
@@ -52,7 +52,7 @@ def fuse_binary_into_affine(model: Model) -> bool:
             w_index, b_index, axis = AFFINE[affine.type]
             weights = model.constant(affine.inputs[w_index])
             channels = model.arrays[y].shape[-1]
-            c = _per_channel(value, channels, len(model.arrays[y].shape))
+            c = per_channel_vector(value, channels, len(model.arrays[y].shape))
             if weights is None or c is None or weights.shape[axis] != channels:
                 continue
             bias_name = affine.inputs[b_index] if b_index < len(affine.inputs) else ""
