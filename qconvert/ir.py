@@ -1,13 +1,20 @@
 """The array/operator model (TOCO's IR) that every stage reads and rewrites.
 
-The Model owns named Arrays and an ordered list of Operators (topological order). Operators are
-TFLite builtin operators (`type` is the BuiltinOperator name, e.g. "CONV_2D") that refer to arrays by
+The Model owns named Arrays and Operators in execution order (topological). Operators are TFLite
+builtin operators (`type` is the BuiltinOperator name, e.g. "CONV_2D") that refer to arrays by
 name, so rewiring is changing a string. An array is constant exactly when it has `data`; it is
 quantized exactly when it has `quant` (calibration fills `minmax`, the quantize steps `quant`).
+
+Cost is linear in the model: the Model keeps the order as a linked list (insert and remove
+anywhere in O(1)) and a use/def index (each tensor's producer and readers), both kept current by
+its edit methods. So once an operator is in a model, its inputs and outputs change only through
+those methods (set_input, set_outputs, rename_uses, ...); check_invariants verifies the index.
+Operators are compared by identity: two ops with equal fields are still two ops.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 from dataclasses import dataclass, field
 
@@ -49,7 +56,13 @@ class Array:
         return self.data is not None
 
 
-@dataclass
+# Instrumentation, read by tests/transforms/test_linear_cost.py and never by the program: how many
+# operators whole-graph walks visited ("operator visits") and how many constant buffers the writer
+# compared byte by byte. Both must grow linearly with the model.
+WORK: collections.Counter = collections.Counter()
+
+
+@dataclass(eq=False)
 class Operator:
     """A TFLite builtin op. `inputs` may hold "" for an omitted optional input.
 
@@ -70,17 +83,43 @@ class Operator:
     float_reason: str = ""
 
 
+class OperatorSequence(tuple):
+    """The model's operators in execution order, as of its last edit (edits made while a pass
+    iterates it do not disturb the iteration). Searching it by value is refused: that is a scan of
+    the whole graph, and inside a loop over operators it makes a pass quadratic; ask the model
+    (has_operator, producer, consumers) instead."""
+
+    def __iter__(self):
+        WORK["operator visits"] += len(self)
+        return super().__iter__()
+
+    def _refuse(self, *args):
+        raise TypeError("operators are not searched by value: use Model.has_operator, "
+                        "Model.producer or Model.consumers")
+
+    index = count = __contains__ = _refuse
+
+
 class Model:
     """Arrays by name, operators in execution order, and the graph's input and output names."""
 
     def __init__(self) -> None:
         self.arrays: dict[str, Array] = {}
-        self.operators: list[Operator] = []
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         # How each graph input/output's axes relate to the ONNX tensor's (None: unchanged).
         self.io_permutation: dict[str, tuple[int, ...]] = {}
         self._counter = itertools.count()
+        # Execution order as a doubly linked list, and its snapshot until the next edit.
+        self._prev: dict[Operator, Operator | None] = {}
+        self._next: dict[Operator, Operator | None] = {}
+        self._first: Operator | None = None
+        self._last: Operator | None = None
+        self._snapshot: OperatorSequence | None = OperatorSequence()
+        # The use/def index: each tensor's producing op, and the ops reading it with how many of
+        # their inputs do (an op may read a tensor twice: MUL(x, x)).
+        self._producer: dict[str, Operator] = {}
+        self._readers: dict[str, dict[Operator, int]] = {}
 
     # --- arrays -------------------------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
@@ -111,33 +150,156 @@ class Model:
         array = self.arrays.get(name) if name else None
         return None if array is None else array.data
 
-    # --- graph queries ------------------------------------------------------------------------
-    def producers(self) -> dict[str, Operator]:
-        return {out: op for op in self.operators for out in op.outputs}
+    # --- operators: order -----------------------------------------------------------------------
+    @property
+    def operators(self) -> OperatorSequence:
+        """The operators in execution order (a snapshot: edit through the methods below)."""
+        if self._snapshot is None:
+            ops, op = [], self._first
+            while op is not None:
+                ops.append(op)
+                op = self._next[op]
+            WORK["operator visits"] += len(ops)
+            self._snapshot = OperatorSequence(ops)
+        return self._snapshot
 
-    def consumers(self) -> dict[str, list[Operator]]:
-        result: dict[str, list[Operator]] = {}
-        for op in self.operators:
-            for name in op.inputs:
-                if name:
-                    result.setdefault(name, []).append(op)
-        return result
+    def has_operator(self, op: Operator) -> bool:
+        return op in self._next
 
-    def is_discardable(self, name: str, consumers: dict[str, list[Operator]], count: int = 1) -> bool:
+    def add_operator(self, op: Operator) -> Operator:
+        """Appends `op` at the end of the execution order."""
+        return self._link(op, self._last, None)
+
+    def insert_before(self, anchor: Operator | None, op: Operator) -> Operator:
+        """Puts `op` right before `anchor` (None: at the end)."""
+        return self._link(op, self._last if anchor is None else self._prev[anchor], anchor)
+
+    def insert_after(self, anchor: Operator | None, op: Operator) -> Operator:
+        """Puts `op` right after `anchor` (None: at the start)."""
+        return self._link(op, anchor, self._first if anchor is None else self._next[anchor])
+
+    def remove_operator(self, op: Operator) -> None:
+        prev, nxt = self._prev.pop(op), self._next.pop(op)
+        if prev is None:
+            self._first = nxt
+        else:
+            self._next[prev] = nxt
+        if nxt is None:
+            self._last = prev
+        else:
+            self._prev[nxt] = prev
+        self._snapshot = None
+        self._unindex(op)
+
+    def replace_operator(self, old: Operator, new: Operator) -> Operator:
+        """`new` takes `old`'s place in the execution order."""
+        self.insert_before(old, new)
+        self.remove_operator(old)
+        return new
+
+    def _link(self, op: Operator, prev: Operator | None, nxt: Operator | None) -> Operator:
+        if op in self._next:
+            raise AssertionError(f"{op.type} ({op.source}) is already in the model")
+        self._prev[op], self._next[op] = prev, nxt
+        if prev is None:
+            self._first = op
+        else:
+            self._next[prev] = op
+        if nxt is None:
+            self._last = op
+        else:
+            self._prev[nxt] = op
+        self._snapshot = None
+        self._index(op)
+        return op
+
+    # --- operators: the use/def index ---------------------------------------------------------
+    def producer(self, name: str) -> Operator | None:
+        """The op that writes `name` (None for graph inputs, constants and "")."""
+        return self._producer.get(name)
+
+    def consumers(self, name: str) -> list[Operator]:
+        """The ops reading `name`, once per input that reads it (MUL(x, x) is there twice)."""
+        readers = self._readers.get(name)
+        if not readers:
+            return []
+        return [op for op, uses in readers.items() for _ in range(uses)]
+
+    def is_discardable(self, name: str, count: int = 1) -> bool:
         """True when `name` is not a graph output and has exactly `count` consuming op inputs."""
-        return name not in self.outputs and len(consumers.get(name, ())) == count
+        readers = self._readers.get(name)
+        return name not in self.outputs and sum(readers.values() if readers else ()) == count
+
+    def _add_use(self, name: str, op: Operator) -> None:
+        if name:
+            readers = self._readers.setdefault(name, {})
+            readers[op] = readers.get(op, 0) + 1
+
+    def _drop_use(self, name: str, op: Operator) -> None:
+        if name:
+            readers = self._readers[name]
+            readers[op] -= 1
+            if not readers[op]:
+                del readers[op]
+                if not readers:
+                    del self._readers[name]
+
+    def _index(self, op: Operator) -> None:
+        for name in op.inputs:
+            self._add_use(name, op)
+        for name in op.outputs:
+            self._producer[name] = op
+
+    def _unindex(self, op: Operator) -> None:
+        for name in op.inputs:
+            self._drop_use(name, op)
+        for name in op.outputs:
+            if self._producer.get(name) is op:
+                del self._producer[name]
+
+    # --- operators: rewiring ------------------------------------------------------------------
+    def set_input(self, op: Operator, index: int, name: str) -> None:
+        if op in self._next:
+            self._drop_use(op.inputs[index], op)
+            self._add_use(name, op)
+        op.inputs[index] = name
+
+    def set_inputs(self, op: Operator, names: list[str]) -> None:
+        if op in self._next:
+            for old in op.inputs:
+                self._drop_use(old, op)
+            for new in names:
+                self._add_use(new, op)
+        op.inputs = list(names)
+
+    def set_output(self, op: Operator, index: int, name: str) -> None:
+        if op in self._next:
+            if self._producer.get(op.outputs[index]) is op:
+                del self._producer[op.outputs[index]]
+            self._producer[name] = op
+        op.outputs[index] = name
+
+    def set_outputs(self, op: Operator, names: list[str]) -> None:
+        if op in self._next:
+            for old in op.outputs:
+                if self._producer.get(old) is op:
+                    del self._producer[old]
+            for new in names:
+                self._producer[new] = op
+        op.outputs = list(names)
 
     def rename_uses(self, old: str, new: str) -> None:
         """Makes every consumer (and the graph outputs) read `new` where they read `old`."""
-        for op in self.operators:
-            op.inputs = [new if n == old else n for n in op.inputs]
+        for op in list(self._readers.get(old, ())):
+            self.set_inputs(op, [new if n == old else n for n in op.inputs])
         self.outputs = [new if n == old else n for n in self.outputs]
 
     def rename_tensor(self, old: str, new: str) -> None:
         """Every reference to `old` (its producer, its readers, the graph outputs) becomes `new`;
         the array itself moves to the new name unless `new` already has one."""
-        for op in self.operators:
-            op.outputs = [new if n == old else n for n in op.outputs]
+        producer = self._producer.get(old)
+        if producer is not None:
+            self.set_outputs(producer, [new if n == old else n for n in producer.outputs])
         self.rename_uses(old, new)
         if new not in self.arrays:
             self.arrays[new] = self.arrays.pop(old)
@@ -154,47 +316,57 @@ class Model:
         if self.arrays[dst].is_variable or self.arrays[src].is_variable:
             return False
         if dst not in self.outputs:
-            self.operators.remove(op)
+            self.remove_operator(op)
             self.rename_uses(dst, src)
             return True
         if src in self.inputs or src in self.outputs or self.arrays[src].is_constant:
             return False
-        self.operators.remove(op)
+        self.remove_operator(op)
         self.rename_tensor(src, dst)
         return True
 
+    # --- whole-graph passes (each O(ops + arrays)) --------------------------------------------
     def remove_unused(self) -> bool:
-        """Drops ops whose outputs nobody reads, then arrays nobody refers to. Returns whether it did."""
-        changed = False
-        while True:
-            used = set(self.outputs)
-            for op in self.operators:
+        """Drops ops whose outputs nobody reads, then arrays nobody refers to. Returns whether it did.
+
+        One backward sweep: in execution order every reader comes after its producer, so by the
+        time an op is reached all its outputs' live readers have been seen."""
+        used = set(self.outputs)
+        dead = []
+        for op in reversed(self.operators):
+            if any(o in used for o in op.outputs):
                 used.update(op.inputs)
-            kept = [op for op in self.operators if any(o in used for o in op.outputs)]
-            if len(kept) == len(self.operators):
-                break
-            self.operators = kept
-            changed = True
-        referenced = set(self.inputs) | set(self.outputs)
-        for op in self.operators:
-            referenced.update(op.inputs)
-            referenced.update(op.outputs)
-        for name in [n for n in self.arrays if n not in referenced]:
+            else:
+                dead.append(op)
+        for op in dead:
+            self.remove_operator(op)
+        referenced = set(self.inputs) | set(self.outputs) | self._producer.keys() | self._readers.keys()
+        unreferenced = [n for n in self.arrays if n not in referenced]
+        for name in unreferenced:
             del self.arrays[name]
-            changed = True
-        return changed
+        return bool(dead or unreferenced)
 
     def check_invariants(self) -> None:
-        """Every referenced array exists, every array has one producer, and ops are in order."""
+        """Every referenced array exists, every array has one producer, ops are in order, and the
+        use/def index matches the operators (an edit that bypassed the edit methods breaks it)."""
         available = set(self.inputs) | {n for n, a in self.arrays.items() if a.is_constant}
+        producers: dict[str, Operator] = {}
+        readers: dict[str, dict[Operator, int]] = {}
         for op in self.operators:
             for name in op.inputs:
                 if name and name not in available:
                     raise AssertionError(f"{op.type} ({op.source}) reads {name!r} before it is made")
+                if name:
+                    uses = readers.setdefault(name, {})
+                    uses[op] = uses.get(op, 0) + 1
             for name in op.outputs:
                 if name in available:
                     raise AssertionError(f"{name!r} has two producers")
                 available.add(name)
+                producers[name] = op
         for name in self.outputs:
             if name not in available:
                 raise AssertionError(f"graph output {name!r} is never produced")
+        if producers != self._producer or readers != self._readers:
+            raise AssertionError("the use/def index is out of date: an operator's inputs or "
+                                 "outputs were changed without the Model's edit methods")

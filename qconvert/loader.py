@@ -9,6 +9,7 @@ keep their ONNX dtype through a CAST.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from onnx import helper, numpy_helper
 
 from .errors import ConversionError
 from .ir import Model, Operator
+from .ops.registry import ONNX_IMPORTERS
 
 log = logging.getLogger("qconvert")
 
@@ -282,6 +284,7 @@ class ImportContext:
         self.model = model
         self.opset = opset
         self.node: OnnxNode | None = None
+        self.source_mark = ""
 
     def error(self, message: str) -> ConversionError:
         node = self.node
@@ -313,9 +316,25 @@ class ImportContext:
     def add_op(self, type: str, inputs: list[str], outputs: list[str], options: dict | None = None,
                activation: str = "NONE") -> Operator:
         op = Operator(type, list(inputs), list(outputs), dict(options or {}), activation,
-                      self.node.name if self.node else "")
-        self.model.operators.append(op)
-        return op
+                      (self.node.name if self.node else "") + self.source_mark)
+        return self.model.add_operator(op)
+
+    @contextlib.contextmanager
+    def marked(self, mark: str):
+        """Ops added inside the block carry `mark` after the node's name in their `source` (a
+        decomposition that a later step recognises by it: unary.ERF_MARK)."""
+        previous, self.source_mark = self.source_mark, self.source_mark + mark
+        try:
+            yield
+        finally:
+            self.source_mark = previous
+
+    def set_constant(self, name: str, value) -> None:
+        """Makes the array `name` (a node output) a constant holding `value`, narrowed like
+        every constant (int64 to int32)."""
+        array = self.model.arrays[name]
+        value = narrow(np.asarray(value), f"tensor {name!r}")
+        array.data = np.ascontiguousarray(value, dtype=array.dtype).reshape(array.shape)
 
     def tensor(self, hint: str, shape, dtype) -> str:
         """A new intermediate array (an op output); returns its name."""
@@ -355,9 +374,6 @@ def _node_name(node: onnx.NodeProto, index: int) -> str:
 
 def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault."""
-    # Imported here, not at the top: op modules use this module's helpers (narrow, ...).
-    from .ops.registry import ONNX_IMPORTERS
-
     if len(proto.graph.node) == 0 and not proto.graph.output:
         raise ConversionError("the ONNX graph is empty")
     proto = upgrade_old_opset(proto)
@@ -406,8 +422,8 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
         inner_dtype = internal_dtype(dtype)
         if inner_dtype != dtype:
             inner = model.add_array(f"{i.name}_{inner_dtype}", graph.shapes[i.name], inner_dtype)
-            model.operators.append(Operator("CAST", [i.name], [inner], _cast_options(dtype, inner_dtype),
-                                            source=f"input {i.name}"))
+            model.add_operator(Operator("CAST", [i.name], [inner], _cast_options(dtype, inner_dtype),
+                                        source=f"input {i.name}"))
             aliases[i.name] = inner
     output_names = [o.name for o in proto.graph.output]
 
@@ -433,9 +449,9 @@ def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None
                 inner = model.unique_name(name + "_value")
                 model.rename_tensor(name, inner)
             model.add_array(name, model.arrays[inner].shape, onnx_dtype)
-            model.operators.append(Operator("CAST", [inner], [name],
-                                            _cast_options(model.arrays[inner].dtype, onnx_dtype),
-                                            source=f"output {name}"))
+            model.add_operator(Operator("CAST", [inner], [name],
+                                        _cast_options(model.arrays[inner].dtype, onnx_dtype),
+                                        source=f"output {name}"))
         model.outputs.append(name)
     model.remove_unused()
     return model

@@ -37,7 +37,7 @@ def _remap_axis(op, model, perm):
     if axis is None:
         return None
     new_axis, out_perm = remap_dropped_axis(int(np.reshape(axis, -1)[0]) % len(perm), perm)
-    op.inputs[1] = model.add_constant("axis", np.array([new_axis], np.int32))
+    model.set_input(op, 1, model.add_constant("axis", np.array([new_axis], np.int32)))
     return out_perm
 
 

@@ -19,7 +19,8 @@ def _remap_axis_input(index):
         axis = model.constant(op.inputs[index])
         if axis is None:
             return None
-        op.inputs[index] = model.add_constant("axis", np.array(perm[int(axis) % len(perm)], np.int32))
+        new_axis = np.array(perm[int(axis) % len(perm)], np.int32)
+        model.set_input(op, index, model.add_constant("axis", new_axis))
         return perm
     return remap
 

@@ -25,7 +25,7 @@ from .versions import (
 def _binary(fn):
     def evaluate(inputs, op):
         a, b = inputs
-        return [fn(a, b).astype(np.result_type(a, b))]
+        return [fn(a, b).astype(np.result_type(a, b), copy=False)]
     return evaluate
 
 

@@ -12,15 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from ..loader import narrow
 from .registry import onnx_op
-
-
-def _set_constant(ctx, name: str, value) -> None:
-    """Makes the node's output array a constant holding `value` (int64 narrowed to int32)."""
-    array = ctx.model.arrays[name]
-    value = narrow(np.asarray(value), f"tensor {name!r}")
-    array.data = np.ascontiguousarray(value, dtype=array.dtype).reshape(array.shape)
 
 
 @onnx_op("Shape")
@@ -28,12 +20,12 @@ def import_shape(node, ctx):
     shape = np.array(ctx.shape(node.inputs[0]), dtype=np.int64)
     rank = len(shape)
     start, end = node.attr("start", 0), node.attr("end", rank)
-    _set_constant(ctx, node.outputs[0], shape[start:end])
+    ctx.set_constant(node.outputs[0], shape[start:end])
 
 
 @onnx_op("Size")
 def import_size(node, ctx):
-    _set_constant(ctx, node.outputs[0], np.prod(ctx.shape(node.inputs[0]), dtype=np.int64))
+    ctx.set_constant(node.outputs[0], np.prod(ctx.shape(node.inputs[0]), dtype=np.int64))
 
 
 @onnx_op("EyeLike")
@@ -41,14 +33,14 @@ def import_eye_like(node, ctx):
     rows, cols = ctx.shape(node.inputs[0])
     dtype = node.attr("dtype")
     dtype = ctx.dtype(node.inputs[0]) if dtype is None else helper.tensor_dtype_to_np_dtype(dtype)
-    _set_constant(ctx, node.outputs[0], np.eye(rows, cols, k=node.attr("k", 0), dtype=dtype))
+    ctx.set_constant(node.outputs[0], np.eye(rows, cols, k=node.attr("k", 0), dtype=dtype))
 
 
 @onnx_op("Constant")
 def import_constant(node, ctx):
     for name in ("value", "value_float", "value_floats", "value_int", "value_ints"):
         if node.attr(name) is not None:
-            _set_constant(ctx, node.outputs[0], node.attr(name))
+            ctx.set_constant(node.outputs[0], node.attr(name))
             return
     raise ctx.error("only numeric Constant values are supported (string/sparse are not)")
 

@@ -45,7 +45,7 @@ def remap_paddings(op, model, perm):
         return None
     permuted = np.empty_like(paddings)
     permuted[list(perm)] = paddings
-    op.inputs[1] = model.add_constant("paddings", permuted)
+    model.set_input(op, 1, model.add_constant("paddings", permuted))
     return perm
 
 

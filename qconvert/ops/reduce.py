@@ -26,7 +26,7 @@ def remap_reduce_axes(op, model, perm):
     rank = len(perm)
     axes = sorted(int(a) % rank for a in np.atleast_1d(axes))
     new_axes = sorted(perm[a] for a in axes)
-    op.inputs[1] = model.add_constant("axes", np.array(new_axes, dtype=np.int32))
+    model.set_input(op, 1, model.add_constant("axes", np.array(new_axes, dtype=np.int32)))
     if op.options.get("keep_dims"):
         return perm
     kept_old = [perm[a] for a in range(rank) if a not in axes]   # x-axes in old output order

@@ -64,8 +64,8 @@ def _remap_slice(op, model, perm):
     begin, size = model.constant(op.inputs[1]), model.constant(op.inputs[2])
     if begin is None or size is None:
         return None
-    op.inputs[1] = model.add_constant("begin", _permuted(begin, perm))
-    op.inputs[2] = model.add_constant("size", _permuted(size, perm))
+    model.set_input(op, 1, model.add_constant("begin", _permuted(begin, perm)))
+    model.set_input(op, 2, model.add_constant("size", _permuted(size, perm)))
     return perm
 
 
@@ -79,7 +79,7 @@ def _remap_strided_slice(op, model, perm):
     if any(v is None or v.shape != (len(perm),) for v in values):
         return None
     for k, (hint, value) in enumerate(zip(("begin", "end", "strides"), values)):
-        op.inputs[1 + k] = model.add_constant(hint, _permuted(value, perm))
+        model.set_input(op, 1 + k, model.add_constant(hint, _permuted(value, perm)))
     for mask in ("begin_mask", "end_mask"):
         o[mask] = _permute_bits(o.get(mask, 0), perm)
     return perm

@@ -24,7 +24,7 @@ def _remap_vector_input(hint):
             return None
         permuted = np.empty_like(value)
         permuted[list(perm)] = value
-        op.inputs[1] = model.add_constant(hint, permuted)
+        model.set_input(op, 1, model.add_constant(hint, permuted))
         return perm
 
     return remap

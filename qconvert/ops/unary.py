@@ -100,7 +100,11 @@ def _polynomial(ctx, t: str, coefficients, hint: str) -> str:
 def add_erf(ctx, x: str, y: str) -> None:
     """y = erf(x) = clamp(x * P(t) / Q(t), -1, 1) with t = min(x^2, 16); the clamp also makes
     erf(+-inf) = +-1. Every op is tagged with ERF_MARK."""
-    first = len(ctx.model.operators)
+    with ctx.marked(ERF_MARK):
+        _add_erf_ops(ctx, x, y)
+
+
+def _add_erf_ops(ctx, x: str, y: str) -> None:
     dtype, shape = ctx.dtype(x), ctx.shape(x)
     square = ctx.tensor(y + "_sq", shape, dtype)
     ctx.add_op("MUL", [x, x], [square])
@@ -113,8 +117,6 @@ def add_erf(ctx, x: str, y: str) -> None:
     ratio = ctx.tensor(y + "_ratio", shape, dtype)
     ctx.add_op("DIV", [scaled, denominator], [ratio])
     ctx.add_op("RELU_N1_TO_1", [ratio], [y])
-    for op in ctx.model.operators[first:]:
-        op.source += ERF_MARK
 
 
 @onnx_op("Erf")

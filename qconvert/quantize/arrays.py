@@ -124,3 +124,36 @@ def input_scale(op: Operator, model: Model) -> float:
     """The scale of the op's first activation input: S_in in a bias scale S_in * S_weight."""
     first = op.inputs[rule_of(op).activation_inputs(op)[0]]
     return float(activation_params(model.arrays[first]).scale[0])
+
+
+def fill_across_same_scale_ops(model: Model, concat_pieces: bool = True) -> bool:
+    """Gives arrays without a calibrated range the range across a same-scale op (step 1 of
+    transforms/propagate_minmax.py); returns whether it filled any. Also run right after
+    calibration, there without `concat_pieces`: a grouped conv's groups must wait until
+    fuse_activation has moved a following RELU into them and the concatenation's output has
+    become the RELU's."""
+    changed = False
+    for op in model.operators:
+        rule = rule_of(op)
+        if rule is None or rule.output != "same":
+            continue
+        inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
+        outputs = [model.arrays[n] for n in op.outputs]
+        if not inputs or any(a.dtype != FLOAT32 for a in inputs):
+            continue
+        if len(inputs) > 1:
+            # A concat's piece (a grouped conv's group) lies within the output's range.
+            if concat_pieces and outputs[0].minmax is not None:
+                for array in inputs:
+                    if array.minmax is None and not array.is_constant:
+                        array.minmax = outputs[0].minmax
+                        changed = True
+            continue
+        known = [a.minmax for a in [inputs[0], *outputs] if a.minmax is not None]
+        if not known:
+            continue
+        for array in [inputs[0], *outputs]:
+            if array.minmax is None and not array.is_constant:
+                array.minmax = known[0]
+                changed = True
+    return changed

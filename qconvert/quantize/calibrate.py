@@ -9,6 +9,7 @@ attention mask's -inf, are left out of the range and saturate in int8).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from ..errors import ConversionError
 from ..ir import MinMax, Model
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
-from ..transforms.propagate_minmax import fill_across_same_scale_ops
+from .arrays import fill_across_same_scale_ops
 
 log = logging.getLogger("qconvert")
 
@@ -170,38 +171,17 @@ class CalibrationRun:
 
     def ranges(self, samples: Iterable[dict[str, np.ndarray]], progress: bool = False,
                derive: Callable[[dict[str, np.ndarray]], Iterable[tuple[str, np.ndarray]]]
-               | None = None) -> dict[str, tuple[float, float]]:
+               | None = None, names: set[str] | None = None) -> dict[str, tuple[float, float]]:
         """Runs every sample and returns {tensor: (min, max)}, TOCO's global min/max over all
         samples (NaN skipped). A tensor that never holds a non-NaN value (empty, or NaN
-        throughout) has no entry. `derive`, if given, gets each sample's values by name and
-        yields more (name, value) pairs whose ranges are recorded too (tensors the ONNX graph
-        does not have). Memory is bounded by one sample's activations."""
+        throughout) has no entry. `names`, if given, limits the tensors fetched to those.
+        `derive`, if given, gets each sample's values by name and yields more (name, value)
+        pairs whose ranges are recorded too (tensors the ONNX graph does not have). Memory is
+        bounded by one sample's activations."""
         input_types = {i.name: i.type for i in self.session.get_inputs()}
-        lows: dict[str, float] = {}
-        highs: dict[str, float] = {}
-        nan_counts: dict[str, int] = {}
-
-        def update(name: str, value) -> None:
-            value = np.asarray(value)
-            if value.size == 0 or value.dtype.kind not in "fiub":
-                return
-            lo, hi = float(value.min()), float(value.max())
-            if not (np.isfinite(lo) and np.isfinite(hi)):
-                # NaN (counted, warned about) and +-inf (an attention mask's -inf: in int8 it
-                # saturates to the end of the range) are left out of the range.
-                nans = int(np.count_nonzero(np.isnan(value)))
-                if nans:
-                    nan_counts[name] = nan_counts.get(name, 0) + nans
-                finite = value[np.isfinite(value)]
-                if not finite.size:
-                    return
-                lo, hi = float(finite.min()), float(finite.max())
-            if name in lows:
-                lows[name] = min(lows[name], lo)
-                highs[name] = max(highs[name], hi)
-            else:
-                lows[name], highs[name] = lo, hi
-
+        fetched = self.fetched if names is None else [n for n in self.fetched if n in names]
+        from_feeds = self.from_feeds if names is None else [n for n in self.from_feeds if n in names]
+        recorder = _RangeRecorder()
         bar = _Progress(progress, len(samples) if hasattr(samples, "__len__") else None)
         done = 0
         for sample in samples:
@@ -211,24 +191,117 @@ class CalibrationRun:
                 raise ConversionError(
                     f"calibration sample {done} has no value for model input {missing[0]!r}")
             try:
-                values = self.session.run(self.fetched, feeds) if self.fetched else []
+                values = self.session.run(fetched, feeds) if fetched else []
             except Exception as e:  # onnxruntime raises its own exception types
                 raise ConversionError(f"onnxruntime failed on calibration sample {done}: "
                                       f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-            known = {n: feeds[n] for n in self.from_feeds}
-            known.update(zip(self.fetched, values))
-            for name, value in known.items():
-                update(name, value)
+            known = {n: feeds[n] for n in from_feeds}
+            known.update(zip(fetched, values))
             if derive is not None:
-                for name, value in derive(known):
-                    update(name, value)
+                known.update(derive(known))
+            recorder.record(known)
             del values, feeds, sample, known
             done += 1
             bar.update(done)
         bar.update(done, final=True)
-        for name, n in nan_counts.items():
+        return recorder.result()
+
+
+# Tensors up to this many elements get their min/max together, in one numpy call per dtype (a
+# model has thousands of small tensors, and a call per tensor would cost more than the inference).
+_SMALL = 1 << 16
+
+
+class _RangeRecorder:
+    """The running global min and max of each tensor over the samples recorded.
+
+    Every sample usually brings the same tensors with the same dtypes and sizes, so the work is
+    planned once: small tensors of one dtype are reduced together (one concatenation, then
+    np.minimum/maximum.reduceat over the segments) and the running ranges are numpy vectors,
+    merged per sample in one call. A tensor holding NaN or +-inf takes the per-tensor path for
+    that sample: NaN is counted (and warned about, like TFLite's calibration logger) and +-inf
+    (an attention mask's -inf, which saturates in int8) is left out of the range."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.layout: list | None = None  # (dtype, size) of each tensor of the current plan
+        self.groups: list[tuple[np.ndarray, np.ndarray]] = []  # (tensor indices, segment starts)
+        self.large: list[int] = []
+        self.lows = self.highs = np.zeros(0)
+        self.done: dict[str, tuple[float, float]] = {}  # ranges of tensors of earlier plans
+        self.nan_counts: dict[str, int] = {}
+
+    def record(self, values: dict[str, np.ndarray]) -> None:
+        """One sample's values by tensor name."""
+        names = list(values)
+        arrays = [np.asarray(v) for v in values.values()]
+        layout = [(a.dtype, a.size) for a in arrays]
+        if names != self.names or layout != self.layout:
+            self._plan(names, layout)
+        for indices, starts in self.groups:
+            flat = np.concatenate([arrays[i] for i in indices.tolist()], axis=None)
+            self._merge(indices, np.minimum.reduceat(flat, starts), np.maximum.reduceat(flat, starts),
+                        arrays)
+        for i in self.large:
+            value = arrays[i]
+            self._merge(np.array([i]), value.min(keepdims=True).reshape(1),
+                        value.max(keepdims=True).reshape(1), arrays)
+
+    def _plan(self, names: list[str], layout: list) -> None:
+        self._flush()
+        self.names, self.layout = names, layout
+        by_dtype: dict[np.dtype, list[int]] = {}
+        self.large = []
+        for i, (dtype, size) in enumerate(layout):
+            if size == 0 or dtype.kind not in "fiub":
+                continue
+            if size > _SMALL:
+                self.large.append(i)
+            else:
+                by_dtype.setdefault(dtype, []).append(i)
+        self.groups = []
+        for indices in by_dtype.values():
+            sizes = [layout[i][1] for i in indices]
+            self.groups.append((np.array(indices), np.cumsum([0] + sizes[:-1])))
+        self.lows = np.full(len(names), np.inf)
+        self.highs = np.full(len(names), -np.inf)
+
+    def _merge(self, indices: np.ndarray, lows: np.ndarray, highs: np.ndarray, arrays) -> None:
+        lows, highs = lows.astype(np.float64), highs.astype(np.float64)
+        finite = np.isfinite(lows) & np.isfinite(highs)
+        for k in np.flatnonzero(~finite).tolist():
+            lows[k], highs[k] = self._finite_range(int(indices[k]), arrays[int(indices[k])])
+        np.minimum.at(self.lows, indices, lows)
+        np.maximum.at(self.highs, indices, highs)
+
+    def _finite_range(self, index: int, value: np.ndarray) -> tuple[float, float]:
+        """(min, max) of the finite values; (inf, -inf) when there are none."""
+        nans = int(np.count_nonzero(np.isnan(value)))
+        if nans:
+            name = self.names[index]
+            self.nan_counts[name] = self.nan_counts.get(name, 0) + nans
+        finite = value[np.isfinite(value)]
+        if not finite.size:
+            return np.inf, -np.inf
+        return float(finite.min()), float(finite.max())
+
+    def _flush(self) -> None:
+        """Moves the current plan's ranges into `done` (merged with earlier plans')."""
+        for name, lo, hi in zip(self.names, self.lows.tolist(), self.highs.tolist()):
+            if lo > hi:
+                continue  # no finite value seen
+            if name in self.done:
+                old_lo, old_hi = self.done[name]
+                lo, hi = min(old_lo, lo), max(old_hi, hi)
+            self.done[name] = (lo, hi)
+        self.names, self.layout = [], None
+        self.lows = self.highs = np.zeros(0)
+
+    def result(self) -> dict[str, tuple[float, float]]:
+        self._flush()
+        for name, n in self.nan_counts.items():
             log.warning("calibration: tensor %r had %d NaN value%s, skipped", name, n, "" if n == 1 else "s")
-        return {n: (lows[n], highs[n]) for n in lows}
+        return self.done
 
 
 def calibrate_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]],
@@ -244,31 +317,55 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
     """Sets `minmax` on the float activation arrays of `model`, the IR freshly loaded from the
     ONNX model `run` was built on (before any transformation, so its arrays are still in the ONNX
     layout), from `run` over `samples`. Returns how many arrays got a range. `run` must expose
-    every numeric tensor (CalibrationRun(proto, "all")).
+    every numeric tensor (CalibrationRun(proto, "all")); only those the IR still has as float
+    arrays, or that the derived ops below read, are fetched.
 
     Arrays named after an ONNX tensor get that tensor's range. Arrays an importer added (a
     decomposition's intermediate, a layout TRANSPOSE's output) are computed per sample with the
-    IR ops' own numpy `evaluate` from the ONNX values; those without one (CONV_2D's NHWC output)
-    get their range later through the same-scale ops around them (propagate_minmax).
+    IR ops' own numpy `evaluate` from the ONNX values, except the output of a TRANSPOSE or
+    RESHAPE that no other such op reads: it holds its input's values, so it takes its input's
+    range without being computed. Arrays without either (CONV_2D's NHWC output) get their range
+    later through the same-scale ops around them (propagate_minmax).
     """
     onnx_names = set(run.from_feeds) | set(run.fetched)
     derived = [op for op in model.operators
                if TFLITE_OPS[op.type].evaluate is not None and any(o not in onnx_names for o in op.outputs)]
+    read_by_derived = {n for op in derived for n in op.inputs}
+    same_values: dict[str, str] = {}  # derived tensor -> the tensor holding the same values
+    computed = []
+    for op in derived:
+        out = op.outputs[0]
+        if (op.type in ("TRANSPOSE", "RESHAPE") and out not in read_by_derived
+                and model.constant(op.inputs[0]) is None):
+            same_values[out] = op.inputs[0]
+        else:
+            computed.append(op)
+    needed = {n for n, a in model.arrays.items() if a.dtype.kind == "f"} | read_by_derived
+    # Which ops can be computed is the same for every sample: those whose inputs are fetched,
+    # constant or computed before them. Each input is taken from the sample's values when it is
+    # there, else it is the constant.
+    available = (set(run.from_feeds) | set(run.fetched)) & needed
+    plan = []
+    for op in computed:
+        if all(not n or n in available or model.constant(n) is not None for n in op.inputs):
+            sources = [(n, None if n in available else model.constant(n)) for n in op.inputs]
+            plan.append((op, TFLITE_OPS[op.type].evaluate, sources))
+            available.update(o for o in op.outputs if o not in onnx_names)
 
     def derive(values: dict[str, np.ndarray]):
         local = dict(values)
-        for op in derived:
-            inputs = [local.get(n, model.constant(n)) if n else None for n in op.inputs]
-            if any(n and v is None for n, v in zip(op.inputs, inputs)):
-                continue
-            outputs = TFLITE_OPS[op.type].evaluate(inputs, op)
+        for op, evaluate, sources in plan:
+            outputs = evaluate([local[n] if constant is None and n else constant
+                                for n, constant in sources], op)
             for name, value in zip(op.outputs, outputs):
-                value = apply_fused_activation(np.asarray(value), op.fused_activation)
                 if name not in onnx_names:
-                    local[name] = value
+                    local[name] = value = apply_fused_activation(np.asarray(value), op.fused_activation)
                     yield name, value
 
-    ranges = run.ranges(samples, progress, derive=derive if derived else None)
+    ranges = run.ranges(samples, progress, derive=derive if plan else None, names=needed)
+    for name, source in same_values.items():  # in execution order, so chains resolve
+        if source in ranges:
+            ranges[name] = ranges[source]
     count = 0
     for name, (lo, hi) in ranges.items():
         array = model.arrays.get(name)

@@ -1,18 +1,21 @@
 """Exporter: the IR becomes a TFLite flatbuffer (schema version 3, identifier "TFL3").
 
 Deterministic: tensors, buffers and operator codes are numbered in order of first use. Identical
-constant data is stored once. Every data buffer starts at a file offset that is a multiple of 16
+constant data is stored once: a buffer is just bytes, so tensors of any dtype and shape whose bytes
+are equal share one. Every data buffer starts at a file offset that is a multiple of 16
 (the schema's force_align, which the generated Python code does not honour by itself), so runtimes
 that map the file and cast in place read aligned data.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 import flatbuffers
 import numpy as np
 
 from ..errors import ConversionError
-from ..ir import Model
+from ..ir import WORK, Model
 from ..ops.registry import TFLITE_OPS
 from . import schema_generated as S
 
@@ -93,9 +96,18 @@ def _storable(data: np.ndarray) -> np.ndarray:
     return data.view(np.uint8) if data.dtype == np.bool_ else data
 
 
+def _bytes_of(data: np.ndarray) -> np.ndarray:
+    """The array's bytes as a flat uint8 view (a copy only if it is not contiguous)."""
+    return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+
+
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    return np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
-                          np.ascontiguousarray(b).reshape(-1).view(np.uint8))
+    WORK["constant byte compares"] += 1
+    return np.array_equal(_bytes_of(a), _bytes_of(b))
+
+
+def _digest(data: np.ndarray) -> bytes:
+    return hashlib.blake2b(_bytes_of(data), digest_size=16).digest()
 
 
 class _Writer:
@@ -106,6 +118,12 @@ class _Writer:
         self.tensor_index: dict[str, int] = {}
         self.buffer_of: dict[str, int] = {}
         self.buffer_data: list[np.ndarray | None] = []  # index i+1 in the file's buffer list
+        # De-duplication: a byte length met once keeps its buffer in `unhashed` (big weights rarely
+        # share a length, and are then never hashed); from the second buffer of a length on, its
+        # buffers are hashed and looked up by (length, hash).
+        self.unhashed: dict[int, int] = {}
+        self.hashed_lengths: set[int] = set()
+        self.by_hash: dict[tuple[int, bytes], list[int]] = {}
         self.opcode_index: dict[tuple[str, int], int] = {}  # (op type, version) -> code index
         self.op_code: list[int] = []  # each operator's code index, in execution order
         # Written once, referred to by every tensor that has them: per-channel zero points (all
@@ -119,30 +137,36 @@ class _Writer:
             order.extend(n for n in op.inputs if n)
             order.extend(op.outputs)
         order.extend(model.outputs)
-        by_size: dict[int, list[int]] = {}  # byte length -> buffer indices with that length
         for name in order:
             if name in self.tensor_index:
                 continue
             self.tensor_index[name] = len(self.tensor_index)
             array = model.arrays[name]
             if array.is_constant and array.data.size:
-                self.buffer_of[name] = self._buffer_for(_storable(array.data), by_size)
+                self.buffer_of[name] = self._buffer_for(_storable(array.data))
         for op in model.operators:
             key = (op.type, TFLITE_OPS[op.type].version(op, model))
             self.op_code.append(self.opcode_index.setdefault(key, len(self.opcode_index)))
 
-    def _buffer_for(self, data: np.ndarray, by_size: dict[int, list[int]]) -> int:
-        """The buffer index holding exactly these bytes, adding a buffer if none does.
-
-        Only buffers of equal length are compared, so weights of distinct sizes are never read
-        twice."""
-        candidates = by_size.setdefault(data.nbytes, [])
-        for index in candidates:
+    def _buffer_for(self, data: np.ndarray) -> int:
+        """The buffer index holding exactly these bytes, adding a buffer if none does. Bytes are
+        compared only on equal length and hash, so each constant is read at most twice."""
+        length = data.nbytes
+        if length in self.unhashed:
+            first = self.unhashed.pop(length)
+            self.by_hash[(length, _digest(self.buffer_data[first - 1]))] = [first]
+            self.hashed_lengths.add(length)
+        key = (length, _digest(data)) if length in self.hashed_lengths else None
+        for index in self.by_hash.get(key, ()):
             if _same_bytes(data, self.buffer_data[index - 1]):
                 return index
         self.buffer_data.append(data)
-        candidates.append(len(self.buffer_data))
-        return len(self.buffer_data)
+        index = len(self.buffer_data)
+        if key is None:
+            self.unhashed[length] = index
+        else:
+            self.by_hash.setdefault(key, []).append(index)
+        return index
 
     def build(self) -> tuple[memoryview, int]:
         self.number_everything()

@@ -17,17 +17,16 @@ from .merge_constant_binary_chains import split_constant_binary
 
 def affine_to_depthwise(model: Model) -> bool:
     changed = False
-    consumers = model.consumers()
-    for mul in list(model.operators):
+    for mul in model.operators:
         head = split_constant_binary(mul, model) if mul.type == "MUL" else None
         if head is None or mul.fused_activation != "NONE":
             continue
         x = mul.inputs[head[0]]
         shape = model.arrays[x].shape
         middle = mul.outputs[0]
-        if len(shape) != 4 or not model.is_discardable(middle, consumers):
+        if len(shape) != 4 or not model.is_discardable(middle):
             continue
-        add = consumers[middle][0]
+        add = model.consumers(middle)[0]
         tail = split_constant_binary(add, model) if add.type == "ADD" else None
         if tail is None or add.inputs[tail[0]] != middle:
             continue
@@ -38,10 +37,8 @@ def affine_to_depthwise(model: Model) -> bool:
         bias = model.add_constant(add.inputs[1 - tail[0]] + "_bias", shift)
         options = {"padding": "VALID", "stride_h": 1, "stride_w": 1, "depth_multiplier": 1,
                    "dilation_h_factor": 1, "dilation_w_factor": 1}
-        index = model.operators.index(mul)
-        model.operators[index] = Operator("DEPTHWISE_CONV_2D", [x, weights, bias], list(add.outputs),
-                                          options, add.fused_activation, mul.source)
-        model.operators.remove(add)
-        consumers = model.consumers()
+        model.replace_operator(mul, Operator("DEPTHWISE_CONV_2D", [x, weights, bias], list(add.outputs),
+                                             options, add.fused_activation, mul.source))
+        model.remove_operator(add)
         changed = True
     return changed

@@ -17,11 +17,10 @@ def channels_last_perm(rank: int) -> tuple[int, ...]:
 
 def channels_last_io(model: Model) -> bool:
     changed = False
-    consumers, producers = model.consumers(), model.producers()
     for name in model.inputs:
         array = model.arrays[name]
         rank = len(array.shape)
-        readers = consumers.get(name, [])
+        readers = model.consumers(name)
         if rank < 3 or name in model.io_permutation or name in model.outputs or not readers:
             continue
         perm = channels_last_perm(rank)
@@ -34,7 +33,7 @@ def channels_last_io(model: Model) -> bool:
             model.bypass(op)
         changed = True
     for k, name in enumerate(model.outputs):
-        op = producers.get(name)
+        op = model.producer(name)
         rank = len(model.arrays[name].shape)
         if rank < 3 or name in model.io_permutation or op is None or op.type != "TRANSPOSE":
             continue

@@ -17,11 +17,10 @@ from .fuse_binary_into_affine import AFFINE
 
 def distribute_binary_over_concatenation(model: Model) -> bool:
     changed = False
-    producers, consumers = model.producers(), model.consumers()
-    for op in list(model.operators):
-        if op.type not in ("MUL", "DIV", "ADD", "SUB") or op not in model.operators:
+    for op in model.operators:
+        if op.type not in ("MUL", "DIV", "ADD", "SUB") or not model.has_operator(op):
             continue
-        concat = producers.get(op.inputs[0])
+        concat = model.producer(op.inputs[0])
         value = model.constant(op.inputs[1])
         if concat is None or concat.type != "CONCATENATION" or value is None:
             continue
@@ -32,27 +31,25 @@ def distribute_binary_over_concatenation(model: Model) -> bool:
             continue
         if value.size == channels and value.shape[-1] != channels:
             continue
-        if not model.is_discardable(concat.outputs[0], consumers) or concat.fused_activation != "NONE":
+        if not model.is_discardable(concat.outputs[0]) or concat.fused_activation != "NONE":
             continue
-        branches = [producers.get(n) for n in concat.inputs]
-        if any(b is None or b.type not in AFFINE or not model.is_discardable(n, consumers)
+        branches = [model.producer(n) for n in concat.inputs]
+        if any(b is None or b.type not in AFFINE or not model.is_discardable(n)
                for b, n in zip(branches, concat.inputs)):
             continue
         per_channel = np.broadcast_to(value.reshape(-1), (channels,))
         start, new_inputs = 0, []
-        index = model.operators.index(concat)
-        for k, name in enumerate(concat.inputs):
+        for name in concat.inputs:
             width = model.arrays[name].shape[-1]
             piece = per_channel[start:start + width].astype(value.dtype)
             start += width
             result = model.add_array_like(name + "_scaled", model.arrays[name].shape, op.outputs[0])
-            model.operators.insert(index + k, Operator(
+            model.insert_before(concat, Operator(
                 op.type, [name, model.add_constant(op.inputs[1], piece)], [result],
                 dict(op.options), op.fused_activation, op.source))
             new_inputs.append(result)
-        concat.inputs = new_inputs
-        concat.outputs = [op.outputs[0]]
-        model.operators.remove(op)
-        producers, consumers = model.producers(), model.consumers()
+        model.set_inputs(concat, new_inputs)
+        model.set_outputs(concat, [op.outputs[0]])
+        model.remove_operator(op)
         changed = True
     return changed

@@ -15,7 +15,7 @@ from ..ops.registry import TFLITE_OPS
 
 def fold_constants(model: Model) -> bool:
     changed = False
-    for op in list(model.operators):
+    for op in model.operators:
         evaluate = TFLITE_OPS[op.type].evaluate
         if evaluate is None or any(o in model.outputs for o in op.outputs):
             continue
@@ -29,6 +29,6 @@ def fold_constants(model: Model) -> bool:
             array = model.arrays[name]
             value = apply_fused_activation(np.asarray(value), op.fused_activation)
             array.data = np.ascontiguousarray(value, dtype=array.dtype).reshape(array.shape)
-        model.operators.remove(op)
+        model.remove_operator(op)
         changed = True
     return changed

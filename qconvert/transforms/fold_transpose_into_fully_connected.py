@@ -14,18 +14,17 @@ from .sink_transposes import inverse, transpose_perm
 
 def fold_transpose_into_fully_connected(model: Model) -> bool:
     changed = False
-    consumers, producers = model.consumers(), model.producers()
-    for fc in list(model.operators):
+    for fc in model.operators:
         if fc.type != "FULLY_CONNECTED":
             continue
-        reshape = producers.get(fc.inputs[0])
+        reshape = model.producer(fc.inputs[0])
         weights = model.constant(fc.inputs[1])
         if reshape is None or reshape.type != "RESHAPE" or weights is None:
             continue
-        transpose = producers.get(reshape.inputs[0])
+        transpose = model.producer(reshape.inputs[0])
         if transpose is None or transpose.type != "TRANSPOSE":
             continue
-        if not model.is_discardable(fc.inputs[0], consumers):
+        if not model.is_discardable(fc.inputs[0]):
             continue
         perm = transpose_perm(model, transpose)
         t_shape = model.arrays[transpose.outputs[0]].shape
@@ -36,8 +35,7 @@ def fold_transpose_into_fully_connected(model: Model) -> bool:
         out_channels = weights.shape[0]
         w = weights.reshape((out_channels,) + t_shape[1:])
         w = np.transpose(w, (0,) + tuple(inv[k] for k in range(1, len(perm))))
-        fc.inputs[1] = model.add_constant(fc.inputs[1], np.ascontiguousarray(w.reshape(out_channels, -1)))
-        reshape.inputs[0] = transpose.inputs[0]
-        consumers, producers = model.consumers(), model.producers()
+        model.set_input(fc, 1, model.add_constant(fc.inputs[1], np.ascontiguousarray(w.reshape(out_channels, -1))))
+        model.set_input(reshape, 0, transpose.inputs[0])
         changed = True
     return changed

@@ -10,33 +10,31 @@ FUSABLE = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", 
            "MUL", "DIV", "AVERAGE_POOL_2D", "MAX_POOL_2D"}
 
 
-def _fusable(op, name, model, consumers) -> bool:
+def _fusable(op, name, model) -> bool:
     return (op is not None and op.type in FUSABLE and op.fused_activation == "NONE"
-            and model.is_discardable(name, consumers))
+            and model.is_discardable(name))
 
 
 def fuse_activation(model: Model) -> bool:
     """Also through a CONCATENATION whose every input comes from a fusable op (a grouped conv's
     branches): the activation then goes into each branch."""
     changed = False
-    consumers, producers = model.consumers(), model.producers()
-    for act in list(model.operators):
+    for act in model.operators:
         if act.type not in ACTIVATIONS:
             continue
-        op = producers.get(act.inputs[0])
-        if not model.is_discardable(act.inputs[0], consumers) or op is None:
+        op = model.producer(act.inputs[0])
+        if not model.is_discardable(act.inputs[0]) or op is None:
             continue
-        if _fusable(op, act.inputs[0], model, consumers):
+        if _fusable(op, act.inputs[0], model):
             targets = [op]
         elif op.type == "CONCATENATION" and op.fused_activation == "NONE" and all(
-                _fusable(producers.get(n), n, model, consumers) for n in op.inputs):
-            targets = [producers[n] for n in op.inputs]
+                _fusable(model.producer(n), n, model) for n in op.inputs):
+            targets = [model.producer(n) for n in op.inputs]
         else:
             continue
         for target in targets:
             target.fused_activation = ACTIVATIONS[act.type]
-        op.outputs[0] = act.outputs[0]
-        model.operators.remove(act)
-        consumers, producers = model.consumers(), model.producers()
+        model.set_output(op, 0, act.outputs[0])
+        model.remove_operator(act)
         changed = True
     return changed

@@ -32,20 +32,18 @@ def per_channel_vector(value: np.ndarray, channels: int, out_rank: int) -> np.nd
 
 def fuse_binary_into_affine(model: Model) -> bool:
     changed = False
-    consumers = model.consumers()
-    producers = model.producers()
-    for op in list(model.operators):
-        if op.type not in ("MUL", "DIV", "ADD", "SUB") or op not in model.operators:
+    for op in model.operators:
+        if op.type not in ("MUL", "DIV", "ADD", "SUB") or not model.has_operator(op):
             continue
         for side in (0, 1):
-            affine = producers.get(op.inputs[side])
+            affine = model.producer(op.inputs[side])
             value = model.constant(op.inputs[1 - side])
             if affine is None or value is None or affine.type not in AFFINE:
                 continue
             if (op.type in ("SUB", "DIV") and side == 1) or affine.fused_activation != "NONE":
                 continue
             y = affine.outputs[0]
-            if not model.is_discardable(y, consumers) or model.arrays[y].dtype != np.float32:
+            if not model.is_discardable(y) or model.arrays[y].dtype != np.float32:
                 continue
             if model.arrays[op.outputs[0]].shape != model.arrays[y].shape:
                 continue
@@ -66,16 +64,16 @@ def fuse_binary_into_affine(model: Model) -> bool:
                 shape[axis] = channels
                 weights = weights * c.reshape(shape)
                 bias = bias * c
-                affine.inputs[w_index] = model.add_constant(affine.inputs[w_index], weights.astype(np.float32))
+                model.set_input(affine, w_index,
+                                model.add_constant(affine.inputs[w_index], weights.astype(np.float32)))
             else:
                 bias = bias + c if op.type == "ADD" else bias - c
-            while len(affine.inputs) <= b_index:
-                affine.inputs.append("")
-            affine.inputs[b_index] = model.add_constant(bias_name or y + "_bias", bias.astype(np.float32))
-            affine.outputs[0] = op.outputs[0]
+            inputs = affine.inputs + [""] * (b_index + 1 - len(affine.inputs))
+            inputs[b_index] = model.add_constant(bias_name or y + "_bias", bias.astype(np.float32))
+            model.set_inputs(affine, inputs)
+            model.set_output(affine, 0, op.outputs[0])
             affine.fused_activation = op.fused_activation
-            model.operators.remove(op)
-            consumers, producers = model.consumers(), model.producers()
+            model.remove_operator(op)
             changed = True
             break
     return changed

@@ -20,14 +20,13 @@ from .sink_transposes import add_transpose, inverse, transpose_perm
 
 def hoist_transpose_through_reshape(model: Model) -> bool:
     changed = False
-    producers, consumers = model.producers(), model.consumers()
-    for op in list(model.operators):
-        if op.type != "TRANSPOSE" or op not in model.operators:
+    for op in model.operators:
+        if op.type != "TRANSPOSE" or not model.has_operator(op):
             continue
-        reshape = producers.get(op.inputs[0])
-        if reshape is None or reshape.type != "RESHAPE" or not model.is_discardable(op.inputs[0], consumers):
+        reshape = model.producer(op.inputs[0])
+        if reshape is None or reshape.type != "RESHAPE" or not model.is_discardable(op.inputs[0]):
             continue
-        before = producers.get(reshape.inputs[0])
+        before = model.producer(reshape.inputs[0])
         perm = transpose_perm(model, op)
         if before is None or before.type != "TRANSPOSE" or perm is None:
             continue
@@ -43,13 +42,10 @@ def hoist_transpose_through_reshape(model: Model) -> bool:
             continue
         order = sorted(range(len(groups)), key=lambda g: positions[g][0])
         a_perm = tuple(a for g in order for a in groups[g][0])
-        index = model.operators.index(reshape)
-        first = add_transpose(model, reshape.inputs[0], a_perm, source=op.source)
-        model.operators.insert(index, first)
+        first = model.insert_before(reshape, add_transpose(model, reshape.inputs[0], a_perm, source=op.source))
         out_shape = model.arrays[op.outputs[0]].shape
-        reshape.inputs = [first.outputs[0], model.add_constant("shape", np.array(out_shape, np.int32))]
-        reshape.outputs = [op.outputs[0]]
-        model.operators.remove(op)
-        producers, consumers = model.producers(), model.consumers()
+        model.set_inputs(reshape, [first.outputs[0], model.add_constant("shape", np.array(out_shape, np.int32))])
+        model.set_outputs(reshape, [op.outputs[0]])
+        model.remove_operator(op)
         changed = True
     return changed

@@ -50,21 +50,21 @@ def _binary(op: Operator | None, types: tuple[str, ...], model: Model):
     return None, None
 
 
-def erf_group(model: Model, output: str, producers) -> str | None:
+def erf_group(model: Model, output: str) -> str | None:
     """The input z when `output` is erf(z) computed by an Erf importer's tagged ops, else None."""
-    last = producers.get(output)
+    last = model.producer(output)
     if last is None or not last.source.endswith(ERF_MARK):
         return None
-    group, pending, external = [], [last], set()
+    group, pending, external = set(), [last], set()
     while pending:
         op = pending.pop()
         if op in group:
             continue
         if op.source != last.source or TFLITE_OPS[op.type].layout != "elementwise":
             return None
-        group.append(op)
+        group.add(op)
         for name in op.inputs:
-            producer = producers.get(name)
+            producer = model.producer(name)
             if producer is not None and producer.source == last.source:
                 pending.append(producer)
             elif name and model.constant(name) is None:
@@ -77,31 +77,37 @@ def erf_group(model: Model, output: str, producers) -> str | None:
     return z if _computes_erf(model, group, z, output) else None
 
 
-def _computes_erf(model: Model, group: list[Operator], z: str, output: str) -> bool:
-    """Evaluates the group's ops (in graph order) on sample points; True if they give erf."""
+def _computes_erf(model: Model, group: set[Operator], z: str, output: str) -> bool:
+    """Evaluates the group's ops on sample points, each after the ops it reads from; True if
+    they give erf."""
     values = {z: _SAMPLES}
-    for op in sorted(group, key=model.operators.index):
-        inputs = [values[n] if n in values else model.constant(n) for n in op.inputs]
-        results = TFLITE_OPS[op.type].evaluate(inputs, op)
-        for name, result in zip(op.outputs, results):
-            values[name] = apply_fused_activation(np.asarray(result), op.fused_activation)
-    got = values[output].reshape(-1)
+
+    def value(name: str) -> np.ndarray:
+        op = model.producer(name)
+        if name not in values and op in group:
+            inputs = [value(n) for n in op.inputs]
+            results = TFLITE_OPS[op.type].evaluate(inputs, op)
+            for out, result in zip(op.outputs, results):
+                values[out] = apply_fused_activation(np.asarray(result), op.fused_activation)
+        return values[name] if name in values else model.constant(name)
+
+    got = value(output).reshape(-1)
     return got.shape == _SAMPLES.shape and np.allclose(got, erf_reference(_SAMPLES), atol=1e-5)
 
 
-def _erf_source(model: Model, e: str, producers) -> str | None:
+def _erf_source(model: Model, e: str) -> str | None:
     """x when e = erf(x / sqrt 2) (or erf(x * 0.7071))."""
-    z = erf_group(model, e, producers)
-    scaled = producers.get(z) if z else None
+    z = erf_group(model, e)
+    scaled = model.producer(z) if z else None
     x, c = _binary(scaled, ("DIV", "MUL"), model)
     if x is None or not _close(c, _SQRT2 if scaled.type == "DIV" else 1 / _SQRT2):
         return None
     return x
 
 
-def _is_cube(model: Model, name: str, x: str, producers) -> bool:
+def _is_cube(model: Model, name: str, x: str) -> bool:
     """name = x*(x*x), (x*x)*x or POW(x, 3)."""
-    op = producers.get(name)
+    op = model.producer(name)
     if op is None or op.fused_activation != "NONE":
         return False
     if op.type == "POW":
@@ -109,37 +115,37 @@ def _is_cube(model: Model, name: str, x: str, producers) -> bool:
     if op.type != "MUL" or x not in op.inputs:
         return False
     other = op.inputs[1] if op.inputs[0] == x else op.inputs[0]
-    square = producers.get(other)
+    square = model.producer(other)
     return (square is not None and square.type == "MUL" and square.fused_activation == "NONE"
             and square.inputs == [x, x])
 
 
-def _tanh_source(model: Model, e: str, producers) -> str | None:
+def _tanh_source(model: Model, e: str) -> str | None:
     """x when e = tanh(0.7978 * (x + 0.044715 * x^3))."""
-    tanh = producers.get(e)
+    tanh = model.producer(e)
     if tanh is None or tanh.type != "TANH":
         return None
-    inner, c = _binary(producers.get(tanh.inputs[0]), ("MUL",), model)
-    add = producers.get(inner) if inner and _close(c, _TANH_SCALE) else None
+    inner, c = _binary(model.producer(tanh.inputs[0]), ("MUL",), model)
+    add = model.producer(inner) if inner and _close(c, _TANH_SCALE) else None
     if add is None or add.type != "ADD" or add.fused_activation != "NONE":
         return None
     for x, cubic in (add.inputs, add.inputs[::-1]):
-        cube, k = _binary(producers.get(cubic), ("MUL",), model)
-        if cube and _close(k, _CUBIC) and _is_cube(model, cube, x, producers):
+        cube, k = _binary(model.producer(cubic), ("MUL",), model)
+        if cube and _close(k, _CUBIC) and _is_cube(model, cube, x):
             return x
     return None
 
 
-def _half_x_product(model: Model, name: str, x: str, producers) -> bool:
+def _half_x_product(model: Model, name: str, x: str) -> bool:
     """name = x * 0.5."""
-    source, c = _binary(producers.get(name), ("MUL",), model)
+    source, c = _binary(model.producer(name), ("MUL",), model)
     return source == x and c == 0.5
 
 
-def _final_mul(model: Model, a: str, x: str, consumers, producers) -> Operator | None:
+def _final_mul(model: Model, a: str, x: str) -> Operator | None:
     """The MUL writing x * 0.5 * a for a = 1 + f(x), through at most two MULs; None if absent."""
     def only_mul(name):
-        readers = consumers.get(name, [])
+        readers = model.consumers(name)
         if len(readers) != 1 or name in model.outputs:
             return None
         op = readers[0]
@@ -150,7 +156,7 @@ def _final_mul(model: Model, a: str, x: str, consumers, producers) -> Operator |
     if first is None:
         return None
     other = first.inputs[1] if first.inputs[0] == a else first.inputs[0]
-    if _half_x_product(model, other, x, producers):
+    if _half_x_product(model, other, x):
         return first  # (x * 0.5) * a
     c = _scalar(model, other)
     if other != x and c != 0.5:
@@ -167,24 +173,22 @@ def _final_mul(model: Model, a: str, x: str, consumers, producers) -> Operator |
 
 def identify_gelu(model: Model) -> bool:
     changed = False
-    producers, consumers = model.producers(), model.consumers()
-    for add in list(model.operators):
-        if add not in model.operators or add.type != "ADD":
+    for add in model.operators:
+        if not model.has_operator(add) or add.type != "ADD":
             continue
         e, one = _binary(add, ("ADD",), model)
         if e is None or one != 1.0:
             continue
         approximate = False
-        x = _erf_source(model, e, producers)
+        x = _erf_source(model, e)
         if x is None:
-            x, approximate = _tanh_source(model, e, producers), True
+            x, approximate = _tanh_source(model, e), True
         if x is None or model.arrays[x].dtype != np.float32:
             continue
-        final = _final_mul(model, add.outputs[0], x, consumers, producers)
+        final = _final_mul(model, add.outputs[0], x)
         if final is None or model.arrays[final.outputs[0]].shape != model.arrays[x].shape:
             continue
-        final.type, final.inputs = "GELU", [x]
-        final.options = {"approximate": approximate}
-        producers, consumers = model.producers(), model.consumers()
+        final.type, final.options = "GELU", {"approximate": approximate}
+        model.set_inputs(final, [x])
         changed = True
     return changed

@@ -28,17 +28,17 @@ def _other(op, model):
 
 def identify_relu6(model: Model) -> bool:
     changed = False
-    consumers, producers = model.consumers(), model.producers()
-    for op in list(model.operators):
+    for op in model.operators:
         if op.type == "MAXIMUM" and op.fused_activation == "NONE":
             x, c = _other(op, model)
             if c == 0.0 and model.arrays[x].shape == model.arrays[op.outputs[0]].shape:
-                op.type, op.inputs, op.options = "RELU", [x], {}
+                op.type, op.options = "RELU", {}
+                model.set_inputs(op, [x])
                 changed = True
         elif op.type == "MINIMUM":
             x, high = _other(op, model)
-            inner = producers.get(x) if x else None
-            if inner is None or not model.is_discardable(x, consumers):
+            inner = model.producer(x) if x else None
+            if inner is None or not model.is_discardable(x):
                 continue
             if inner.type == "RELU":
                 source, low = inner.inputs[0], 0.0
@@ -48,8 +48,8 @@ def identify_relu6(model: Model) -> bool:
                 continue
             kind = CLAMPS.get((low, high))
             if kind and model.arrays[source].shape == model.arrays[op.outputs[0]].shape:
-                op.type, op.inputs, op.options = kind, [source], {}
-                model.operators.remove(inner)
-                consumers, producers = model.consumers(), model.producers()
+                op.type, op.options = kind, {}
+                model.set_inputs(op, [source])
+                model.remove_operator(inner)
                 changed = True
     return changed

@@ -31,7 +31,7 @@ from ..quantize.arrays import (
     value_range,
 )
 from ..quantize.params import quantize
-from .quantize_weights import own_constant
+from .quantize_weights import own_constant, single_use_constants
 
 UINT8 = np.dtype(np.uint8)
 
@@ -55,14 +55,14 @@ class _Boundary:
             suffix = "_dequantized" if op_type == "DEQUANTIZE" else f"_{np.dtype(dtype).name}"
             result = self.model.add_array(name + suffix, source.shape, dtype)
             self.model.arrays[result].quant = params
-            index = self.model.operators.index(before)
-            self.model.operators.insert(index, Operator(op_type, [name], [result], source=before.source))
+            self.model.insert_before(before, Operator(op_type, [name], [result], source=before.source))
             self.made[key] = result
         return self.made[key]
 
 
-def _quantize_constant(model: Model, op: Operator, index: int, params: QuantParams, consumers) -> None:
-    name = own_constant(model, op, index, consumers)
+def _quantize_constant(model: Model, op: Operator, index: int, params: QuantParams,
+                       single_use: set[str]) -> None:
+    name = own_constant(model, op, index, single_use)
     array = model.arrays[name]
     array.data = quantize(array.data, params.scale[0], params.zero_point[0], np.int8)
     array.dtype, array.quant = INT8, params
@@ -82,11 +82,11 @@ def _constant_params(model: Model, op: Operator, index: int) -> QuantParams:
     return params_for_range(own or MinMax(0.0, 0.0))
 
 
-def _int8_graph_inputs(model: Model, io_type: str, consumers) -> None:
+def _int8_graph_inputs(model: Model, io_type: str) -> None:
     """With int8/uint8 I/O, a float graph input read by int8 ops becomes int8 itself."""
     for position, name in enumerate(list(model.inputs)):
         array = model.arrays[name]
-        if array.dtype != FLOAT32 or not any(op.int8 for op in consumers.get(name, ())):
+        if array.dtype != FLOAT32 or not any(op.int8 for op in model.consumers(name)):
             continue
         params = activation_params(array)
         if params is None:
@@ -99,7 +99,7 @@ def _int8_graph_inputs(model: Model, io_type: str, consumers) -> None:
         model.rename_tensor(name, inner)
         model.arrays[inner].dtype, model.arrays[inner].quant = INT8, params
         model.arrays[name] = Array(name, UINT8, array.shape, quant=_uint8_params(params))
-        model.operators.insert(0, Operator("QUANTIZE", [name], [inner]))
+        model.insert_after(None, Operator("QUANTIZE", [name], [inner]))
         model.inputs[position] = name
 
 
@@ -112,28 +112,28 @@ def _graph_outputs(model: Model, io_type: str) -> None:
         model.rename_tensor(name, inner)
         if io_type == "uint8":
             model.arrays[name] = Array(name, UINT8, array.shape, quant=_uint8_params(array.quant))
-            model.operators.append(Operator("QUANTIZE", [inner], [name]))
+            model.add_operator(Operator("QUANTIZE", [inner], [name]))
         else:
             model.arrays[name] = Array(name, FLOAT32, array.shape, minmax=array.minmax)
-            model.operators.append(Operator("DEQUANTIZE", [inner], [name]))
+            model.add_operator(Operator("DEQUANTIZE", [inner], [name]))
         model.outputs[position] = name
 
 
 def insert_quantize_dequantize(model: Model, io_type: str = "float") -> bool:
     before = len(model.operators)
-    consumers = model.consumers()
+    single_use = single_use_constants(model)
     if io_type != "float":
-        _int8_graph_inputs(model, io_type, consumers)
+        _int8_graph_inputs(model, io_type)
     boundary = _Boundary(model)
     changed = False
-    for op in list(model.operators):
+    for op in model.operators:
         if op.type in BOUNDARY_OPS:
             continue
         if not op.int8:
             for i, name in enumerate(op.inputs):
                 array = model.arrays[name] if name else None
                 if array is not None and not array.is_constant and array.dtype in (INT8, UINT8):
-                    op.inputs[i] = boundary.convert("DEQUANTIZE", name, FLOAT32, None, op)
+                    model.set_input(op, i, boundary.convert("DEQUANTIZE", name, FLOAT32, None, op))
             continue
         rule = rule_of(op)
         shared = model.arrays[op.outputs[0]].quant if rule.output == "same" else None
@@ -142,15 +142,15 @@ def insert_quantize_dequantize(model: Model, io_type: str = "float") -> bool:
             if array.is_constant:
                 if array.dtype == FLOAT32:
                     params = shared or _constant_params(model, op, i)
-                    _quantize_constant(model, op, i, params, consumers)
+                    _quantize_constant(model, op, i, params, single_use)
                     changed = True
                 elif shared is not None and not same_params(array.quant, shared):
                     raise AssertionError(f"constant {array.name!r} quantized twice")
                 continue
             if array.dtype == FLOAT32:
-                op.inputs[i] = boundary.convert("QUANTIZE", array.name, INT8,
-                                                shared or activation_params(array), op)
+                model.set_input(op, i, boundary.convert("QUANTIZE", array.name, INT8,
+                                                        shared or activation_params(array), op))
             elif shared is not None and not same_params(array.quant, shared):
-                op.inputs[i] = boundary.convert("QUANTIZE", array.name, INT8, shared, op)
+                model.set_input(op, i, boundary.convert("QUANTIZE", array.name, INT8, shared, op))
     _graph_outputs(model, io_type)
     return changed or len(model.operators) != before

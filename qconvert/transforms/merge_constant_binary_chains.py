@@ -38,21 +38,20 @@ def _merge(model: Model, first: Operator, second: Operator, constant: np.ndarray
     """`second` reads first's activation input and `constant`; `first` goes."""
     index, _ = split_constant_binary(first, model)
     second_index, _ = split_constant_binary(second, model)
-    second.inputs = [first.inputs[index], model.add_constant(second.inputs[1 - second_index], constant)]
-    model.operators.remove(first)
+    model.set_inputs(second, [first.inputs[index], model.add_constant(second.inputs[1 - second_index], constant)])
+    model.remove_operator(first)
 
 
 def merge_constant_binary_chains(model: Model) -> bool:
     changed = False
-    consumers, producers = model.consumers(), model.producers()
-    for first in list(model.operators):
-        if first not in model.operators:
+    for first in model.operators:
+        if not model.has_operator(first):
             continue
         head = split_constant_binary(first, model)
         middle = first.outputs[0]
-        if head is None or first.fused_activation != "NONE" or not model.is_discardable(middle, consumers):
+        if head is None or first.fused_activation != "NONE" or not model.is_discardable(middle):
             continue
-        second = consumers[middle][0]
+        second = model.consumers(middle)[0]
         tail = split_constant_binary(second, model)
         if tail is None or second.inputs[tail[0]] != middle:
             continue
@@ -63,24 +62,23 @@ def merge_constant_binary_chains(model: Model) -> bool:
         if first.type == second.type:
             merged = a * c if first.type == "MUL" else a + c
             _merge(model, first, second, merged.astype(np.float32))
-        elif first.type == "ADD" and _swap_helps(model, first, second, consumers, producers):
+        elif first.type == "ADD" and _swap_helps(model, first, second):
             _swap_add_before_mul(model, first, second, a, c)  # MUL(x, c) -> ADD(., a * c)
         else:
             continue
-        consumers, producers = model.consumers(), model.producers()
         changed = True
     return changed
 
 
-def _swap_helps(model: Model, add: Operator, mul: Operator, consumers, producers) -> bool:
+def _swap_helps(model: Model, add: Operator, mul: Operator) -> bool:
     """Moving the MUL first only pays when a merge follows: a MUL by a constant before the ADD, or
     an ADD by a constant after the MUL (otherwise patterns such as GELU's are left as written)."""
-    producer = producers.get(add.inputs[split_constant_binary(add, model)[0]])
+    producer = model.producer(add.inputs[split_constant_binary(add, model)[0]])
     before = (producer is not None and producer.type == "MUL" and producer.fused_activation == "NONE"
               and split_constant_binary(producer, model) is not None
-              and model.is_discardable(producer.outputs[0], consumers))
-    readers = consumers.get(mul.outputs[0], [])
-    after = (mul.fused_activation == "NONE" and model.is_discardable(mul.outputs[0], consumers)
+              and model.is_discardable(producer.outputs[0]))
+    readers = model.consumers(mul.outputs[0])
+    after = (mul.fused_activation == "NONE" and model.is_discardable(mul.outputs[0])
              and readers[0].type == "ADD" and split_constant_binary(readers[0], model) is not None)
     return before or after
 
@@ -95,8 +93,9 @@ def _swap_add_before_mul(model: Model, add: Operator, mul: Operator, a: np.ndarr
     model.arrays[middle].minmax = (None if final is None else
                                    MinMax(final.min - float(shifted.max()), final.max - float(shifted.min())))
     c_name = mul.inputs[0 if mul.inputs[1] == middle else 1]
+    model.remove_operator(mul)
     mul.inputs, mul.outputs = [x, model.add_constant(c_name, c)], [middle]
-    add.inputs, add.outputs = [middle, model.add_constant(add.inputs[1 - add_index], shifted)], [out]
+    model.set_inputs(add, [middle, model.add_constant(add.inputs[1 - add_index], shifted)])
+    model.set_outputs(add, [out])
     add.fused_activation, mul.fused_activation = mul.fused_activation, "NONE"
-    model.operators.remove(mul)
-    model.operators.insert(model.operators.index(add), mul)
+    model.insert_before(add, mul)

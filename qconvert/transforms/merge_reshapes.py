@@ -6,17 +6,14 @@ from ..ir import Model
 
 def merge_reshapes(model: Model) -> bool:
     changed = False
-    producers = model.producers()
-    for op in list(model.operators):
+    for op in model.operators:
         if op.type != "RESHAPE":
             continue
         source = op.inputs[0]
-        before = producers.get(source)
+        before = model.producer(source)
         if before is not None and before.type == "RESHAPE":
-            op.inputs[0] = before.inputs[0]
+            model.set_input(op, 0, before.inputs[0])
             changed = True
         elif model.arrays[source].shape == model.arrays[op.outputs[0]].shape:
-            if model.bypass(op):
-                producers = model.producers()
-                changed = True
+            changed |= model.bypass(op)
     return changed

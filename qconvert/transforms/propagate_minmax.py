@@ -21,7 +21,15 @@ from __future__ import annotations
 import logging
 
 from ..ir import MinMax, Model
-from ..quantize.arrays import BOUNDARY_OPS, FLOAT32, fixed_range, is_float_activation, rule_of, value_range
+from ..quantize.arrays import (
+    BOUNDARY_OPS,
+    FLOAT32,
+    fill_across_same_scale_ops,
+    fixed_range,
+    is_float_activation,
+    rule_of,
+    value_range,
+)
 
 log = logging.getLogger("qconvert")
 
@@ -31,37 +39,6 @@ def _set(array, minmax: MinMax) -> bool:
         return False
     array.minmax = minmax
     return True
-
-
-def fill_across_same_scale_ops(model: Model, concat_pieces: bool = True) -> bool:
-    """Step 1; returns whether it filled any range. Also run right after calibration, there
-    without `concat_pieces`: a grouped conv's groups must wait until fuse_activation has moved a
-    following RELU into them and the concatenation's output has become the RELU's."""
-    changed = False
-    for op in model.operators:
-        rule = rule_of(op)
-        if rule is None or rule.output != "same":
-            continue
-        inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
-        outputs = [model.arrays[n] for n in op.outputs]
-        if not inputs or any(a.dtype != FLOAT32 for a in inputs):
-            continue
-        if len(inputs) > 1:
-            # A concat's piece (a grouped conv's group) lies within the output's range.
-            if concat_pieces and outputs[0].minmax is not None:
-                for array in inputs:
-                    if array.minmax is None and not array.is_constant:
-                        array.minmax = outputs[0].minmax
-                        changed = True
-            continue
-        known = [a.minmax for a in [inputs[0], *outputs] if a.minmax is not None]
-        if not known:
-            continue
-        for array in [inputs[0], *outputs]:
-            if array.minmax is None and not array.is_constant:
-                array.minmax = known[0]
-                changed = True
-    return changed
 
 
 def _apply_default_range(model: Model, default_range: tuple[float, float]) -> bool:
@@ -77,7 +54,6 @@ def _apply_default_range(model: Model, default_range: tuple[float, float]) -> bo
 
 def _unify(model: Model) -> bool:
     changed = False
-    producers = model.producers()
     for op in model.operators:
         rule = rule_of(op)
         if op.type in BOUNDARY_OPS or rule is None:
@@ -106,7 +82,7 @@ def _unify(model: Model) -> bool:
         if len(inputs) == 1:
             continue
         for array in inputs:
-            producer = producers.get(array.name)
+            producer = model.producer(array.name)
             producer_rule = rule_of(producer) if producer is not None else None
             if producer_rule is not None and producer_rule.output == "free":
                 changed |= _set(array, union)

@@ -39,7 +39,6 @@ def _float_tails(model: Model) -> dict[int, str]:
     """{id(op): reason} for each fixed-output op whose output reaches a model output, directly or
     through ops that only move values (a RESHAPE that flattens the probabilities), and for those
     ops: they stay float (see the module docstring)."""
-    consumers = model.consumers()
     tails: dict[int, str] = {}
     for op in model.operators:
         rule = rule_of(op)
@@ -49,7 +48,7 @@ def _float_tails(model: Model) -> dict[int, str]:
                   f"fixed step of {rule.fixed_params[0]:g} would lose")
         chain, name = [op], op.outputs[0]
         while name not in model.outputs:
-            readers = consumers.get(name, [])
+            readers = model.consumers(name)
             follow = readers[0] if len(readers) == 1 else None
             follow_rule = rule_of(follow) if follow is not None else None
             if (follow_rule is None or follow_rule.output != "same" or len(follow.outputs) != 1

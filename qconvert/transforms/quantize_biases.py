@@ -11,12 +11,12 @@ import numpy as np
 from ..ir import Model, QuantParams
 from ..quantize.arrays import FLOAT32, INT8, input_scale, rule_of
 from ..quantize.params import quantize_bias
-from .quantize_weights import own_constant
+from .quantize_weights import own_constant, single_use_constants
 
 
 def quantize_biases(model: Model) -> bool:
     changed = False
-    consumers = model.consumers()
+    single_use = single_use_constants(model)
     for op in model.operators:
         rule = rule_of(op)
         if not op.int8 or rule.bias is None or rule.bias >= len(op.inputs) or not op.inputs[rule.bias]:
@@ -26,7 +26,7 @@ def quantize_biases(model: Model) -> bool:
         if bias.dtype != FLOAT32 or weights.dtype != INT8:
             continue
         q, scales = quantize_bias(bias.data, input_scale(op, model), weights.quant.scale)
-        name = own_constant(model, op, rule.bias, consumers)
+        name = own_constant(model, op, rule.bias, single_use)
         array = model.arrays[name]
         array.data, array.dtype = q, np.dtype(np.int32)
         array.quant = QuantParams(scales, np.zeros(scales.size, np.int64), 0)

@@ -21,20 +21,28 @@ from ..quantize.params import (
 )
 
 
-def own_constant(model: Model, op, index: int, consumers) -> str:
-    """The name of a constant input that only `op` reads: the input itself, or a fresh copy."""
+def single_use_constants(model: Model) -> set[str]:
+    """The constants that exactly one op input reads (none a graph output): taken as a step
+    starts, for own_constant."""
+    return {n for n, a in model.arrays.items() if a.is_constant and model.is_discardable(n)}
+
+
+def own_constant(model: Model, op, index: int, single_use: set[str]) -> str:
+    """The name of a constant input that only `op` reads: the input itself when it is in
+    `single_use`, else a fresh copy. So each reader of a constant that was shared as the step
+    started gets a copy of its own, and the original goes unused."""
     name = op.inputs[index]
-    if model.is_discardable(name, consumers) and op.inputs.count(name) == 1:
+    if name in single_use:
         return name
     array = model.arrays[name]
     copy = model.add_array(name, array.shape, array.dtype, array.data)
-    op.inputs[index] = copy
+    model.set_input(op, index, copy)
     return copy
 
 
 def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
     changed = False
-    consumers = model.consumers()
+    single_use = single_use_constants(model)
     for op in model.operators:
         rule = rule_of(op)
         if not op.int8 or rule.weight is None:
@@ -59,7 +67,7 @@ def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
                     q, _ = quantize_weights_per_tensor(w, scale=float(scales[0]))
                 else:
                     q, _ = quantize_weights_per_channel(w, rule.weight_axis, scales=scales)
-        name = own_constant(model, op, rule.weight, consumers)
+        name = own_constant(model, op, rule.weight, single_use)
         array = model.arrays[name]
         array.data, array.dtype = q, INT8
         array.quant = QuantParams(scales, np.zeros(scales.size, np.int64),

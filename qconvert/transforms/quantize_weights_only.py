@@ -50,14 +50,14 @@ def _runs_hybrid(op: Operator, model: Model, min_elements: int) -> bool:
 
 
 def dequantize_for(model: Model, name: str, uses: list[tuple[Operator, int]]) -> str:
-    """Makes the given (op, input index) uses of the stored constant `name` read it through one
-    DEQUANTIZE to float32, placed before the first of those ops; returns the float tensor."""
+    """Makes the given (op, input index) uses of the stored constant `name`, in execution order,
+    read it through one DEQUANTIZE to float32, placed before the first of those ops; returns the
+    float tensor."""
     array = model.arrays[name]
     result = model.add_array(name + "_dequantized", array.shape, FLOAT32)
-    first = min(model.operators.index(op) for op, _ in uses)
-    model.operators.insert(first, Operator("DEQUANTIZE", [name], [result], source=uses[0][0].source))
+    model.insert_before(uses[0][0], Operator("DEQUANTIZE", [name], [result], source=uses[0][0].source))
     for op, index in uses:
-        op.inputs[index] = result
+        model.set_input(op, index, result)
     return result
 
 

@@ -16,6 +16,6 @@ def remove_identity(model: Model) -> bool:
         if not model.bypass(op):
             shape = model.arrays[op.outputs[0]].shape
             op.type = "RESHAPE"
-            op.inputs = [op.inputs[0], model.add_constant("shape", np.array(shape, np.int32))]
+            model.set_inputs(op, [op.inputs[0], model.add_constant("shape", np.array(shape, np.int32))])
         changed = True
     return changed

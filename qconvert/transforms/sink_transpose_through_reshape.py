@@ -48,15 +48,14 @@ def axis_groups(before: tuple[int, ...], after: tuple[int, ...]):
 
 def sink_transpose_through_reshape(model: Model) -> bool:
     changed = False
-    producers, consumers = model.producers(), model.consumers()
-    for op in list(model.operators):
-        if op.type != "RESHAPE" or op not in model.operators:
+    for op in model.operators:
+        if op.type != "RESHAPE" or not model.has_operator(op):
             continue
-        transpose = producers.get(op.inputs[0])
+        transpose = model.producer(op.inputs[0])
         if transpose is None or transpose.type != "TRANSPOSE":
             continue
         # Only when the moved transpose meets another one and merges with it (fewer transposes).
-        readers = consumers.get(op.outputs[0], [])
+        readers = model.consumers(op.outputs[0])
         if op.outputs[0] in model.outputs or not readers or any(r.type != "TRANSPOSE" for r in readers):
             continue
         perm = transpose_perm(model, transpose)
@@ -78,11 +77,9 @@ def sink_transpose_through_reshape(model: Model) -> bool:
                 new_shape.append(after[k])
         out_perm = tuple(position[k] for k in range(len(after)))
         reshaped = model.add_array_like(op.outputs[0] + "_pre", new_shape, op.outputs[0])
-        index = model.operators.index(op)
-        op.inputs = [source, model.add_constant("shape", np.array(new_shape, np.int32))]
+        model.set_inputs(op, [source, model.add_constant("shape", np.array(new_shape, np.int32))])
         final = op.outputs[0]
-        op.outputs = [reshaped]
-        model.operators.insert(index + 1, add_transpose(model, reshaped, out_perm, final, op.source))
-        producers, consumers = model.producers(), model.consumers()
+        model.set_outputs(op, [reshaped])
+        model.insert_after(op, add_transpose(model, reshaped, out_perm, final, op.source))
         changed = True
     return changed

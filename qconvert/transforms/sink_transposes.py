@@ -41,23 +41,23 @@ def add_transpose(model: Model, x: str, perm: tuple[int, ...], y: str | None = N
     return Operator("TRANSPOSE", [x, perm_name], [y], source=source)
 
 
-def _compose_or_drop(model: Model, op: Operator, producers) -> bool:
+def _compose_or_drop(model: Model, op: Operator) -> bool:
     perm = transpose_perm(model, op)
     if perm is None:
         return False
     if perm == tuple(range(len(perm))):
         return model.bypass(op)
-    before = producers.get(op.inputs[0])
+    before = model.producer(op.inputs[0])
     if before is not None and before.type == "TRANSPOSE":
         first = transpose_perm(model, before)
         if first is not None:
-            op.inputs = [before.inputs[0], model.add_constant(
-                "perm", np.array([first[p] for p in perm], dtype=np.int32))]
+            model.set_inputs(op, [before.inputs[0], model.add_constant(
+                "perm", np.array([first[p] for p in perm], dtype=np.int32))])
             return True
     return False
 
 
-def _sink_through(model: Model, op: Operator, producers) -> bool:
+def _sink_through(model: Model, op: Operator) -> bool:
     """Rewrites `op` to read the transposes' sources; returns False if it does not apply."""
     opdef = TFLITE_OPS[op.type]
     data_inputs = opdef.layout_inputs if opdef.layout_inputs is not None else range(len(op.inputs))
@@ -66,7 +66,7 @@ def _sink_through(model: Model, op: Operator, producers) -> bool:
         name = op.inputs[i] if i < len(op.inputs) else ""
         if not name or model.arrays[name].is_constant:
             continue
-        producer = producers.get(name)
+        producer = model.producer(name)
         if producer is None or producer.type != "TRANSPOSE":
             return False
         p = transpose_perm(model, producer)
@@ -95,32 +95,26 @@ def _sink_through(model: Model, op: Operator, producers) -> bool:
         if model.arrays[name].is_constant:
             value = model.arrays[name].data
             value = value.reshape((1,) * (rank - value.ndim) + value.shape)
-            op.inputs[i] = model.add_constant(name, np.ascontiguousarray(np.transpose(value, back)))
+            model.set_input(op, i, model.add_constant(name, np.ascontiguousarray(np.transpose(value, back))))
         else:
-            op.inputs[i] = producers[name].inputs[0]
-    index = model.operators.index(op)
+            model.set_input(op, i, model.producer(name).inputs[0])
+    last = op
     for k, out in enumerate(list(op.outputs)):
         array = model.arrays[out]
         inner = model.add_array_like(out + "_nhwc" if rank >= 3 else out + "_t",
                                      permuted(array.shape, inverse(out_perm)), out)
-        op.outputs[k] = inner
-        model.operators.insert(index + 1 + k, add_transpose(model, inner, out_perm, out, op.source))
+        model.set_output(op, k, inner)
+        last = model.insert_after(last, add_transpose(model, inner, out_perm, out, op.source))
     return True
 
 
 def sink_transposes(model: Model) -> bool:
     changed = False
-    producers = model.producers()
-    for op in list(model.operators):
-        if op not in model.operators:
+    for op in model.operators:
+        if not model.has_operator(op):
             continue
         if op.type == "TRANSPOSE":
-            step = _compose_or_drop(model, op, producers)
+            changed |= _compose_or_drop(model, op)
         elif TFLITE_OPS[op.type].layout is not None:
-            step = _sink_through(model, op, producers)
-        else:
-            continue
-        if step:
-            changed = True
-            producers = model.producers()
+            changed |= _sink_through(model, op)
     return changed

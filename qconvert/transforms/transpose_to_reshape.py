@@ -24,6 +24,6 @@ def transpose_to_reshape(model: Model) -> bool:
             continue
         out_shape = model.arrays[op.outputs[0]].shape
         op.type = "RESHAPE"
-        op.inputs = [op.inputs[0], model.add_constant("shape", np.array(out_shape, dtype=np.int32))]
+        model.set_inputs(op, [op.inputs[0], model.add_constant("shape", np.array(out_shape, dtype=np.int32))])
         changed = True
     return changed

@@ -31,7 +31,7 @@ class Builder:
         outputs = output if isinstance(output, list) else [output]
         for name in outputs:
             self.model.add_array(name, shape, dtype)
-        self.model.operators.append(Operator(op_type, list(inputs), outputs, options, activation))
+        self.model.add_operator(Operator(op_type, list(inputs), outputs, options, activation))
         return self
 
     def output(self, *names):

@@ -59,7 +59,7 @@ def test_constants_varying_along_rows_merge_and_a_shape_changing_one_does_not():
 def test_a_middle_tensor_read_twice_is_kept():
     model = chain(("MUL", per_channel()), ("ADD", per_channel()))
     model.outputs.append("t0")
-    model.operators.append(model.operators[0].__class__("RELU", ["t0"], ["z"]))
+    model.add_operator(model.operators[0].__class__("RELU", ["t0"], ["z"]))
     model.add_array("z", SHAPE, np.float32)
     run_to_fixed_point(model, [("merge", merge_constant_binary_chains)])
     assert op_types(model) == ["MUL", "ADD", "RELU"]
