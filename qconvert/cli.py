@@ -142,7 +142,7 @@ def check_output_path(path: str) -> None:
         raise ConversionError(f"{path}: directory {directory} does not exist")
 
 
-def write_atomically(path: str, data) -> None:
+def write_atomically(path: str, flatbuffer) -> None:
     """Writes to a temporary file beside `path`, then renames: never a half-written output.
 
     Errors name `path` (not the temporary file) and leave no temporary file behind."""
@@ -153,7 +153,7 @@ def write_atomically(path: str, data) -> None:
         raise ConversionError(f"{path}: cannot write: {e.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            flatbuffer.write_to(f)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException as e:
@@ -166,9 +166,9 @@ def write_atomically(path: str, data) -> None:
         raise
 
 
-def _write_stdout(data) -> None:
+def _write_stdout(flatbuffer) -> None:
     try:
-        sys.stdout.buffer.write(data)
+        flatbuffer.write_to(sys.stdout.buffer)
         sys.stdout.buffer.flush()
     except BrokenPipeError:
         # The reader went away (`qconvert m.onnx - | head`): keep Python quiet at exit.

@@ -10,8 +10,9 @@ import numpy as np
 
 from . import __version__
 from .ir import Model
-from .loader import load, read_onnx
-from .tflite.writer import serialize
+from .loader import load
+from .onnx_file import read_onnx
+from .tflite.writer import Flatbuffer, serialize
 from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
 
 
@@ -125,31 +126,36 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
             io_layout: str = "nhwc", output_name: str = "", quantize: QuantizeOptions | None = None,
             calibration: str | None = None, calibration_samples: int | None = None,
             progress: bool = False, weights: str | None = None,
-            weight_only_min_elements: int = 1024) -> tuple[memoryview, ConversionReport]:
-    """Converts the ONNX file `source` (or `data`, the bytes of one) to TFLite flatbuffer bytes.
+            weight_only_min_elements: int = 1024) -> tuple[Flatbuffer, ConversionReport]:
+    """Converts the ONNX file `source` (or `data`, the bytes of one) to a TFLite flatbuffer, which
+    `.write_to(file)` writes out (once: the weights go as they are written) and bytes() gives.
 
     With `quantize`, the model is calibrated on the data at `calibration` (its first
     `calibration_samples` samples) unless quantize.default_range stands in for it, and written
     as int8. With `weights` ("int8": --weight-only, "float16": --float16) only the stored
     weights change (int8 from `weight_only_min_elements` elements up)."""
     start = time.perf_counter()
-    proto = read_onnx(source, data)
+    onnx_file = read_onnx(source, data)
     samples = run = None
-    calibration_start = time.perf_counter()
+    calibration_seconds = 0.0  # reading the data, making the session, running it
     if quantize is not None and calibration is not None:
         from .quantize.calibrate import CalibrationRun
         from .quantize.calibration_data import load_calibration, model_input_specs
 
-        samples = load_calibration(calibration, model_input_specs(proto), calibration_samples)
-        run = CalibrationRun(proto, "all")  # before load(), which frees the ONNX weights
-    model = load(proto, input_shapes)
+        started = time.perf_counter()
+        samples = load_calibration(calibration, model_input_specs(onnx_file.proto), calibration_samples)
+        onnx_file.restore_weights()  # onnxruntime needs the whole model
+        run = CalibrationRun(onnx_file.proto, "all")  # before load(), which frees the ONNX weights
+        calibration_seconds += time.perf_counter() - started
+    model = load(onnx_file, input_shapes)
+    del onnx_file
     if run is not None:
         from .quantize.calibrate import calibrate_model
 
+        started = time.perf_counter()
         calibrate_model(model, run, samples, progress)
+        calibration_seconds += time.perf_counter() - started
         del run
-    calibration_seconds = time.perf_counter() - calibration_start
-    del proto
     convert_model(model, io_layout)
     float_bytes = _constant_bytes(model)
     quantization = weights_report = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,6 +150,26 @@ class Model:
         """The data of a constant array, or None for an activation or an omitted input ("")."""
         array = self.arrays.get(name) if name else None
         return None if array is None else array.data
+
+    def data_to_change_in_place(self, name: str) -> np.ndarray | None:
+        """The data of constant `name` when a step may overwrite it, else None: one op input
+        reads it, it is writable, and nothing else refers to its memory. A step that rewrites a
+        large weight (a permutation) then needs no second copy of it.
+
+        CPython counts references: another Array sharing the data, or a view of its memory
+        anywhere, adds one to the array or to the array owning the memory."""
+        data = self.constant(name)
+        if data is None or not self.is_discardable(name) or not data.flags.writeable:
+            return None
+        owner = data if data.base is None else data.base
+        if not isinstance(owner, np.ndarray) or owner.base is not None:
+            return None  # memory owned by a bytes object, a memory map...
+        if owner is data:
+            # `data` is referenced by the Array, the two names here and getrefcount's argument.
+            return data if sys.getrefcount(data) == 4 else None
+        # `data` by the Array, `data` here and the argument; `owner` by data.base, `owner` here
+        # and the argument.
+        return data if sys.getrefcount(data) == 3 and sys.getrefcount(owner) == 3 else None
 
     # --- operators: order -----------------------------------------------------------------------
     @property

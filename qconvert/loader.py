@@ -1,6 +1,6 @@
 """Loader: an ONNX file becomes the IR (qconvert.ir.Model).
 
-Steps: parse (with external data), pin input shapes, then alternate ONNX shape inference with
+Steps: parse (qconvert.onnx_file: big weights are read from the file one at a time), pin input shapes, then alternate ONNX shape inference with
 folding of nodes whose inputs are all known (PyTorch's Shape/Gather/Concat/Reshape chains), until
 nothing changes; then every remaining node goes to its importer (qconvert.ops). int64 tensors are
 narrowed to int32 inside the graph (TFLite's kernels index with int32); graph inputs and outputs
@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 import onnx.version_converter
-from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from .errors import ConversionError
 from .ir import Model, Operator
+from .onnx_file import OnnxFile
 from .ops.registry import ONNX_IMPORTERS
 
 log = logging.getLogger("qconvert")
@@ -55,34 +54,6 @@ class OnnxNode:
         return self.attrs.get(name, default)
 
 
-def read_onnx(path: str, data: bytes | None = None) -> onnx.ModelProto:
-    """Parses an ONNX file (or bytes read from stdin), loading external data; clear errors."""
-    shown = "<stdin>" if data is not None else path
-    try:
-        if data is None:
-            with open(path, "rb") as f:
-                data = f.read()
-        proto = onnx.ModelProto()
-        proto.ParseFromString(data)
-        del data  # the file's bytes: as large as the weights
-    except FileNotFoundError:
-        raise ConversionError(f"{shown}: no such file") from None
-    except IsADirectoryError:
-        raise ConversionError(f"{shown}: is a directory, not an ONNX file") from None
-    except PermissionError:
-        raise ConversionError(f"{shown}: permission denied") from None
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise ConversionError(f"{shown}: not a valid ONNX file (truncated or corrupt: {e})") from None
-    if not proto.ir_version or not proto.graph.node and not proto.graph.output:
-        raise ConversionError(f"{shown}: not an ONNX model (no IR version or empty graph)")
-    base_dir = os.getcwd() if path == "-" else os.path.dirname(os.path.abspath(path))
-    try:
-        onnx.external_data_helper.load_external_data_for_model(proto, base_dir)
-    except (OSError, ValueError) as e:
-        raise ConversionError(f"{shown}: cannot read external data: {e}") from None
-    return proto
-
-
 def _np_dtype(elem_type: int) -> np.dtype:
     try:
         return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
@@ -91,10 +62,13 @@ def _np_dtype(elem_type: int) -> np.dtype:
             f"tensor type {onnx.TensorProto.DataType.Name(elem_type)} is not supported") from None
 
 
-def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
-    """Reads an initializer without a second copy of raw data, then frees the proto's bytes."""
+def _tensor_to_array(t: onnx.TensorProto, source: OnnxFile) -> np.ndarray:
+    """Reads an initializer without a second copy of raw data (from the file when its bytes were
+    left there), then frees the proto's bytes."""
     if t.data_type == onnx.TensorProto.STRING:
         raise ConversionError(f"initializer {t.name!r}: string tensors are not supported")
+    if t.name in source.stored:
+        return source.read_stored(t, _np_dtype(t.data_type).newbyteorder("<"))
     if t.HasField("raw_data") and t.data_type not in (onnx.TensorProto.BFLOAT16,) and \
             _np_dtype(t.data_type).kind in "fiub":
         array = np.frombuffer(t.raw_data, dtype=_np_dtype(t.data_type).newbyteorder("<"))
@@ -107,14 +81,15 @@ def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
 class _Graph:
     """What the loader knows about the ONNX graph: constants, shapes and dtypes by value name."""
 
-    def __init__(self, proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]]):
+    def __init__(self, source: OnnxFile, input_shapes: dict[str, tuple[int, ...]]):
+        proto = source.proto
         self.proto = proto
         self.graph = proto.graph
         self.opsets = {o.domain: o.version for o in proto.opset_import}
         self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 1))
         self.constants: dict[str, np.ndarray] = {}
         for t in self.graph.initializer:
-            self.constants[t.name] = _tensor_to_array(t)
+            self.constants[t.name] = _tensor_to_array(t, source)
         # Old exporters list initializers (and even node outputs) among the graph inputs.
         not_inputs = set(self.constants) | {o for n in self.graph.node for o in n.output}
         self.inputs = [i for i in self.graph.input if i.name not in not_inputs]
@@ -355,14 +330,16 @@ def _cast_options(source: np.dtype, target: np.dtype) -> dict:
 OLDEST_IMPORTED_OPSET = 9
 
 
-def upgrade_old_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
+def upgrade_old_opset(source: OnnxFile) -> OnnxFile:
     """Models older than opset 9 (legacy broadcast attributes, BatchNormalization's is_test...)
     go through onnx's version converter, so importers only know opset 9 and newer."""
+    proto = source.proto
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or opset >= OLDEST_IMPORTED_OPSET:
-        return proto
+        return source
+    source.restore_weights()  # the version converter reads initializers
     try:
-        return onnx.version_converter.convert_version(proto, OLDEST_IMPORTED_OPSET)
+        return OnnxFile(onnx.version_converter.convert_version(proto, OLDEST_IMPORTED_OPSET))
     except Exception as e:  # the converter raises several types; all mean it cannot upgrade
         raise ConversionError(f"opset {opset} model could not be upgraded to opset "
                               f"{OLDEST_IMPORTED_OPSET}: {str(e).splitlines()[0]}") from None
@@ -372,12 +349,16 @@ def _node_name(node: onnx.NodeProto, index: int) -> str:
     return node.name or f"{node.op_type}_{index}:{node.output[0] if node.output else ''}"
 
 
-def load(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
+def load(source: OnnxFile | onnx.ModelProto,
+         input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault."""
-    if len(proto.graph.node) == 0 and not proto.graph.output:
+    if isinstance(source, onnx.ModelProto):
+        source = OnnxFile(source)
+    if len(source.proto.graph.node) == 0 and not source.proto.graph.output:
         raise ConversionError("the ONNX graph is empty")
-    proto = upgrade_old_opset(proto)
-    graph = _Graph(proto, input_shapes or {})
+    source = upgrade_old_opset(source)
+    proto = source.proto
+    graph = _Graph(source, input_shapes or {})
     for _ in range(20):
         graph.infer_shapes()
         if not graph.fold_constants():

@@ -10,6 +10,8 @@ that map the file and cast in place read aligned data.
 from __future__ import annotations
 
 import hashlib
+import io
+import mmap
 
 import flatbuffers
 import numpy as np
@@ -168,25 +170,29 @@ class _Writer:
             self.by_hash.setdefault(key, []).append(index)
         return index
 
-    def build(self) -> tuple[memoryview, int]:
+    def build(self) -> Flatbuffer:
         self.number_everything()
         data_size = sum(v.nbytes + DATA_ALIGNMENT + 8 for v in self.buffer_data)
-        size = data_size + 65536 + 1024 * len(self.tensor_index) + 1024 * len(self.model.operators)
+        quant_size = sum(12 * np.size(a.quant.scale) for a in self.model.arrays.values() if a.quant)
+        size = (data_size + quant_size + 65536 + 1024 * len(self.tensor_index)
+                + 1024 * len(self.model.operators))
         b = flatbuffers.Builder(0)
-        # Presized so it never grows (growing copies everything), and an uninitialised numpy
-        # buffer rather than a zero-filled bytearray: the pages are written once, by the data.
-        b.Bytes = memoryview(np.empty(size, dtype=np.uint8))
+        # Presized so it never grows (growing copies everything). An anonymous mapping: its pages
+        # take memory only once written, and the data's pages never are (see _reserve).
+        b.Bytes = memoryview(mmap.mmap(-1, size))
         b.head = size
         # Data first: it ends up at the end of the file, as TensorFlow's converter lays it out.
         readers: dict[int, list[str]] = {}
         for name, index in self.buffer_of.items():
             readers.setdefault(index, []).append(name)
-        data_vectors = []
-        for k in range(len(self.buffer_data)):
-            data_vectors.append(self._aligned_bytes(b, self.buffer_data[k]))
+        data_vectors, holes = [], []
+        for k, data in enumerate(self.buffer_data):
+            vector = self._reserve(b, data)
+            data_vectors.append(vector)
+            holes.append((vector, data))
             if self.release_data:
-                # The bytes are in the builder now: drop every other reference to them, so that
-                # the weights are held once, not twice, while the file is built.
+                # The Flatbuffer holds the data now, until it is written out: drop every other
+                # reference to it, so that each array goes as soon as it is in the file.
                 self.buffer_data[k] = None
                 for name in readers[k + 1]:
                     self.model.arrays[name].data = None
@@ -211,17 +217,18 @@ class _Writer:
             ("SignatureDefs", self._vector(b, "ModelStartSignatureDefsVector", [signature])),
         ])
         b.Finish(model, file_identifier=b"TFL3")
-        return b.Bytes, b.Head()
+        # A vector's offset counts from the end of the buffer; its data follows its 4-byte length.
+        end = len(b.Bytes)
+        holes = [(end - vector + 4, data) for vector, data in holes]
+        return Flatbuffer(b.Bytes, b.Head(), holes, self.release_data)
 
     # --- pieces -------------------------------------------------------------------------------
     @staticmethod
-    def _aligned_bytes(b: flatbuffers.Builder, data: np.ndarray) -> int:
-        """Copies `data` (any strides) straight into the builder, 16-byte aligned in the file."""
-        n = data.nbytes
-        b.StartVector(1, n, DATA_ALIGNMENT)
-        b.head = b.head - n
-        target = np.frombuffer(b.Bytes, dtype=data.dtype, count=data.size, offset=b.head)
-        np.copyto(target.reshape(data.shape), data)
+    def _reserve(b: flatbuffers.Builder, data: np.ndarray) -> int:
+        """Makes room for `data` in the builder, 16-byte aligned in the file, without copying it
+        there (Flatbuffer.write_to writes it); returns the vector's offset."""
+        b.StartVector(1, data.nbytes, DATA_ALIGNMENT)
+        b.head = b.head - data.nbytes
         return b.EndVector()
 
     @staticmethod
@@ -328,11 +335,45 @@ class _Writer:
             ("Inputs", inputs), ("Outputs", outputs), ("SignatureKey", key), ("SubgraphIndex", 0)])
 
 
-def serialize(model: Model, description: str, release_data: bool = False) -> memoryview:
-    """The flatbuffer bytes of `model`, as a view into the builder's buffer (no extra copy).
+class Flatbuffer:
+    """A serialized model: the builder's bytes, in which each constant's data still sits in its
+    numpy array (`holes`: position in the builder's bytes, array). write_to writes the file with
+    every array in its place; bytes() gives it in one piece. So the weights are never in memory
+    twice, and with release_data each array goes as soon as it is written."""
 
-    With release_data, each constant's data is dropped from the model as soon as it is copied
-    (the model keeps its structure but no longer its weights), so the weights are in memory once,
-    not twice, while the file is built."""
-    data, head = _Writer(model, description, release_data).build()
-    return memoryview(data)[head:]
+    def __init__(self, builder_bytes: memoryview, head: int, holes: list, release_data: bool):
+        self._bytes, self._head = builder_bytes, head
+        self._holes = sorted(holes, key=lambda hole: hole[0])  # in file order
+        self._release_data = release_data
+
+    def __len__(self) -> int:
+        return len(self._bytes) - self._head
+
+    def write_to(self, f) -> None:
+        """Writes the model to the binary file object `f`, once if made with release_data."""
+        if self._holes is None:
+            raise RuntimeError("the model's data was released when it was written")
+        cursor = self._head
+        for k, (position, data) in enumerate(self._holes):
+            f.write(self._bytes[cursor:position])
+            f.write(_bytes_of(data))
+            cursor = position + data.nbytes
+            if self._release_data:
+                self._holes[k] = (position, None)
+                del data
+        f.write(self._bytes[cursor:])
+        if self._release_data:
+            self._holes = None
+
+    def __bytes__(self) -> bytes:
+        out = io.BytesIO()
+        self.write_to(out)
+        return out.getvalue()
+
+
+def serialize(model: Model, description: str, release_data: bool = False) -> Flatbuffer:
+    """`model` as a TFLite flatbuffer (see Flatbuffer).
+
+    With release_data, each constant's data is dropped from the model (which keeps its structure
+    but no longer its weights) and from the Flatbuffer once written out."""
+    return _Writer(model, description, release_data).build()

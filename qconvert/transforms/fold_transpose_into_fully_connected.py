@@ -12,14 +12,30 @@ from ..ir import Model
 from .sink_transposes import inverse, transpose_perm
 
 
+# Rows permuted per block: a big weight (VGG's first dense layer is 411 MB) is rewritten in place
+# when nothing else reads it, with one block as scratch.
+_BLOCK_BYTES = 16 << 20
+
+
+def _permute_columns(weights: np.ndarray, out: np.ndarray, inner_shape: tuple[int, ...],
+                     axes: tuple[int, ...]) -> None:
+    """out[r] = weights[r] viewed as inner_shape and transposed by axes (axes[0] is the row);
+    `out` may be `weights` itself."""
+    rows = weights.shape[0]
+    step = max(1, _BLOCK_BYTES // max(1, weights[:1].nbytes))
+    for start in range(0, rows, step):
+        block = weights[start:start + step]
+        out[start:start + step] = np.transpose(block.reshape((len(block),) + inner_shape), axes).reshape(
+            block.shape)
+
+
 def fold_transpose_into_fully_connected(model: Model) -> bool:
     changed = False
     for fc in model.operators:
         if fc.type != "FULLY_CONNECTED":
             continue
         reshape = model.producer(fc.inputs[0])
-        weights = model.constant(fc.inputs[1])
-        if reshape is None or reshape.type != "RESHAPE" or weights is None:
+        if reshape is None or reshape.type != "RESHAPE" or not model.arrays[fc.inputs[1]].is_constant:
             continue
         transpose = model.producer(reshape.inputs[0])
         if transpose is None or transpose.type != "TRANSPOSE":
@@ -32,10 +48,14 @@ def fold_transpose_into_fully_connected(model: Model) -> bool:
         if perm is None or perm[0] != 0 or len(flat) != 2 or flat[0] != t_shape[0]:
             continue
         inv = inverse(perm)
-        out_channels = weights.shape[0]
-        w = weights.reshape((out_channels,) + t_shape[1:])
-        w = np.transpose(w, (0,) + tuple(inv[k] for k in range(1, len(perm))))
-        model.set_input(fc, 1, model.add_constant(fc.inputs[1], np.ascontiguousarray(w.reshape(out_channels, -1))))
+        axes = (0,) + tuple(inv[k] for k in range(1, len(perm)))
+        permuted = model.data_to_change_in_place(fc.inputs[1])  # before anything else holds it
+        weights = model.constant(fc.inputs[1])
+        if permuted is None:
+            permuted = np.empty_like(weights)
+        _permute_columns(weights, permuted, t_shape[1:], axes)
+        model.set_input(fc, 1, model.add_constant(fc.inputs[1], permuted))
+        del permuted, weights
         model.set_input(reshape, 0, transpose.inputs[0])
         changed = True
     return changed

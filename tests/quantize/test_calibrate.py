@@ -240,3 +240,32 @@ def test_not_a_file(tmp_path):
 
 def test_model_input_specs():
     assert model_input_specs(make_model()) == INPUTS
+
+
+# --- the range recorder ------------------------------------------------------------------------
+
+def test_recorder_global_ranges_by_dtype_size_and_special_values(caplog):
+    """Small tensors are reduced together per dtype, big ones alone; NaN is skipped (and
+    counted in a warning), +-inf left out of the range; a tensor with no finite value, or empty,
+    has no range; the tensors may change from one sample to the next."""
+    from qconvert.quantize.calibrate import _SMALL, _RangeRecorder
+
+    big = np.zeros(_SMALL + 1, np.float32)
+    big[5], big[-1] = -3.0, 7.5
+    recorder = _RangeRecorder()
+    recorder.record({"a": np.array([1.0, -2.0], np.float32), "i": np.array([3, 9], np.int64),
+                     "b": np.array([True, True]), "h": np.array([0.5], np.float16),
+                     "nan": np.array([np.nan, 4.0, -1.0], np.float32), "big": big,
+                     "mask": np.array([-np.inf, 2.0], np.float32), "none": np.array([np.nan]),
+                     "empty": np.zeros((0, 3), np.float32)})
+    recorder.record({"a": np.array([0.5, 6.0], np.float32), "i": np.array([-4, 0], np.int64),
+                     "b": np.array([False, True]), "h": np.array([0.25], np.float16),
+                     "nan": np.array([np.nan, np.nan, 2.0], np.float32), "big": big * 2,
+                     "mask": np.array([-np.inf, 1.0], np.float32), "none": np.array([np.nan]),
+                     "empty": np.zeros((0, 3), np.float32)})
+    recorder.record({"a": np.array([-5.0], np.float32), "later": np.array([1, 2], np.int32)})
+    assert recorder.result() == {"a": (-5.0, 6.0), "i": (-4.0, 9.0), "b": (0.0, 1.0), "h": (0.25, 0.5),
+                                 "nan": (-1.0, 4.0), "big": (-6.0, 15.0), "mask": (1.0, 2.0),
+                                 "later": (1.0, 2.0)}
+    assert "tensor 'nan' had 3 NaN values, skipped" in caplog.text
+    assert "tensor 'none' had 2 NaN values, skipped" in caplog.text
