@@ -16,8 +16,13 @@ Weight-storage table (weights.py), up to three rows per model: `qconvert --weigh
 `qconvert --float16`, and onnxruntime's quantize_dynamic, scored on the int8 table's held-out
 samples and timed next to the float model in their runtime.
 
-    .venv/bin/python bench/bench.py [--models resnet50,squeezenet] [--tables float,int8,weights]
-        [--int8-samples 100] [--held-out 20] [--no-peer] [--out DIR]
+Scaling table (scaling.py), two rows per generated model (tests/models/generated.py, not the
+light models: --models does not apply): float and int8 conversion time per ONNX node at
+--scaling-sizes nodes, and qconvert's calibration time next to plain onnxruntime inference.
+
+    .venv/bin/python bench/bench.py [--models resnet50,squeezenet]
+        [--tables float,int8,weights,scaling] [--int8-samples 100] [--held-out 20] [--no-peer]
+        [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer] [--out DIR]
 
 --tables chooses the tables printed (all by default). The int8 and weight tables need the float
 .tflite (for their size and latency ratios): without the float table it is still converted, but
@@ -47,17 +52,19 @@ import onnx
 from qconvert.quantize.calibration_data import model_input_specs
 
 if __package__:
-    from . import int8, models, runners, weights
+    from . import int8, models, runners, scaling, weights
 else:  # run as a script: bench/ is on sys.path
     import int8
     import models
     import runners
+    import scaling
     import weights
 
 COLUMNS = ["model", "convert (s)", "peak RSS (MB)", "weights (MB)", ".tflite (MB)", "ops",
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
-TABLES = ("float", "int8", "weights")
+LIGHT_TABLES = ("float", "int8", "weights")  # the tables of the --models
+TABLES = LIGHT_TABLES + ("scaling",)
 
 
 def machine_line() -> str:
@@ -182,11 +189,15 @@ def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Count
 
 def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     """Text columns left-aligned, numbers right-aligned."""
-    text = ("model", "status", "quantizer", "runtime")  # the others hold numbers
+    text = ("model", "mode", "status", "quantizer", "runtime")  # the others hold numbers
     lines = ["| " + " | ".join(columns) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
     lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def parse_args(argv=None):
@@ -207,6 +218,10 @@ def parse_args(argv=None):
                         help="held-out samples that score the int8 and weight-storage models")
     parser.add_argument("--no-peer", action="store_true",
                         help="no onnxruntime quantize_static / quantize_dynamic rows")
+    parser.add_argument("--scaling-sizes", default=",".join(map(str, scaling.SIZES)),
+                        help="ONNX node counts of the scaling table's generated models")
+    parser.add_argument("--scaling-families", default=",".join(scaling.FAMILIES),
+                        help=f"comma-separated subset of: {','.join(scaling.FAMILIES)}")
     parser.add_argument("--tflite-worker", nargs=4, help=argparse.SUPPRESS,
                         metavar=("TFLITE", "REPORT", "SAMPLES", "RESULT"))
     parser.add_argument("--baseline", nargs=2, help=argparse.SUPPRESS, metavar=("TFLITE", "REPORT"))
@@ -218,10 +233,18 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.int8_samples < 0 or args.held_out < 1:
         parser.error("--int8-samples must be >= 0 and --held-out >= 1")
-    tables = [t.strip() for t in args.tables.split(",") if t.strip()]
+    tables = comma_list(args.tables)
     unknown = [t for t in tables if t not in TABLES]
     if unknown or not tables:
         parser.error(f"--tables takes a comma-separated subset of {','.join(TABLES)}")
+    sizes = comma_list(args.scaling_sizes)
+    if not sizes or not all(s.isdigit() and int(s) > 0 for s in sizes):
+        parser.error("--scaling-sizes takes comma-separated positive node counts")
+    args.scaling_sizes = sorted({int(s) for s in sizes})
+    args.scaling_families = comma_list(args.scaling_families)
+    if not args.scaling_families or set(args.scaling_families) - set(scaling.FAMILIES):
+        parser.error(f"--scaling-families takes a comma-separated subset of "
+                     f"{','.join(scaling.FAMILIES)}")
     args.tables = {t for t in tables if t != "int8" or args.int8_samples}
     return args
 
@@ -238,7 +261,7 @@ def main(argv=None) -> int:
     if args.ort_dynamic_worker:
         weights.ort_dynamic_worker(*args.ort_dynamic_worker)
         return 0
-    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    names = comma_list(args.models) if args.tables & set(LIGHT_TABLES) else []
     unknown = [n for n in names if n not in models.MODELS]
     if unknown:
         print(f"bench: unknown model(s) {', '.join(unknown)}; known: {', '.join(models.MODELS)}",
@@ -265,6 +288,8 @@ def main(argv=None) -> int:
                                                          sorted(counts.items())))
             if floats and args.tables & quantized.keys():
                 bench_quantized(name, floats, out_dir, args, quantized)
+        if "scaling" in args.tables:
+            scaled = scaling.bench_scaling(out_dir, args)
     print(machine_line())
     print(source_line(start_commit))
     if "float" in args.tables:
@@ -282,6 +307,10 @@ def main(argv=None) -> int:
         print(weights.HEADER.format(held_out=args.held_out, seed=args.seed))
         print(markdown_table(quantized["weights"][0], weights.COLUMNS))
         print("\n" + "\n".join(quantized["weights"][1]))
+    if "scaling" in args.tables:
+        print(scaling.header(args.seed))
+        print(markdown_table(scaled[0], scaling.COLUMNS))
+        print("\n" + "\n".join(scaled[1]))
     return 0
 
 

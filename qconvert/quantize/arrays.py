@@ -7,6 +7,9 @@ in front of a consumer -- computes the same numbers from the same range.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable
+
 import numpy as np
 
 from ..ir import Array, MinMax, Model, Operator, QuantParams
@@ -126,34 +129,64 @@ def input_scale(op: Operator, model: Model) -> float:
     return float(activation_params(model.arrays[first]).scale[0])
 
 
+def sweep_until_stable(model: Model, visit: Callable[[Operator], list[str]]) -> bool:
+    """Runs visit(op) over the operators in order, pass after pass, until a pass changes nothing;
+    returns whether any visit changed something. visit returns the names of the arrays whose
+    range it set and depends on nothing but the ranges of its op's arrays, so a later pass only
+    revisits the ops next to an array that changed (in order, as a whole pass would meet them):
+    the result of whole passes, at the cost of one pass plus the changes."""
+    ops = model.operators
+    position = {op: i for i, op in enumerate(ops)}
+    due, later = list(range(len(ops))), set()
+    changed = False
+    while due:
+        heapq.heapify(due)
+        queued = set(due)
+        while due:
+            i = heapq.heappop(due)
+            for name in visit(ops[i]):
+                changed = True
+                producer = model.producer(name)
+                for neighbour in ([producer] if producer else []) + model.consumers(name):
+                    j = position[neighbour]
+                    if j > i and j not in queued:
+                        heapq.heappush(due, j)  # still ahead in this pass
+                        queued.add(j)
+                    elif j <= i:
+                        later.add(j)  # the next pass
+        due, later = list(later), set()
+    return changed
+
+
 def fill_across_same_scale_ops(model: Model, concat_pieces: bool = True) -> bool:
     """Gives arrays without a calibrated range the range across a same-scale op (step 1 of
-    transforms/propagate_minmax.py); returns whether it filled any. Also run right after
-    calibration, there without `concat_pieces`: a grouped conv's groups must wait until
-    fuse_activation has moved a following RELU into them and the concatenation's output has
-    become the RELU's."""
-    changed = False
-    for op in model.operators:
-        rule = rule_of(op)
-        if rule is None or rule.output != "same":
-            continue
-        inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
-        outputs = [model.arrays[n] for n in op.outputs]
-        if not inputs or any(a.dtype != FLOAT32 for a in inputs):
-            continue
-        if len(inputs) > 1:
-            # A concat's piece (a grouped conv's group) lies within the output's range.
-            if concat_pieces and outputs[0].minmax is not None:
-                for array in inputs:
-                    if array.minmax is None and not array.is_constant:
-                        array.minmax = outputs[0].minmax
-                        changed = True
-            continue
+    transforms/propagate_minmax.py), until none is left to fill; returns whether it filled any.
+    Also run right after calibration, there without `concat_pieces`: a grouped conv's groups must
+    wait until fuse_activation has moved a following RELU into them and the concatenation's
+    output has become the RELU's."""
+    return sweep_until_stable(model, lambda op: _fill_across(model, op, concat_pieces))
+
+
+def _fill_across(model: Model, op: Operator, concat_pieces: bool) -> list[str]:
+    rule = rule_of(op)
+    if rule is None or rule.output != "same":
+        return []
+    inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
+    outputs = [model.arrays[n] for n in op.outputs]
+    if not inputs or any(a.dtype != FLOAT32 for a in inputs):
+        return []
+    if len(inputs) > 1:
+        # A concat's piece (a grouped conv's group) lies within the output's range.
+        if not concat_pieces or outputs[0].minmax is None:
+            return []
+        filled = [a for a in inputs if a.minmax is None and not a.is_constant]
+        source = outputs[0].minmax
+    else:
         known = [a.minmax for a in [inputs[0], *outputs] if a.minmax is not None]
         if not known:
-            continue
-        for array in [inputs[0], *outputs]:
-            if array.minmax is None and not array.is_constant:
-                array.minmax = known[0]
-                changed = True
-    return changed
+            return []
+        filled = [a for a in [inputs[0], *outputs] if a.minmax is None and not a.is_constant]
+        source = known[0]
+    for array in filled:
+        array.minmax = source
+    return [a.name for a in filled]

@@ -30,8 +30,6 @@ log = logging.getLogger("qconvert")
 
 _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                 onnx.TensorProto.BFLOAT16}
-_NUMERIC_TYPES = _FLOAT_TYPES | {getattr(onnx.TensorProto, t) for t in (
-    "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "BOOL")}
 # Protobuf cannot serialize a model of 2 GiB or more; such a model goes to onnxruntime via a file.
 _PROTO_LIMIT = (2 << 30) - (64 << 20)
 
@@ -58,8 +56,8 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every top-level tensor, from the model and ONNX shape inference."""
+def _declared_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of the top-level tensors the model declares one for."""
     types: dict[str, int] = {}
     graph = model.graph
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -67,6 +65,13 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
             types[vi.name] = vi.type.tensor_type.elem_type
     for t in graph.initializer:
         types[t.name] = t.data_type
+    return types
+
+
+def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every top-level tensor, from the model and ONNX shape inference."""
+    types = _declared_types(model)
+    graph = model.graph
     missing = [o for n in graph.node for o in n.output if o and o not in types]
     if missing:
         try:
@@ -110,7 +115,8 @@ class CalibrationRun:
     """An onnxruntime session over a copy of `model` with the tensors to calibrate exposed as
     outputs. Build it while the ONNX model still holds its weights (the loader frees them); the
     session keeps its own copy. `tensor_names` None means every float tensor that is a graph input
-    or a node output; "all" every numeric one; otherwise those tensors (of any numeric type)."""
+    or a node output; "all" every graph input and node output (fetch numeric ones only); otherwise
+    those tensors (of any numeric type)."""
 
     def __init__(self, model: onnx.ModelProto, tensor_names: list[str] | str | None = None):
         import onnxruntime as ort
@@ -119,10 +125,13 @@ class CalibrationRun:
         initializers = {t.name for t in graph.initializer}
         graph_inputs = [i.name for i in graph.input if i.name not in initializers]
         produced = [o for n in graph.node for o in n.output if o]
-        types = _tensor_types(model)
-        if tensor_names is None or tensor_names == "all":
-            kinds = _FLOAT_TYPES if tensor_names is None else _NUMERIC_TYPES
-            wanted = [n for n in dict.fromkeys(graph_inputs + produced) if types.get(n) in kinds]
+        # Every tensor's type takes ONNX shape inference; "all" needs none: whoever fetches from
+        # it asks for numeric tensors only (calibrate_model: those the IR has).
+        types = _tensor_types(model) if tensor_names is None else _declared_types(model)
+        if tensor_names == "all":
+            wanted = list(dict.fromkeys(graph_inputs + produced))
+        elif tensor_names is None:
+            wanted = [n for n in dict.fromkeys(graph_inputs + produced) if types.get(n) in _FLOAT_TYPES]
         else:
             known = set(graph_inputs) | set(produced)
             unknown = [n for n in tensor_names if n not in known]
@@ -373,6 +382,5 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
             array.minmax = MinMax(lo, hi)
             count += 1
     # Now, while every CONV_2D's NHWC output still sits next to its TRANSPOSE back to the ONNX tensor.
-    while fill_across_same_scale_ops(model, concat_pieces=False):
-        pass
+    fill_across_same_scale_ops(model, concat_pieces=False)
     return count

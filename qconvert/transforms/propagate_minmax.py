@@ -14,13 +14,15 @@ kernels' same-scale and fixed-output rules (TOCO's HardcodeMinMax, plus concat u
    producer's params are tied (a fixed-output LOGISTIC, another same-scale op) is requantized
    later by insert_quantize_dequantize.
 4. A fixed-output op's output (SOFTMAX, LOGISTIC, TANH, ...) gets the range its params represent.
+Step 1, and steps 3 and 4, each repeat until nothing changes; each repeat visits only the ops next
+to a range that changed (quantize.arrays.sweep_until_stable).
 """
 
 from __future__ import annotations
 
 import logging
 
-from ..ir import MinMax, Model
+from ..ir import MinMax, Model, Operator
 from ..quantize.arrays import (
     BOUNDARY_OPS,
     FLOAT32,
@@ -28,6 +30,7 @@ from ..quantize.arrays import (
     fixed_range,
     is_float_activation,
     rule_of,
+    sweep_until_stable,
     value_range,
 )
 
@@ -52,49 +55,42 @@ def _apply_default_range(model: Model, default_range: tuple[float, float]) -> bo
     return bool(missing)
 
 
-def _unify(model: Model) -> bool:
-    changed = False
-    for op in model.operators:
-        rule = rule_of(op)
-        if op.type in BOUNDARY_OPS or rule is None:
-            continue
-        outputs = [model.arrays[n] for n in op.outputs]
-        if rule.output == "fixed":
-            for array in outputs:
-                changed |= array.dtype == FLOAT32 and _set(array, fixed_range(rule))
-            continue
-        if rule.output != "same":
-            continue
-        inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
-        ranges = [value_range(a) for a in inputs]
-        if not inputs or any(a.dtype != FLOAT32 for a in inputs):
-            continue
-        # A constant without a range of its own (PADV2's lowest-float pad value) joins whatever
-        # range the others give; an activation without one leaves the op to stay float.
-        if any(r is None and not a.is_constant for a, r in zip(inputs, ranges)):
-            continue
-        ranges = [r for r in ranges if r is not None]
-        if not ranges:
-            continue
-        union = MinMax(min(r.min for r in ranges), max(r.max for r in ranges))
-        for array in outputs:
-            changed |= _set(array, union)
-        if len(inputs) == 1:
-            continue
-        for array in inputs:
-            producer = model.producer(array.name)
-            producer_rule = rule_of(producer) if producer is not None else None
-            if producer_rule is not None and producer_rule.output == "free":
-                changed |= _set(array, union)
+def _unify(model: Model, op: Operator) -> list[str]:
+    """Steps 3 and 4 for one op; the names of the arrays whose range it changed."""
+    rule = rule_of(op)
+    if op.type in BOUNDARY_OPS or rule is None:
+        return []
+    outputs = [model.arrays[n] for n in op.outputs]
+    if rule.output == "fixed":
+        return [a.name for a in outputs if a.dtype == FLOAT32 and _set(a, fixed_range(rule))]
+    if rule.output != "same":
+        return []
+    inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
+    ranges = [value_range(a) for a in inputs]
+    if not inputs or any(a.dtype != FLOAT32 for a in inputs):
+        return []
+    # A constant without a range of its own (PADV2's lowest-float pad value) joins whatever
+    # range the others give; an activation without one leaves the op to stay float.
+    if any(r is None and not a.is_constant for a, r in zip(inputs, ranges)):
+        return []
+    ranges = [r for r in ranges if r is not None]
+    if not ranges:
+        return []
+    union = MinMax(min(r.min for r in ranges), max(r.max for r in ranges))
+    changed = [a.name for a in outputs if _set(a, union)]
+    if len(inputs) == 1:
+        return changed
+    for array in inputs:
+        producer = model.producer(array.name)
+        producer_rule = rule_of(producer) if producer is not None else None
+        if producer_rule is not None and producer_rule.output == "free" and _set(array, union):
+            changed.append(array.name)
     return changed
 
 
 def propagate_minmax(model: Model, default_range: tuple[float, float] | None = None) -> bool:
-    changed = False
-    while fill_across_same_scale_ops(model):
-        changed = True
+    changed = fill_across_same_scale_ops(model)
     if default_range is not None:
         changed |= _apply_default_range(model, default_range)
-    while _unify(model):
-        changed = True
+    changed |= sweep_until_stable(model, lambda op: _unify(model, op))
     return changed
