@@ -279,6 +279,8 @@ def bench_int8(name: str, floats: dict, scoring: tuple, out_dir: Path,
                                        CALIBRATION_STREAM))
     held_out, reference = scoring
     ours, our_facts = bench_qconvert(name, calibration, held_out, reference, floats, out_dir, args)
+    if "calibration_seconds" in our_facts:
+        our_facts["ort_seconds"] = runners.ort_seconds(floats["source"], calibration, args.timeout)
     if args.no_peer:
         peer, peer_facts = None, {}
     else:
@@ -307,7 +309,9 @@ def notes(name: str, ours: dict, peer: dict) -> list[str]:
         details.append(f"softmax-input SQNR {ours['logits_sqnr']:.1f}"
                        + (f" vs peer {theirs:.1f}" if theirs is not None else "") + " dB")
     if "calibration_seconds" in ours:
-        details.append(f"qconvert calibration {ours['calibration_seconds']:.1f} s")
+        calibration, plain = ours["calibration_seconds"], ours["ort_seconds"]
+        details.append(f"qconvert calibration {calibration:.1f} s, plain onnxruntime on the same "
+                       f"samples {plain:.1f} s ({calibration / plain:.1f}x)")
     if ours.get("float_delegated") and ours.get("delegated"):
         f, i = ours["float_delegated"], ours["delegated"]
         details.append(f"XNNPACK took {f[0]}/{f[1]} float ops, {i[0]}/{i[1]} int8 ops")

@@ -423,3 +423,27 @@ def record_measured(row: dict, measured: dict, time_column: str, digits: int) ->
         row["status"] = measured["error"]
         return False
     return True
+
+
+# Child process: a default onnxruntime session on argv[1], run on each sample of the .npz argv[2];
+# prints the seconds from making the session to the last run's end.
+_ORT_TIMER = """
+import json, sys, time
+import numpy as np, onnxruntime as ort
+samples = dict(np.load(sys.argv[2]))
+count = len(next(iter(samples.values())))
+start = time.perf_counter()
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+for k in range(count):
+    session.run(None, {name: value[k] for name, value in samples.items()})
+print(json.dumps(time.perf_counter() - start))
+"""
+
+
+def ort_seconds(source: Path, calibration: Path, timeout: float) -> float:
+    """Plain onnxruntime's time on the calibration samples, in a fresh process (_ORT_TIMER)."""
+    proc = subprocess.run([sys.executable, "-c", _ORT_TIMER, str(source), str(calibration)],
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"onnxruntime: {one_line(proc.stderr)}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

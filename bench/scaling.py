@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -63,20 +61,6 @@ conversion of {goals}.
 # The goals: per-op time growth from REFERENCE_SIZE nodes, float seconds at these sizes.
 REFERENCE_SIZE, GROWTH_GOAL = 600, 2.0
 SECONDS_GOALS = {2400: 3.0, 10000: 12.0}
-
-# Child process: a default onnxruntime session on argv[1], run on each sample of the .npz argv[2];
-# prints the seconds from making the session to the last run's end.
-_ORT_TIMER = """
-import json, sys, time
-import numpy as np, onnxruntime as ort
-samples = dict(np.load(sys.argv[2]))
-count = len(next(iter(samples.values())))
-start = time.perf_counter()
-session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
-for k in range(count):
-    session.run(None, {name: value[k] for name, value in samples.items()})
-print(json.dumps(time.perf_counter() - start))
-"""
 
 
 def header(seed: int) -> str:
@@ -122,15 +106,6 @@ def calibration_path(family: str, n: int, seed: int) -> Path:
     return _cached(family, n, seed, f".cal{CALIBRATION_SAMPLES}.npz", make)
 
 
-def ort_seconds(source: Path, calibration: Path, timeout: float) -> float:
-    """Plain onnxruntime's time on the calibration samples, in a fresh process (_ORT_TIMER)."""
-    proc = subprocess.run([sys.executable, "-c", _ORT_TIMER, str(source), str(calibration)],
-                          capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"onnxruntime: {runners.one_line(proc.stderr)}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def _measure(row: dict, family: str, n: int, mode: str, out_dir: Path, args) -> tuple | None:
     """Fills `row`; returns (convert seconds, ONNX nodes) when the conversion worked."""
     source = model_path(family, n, args.seed)
@@ -151,7 +126,7 @@ def _measure(row: dict, family: str, n: int, mode: str, out_dir: Path, args) -> 
     if mode == "int8":
         calib = report["quantization"]["calibration_seconds"]
         row["calib (s)"] = f"{calib:.3f}"
-        ort = ort_seconds(source, calibration, args.timeout)
+        ort = runners.ort_seconds(source, calibration, args.timeout)
         row["ORT (s)"] = f"{ort:.3f}"
         row["calib / ORT"] = f"{calib / ort:.1f}"
     row["status"] = "ok"
