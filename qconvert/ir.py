@@ -57,7 +57,7 @@ class Array:
         return self.data is not None
 
 
-# Instrumentation, read by tests/transforms/test_linear_cost.py and never by the program: how many
+# Instrumentation, read by tests/models/test_linear_cost.py and never by the program: how many
 # operators whole-graph walks visited ("operator visits") and how many constant buffers the writer
 # compared byte by byte. Both must grow linearly with the model.
 WORK: collections.Counter = collections.Counter()
@@ -354,7 +354,7 @@ class Model:
         time an op is reached all its outputs' live readers have been seen."""
         used = set(self.outputs)
         dead = []
-        for op in reversed(self.operators):
+        for op in reversed(list(self.operators)):
             if any(o in used for o in op.outputs):
                 used.update(op.inputs)
             else:

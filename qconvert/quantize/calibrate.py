@@ -9,7 +9,6 @@ attention mask's -inf, are left out of the range and saturate in int8).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import tempfile
@@ -218,7 +217,7 @@ class CalibrationRun:
 
 # Tensors up to this many elements get their min/max together, in one numpy call per dtype (a
 # model has thousands of small tensors, and a call per tensor would cost more than the inference).
-_SMALL = 1 << 16
+_SMALL = 1 << 14
 
 
 class _RangeRecorder:

@@ -42,9 +42,10 @@ def hoist_transpose_through_reshape(model: Model) -> bool:
             continue
         order = sorted(range(len(groups)), key=lambda g: positions[g][0])
         a_perm = tuple(a for g in order for a in groups[g][0])
-        first = model.insert_before(reshape, add_transpose(model, reshape.inputs[0], a_perm, source=op.source))
-        out_shape = model.arrays[op.outputs[0]].shape
-        model.set_inputs(reshape, [first.outputs[0], model.add_constant("shape", np.array(out_shape, np.int32))])
+        first = add_transpose(model, reshape.inputs[0], a_perm, source=op.source)
+        model.insert_before(reshape, first)
+        out_shape = np.array(model.arrays[op.outputs[0]].shape, np.int32)
+        model.set_inputs(reshape, [first.outputs[0], model.add_constant("shape", out_shape)])
         model.set_outputs(reshape, [op.outputs[0]])
         model.remove_operator(op)
         changed = True

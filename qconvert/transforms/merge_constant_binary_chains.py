@@ -38,7 +38,8 @@ def _merge(model: Model, first: Operator, second: Operator, constant: np.ndarray
     """`second` reads first's activation input and `constant`; `first` goes."""
     index, _ = split_constant_binary(first, model)
     second_index, _ = split_constant_binary(second, model)
-    model.set_inputs(second, [first.inputs[index], model.add_constant(second.inputs[1 - second_index], constant)])
+    merged = model.add_constant(second.inputs[1 - second_index], constant)
+    model.set_inputs(second, [first.inputs[index], merged])
     model.remove_operator(first)
 
 

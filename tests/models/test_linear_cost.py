@@ -53,7 +53,7 @@ def _options(mode: str, model, tmp_path: Path) -> dict:
     return {}
 
 
-def _measure(model, options: dict, traced: tuple[str, ...]) -> tuple[collections.Counter, collections.Counter]:
+def _measure(model, options: dict, traced: tuple[str, ...]) -> tuple[collections.Counter, ...]:
     """(Python lines executed per file under `traced`, WORK) of one conversion, written out."""
     lines: collections.Counter = collections.Counter()
 
