@@ -1,4 +1,5 @@
 """Command line: qconvert IN.onnx OUT.tflite [options]. '-' reads stdin / writes stdout.
+Also `qconvert verify IN.onnx OUT.tflite` (qconvert/verify.py).
 
 Exit codes:
   0  success: one summary line on stderr (and the JSON report on stdout with --json).
@@ -9,6 +10,8 @@ Exit codes:
   2  usage error: the command line is malformed on its own (bad option value such as
      --input-shape x:1,a, missing argument, contradictory options).
   3  internal error: a bug in qconvert (rerun with --debug for the traceback).
+  4  verification below --min-sqnr: an output (or an output's slice) of the written model is
+     further from onnxruntime's than asked; a conversion then leaves no file.
 
 Every error is exactly one line on stderr starting with "qconvert: error:" (internal errors:
 "qconvert: internal error:"), never a traceback unless --debug. The output file is written only
@@ -28,11 +31,13 @@ import click
 import numpy as np
 
 from . import __version__
-from .errors import ConversionError, UsageError
+from .errors import BelowThreshold, ConversionError, UsageError
 
 EXIT_CONVERSION_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_BELOW_THRESHOLD = 4
+WARN_BELOW_DB = 20.0  # a verified conversion below this warns (without --min-sqnr)
 
 
 def _one_line(message: str) -> str:
@@ -142,8 +147,37 @@ def check_output_path(path: str) -> None:
         raise ConversionError(f"{path}: directory {directory} does not exist")
 
 
-def write_atomically(path: str, flatbuffer) -> None:
-    """Writes to a temporary file beside `path`, then renames: never a half-written output.
+def write_output(dest: str, flatbuffer, check=None) -> None:
+    """Writes the model to `dest` ('-': standard output). `check(path)`, if given, is run on the
+    complete file before it appears at `dest` and may raise to keep it from appearing."""
+    if dest != "-":
+        write_atomically(dest, flatbuffer, check)
+    elif check is None:
+        _write_stdout(flatbuffer)
+    else:
+        with tempfile.TemporaryDirectory(prefix="qconvert-") as tmp:
+            path = os.path.join(tmp, "model.tflite")
+            with open(path, "wb") as f:
+                flatbuffer.write_to(f)
+            check(path)
+            with open(path, "rb") as f:
+                _write_stdout(_FileCopy(f))
+
+
+class _FileCopy:
+    """A file that writes itself out like a Flatbuffer (write_to), in chunks."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write_to(self, out) -> None:
+        while chunk := self.f.read(1 << 20):
+            out.write(chunk)
+
+
+def write_atomically(path: str, flatbuffer, check=None) -> None:
+    """Writes to a temporary file beside `path`, runs `check(temporary path)` if given, then
+    renames: never a half-written output, and nothing at `path` when the check raises.
 
     Errors name `path` (not the temporary file) and leave no temporary file behind."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -154,6 +188,8 @@ def write_atomically(path: str, flatbuffer) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             flatbuffer.write_to(f)
+        if check is not None:
+            check(tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException as e:
@@ -174,6 +210,84 @@ def _write_stdout(flatbuffer) -> None:
         # The reader went away (`qconvert m.onnx - | head`): keep Python quiet at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise ConversionError("-: broken pipe (the reader closed standard output)") from None
+
+
+def _guarded(debug: bool, dest: str, body) -> None:
+    """Runs body(); every failure becomes one line on stderr and its exit code."""
+    try:
+        body()
+    except ConversionError as e:
+        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
+        sys.exit(EXIT_CONVERSION_ERROR)
+    except UsageError as e:
+        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
+        sys.exit(EXIT_USAGE)
+    except BelowThreshold as e:
+        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
+        sys.exit(EXIT_BELOW_THRESHOLD)
+    except OSError as e:
+        click.echo(f"qconvert: error: {e.filename or dest}: {e.strerror}", err=True)
+        sys.exit(EXIT_CONVERSION_ERROR)
+    except Exception as e:  # a bug: still one line unless --debug
+        if debug:
+            raise
+        click.echo(f"qconvert: internal error: {type(e).__name__}: {_one_line(e)} (rerun with "
+                   "--debug for a traceback and report it)", err=True)
+        sys.exit(EXIT_INTERNAL)
+
+
+def _reference_model(source: str, data: bytes | None):
+    """The ONNX model with its weights, for onnxruntime."""
+    from .onnx_file import read_onnx
+
+    onnx_file = read_onnx(source, data)
+    onnx_file.restore_weights()
+    return onnx_file.proto
+
+
+def _verification_samples(proto, path: str | None, count: int):
+    """`count` samples from the calibration-format data at `path`, or None (generate them)."""
+    if path is None:
+        return None
+    from .quantize.calibration_data import load_calibration, model_input_specs
+
+    return list(load_calibration(path, model_input_specs(proto), count))
+
+
+def verify_written(source: str, data: bytes | None, path: str, data_path: str | None,
+                   count: int, min_sqnr: float | None):
+    """Verifies the .tflite at `path` against the ONNX model; BelowThreshold when it misses
+    `min_sqnr`, a warning line when it is below WARN_BELOW_DB without one."""
+    from .verify import verify
+
+    proto = _reference_model(source, data)
+    samples = _verification_samples(proto, data_path, count)
+    result = verify(proto, path, samples, count, min_sqnr, data=data_path or "generated")
+    if not result.passed:
+        raise BelowThreshold(f"verify: {', '.join(result.below(min_sqnr))} below --min-sqnr "
+                             f"{min_sqnr:g} dB")
+    low = result.below(WARN_BELOW_DB) if min_sqnr is None else []
+    if low:
+        click.echo(f"qconvert: warning: {', '.join(low)} below {WARN_BELOW_DB:g} dB against "
+                   "onnxruntime; --report FILE.html shows where the error comes from", err=True)
+    return result
+
+
+def _verification_request(verify_flag, no_verify, quantize_options, calibration, weights,
+                          verify_samples, verify_data, min_sqnr) -> bool:
+    """Whether the conversion verifies itself; contradictions are usage errors."""
+    if verify_flag and no_verify:
+        raise click.UsageError("--verify and --no-verify contradict each other")
+    stored = quantize_options is not None and calibration is not None or weights is not None
+    wanted = (stored and not no_verify) or verify_flag
+    if not wanted:
+        used = [flag for flag, value in (("--verify-samples", verify_samples),
+                                         ("--verify-data", verify_data),
+                                         ("--min-sqnr", min_sqnr)) if value is not None]
+        if used:
+            raise click.UsageError(f"{used[0]} needs a verified conversion (--quantize with "
+                                   "--calibration, --weight-only, --float16, or --verify)")
+    return wanted
 
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
@@ -205,17 +319,29 @@ def _write_stdout(flatbuffer) -> None:
 @click.option("--weight-only-min-elements", type=click.IntRange(min=1), metavar="N",
               help="With --weight-only: quantize weights of at least N elements [default: 1024].")
 @click.option("--float16", is_flag=True, help="Store every float weight as float16.")
+@click.option("--verify", "verify_flag", is_flag=True,
+              help="Verify a float conversion too (quantized ones verify themselves).")
+@click.option("--no-verify", is_flag=True, help="Skip the verification of a quantized conversion.")
+@click.option("--verify-samples", type=click.IntRange(min=1), metavar="N",
+              help="Samples the verification runs [default: 8].")
+@click.option("--verify-data", metavar="PATH",
+              help="Verification inputs in the calibration-data format [default: the calibration "
+                   "data, else seeded standard normal inputs].")
+@click.option("--min-sqnr", type=float, metavar="DB",
+              help="Exit 4 and write nothing when an output (or an output's slice) of the "
+                   "written model is below DB dB SQNR against onnxruntime.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
 @click.version_option(__version__, prog_name="qconvert")
 def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
         default_range, io_type, per_tensor_fc, weight_only, weight_only_min_elements, float16,
-        as_json, verbose, debug):
+        verify_flag, no_verify, verify_samples, verify_data, min_sqnr, as_json, verbose, debug):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
-    Exit codes: 0 success, 1 conversion error, 2 usage error, 3 internal error.
+    Exit codes: 0 success, 1 conversion error, 2 usage error, 3 internal error, 4 verification
+    below --min-sqnr. Also: qconvert verify IN.onnx OUT.tflite (see qconvert verify --help).
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="qconvert: %(message)s", stream=sys.stderr)
@@ -224,12 +350,16 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
                                      calibration)
     quantize_options = quantize_options_from_flags(quantize, calibration, calibration_samples,
                                                    default_range, io_type, per_tensor_fc)
+    verifying = _verification_request(verify_flag, no_verify, quantize_options, calibration,
+                                      weights, verify_samples, verify_data, min_sqnr)
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
     if dest == "-" and sys.stdout.isatty():
         raise click.UsageError("refusing to write a binary model to a terminal; redirect "
                                "standard output or give a file name")
-    try:
+    results = {}
+
+    def convert_and_write():
         if dest != "-":
             check_output_path(dest)
         from .converter import convert
@@ -240,28 +370,73 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
                                      calibration=calibration, calibration_samples=calibration_samples,
                                      progress=True, weights=weights,
                                      weight_only_min_elements=weight_only_min_elements or 1024)
-        if dest == "-":
-            _write_stdout(flatbuffer)
-        else:
-            write_atomically(dest, flatbuffer)
-    except ConversionError as e:
-        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
-        sys.exit(EXIT_CONVERSION_ERROR)
-    except UsageError as e:
-        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
-        sys.exit(EXIT_USAGE)
-    except OSError as e:
-        click.echo(f"qconvert: error: {e.filename or dest}: {e.strerror}", err=True)
-        sys.exit(EXIT_CONVERSION_ERROR)
-    except Exception as e:  # a bug: still one line unless --debug
-        if debug:
-            raise
-        click.echo(f"qconvert: internal error: {type(e).__name__}: {_one_line(e)} (rerun with "
-                   "--debug for a traceback and report it)", err=True)
-        sys.exit(EXIT_INTERNAL)
+        results["report"] = report
+
+        def check(path):
+            result = verify_written(source, data, path, verify_data or calibration,
+                                    verify_samples or 8, min_sqnr)
+            report.verify = result
+
+        write_output(dest, flatbuffer, check if verifying else None)
+
+    _guarded(debug, dest, convert_and_write)
+    report = results["report"]
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     click.echo(report.summary(), err=True)
+
+
+@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("source", metavar="IN.onnx")
+@click.argument("tflite", metavar="MODEL.tflite")
+@click.option("--data", metavar="PATH",
+              help="Inputs in the calibration-data format [default: seeded inputs, standard "
+                   "normal for float inputs, 0..9 for integer ones].")
+@click.option("--samples", type=click.IntRange(min=1), default=8, show_default=True, metavar="N",
+              help="How many samples to run (the first N of --data).")
+@click.option("--min-sqnr", type=float, metavar="DB",
+              help="Exit 4 when an output (or an output's slice) is below DB dB SQNR.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
+@click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
+def verify_cli(source, tflite, data, samples, min_sqnr, as_json, debug):
+    """Run IN.onnx in onnxruntime and MODEL.tflite (written by any tool) in LiteRT on the same
+    inputs and compare every output: SQNR, errors, cosine, top-1 agreement, worst slice.
+
+    Exit codes: 0 passed (or no --min-sqnr), 1 error, 2 usage error, 3 internal error, 4 an
+    output or slice below --min-sqnr.
+    """
+    results = {}
+
+    def run():
+        from .verify import verify
+
+        proto = _reference_model(source, sys.stdin.buffer.read() if source == "-" else None)
+        result = verify(proto, tflite, _verification_samples(proto, data, samples), samples,
+                        min_sqnr, data=data or "generated")
+        results["result"] = result
+        click.echo(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))
+        if not result.passed:
+            raise BelowThreshold(f"verify: {', '.join(result.below(min_sqnr))} below --min-sqnr "
+                                 f"{min_sqnr:g} dB")
+
+    _guarded(debug, tflite, run)
+    click.echo(f"qconvert: {results['result'].summary()}", err=True)
+
+
+def _verification_table(result) -> str:
+    """One line per output, for a person."""
+    rows = [("output", "SQNR dB", "worst slice", "slice dB", "max error", "mean error", "cosine",
+             "top-1")]
+    for o in result.outputs:
+        rows.append((o.name, f"{o.sqnr_db:.1f}", o.worst_slice or "-",
+                     "-" if o.worst_slice_sqnr_db is None else f"{o.worst_slice_sqnr_db:.1f}",
+                     f"{o.max_abs_error:.3g}", f"{o.mean_abs_error:.3g}", f"{o.cosine:.6f}",
+                     "-" if o.top1_agreement is None else f"{o.top1_agreement:.0%}"))
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+COMMANDS = {"verify": verify_cli}
 
 
 def _return_freed_memory_to_the_system() -> None:
@@ -279,5 +454,11 @@ def _return_freed_memory_to_the_system() -> None:
 
 
 def main() -> None:
+    """`qconvert IN OUT ...` converts; `qconvert verify ...` (COMMANDS) runs a subcommand. A
+    model file named like a subcommand is given as ./verify."""
     _return_freed_memory_to_the_system()
-    cli(prog_name="qconvert")
+    if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
+        name = sys.argv[1]
+        COMMANDS[name](args=sys.argv[2:], prog_name=f"qconvert {name}")
+    else:
+        cli(prog_name="qconvert")

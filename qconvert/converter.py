@@ -13,6 +13,7 @@ from .ir import Model
 from .loader import load
 from .onnx_file import read_onnx
 from .tflite.writer import Flatbuffer, serialize
+from .verify import Verification
 from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
 
 
@@ -63,9 +64,12 @@ class ConversionReport:
     outputs: list[TensorInfo] = field(default_factory=list)
     quantization: QuantizationReport | None = None
     weights: WeightsReport | None = None
+    verify: Verification | None = None  # set by the caller that verified the written file
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        result = asdict(self)
+        result["verify"] = self.verify.as_dict() if self.verify is not None else None
+        return result
 
     def summary(self) -> str:
         text = (f"qconvert: {self.input} -> {self.output}: {self.ops} ops, "
@@ -82,6 +86,8 @@ class ConversionReport:
         if w is not None:
             text += (f"; {w.mode} weights: {len(w.tensors)} tensors, {_human_size(w.weights_bytes_float)}"
                      f" -> {_human_size(w.weights_bytes)}")
+        if self.verify is not None:
+            text += "; " + self.verify.summary()
         return text
 
 

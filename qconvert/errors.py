@@ -11,3 +11,7 @@ class ConversionError(Exception):
 
 class UsageError(Exception):
     """The command line asks for something contradictory or malformed; exit code 2."""
+
+
+class BelowThreshold(Exception):
+    """Verification found an output (or an output's slice) below --min-sqnr; exit code 4."""

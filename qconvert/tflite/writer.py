@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import mmap
 
 import flatbuffers
@@ -23,6 +24,8 @@ from . import schema_generated as S
 
 DATA_ALIGNMENT = 16
 SIGNATURE_KEY = "serving_default"
+# Metadata entry recording how graph inputs/outputs are permuted from the source model's layout.
+IO_LAYOUT_METADATA = "qconvert_io_layout"
 
 TENSOR_TYPES = {
     np.dtype(np.float32): S.TensorType.FLOAT32,
@@ -187,7 +190,7 @@ class _Writer:
             readers.setdefault(index, []).append(name)
         data_vectors, holes = [], []
         for k, data in enumerate(self.buffer_data):
-            vector = self._reserve(b, data)
+            vector = self._reserve(b, data.nbytes)
             data_vectors.append(vector)
             holes.append((vector, data))
             if self.release_data:
@@ -196,12 +199,20 @@ class _Writer:
                 self.buffer_data[k] = None
                 for name in readers[k + 1]:
                     self.model.arrays[name].data = None
+        layout = self._io_layout()
+        if layout is not None:
+            data_vectors.append(self._reserve(b, len(layout), layout))
         buffers = []
         for vec in [None] + data_vectors:
             S.BufferStart(b)
             if vec is not None:
                 S.BufferAddData(b, vec)
             buffers.append(S.BufferEnd(b))
+        metadata = None
+        if layout is not None:
+            name = b.CreateString(IO_LAYOUT_METADATA)
+            metadata = self._vector(b, "ModelStartMetadataVector", [self._table(
+                b, "Metadata", [("Name", name), ("Buffer", len(buffers) - 1)])])
         tensors = [self._tensor(b, name) for name in self.tensor_index]
         operators = [self._operator(b, op, code) for op, code in zip(self.model.operators, self.op_code)]
         subgraph = self._subgraph(b, tensors, operators)
@@ -215,6 +226,7 @@ class _Writer:
             ("Description", description),
             ("Buffers", self._vector(b, "ModelStartBuffersVector", buffers)),
             ("SignatureDefs", self._vector(b, "ModelStartSignatureDefsVector", [signature])),
+            ("Metadata", metadata),
         ])
         b.Finish(model, file_identifier=b"TFL3")
         # A vector's offset counts from the end of the buffer; its data follows its 4-byte length.
@@ -223,12 +235,26 @@ class _Writer:
         return Flatbuffer(b.Bytes, b.Head(), holes, self.release_data)
 
     # --- pieces -------------------------------------------------------------------------------
+    def _io_layout(self) -> bytes | None:
+        """The permuted graph inputs and outputs as JSON {"inputs": {name: ONNX axes in the
+        file's order}, "outputs": {...}} (qconvert.verify reads it), or None when none is."""
+        model = self.model
+        perms = model.io_permutation
+        if not any(name in perms for name in model.inputs + model.outputs):
+            return None
+        layout = {kind: {n: list(perms[n]) for n in names if n in perms}
+                  for kind, names in (("inputs", model.inputs), ("outputs", model.outputs))}
+        return json.dumps(layout, sort_keys=True).encode()
+
     @staticmethod
-    def _reserve(b: flatbuffers.Builder, data: np.ndarray) -> int:
-        """Makes room for `data` in the builder, 16-byte aligned in the file, without copying it
-        there (Flatbuffer.write_to writes it); returns the vector's offset."""
-        b.StartVector(1, data.nbytes, DATA_ALIGNMENT)
-        b.head = b.head - data.nbytes
+    def _reserve(b: flatbuffers.Builder, size: int, content: bytes | None = None) -> int:
+        """Makes room for `size` bytes of data in the builder, 16-byte aligned in the file, and
+        writes `content` there if given (else Flatbuffer.write_to writes the data); returns the
+        vector's offset."""
+        b.StartVector(1, size, DATA_ALIGNMENT)
+        b.head = b.head - size
+        if content is not None:
+            b.Bytes[b.head:b.head + size] = content
         return b.EndVector()
 
     @staticmethod

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
+from qconvert.verify import verify
 from tests.harness import convert_proto, random_feeds, run_onnxruntime, run_tflite
 from tests.models.randomize import randomize_light_model
 
@@ -44,3 +45,16 @@ def test_light_model_matches_onnxruntime(name):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale, err_msg=out_name)
     if name in NO_TRANSPOSE:
         assert report.transposes == 0, report.op_counts
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_light_model_verifies_above_60_db(name, tmp_path):
+    """qconvert.verify on the float conversion: every output and every slice at 60 dB or more."""
+    model = with_logits_output(randomize_light_model(
+        onnx.load(os.path.join(LIGHT_DIR, f"light_{name}.onnx")), seed=1))
+    flatbuffer, _ = convert_proto(model)
+    path = tmp_path / f"{name}.tflite"
+    path.write_bytes(flatbuffer)
+    result = verify(model, str(path), count=2, min_sqnr=60)
+    assert result.passed, result.below(60)
+    assert len(result.outputs) == len(model.graph.output)

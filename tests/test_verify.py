@@ -1,0 +1,131 @@
+"""Verification (qconvert/verify.py): the metrics on hand-made outputs, and whole models run in
+onnxruntime and LiteRT, paired by name, by order and shape, with and without the layout metadata."""
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.converter import convert
+from qconvert.tflite import schema_generated as S
+from qconvert.verify import check_output, feature_axis, sqnr_db, verify
+from tests.harness import make_model
+
+RNG = np.random.default_rng(5)
+BOXES, CLASSES, ANCHORS = 4, 3, 50
+
+
+def test_sqnr_cosine_errors_and_top1_by_hand():
+    reference = np.array([[1.0, 1.0, -2.0]])
+    actual = np.array([[1.1, 0.9, -2.0]])
+    check = check_output("y", reference, actual)
+    assert check.sqnr_db == pytest.approx(10 * math.log10(6 / 0.02))
+    assert check.max_abs_error == pytest.approx(0.1) and check.mean_abs_error == pytest.approx(0.2 / 3)
+    assert check.cosine == pytest.approx((1.1 + 0.9 + 4) / math.sqrt(6 * (1.21 + 0.81 + 4)))
+    assert check.top1_agreement == 1.0  # argmax 0 in both
+    assert sqnr_db(reference, reference) == math.inf and sqnr_db(np.zeros(2), np.ones(2)) == -math.inf
+    swapped = check_output("y", np.array([[3.0, 1.0], [0.0, 2.0]]), np.array([[1.0, 3.0], [0.0, 2.0]]))
+    assert swapped.top1_agreement == 0.5
+
+
+def test_feature_axis_is_the_shortest_after_the_first():
+    assert feature_axis((1, 84, 8400)) == 1 and feature_axis((1, 8400, 85)) == 2
+    assert feature_axis((1, 1000)) == 1 and feature_axis((1, 4, 4)) == 2 and feature_axis((1, 1)) is None
+
+
+def detector_outputs(samples: int = 4) -> np.ndarray:
+    """[samples, 1, 4 + classes, anchors]: boxes in 0..320, class scores in 0..1."""
+    boxes = RNG.uniform(0, 320, (samples, 1, BOXES, ANCHORS))
+    scores = RNG.uniform(0, 1, (samples, 1, CLASSES, ANCHORS))
+    return np.concatenate([boxes, scores], axis=2)
+
+
+def test_worst_slice_shows_scores_rounded_away_under_boxes():
+    reference = detector_outputs()
+    actual = reference.copy()
+    actual[:, :, BOXES:] = 0  # every class score gone, the boxes exact
+    check = check_output("output0", reference, actual)
+    assert check.sqnr_db > 20  # the boxes' energy hides it in the whole tensor
+    assert check.worst_slice_sqnr_db < 5 and check.worst_slice.startswith("axis 1, index ")
+    assert int(check.worst_slice.rsplit(" ", 1)[1]) >= BOXES
+
+
+def detector_model(score_gain: float) -> onnx.ModelProto:
+    """A detector head: boxes = 320 * sigmoid(conv), scores = sigmoid(conv) * score_gain,
+    concatenated to [1, 4 + classes, anchors] (YOLOv8's output layout)."""
+    x_shape = (1, 8, 5, 10)
+    nodes = [helper.make_node("Conv", ["x", "wb"], ["b0"]), helper.make_node("Sigmoid", ["b0"], ["b1"]),
+             helper.make_node("Mul", ["b1", "box_scale"], ["b2"]),
+             helper.make_node("Conv", ["x", "ws"], ["s0"]), helper.make_node("Sigmoid", ["s0"], ["s1"]),
+             helper.make_node("Mul", ["s1", "gain"], ["s2"]),
+             helper.make_node("Concat", ["b2", "s2"], ["c"], axis=1),
+             helper.make_node("Reshape", ["c", "shape"], ["output0"])]
+    rng = np.random.default_rng(1)
+    inits = {"wb": rng.standard_normal((BOXES, 8, 1, 1)).astype(np.float32),
+             "ws": rng.standard_normal((CLASSES, 8, 1, 1)).astype(np.float32),
+             "box_scale": np.float32(320), "gain": np.float32(score_gain),
+             "shape": np.array([1, BOXES + CLASSES, ANCHORS], np.int64)}
+    return make_model(nodes, {"x": (TensorProto.FLOAT, x_shape)}, {"output0": TensorProto.FLOAT}, inits)
+
+
+def write(model: onnx.ModelProto, path, **options) -> str:
+    flatbuffer, _ = convert("<test>", data=model.SerializeToString(), **options)
+    path.write_bytes(bytes(flatbuffer))
+    return str(path)
+
+
+def test_a_detector_whose_scores_collapsed(tmp_path):
+    """The .tflite of the same head with every score zeroed, verified against the real one."""
+    good, broken = detector_model(1.0), detector_model(0.0)
+    result = verify(good, write(broken, tmp_path / "broken.tflite"), count=3, min_sqnr=10)
+    (check,) = result.outputs
+    assert check.sqnr_db > 20 and check.worst_slice_sqnr_db < 5
+    assert not result.passed and result.below(10) == [
+        f"output0 ({check.worst_slice}) {check.worst_slice_sqnr_db:.1f} dB"]
+    assert verify(good, write(good, tmp_path / "good.tflite"), count=3, min_sqnr=60).passed
+
+
+def conv_model(names=("x", "y")) -> onnx.ModelProto:
+    """Conv on a [1, 3, 10, 12] image to [1, 4, 10, 12]: channels-last I/O has distinct dims."""
+    x, y = names
+    w = np.random.default_rng(2).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", [x, "w"], [y], pads=[1, 1, 1, 1])
+    return make_model([node], {x: (TensorProto.FLOAT, (1, 3, 10, 12))}, {y: TensorProto.FLOAT}, {"w": w})
+
+
+def without_metadata(path) -> str:
+    """The .tflite rewritten without its metadata (as another tool would write it)."""
+    model = S.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+    assert model.metadata
+    model.metadata = None
+    import flatbuffers
+
+    builder = flatbuffers.Builder(0)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    stripped = path.with_name("stripped.tflite")
+    stripped.write_bytes(builder.Output())
+    return str(stripped)
+
+
+def test_inputs_and_outputs_paired_by_order_and_layout_found(tmp_path):
+    path = tmp_path / "conv.tflite"
+    write(conv_model(), path)  # channels-last input and output, recorded in the metadata
+    renamed = conv_model(("image", "features"))  # the same graph under other names
+    for tflite in (str(path), without_metadata(path)):
+        result = verify(renamed, tflite, count=2)
+        assert [o.name for o in result.outputs] == ["features"] and result.worst.sqnr_db > 60
+
+
+def test_int8_inputs_and_outputs_are_quantized_and_dequantized(tmp_path):
+    model = conv_model()
+    samples = [{"x": RNG.standard_normal((1, 3, 10, 12)).astype(np.float32)} for _ in range(8)]
+    calibration = tmp_path / "cal.npz"
+    np.savez(calibration, x=np.stack([s["x"] for s in samples]))
+    from qconvert.transforms.pipeline import QuantizeOptions
+
+    path = write(model, tmp_path / "int8.tflite", quantize=QuantizeOptions(io_type="int8"),
+                 calibration=str(calibration))
+    result = verify(model, path, samples)
+    assert 30 < result.worst.sqnr_db < 60  # int8 rounding, not garbage and not float
