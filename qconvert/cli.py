@@ -436,7 +436,14 @@ def _verification_table(result) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
-COMMANDS = {"verify": verify_cli}
+def inspect_cli(*args, **kwargs):
+    """`qconvert inspect FILE.tflite` (qconvert/inspect_tflite.py), imported when asked for."""
+    from .inspect_tflite import inspect_cli as command
+
+    return command(*args, **kwargs)
+
+
+COMMANDS = {"verify": verify_cli, "inspect": inspect_cli}
 
 
 def _return_freed_memory_to_the_system() -> None:
