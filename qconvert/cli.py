@@ -254,40 +254,61 @@ def _verification_samples(proto, path: str | None, count: int):
     return list(load_calibration(path, model_input_specs(proto), count))
 
 
-def verify_written(source: str, data: bytes | None, path: str, data_path: str | None,
-                   count: int, min_sqnr: float | None):
-    """Verifies the .tflite at `path` against the ONNX model; BelowThreshold when it misses
-    `min_sqnr`, a warning line when it is below WARN_BELOW_DB without one."""
+def check_written(source: str, data: bytes | None, path: str, data_path: str | None, count: int,
+                  min_sqnr: float | None, report_path: str | None = None, notes=None,
+                  warn: bool = False):
+    """Verifies the .tflite at `path` against the ONNX model and writes the per-tensor report to
+    `report_path` if asked; with `warn`, prints a warning line when an output is below
+    WARN_BELOW_DB and there is no threshold. Returns the Verification (see require_passed)."""
     from .verify import verify
 
     proto = _reference_model(source, data)
     samples = _verification_samples(proto, data_path, count)
     result = verify(proto, path, samples, count, min_sqnr, data=data_path or "generated")
-    if not result.passed:
-        raise BelowThreshold(f"verify: {', '.join(result.below(min_sqnr))} below --min-sqnr "
-                             f"{min_sqnr:g} dB")
-    low = result.below(WARN_BELOW_DB) if min_sqnr is None else []
+    if report_path is not None:
+        from .report import build_report, write_report
+
+        write_report(build_report(proto, path, samples, count, notes), report_path)
+    low = result.below(WARN_BELOW_DB) if warn and min_sqnr is None else []
     if low:
+        advice = (f"see {report_path}" if report_path else
+                  "--report FILE.html shows where the error comes from")
         click.echo(f"qconvert: warning: {', '.join(low)} below {WARN_BELOW_DB:g} dB against "
-                   "onnxruntime; --report FILE.html shows where the error comes from", err=True)
+                   f"onnxruntime; {advice}", err=True)
     return result
 
 
+def require_passed(result) -> None:
+    """BelowThreshold (exit 4) when an output or slice missed the verification's --min-sqnr."""
+    if not result.passed:
+        raise BelowThreshold(f"verify: {', '.join(result.below(result.min_sqnr))} below "
+                             f"--min-sqnr {result.min_sqnr:g} dB")
+
+
 def _verification_request(verify_flag, no_verify, quantize_options, calibration, weights,
-                          verify_samples, verify_data, min_sqnr) -> bool:
-    """Whether the conversion verifies itself; contradictions are usage errors."""
-    if verify_flag and no_verify:
-        raise click.UsageError("--verify and --no-verify contradict each other")
+                          verify_samples, verify_data, min_sqnr, report) -> bool:
+    """Whether the conversion verifies itself (--report asks for it too); contradictions are
+    usage errors."""
+    if no_verify and (verify_flag or report):
+        raise click.UsageError(f"{'--verify' if verify_flag else '--report'} and --no-verify "
+                               "contradict each other")
     stored = quantize_options is not None and calibration is not None or weights is not None
-    wanted = (stored and not no_verify) or verify_flag
+    wanted = (stored and not no_verify) or verify_flag or report is not None
     if not wanted:
         used = [flag for flag, value in (("--verify-samples", verify_samples),
                                          ("--verify-data", verify_data),
                                          ("--min-sqnr", min_sqnr)) if value is not None]
         if used:
             raise click.UsageError(f"{used[0]} needs a verified conversion (--quantize with "
-                                   "--calibration, --weight-only, --float16, or --verify)")
+                                   "--calibration, --weight-only, --float16, --verify or --report)")
     return wanted
+
+
+def _report_path(report: str | None) -> str | None:
+    if report is not None and not report.endswith((".json", ".html", ".htm")):
+        raise click.BadParameter(f"{report!r}: the file name must end in .json or .html",
+                                 param_hint="--report")
+    return report
 
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
@@ -330,13 +351,20 @@ def _verification_request(verify_flag, no_verify, quantize_options, calibration,
 @click.option("--min-sqnr", type=float, metavar="DB",
               help="Exit 4 and write nothing when an output (or an output's slice) of the "
                    "written model is below DB dB SQNR against onnxruntime.")
+@click.option("--report", metavar="FILE",
+              help="Write the per-tensor report, FILE.json or FILE.html (a page with a plot): "
+                   "every tensor and op of the written model against onnxruntime's values.")
+@click.option("--keep-float", multiple=True, metavar="PATTERN",
+              help="With --quantize: keep the ops of these ONNX nodes float (repeatable: a node "
+                   "name, an op type, or a regular expression over node names).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
 @click.version_option(__version__, prog_name="qconvert")
 def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
         default_range, io_type, per_tensor_fc, weight_only, weight_only_min_elements, float16,
-        verify_flag, no_verify, verify_samples, verify_data, min_sqnr, as_json, verbose, debug):
+        verify_flag, no_verify, verify_samples, verify_data, min_sqnr, report, keep_float, as_json,
+        verbose, debug):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
@@ -350,8 +378,11 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
                                      calibration)
     quantize_options = quantize_options_from_flags(quantize, calibration, calibration_samples,
                                                    default_range, io_type, per_tensor_fc)
+    report_path = _report_path(report)
     verifying = _verification_request(verify_flag, no_verify, quantize_options, calibration,
-                                      weights, verify_samples, verify_data, min_sqnr)
+                                      weights, verify_samples, verify_data, min_sqnr, report_path)
+    if keep_float and quantize_options is None:
+        raise click.UsageError("--keep-float only applies with --quantize")
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
     if dest == "-" and sys.stdout.isatty():
@@ -369,13 +400,15 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
                                      output_name=dest, quantize=quantize_options,
                                      calibration=calibration, calibration_samples=calibration_samples,
                                      progress=True, weights=weights,
-                                     weight_only_min_elements=weight_only_min_elements or 1024)
+                                     weight_only_min_elements=weight_only_min_elements or 1024,
+                                     keep_float=keep_float)
         results["report"] = report
 
         def check(path):
-            result = verify_written(source, data, path, verify_data or calibration,
-                                    verify_samples or 8, min_sqnr)
-            report.verify = result
+            report.verify = check_written(source, data, path, verify_data or calibration,
+                                          verify_samples or 8, min_sqnr, report_path, report.notes,
+                                          warn=True)
+            require_passed(report.verify)
 
         write_output(dest, flatbuffer, check if verifying else None)
 
@@ -396,28 +429,26 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
               help="How many samples to run (the first N of --data).")
 @click.option("--min-sqnr", type=float, metavar="DB",
               help="Exit 4 when an output (or an output's slice) is below DB dB SQNR.")
+@click.option("--report", metavar="FILE",
+              help="Also write the per-tensor report, FILE.json or FILE.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
-def verify_cli(source, tflite, data, samples, min_sqnr, as_json, debug):
+def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug):
     """Run IN.onnx in onnxruntime and MODEL.tflite (written by any tool) in LiteRT on the same
     inputs and compare every output: SQNR, errors, cosine, top-1 agreement, worst slice.
 
     Exit codes: 0 passed (or no --min-sqnr), 1 error, 2 usage error, 3 internal error, 4 an
     output or slice below --min-sqnr.
     """
+    report_path = _report_path(report)
     results = {}
 
     def run():
-        from .verify import verify
-
-        proto = _reference_model(source, sys.stdin.buffer.read() if source == "-" else None)
-        result = verify(proto, tflite, _verification_samples(proto, data, samples), samples,
-                        min_sqnr, data=data or "generated")
-        results["result"] = result
+        stdin = sys.stdin.buffer.read() if source == "-" else None
+        result = results["result"] = check_written(source, stdin, tflite, data, samples, min_sqnr,
+                                                   report_path)
         click.echo(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))
-        if not result.passed:
-            raise BelowThreshold(f"verify: {', '.join(result.below(min_sqnr))} below --min-sqnr "
-                                 f"{min_sqnr:g} dB")
+        require_passed(result)
 
     _guarded(debug, tflite, run)
     click.echo(f"qconvert: {results['result'].summary()}", err=True)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import collections
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from . import __version__
 from .ir import Model
-from .loader import load
+from .loader import load, nodes_matching
 from .onnx_file import read_onnx
 from .tflite.writer import Flatbuffer, serialize
-from .verify import Verification
 from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
+from .report import ConversionNotes
+from .verify import Verification
 
 
 @dataclass
@@ -65,10 +66,12 @@ class ConversionReport:
     quantization: QuantizationReport | None = None
     weights: WeightsReport | None = None
     verify: Verification | None = None  # set by the caller that verified the written file
+    notes: ConversionNotes | None = field(default=None, repr=False)  # for the per-tensor report
 
     def as_dict(self) -> dict:
         result = asdict(self)
         result["verify"] = self.verify.as_dict() if self.verify is not None else None
+        del result["notes"]
         return result
 
     def summary(self) -> str:
@@ -132,16 +135,20 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
             io_layout: str = "nhwc", output_name: str = "", quantize: QuantizeOptions | None = None,
             calibration: str | None = None, calibration_samples: int | None = None,
             progress: bool = False, weights: str | None = None,
-            weight_only_min_elements: int = 1024) -> tuple[Flatbuffer, ConversionReport]:
+            weight_only_min_elements: int = 1024,
+            keep_float: tuple[str, ...] = ()) -> tuple[Flatbuffer, ConversionReport]:
     """Converts the ONNX file `source` (or `data`, the bytes of one) to a TFLite flatbuffer, which
     `.write_to(file)` writes out (once: the weights go as they are written) and bytes() gives.
 
     With `quantize`, the model is calibrated on the data at `calibration` (its first
     `calibration_samples` samples) unless quantize.default_range stands in for it, and written
-    as int8. With `weights` ("int8": --weight-only, "float16": --float16) only the stored
-    weights change (int8 from `weight_only_min_elements` elements up)."""
+    as int8, but for the ops of the nodes `keep_float` patterns pick (loader.nodes_matching). With
+    `weights` ("int8": --weight-only, "float16": --float16) only the stored weights change (int8
+    from `weight_only_min_elements` elements up)."""
     start = time.perf_counter()
     onnx_file = read_onnx(source, data)
+    if keep_float:
+        quantize = replace(quantize, keep_float=nodes_matching(onnx_file.proto, keep_float))
     samples = run = None
     calibration_seconds = 0.0  # reading the data, making the session, running it
     if quantize is not None and calibration is not None:
@@ -177,11 +184,14 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
             weights, sorted(n for n in floats if n in model.arrays and model.arrays[n].dtype == stored),
             float_bytes, _constant_bytes(model))
     flatbuffer = serialize(model, f"qconvert {__version__}", release_data=True)
+    notes = ConversionNotes([op.source for op in model.operators],
+                            [op.float_reason for op in model.operators],
+                            {n: a.minmax.source for n, a in model.arrays.items() if a.minmax})
     counts = collections.Counter(op.type for op in model.operators)
     report = ConversionReport(
         input=source, output=output_name, ops=len(model.operators),
         op_counts=dict(sorted(counts.items())), transposes=counts.get("TRANSPOSE", 0),
         size_bytes=len(flatbuffer), seconds=round(time.perf_counter() - start, 3),
         inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
-        quantization=quantization, weights=weights_report)
+        quantization=quantization, weights=weights_report, notes=notes)
     return flatbuffer, report

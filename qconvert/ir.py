@@ -24,10 +24,12 @@ import numpy as np
 
 @dataclass
 class MinMax:
-    """The real-valued range an array takes (from calibration, QDQ nodes or hardcoded rules)."""
+    """The real-valued range an array takes (from calibration, QDQ nodes or hardcoded rules).
+    `source` says where it came from, for the per-tensor report; it takes no part in equality."""
 
     min: float
     max: float
+    source: str = field(default="", compare=False)
 
 
 @dataclass

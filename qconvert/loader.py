@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +19,7 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
-from .errors import ConversionError
+from .errors import ConversionError, UsageError
 from .ir import Model, Operator
 from .onnx_file import OnnxFile
 from .ops.registry import ONNX_IMPORTERS
@@ -127,6 +128,8 @@ class _Graph:
             self.shapes[name] = value.shape
             self.dtypes[name] = value.dtype
         self.nodes = list(self.graph.node)
+        # Each node's name in messages and in Operator.source, fixed by its place in the file.
+        self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 
     # --- shape inference ----------------------------------------------------------------------
     def infer_shapes(self) -> None:
@@ -345,8 +348,37 @@ def upgrade_old_opset(source: OnnxFile) -> OnnxFile:
                               f"{OLDEST_IMPORTED_OPSET}: {str(e).splitlines()[0]}") from None
 
 
-def _node_name(node: onnx.NodeProto, index: int) -> str:
-    return node.name or f"{node.op_type}_{index}:{node.output[0] if node.output else ''}"
+def node_names(proto: onnx.ModelProto) -> list[str]:
+    """The name of each node of the graph, in order: its own, or made from its op type, its place
+    and its first output."""
+    return [node.name or f"{node.op_type}_{k}:{node.output[0] if node.output else ''}"
+            for k, node in enumerate(proto.graph.node)]
+
+
+def nodes_matching(proto: onnx.ModelProto, patterns: tuple[str, ...]) -> frozenset[str]:
+    """The names (node_names) of the nodes --keep-float patterns pick: each pattern is a node
+    name, an op type, or a regular expression matching whole node names. A pattern that picks
+    no node is a ConversionError (a mistyped name would otherwise be ignored)."""
+    names = node_names(proto)
+    types = [node.op_type for node in proto.graph.node]
+    picked: set[str] = set()
+    for pattern in patterns:
+        if pattern in names:
+            chosen = {pattern}
+        elif pattern in types:
+            chosen = {n for n, t in zip(names, types) if t == pattern}
+        else:
+            try:
+                expression = re.compile(pattern)
+            except re.error as e:
+                raise UsageError(f"--keep-float {pattern!r}: not a node name, an op type or a "
+                                 f"regular expression ({e})") from None
+            chosen = {n for n in names if expression.fullmatch(n)}
+        if not chosen:
+            raise ConversionError(f"--keep-float {pattern!r} matches no node name or op type of "
+                                  "the model")
+        picked |= chosen
+    return frozenset(picked)
 
 
 def load(source: OnnxFile | onnx.ModelProto,
@@ -365,10 +397,10 @@ def load(source: OnnxFile | onnx.ModelProto,
             break
 
     unsupported = []
-    for index, node in enumerate(graph.nodes):
+    for node in graph.nodes:
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         if key not in ONNX_IMPORTERS:
-            unsupported.append(f"{_node_name(node, index)} ({key})")
+            unsupported.append(f"{graph.names[id(node)]} ({key})")
     if unsupported:
         raise ConversionError(
             f"{len(unsupported)} unsupported ONNX node{'s' if len(unsupported) > 1 else ''}: "
@@ -409,11 +441,12 @@ def load(source: OnnxFile | onnx.ModelProto,
     output_names = [o.name for o in proto.graph.output]
 
     ctx = ImportContext(model, graph.opset, consumed)
-    for index, node in enumerate(graph.nodes):
-        label = f"output of node {_node_name(node, index)!r} ({node.op_type})"
+    for node in graph.nodes:
+        node_name = graph.names[id(node)]
+        label = f"output of node {node_name!r} ({node.op_type})"
         for name in list(node.input) + list(node.output):
             ensure_array(name, label)
-        ctx.node = OnnxNode(_node_name(node, index), node.op_type,
+        ctx.node = OnnxNode(node_name, node.op_type,
                             [aliases.get(n, n) for n in node.input],
                             [aliases.get(n, n) for n in node.output], _decode_attrs(node), node.domain)
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"

@@ -402,33 +402,49 @@ def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
     return samples
 
 
+def run_both(proto: onnx.ModelProto, model: TFLiteModel, samples: list[dict[str, np.ndarray]],
+             extra: list[str] = ()):
+    """For each sample: (onnxruntime's values of the graph outputs and of the `extra` tensors by
+    ONNX name, the .tflite's outputs by ONNX name). `model`'s inputs are paired; its outputs are
+    paired on the first sample, whose reference gives their shapes when the model does not."""
+    from .quantize.calibrate import CalibrationRun
+
+    outputs = onnx_values(proto, outputs=True)
+    names = list(dict.fromkeys([value.name for value in outputs] + list(extra)))
+    run = CalibrationRun(proto, names)
+    for k, sample in enumerate(samples):
+        feeds = {port.onnx_name: sample[port.onnx_name] for port in model.inputs}
+        try:
+            reference = dict(zip(run.fetched, run.session.run(run.fetched, feeds)))
+        except Exception as e:  # onnxruntime raises its own exception types
+            raise ConversionError(f"onnxruntime failed on sample {k}: {_first_line(e)}") from None
+        reference.update((name, feeds[name]) for name in run.from_feeds)
+        if k == 0:
+            model.pair(outputs=[OnnxValue(v.name, np.shape(reference[v.name]), v.dtype) for v in outputs])
+        yield reference, model.run(feeds)
+
+
+def prepare(proto: onnx.ModelProto, tflite_path: str, samples, count: int,
+            preserve_all: bool = False) -> tuple[TFLiteModel, list[dict[str, np.ndarray]]]:
+    """The .tflite in LiteRT with its inputs paired, and the samples (`count` generated ones when
+    `samples` is None)."""
+    model = TFLiteModel(tflite_path, preserve_all=preserve_all)
+    model.pair(inputs=onnx_values(proto))
+    return model, samples if samples is not None else generated_samples(model, proto, count)
+
+
 def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]] | None = None,
            count: int = 8, min_sqnr: float | None = None, data: str = "generated") -> Verification:
     """Runs both models on `samples` (ONNX-layout inputs by name; None: `count` generated ones)
     and compares every output. `proto` must hold its weights."""
-    from .quantize.calibrate import CalibrationRun
-
-    model = TFLiteModel(tflite_path)
-    model.pair(inputs=onnx_values(proto))
-    if samples is None:
-        samples = generated_samples(model, proto, count)
-    outputs = onnx_values(proto, outputs=True)
-    names = [value.name for value in outputs]
-    session = CalibrationRun(proto, names).session
+    model, samples = prepare(proto, tflite_path, samples, count)
+    names = [value.name for value in onnx_values(proto, outputs=True)]
     expected: dict[str, list] = {name: [] for name in names}
     actual: dict[str, list] = {name: [] for name in names}
-    for k, sample in enumerate(samples):
-        feeds = {port.onnx_name: sample[port.onnx_name] for port in model.inputs}
-        try:
-            reference = session.run(names, feeds)
-        except Exception as e:  # onnxruntime raises its own exception types
-            raise ConversionError(f"onnxruntime failed on sample {k}: {_first_line(e)}") from None
-        if k == 0:  # the outputs' shapes, which the model may not state, pair them
-            model.pair(outputs=[OnnxValue(v.name, np.shape(r), v.dtype) for v, r in zip(outputs, reference)])
-        for name, value in zip(names, reference):
-            expected[name].append(value)
-        for name, value in model.run(feeds).items():
-            actual[name].append(value)
+    for reference, outputs in run_both(proto, model, samples):
+        for name in names:
+            expected[name].append(reference[name])
+            actual[name].append(outputs[name])
     checks = [check_output(name, np.stack(expected[name]), np.stack(actual[name])) for name in names]
     result = Verification(checks, len(samples), min_sqnr, data=data)
     result.passed = min_sqnr is None or not result.below(min_sqnr)

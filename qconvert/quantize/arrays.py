@@ -44,7 +44,7 @@ def value_range(array: Array) -> MinMax | None:
         if not real.size:
             return None
         lo, hi = float(real.min()), float(real.max())
-    return MinMax(lo, hi)
+    return MinMax(lo, hi, "the constant's values")
 
 
 def params_for_range(minmax: MinMax) -> QuantParams:
@@ -61,7 +61,7 @@ def fixed_params(rule: QuantRule) -> QuantParams:
 def fixed_range(rule: QuantRule) -> MinMax:
     """The real range a fixed-output op's params represent (SOFTMAX: [0, 255/256])."""
     lo, hi = nudged_range(*rule.fixed_params)
-    return MinMax(lo, hi)
+    return MinMax(lo, hi, "fixed by the op")
 
 
 def activation_params(array: Array) -> QuantParams | None:
@@ -188,5 +188,5 @@ def _fill_across(model: Model, op: Operator, concat_pieces: bool) -> list[str]:
         filled = [a for a in [inputs[0], *outputs] if a.minmax is None and not a.is_constant]
         source = known[0]
     for array in filled:
-        array.minmax = source
+        array.minmax = MinMax(source.min, source.max, "shared with a same-scale neighbour")
     return [a.name for a in filled]

@@ -378,7 +378,7 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
     for name, (lo, hi) in ranges.items():
         array = model.arrays.get(name)
         if array is not None and array.dtype.kind == "f":
-            array.minmax = MinMax(lo, hi)
+            array.minmax = MinMax(lo, hi, "calibration")
             count += 1
     # Now, while every CONV_2D's NHWC output still sits next to its TRANSPOSE back to the ONNX tensor.
     fill_across_same_scale_ops(model, concat_pieces=False)

@@ -3,7 +3,9 @@ untransposed tensor and permutes the weight columns instead.
 
 A classifier head flattens an NCHW feature map (VGG, AlexNet); in NHWC the same flatten visits the
 values in another order. Permuting the constant weights once at conversion time removes the
-transpose from the graph.
+transpose from the graph. The flattened tensor then holds the values in that other order, so it
+takes a name of its own (`<name>_reordered`): a tensor keeps an ONNX name only while it holds that
+tensor's values in the ONNX order (the per-tensor report relies on it).
 """
 
 import numpy as np
@@ -57,5 +59,6 @@ def fold_transpose_into_fully_connected(model: Model) -> bool:
         model.set_input(fc, 1, model.add_constant(fc.inputs[1], permuted))
         del permuted, weights
         model.set_input(reshape, 0, transpose.inputs[0])
+        model.rename_tensor(reshape.outputs[0], model.unique_name(reshape.outputs[0] + "_reordered"))
         changed = True
     return changed

@@ -92,7 +92,8 @@ def _swap_add_before_mul(model: Model, add: Operator, mul: Operator, a: np.ndarr
     # final range less the shift (a bound, per channel the shift is exact).
     final = model.arrays[out].minmax
     model.arrays[middle].minmax = (None if final is None else
-                                   MinMax(final.min - float(shifted.max()), final.max - float(shifted.min())))
+                                   MinMax(final.min - float(shifted.max()), final.max - float(shifted.min()),
+                                          "derived from the range after the shift"))
     c_name = mul.inputs[0 if mul.inputs[1] == middle else 1]
     model.remove_operator(mul)
     mul.inputs, mul.outputs = [x, model.add_constant(c_name, c)], [middle]

@@ -64,13 +64,15 @@ class QuantizeOptions:
     io_type: str = "float"  # "float", "int8" or "uint8"
     per_tensor_fc: bool = False
     default_range: tuple[float, float] | None = None
+    keep_float: frozenset[str] = frozenset()  # source nodes whose ops stay float (--keep-float)
 
 
 def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
     return [
         ("affine_to_depthwise", affine_to_depthwise),
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range)),
-        ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float")),
+        ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float",
+                                         keep_float=options.keep_float)),
         ("quantize_weights", partial(quantize_weights, per_tensor_fc=options.per_tensor_fc)),
         ("quantize_biases", quantize_biases),
         ("insert_quantize_dequantize", partial(insert_quantize_dequantize, io_type=options.io_type)),

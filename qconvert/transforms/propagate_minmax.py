@@ -47,7 +47,7 @@ def _set(array, minmax: MinMax) -> bool:
 def _apply_default_range(model: Model, default_range: tuple[float, float]) -> bool:
     missing = [a for a in model.arrays.values() if is_float_activation(a) and a.minmax is None]
     for array in missing:
-        array.minmax = MinMax(*default_range)
+        array.minmax = MinMax(*default_range, "--default-range")
     if missing:
         log.warning("--default-range: %d tensor%s without a calibrated range use [%g, %g]; the "
                     "int8 model's accuracy is meaningless", len(missing),
@@ -76,7 +76,8 @@ def _unify(model: Model, op: Operator) -> list[str]:
     ranges = [r for r in ranges if r is not None]
     if not ranges:
         return []
-    union = MinMax(min(r.min for r in ranges), max(r.max for r in ranges))
+    union = MinMax(min(r.min for r in ranges), max(r.max for r in ranges),
+                   "union of a same-scale op's inputs")
     changed = [a.name for a in outputs if _set(a, union)]
     if len(inputs) == 1:
         return changed

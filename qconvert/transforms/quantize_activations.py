@@ -23,6 +23,7 @@ one small float op.
 from __future__ import annotations
 
 from ..ir import Model
+from ..ops.unary import ERF_MARK
 from ..quantize.arrays import (
     BOUNDARY_OPS,
     INT8,
@@ -62,13 +63,20 @@ def _float_tails(model: Model) -> dict[int, str]:
     return tails
 
 
-def quantize_activations(model: Model, float_outputs: bool = True) -> bool:
+KEPT_FLOAT = "kept float by --keep-float"
+
+
+def quantize_activations(model: Model, float_outputs: bool = True,
+                         keep_float: frozenset[str] = frozenset()) -> bool:
+    """`keep_float`: the source nodes (Operator.source) whose ops stay float whatever their
+    kernels (--keep-float)."""
     changed = False
     tails = _float_tails(model) if float_outputs else {}
     for op in model.operators:
         if op.int8 or op.float_reason or op.type in BOUNDARY_OPS:
             continue
-        reason = int8_blocker(op, model) or tails.get(id(op))
+        kept = KEPT_FLOAT if op.source.removesuffix(ERF_MARK) in keep_float else None
+        reason = kept or int8_blocker(op, model) or tails.get(id(op))
         rule = rule_of(op)
         if reason is not None:
             if handles_float(op, model):

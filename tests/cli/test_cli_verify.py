@@ -127,3 +127,36 @@ def test_a_poor_conversion_warns(files):
 def test_contradictory_verification_flags(files, args):
     run = qconvert("m.onnx", "u.tflite", *args, cwd=files)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and not (files / "u.tflite").exists()
+
+
+def test_reports_from_conversion_and_verify(files):
+    run = qconvert("m.onnx", "q.tflite", "--quantize", "--calibration", "cal.npz", "--report",
+                   "r.html", cwd=files)
+    assert run.returncode == 0 and (files / "r.html").read_text().startswith("<!DOCTYPE html>")
+    failed = qconvert("verify", "m.onnx", "bad.tflite", "--min-sqnr", "40", "--report", "bad.json",
+                      cwd=files)
+    assert failed.returncode == 4  # the report is still written: it shows why
+    report = json.loads((files / "bad.json").read_text())
+    assert {"tensors", "ops", "samples"} <= report.keys()
+    assert report["ops"][0]["type"] == "CONV_2D"  # the op whose weights the fixture corrupted
+
+
+def test_keep_float(files):
+    run = qconvert("m.onnx", "k.tflite", "--quantize", "--calibration", "cal.npz", "--keep-float",
+                   "Gemm", "--json", cwd=files)
+    assert run.returncode == 0, run.stderr
+    (kept,) = json.loads(run.stdout)["quantization"]["float_ops"]
+    assert (kept["op"], kept["reason"]) == ("FULLY_CONNECTED", "kept float by --keep-float")
+    assert "stayed float: FULLY_CONNECTED" in run.stderr
+
+
+@pytest.mark.parametrize("args, code", [
+    (["--quantize", "--calibration", "cal.npz", "--keep-float", "nosuch"], 1),
+    (["--quantize", "--calibration", "cal.npz", "--keep-float", "("], 2),
+    (["--keep-float", "Gemm"], 2),
+    (["--quantize", "--calibration", "cal.npz", "--no-verify", "--report", "x.json"], 2),
+    (["--verify", "--report", "x.txt"], 2)])
+def test_bad_report_and_keep_float_flags(files, args, code):
+    run = qconvert("m.onnx", "u.tflite", *args, cwd=files)
+    assert run.returncode == code and run.stderr.count("\n") == 1, run.stderr
+    assert not (files / "u.tflite").exists()
