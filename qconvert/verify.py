@@ -9,11 +9,11 @@ int8/uint8/int16 inputs and outputs are quantized and dequantized with the tenso
 Per model output, over all samples: SQNR (10 log10 of the reference's energy over the error's),
 max and mean absolute error, cosine similarity, top-1 agreement when the output is
 classifier-shaped (one axis longer than 1), and the worst slice along the output's feature axis
-(the shortest axis longer than 1 after the first): the SQNR of every slice, the lowest one named,
-so that a collapsed score channel inside a tensor that box coordinates dominate shows. In a slice,
-differences within SLICE_TOLERANCE of the output's largest magnitude do not count: two float
-runtimes differ by that much from summation order alone, and a slice of small values (a softmax's
-unlikely classes) would otherwise look broken in a faithful float conversion.
+(the shortest axis longer than 1 after the first, when two are): the SQNR of every slice, the
+lowest one named, so that a collapsed score channel inside a tensor that box coordinates dominate
+shows. In a slice, differences within SLICE_TOLERANCE of the output's largest magnitude do not
+count: two float runtimes differ by that much from summation order alone, and a slice of small
+values would otherwise look broken in a faithful float conversion.
 """
 
 from __future__ import annotations
@@ -122,9 +122,11 @@ def sqnr_db(reference: np.ndarray, actual: np.ndarray, tolerance: float = 0.0) -
 
 def feature_axis(shape: tuple[int, ...]) -> int | None:
     """The output's channel/feature axis: the shortest axis longer than 1 after the first (the
-    last of equals), or None when no axis after the first is longer than 1."""
+    last of equals); None unless two axes after the first are longer than 1 (a classifier's
+    [1, classes] has no slices: each would hold one value per sample, and top-1 agreement
+    speaks for it)."""
     axes = [a for a in range(1, len(shape)) if shape[a] > 1]
-    return min(reversed(axes), key=lambda a: shape[a]) if axes else None
+    return min(reversed(axes), key=lambda a: shape[a]) if len(axes) >= 2 else None
 
 
 def check_output(name: str, reference: np.ndarray, actual: np.ndarray) -> OutputCheck:
