@@ -205,31 +205,12 @@ def onnx_outputs(path: Path, samples: dict, probe: str | None = None) -> tuple[d
 
 
 def delegated_ops(interpreter) -> tuple[int, int]:
-    """(ops of the main subgraph that a delegate runs, ops in the file).
+    """(ops of the main subgraph that a delegate runs, ops in the file), for an interpreter whose
+    tensors are allocated: see qconvert.inspect_tflite.delegate_partitions."""
+    from qconvert.inspect_tflite import interpreter_partitions
 
-    Once a delegate is applied, the interpreter's node list is the file's ops followed by one
-    DELEGATE node per partition it took, and the execution plan skips the ops inside partitions.
-    The plan is not exposed, so it is rebuilt: walking back from the graph outputs through the
-    producer of each tensor, a DELEGATE node standing in for the op that wrote that tensor, the
-    file ops reached are the ones the interpreter runs itself. `_get_ops_details` is private:
-    LiteRT has no public view of delegation.
-    """
-    nodes = interpreter._get_ops_details()
-    producer = {}
-    for node in sorted(nodes, key=lambda n: n["op_name"] == "DELEGATE"):  # delegates last: win
-        for tensor in node["outputs"]:
-            producer[int(tensor)] = node
-    file_ops = sum(node["op_name"] != "DELEGATE" for node in nodes)
-    pending = [detail["index"] for detail in interpreter.get_output_details()]
-    reached = set()
-    while pending:
-        node = producer.get(pending.pop())
-        if node is None or node["index"] in reached:
-            continue
-        reached.add(node["index"])
-        pending.extend(int(t) for t in node["inputs"] if t >= 0)
-    run_by_interpreter = sum(nodes[i]["op_name"] != "DELEGATE" for i in reached)
-    return file_ops - run_by_interpreter, file_ops
+    partitions, file_ops = interpreter_partitions(interpreter)
+    return sum(map(len, partitions)), file_ops
 
 
 def _tflite_feeds(report: dict, samples: dict) -> list[dict]:

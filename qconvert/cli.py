@@ -1,5 +1,6 @@
 """Command line: qconvert IN.onnx OUT.tflite [options]. '-' reads stdin / writes stdout.
-Also `qconvert verify IN.onnx OUT.tflite` (qconvert/verify.py).
+Also `qconvert verify IN.onnx OUT.tflite` (qconvert/verify.py) and `qconvert inspect FILE.tflite`
+(qconvert/inspect_tflite.py).
 
 Exit codes:
   0  success: one summary line on stderr (and the JSON report on stdout with --json).
@@ -369,7 +370,8 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
 
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
     Exit codes: 0 success, 1 conversion error, 2 usage error, 3 internal error, 4 verification
-    below --min-sqnr. Also: qconvert verify IN.onnx OUT.tflite (see qconvert verify --help).
+    below --min-sqnr. Also: qconvert verify IN.onnx OUT.tflite, qconvert inspect FILE.tflite
+    (see their --help).
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="qconvert: %(message)s", stream=sys.stderr)
@@ -467,11 +469,27 @@ def _verification_table(result) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
-def inspect_cli(*args, **kwargs):
-    """`qconvert inspect FILE.tflite` (qconvert/inspect_tflite.py), imported when asked for."""
-    from .inspect_tflite import inspect_cli as command
+@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("path", metavar="FILE.tflite")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print everything as JSON on stdout, exact values (keys: see "
+                   "qconvert/inspect_tflite.py).")
+@click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
+def inspect_cli(path, as_json, debug):
+    """Show what FILE.tflite (written by any tool) holds: ops with builtin code and version,
+    which of them LiteRT's default XNNPACK delegate takes and in how many partitions, tensors
+    with dtype, shape, shape signature and quantization, buffer sizes, metadata, signatures.
 
-    return command(*args, **kwargs)
+    Exit codes: 0 shown, 1 not a readable .tflite, 2 usage error, 3 internal error.
+    """
+
+    def show():
+        from .inspect_tflite import format_text, inspect_file
+
+        report = inspect_file(path)
+        click.echo(json.dumps(report, indent=2) if as_json else format_text(report))
+
+    _guarded(debug, path, show)
 
 
 COMMANDS = {"verify": verify_cli, "inspect": inspect_cli}

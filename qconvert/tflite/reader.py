@@ -16,6 +16,29 @@ _ACTIVATIONS = {v: k for k, v in vars(S.ActivationFunctionType).items() if not k
 _OPTIONS = {v: k for k, v in vars(S.BuiltinOptions).items() if not k.startswith("_")}
 
 
+def builtin_code(code) -> int:
+    """The operator number of an OperatorCode table: the larger of builtin_code and
+    deprecated_builtin_code (older files only have the deprecated one, which stops at 127; newer
+    codes are only in builtin_code, the deprecated one then holding 127)."""
+    return max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+
+
+def op_name(number: int) -> str:
+    """The BuiltinOperator name of `number`; the number as text when the schema has no such op."""
+    return _OP_NAMES.get(number, str(number))
+
+
+def dtype_name(number: int) -> str:
+    """The TensorType name of `number`; the number as text when the schema has no such type."""
+    return _TYPE_NAMES.get(number, str(number))
+
+
+def data_offset(buffer) -> int | None:
+    """The file offset of a Buffer table's inline data, None without inline data: a vector's
+    position inside the flatbuffer is its offset in the file."""
+    return buffer._tab.Vector(buffer._tab.Offset(4)) if buffer.DataLength() else None
+
+
 def _fused_activation(op) -> str | None:
     """The fused_activation_function of the op's options table, if that table has one."""
     table_name = _OPTIONS.get(op.BuiltinOptionsType())
@@ -69,8 +92,7 @@ def read(data: bytes) -> FileSummary:
     codes = []
     for i in range(model.OperatorCodesLength()):
         code = model.OperatorCodes(i)
-        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        codes.append((_OP_NAMES.get(builtin, str(builtin)), code.Version()))
+        codes.append((op_name(builtin_code(code)), code.Version()))
     graph = model.Subgraphs(0)
     ops, operators = [], []
     for i in range(graph.OperatorsLength()):
@@ -83,14 +105,9 @@ def read(data: bytes) -> FileSummary:
     tensors = []
     for i in range(graph.TensorsLength()):
         t = graph.Tensors(i)
-        buffer = model.Buffers(t.Buffer())
-        offset = None
-        if buffer.DataLength():
-            # The vector's data position inside the flatbuffer is its offset in the file.
-            offset = buffer._tab.Vector(buffer._tab.Offset(4))
         shape = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
-        summary = TensorSummary(t.Name().decode(), shape, _TYPE_NAMES.get(t.Type(), str(t.Type())),
-                                t.Buffer(), offset)
+        summary = TensorSummary(t.Name().decode(), shape, dtype_name(t.Type()), t.Buffer(),
+                                data_offset(model.Buffers(t.Buffer())))
         q = t.Quantization()
         if q is not None and q.ScaleLength():
             summary.scales = [float(v) for v in q.ScaleAsNumpy()]
