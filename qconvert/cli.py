@@ -213,19 +213,17 @@ def _write_stdout(flatbuffer) -> None:
         raise ConversionError("-: broken pipe (the reader closed standard output)") from None
 
 
+_EXIT_CODES = ((ConversionError, EXIT_CONVERSION_ERROR), (UsageError, EXIT_USAGE),
+               (BelowThreshold, EXIT_BELOW_THRESHOLD))
+
+
 def _guarded(debug: bool, dest: str, body) -> None:
     """Runs body(); every failure becomes one line on stderr and its exit code."""
     try:
         body()
-    except ConversionError as e:
+    except (ConversionError, UsageError, BelowThreshold) as e:
         click.echo(f"qconvert: error: {_one_line(e)}", err=True)
-        sys.exit(EXIT_CONVERSION_ERROR)
-    except UsageError as e:
-        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
-        sys.exit(EXIT_USAGE)
-    except BelowThreshold as e:
-        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
-        sys.exit(EXIT_BELOW_THRESHOLD)
+        sys.exit(next(code for kind, code in _EXIT_CODES if isinstance(e, kind)))
     except OSError as e:
         click.echo(f"qconvert: error: {e.filename or dest}: {e.strerror}", err=True)
         sys.exit(EXIT_CONVERSION_ERROR)

@@ -22,6 +22,23 @@ def conv_in_front(x_shape, channels: int) -> tuple[onnx.NodeProto, onnx.TensorPr
             numpy_helper.from_array(w, "w"))
 
 
+def small_classifier(rng: np.random.Generator, channels: int = 4, classes: int = 5,
+                     output: str = "y") -> onnx.ModelProto:
+    """x [1, 3, 8, 8] -> Conv (3x3, pad 1) -> Relu ("relu") -> GlobalAveragePool ("pool") ->
+    Flatten ("flatten") -> Gemm ("gemm") -> `output`: a small classifier whose dense weights
+    are drawn from `rng`."""
+    node, w = conv_in_front((1, 3, 8, 8), channels)
+    model = make_model([node, helper.make_node("Relu", ["fm"], ["r"], name="relu"),
+                        helper.make_node("GlobalAveragePool", ["r"], ["g"], name="pool"),
+                        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+                        helper.make_node("Gemm", ["f", "gw", "gb"], [output], name="gemm")],
+                       {"x": (onnx.TensorProto.FLOAT, (1, 3, 8, 8))}, {output: onnx.TensorProto.FLOAT},
+                       {"gw": rng.standard_normal((channels, classes)).astype(np.float32),
+                        "gb": rng.standard_normal(classes).astype(np.float32)})
+    model.graph.initializer.append(w)
+    return model
+
+
 def grid_weights(shape, seed: int = 0, axis: int = 0) -> np.ndarray:
     """Random float32 weights that symmetric per-channel int8 quantization (along `axis`)
     represents exactly: integers in [-127, 127] times a per-channel step, each channel reaching

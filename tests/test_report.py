@@ -10,7 +10,6 @@ import subprocess
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
 
 import qconvert.quantize.calibrate as calibrate
 from qconvert.converter import convert
@@ -18,7 +17,7 @@ from qconvert.ir import MinMax
 from qconvert.report import CHANNELS_LAST, build_report, counterpart, write_report
 from qconvert.transforms.pipeline import QuantizeOptions
 from qconvert.verify import verify
-from tests.harness import conv_in_front, make_model
+from tests.harness import small_classifier
 
 TENSOR_KEYS = {"name", "sqnr_db", "dtype", "scale", "zero_point", "range_source"}
 OP_KEYS = {"type", "node", "amplification_db", "precision"}
@@ -35,17 +34,7 @@ def test_counterparts_by_name():
 
 def classifier():
     """Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm (node "gemm", output "logits")."""
-    node, w = conv_in_front((1, 3, 8, 8), 6)
-    rng = np.random.default_rng(4)
-    model = make_model([node, helper.make_node("Relu", ["fm"], ["r"], name="relu"),
-                        helper.make_node("GlobalAveragePool", ["r"], ["g"], name="pool"),
-                        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
-                        helper.make_node("Gemm", ["f", "gw", "gb"], ["logits"], name="gemm")],
-                       {"x": (TensorProto.FLOAT, (1, 3, 8, 8))}, {"logits": TensorProto.FLOAT},
-                       {"gw": rng.standard_normal((6, 5)).astype(np.float32),
-                        "gb": rng.standard_normal(5).astype(np.float32)})
-    model.graph.initializer.append(w)
-    return model
+    return small_classifier(np.random.default_rng(4), channels=6, output="logits")
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,10 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper
 
 from qconvert.cli import cli
 from qconvert.converter import ConversionReport, TensorInfo
-from tests.harness import conv_in_front, make_model, run_onnxruntime, run_tflite
+from tests.harness import run_onnxruntime, run_tflite, small_classifier
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")
 
@@ -26,17 +25,8 @@ QCONVERT = str(Path(sys.executable).parent / "qconvert")
 def files(tmp_path_factory):
     """conv.onnx (Conv -> Relu -> GlobalAveragePool -> Gemm) and calibration data for it."""
     root = tmp_path_factory.mktemp("quant-cli")
-    node, w = conv_in_front((1, 3, 8, 8), 4)
     rng = np.random.default_rng(3)
-    model = make_model([node, helper.make_node("Relu", ["fm"], ["r"]),
-                        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
-                        helper.make_node("Flatten", ["g"], ["f"]),
-                        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"])],
-                       {"x": (TensorProto.FLOAT, (1, 3, 8, 8))}, {"y": TensorProto.FLOAT},
-                       {"gw": rng.standard_normal((4, 5)).astype(np.float32),
-                        "gb": rng.standard_normal(5).astype(np.float32)})
-    model.graph.initializer.append(w)
-    onnx.save(model, root / "conv.onnx")
+    onnx.save(small_classifier(rng), root / "conv.onnx")
     x = rng.standard_normal((10, 1, 3, 8, 8)).astype(np.float32)
     np.savez(root / "cal.npz", x=x)
     np.savez(root / "wrong_name.npz", image=x)

@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from qconvert.tflite.reader import read
-from tests.harness import conv_in_front, make_model
+from tests.harness import small_classifier
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")
 KEYS = {"name", "sqnr_db", "worst_slice_sqnr_db", "max_abs_error", "mean_abs_error", "cosine",
@@ -31,17 +30,8 @@ def files(tmp_path_factory):
     """m.onnx (Conv -> Relu -> GlobalAveragePool -> Gemm, 5 classes), its float .tflite, one with
     a corrupted weight buffer, and calibration data."""
     root = tmp_path_factory.mktemp("verify-cli")
-    node, w = conv_in_front((1, 3, 8, 8), 4)
     rng = np.random.default_rng(3)
-    model = make_model([node, helper.make_node("Relu", ["fm"], ["r"]),
-                        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
-                        helper.make_node("Flatten", ["g"], ["f"]),
-                        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"])],
-                       {"x": (TensorProto.FLOAT, (1, 3, 8, 8))}, {"y": TensorProto.FLOAT},
-                       {"gw": rng.standard_normal((4, 5)).astype(np.float32),
-                        "gb": rng.standard_normal(5).astype(np.float32)})
-    model.graph.initializer.append(w)
-    onnx.save(model, root / "m.onnx")
+    onnx.save(small_classifier(rng), root / "m.onnx")
     np.savez(root / "cal.npz", x=rng.standard_normal((10, 1, 3, 8, 8)).astype(np.float32))
     np.savez(root / "tiny.npz", x=rng.standard_normal((10, 1, 3, 8, 8)).astype(np.float32) * 1e-3)
     assert qconvert("m.onnx", "good.tflite", cwd=root).returncode == 0
