@@ -90,14 +90,18 @@ class _Comparison:
             self.fits = False
             return
         ref = np.asarray(reference, np.float64)
+        known = np.isfinite(ref)  # as verify.check_output: no reference, nothing to compare
+        ref, value = np.where(known, ref, 0.0), np.where(known, value, 0.0)
         self.signal += float(np.sum(ref ** 2))
-        self.noise += float(np.sum((value - ref) ** 2))
+        self.noise += float(np.sum(np.where(np.isfinite(value), value - ref, np.inf) ** 2))
 
     @property
     def sqnr_db(self) -> float:
         if self.noise == 0:
             return math.inf
-        return -math.inf if self.signal == 0 else 10 * math.log10(self.signal / self.noise)
+        if self.signal == 0 or not math.isfinite(self.noise):
+            return -math.inf
+        return 10 * math.log10(self.signal / self.noise)
 
 
 def build_report(proto: onnx.ModelProto, tflite_path: str, samples=None, count: int = 8,

@@ -106,7 +106,8 @@ def _json_number(value):
 # --- metrics ---------------------------------------------------------------------------------
 def sqnr_db(reference: np.ndarray, actual: np.ndarray, tolerance: float = 0.0) -> float:
     """10 log10(sum ref^2 / sum (actual - ref)^2), errors first reduced by `tolerance`: inf for
-    a match, -inf for an error on a zero reference."""
+    a match, -inf for an error on a zero reference or a value that is not finite (a NaN or an
+    infinity where the reference is finite)."""
     ref = reference.astype(np.float64)
     error = np.abs(actual.astype(np.float64) - ref)
     if tolerance:
@@ -115,7 +116,7 @@ def sqnr_db(reference: np.ndarray, actual: np.ndarray, tolerance: float = 0.0) -
     signal = float(np.sum(ref ** 2))
     if noise == 0:
         return math.inf
-    if signal == 0:
+    if signal == 0 or not math.isfinite(noise):
         return -math.inf
     return 10 * math.log10(signal / noise)
 
@@ -130,15 +131,23 @@ def feature_axis(shape: tuple[int, ...]) -> int | None:
 
 
 def check_output(name: str, reference: np.ndarray, actual: np.ndarray) -> OutputCheck:
-    """The metrics of one output; both are [samples, *shape] in the ONNX layout."""
+    """The metrics of one output; both are [samples, *shape] in the ONNX layout. Where the
+    reference itself is not finite (onnxruntime overflowed), there is nothing to compare: those
+    values count as matching; a non-finite value of the .tflite elsewhere is an infinite error."""
     ref = reference.astype(np.float64)
     got = actual.astype(np.float64)
     if ref.shape != got.shape:
         raise ConversionError(f"output {name!r}: the .tflite gives shape {list(got.shape[1:])}, "
                               f"onnxruntime {list(ref.shape[1:])}")
-    error = np.abs(got - ref)
-    norms = float(np.linalg.norm(ref)) * float(np.linalg.norm(got))
-    cosine = float(np.sum(ref * got)) / norms if norms else (1.0 if not error.any() else 0.0)
+    unknown = ~np.isfinite(ref)
+    if unknown.any():
+        ref, got = np.where(unknown, 0.0, ref), np.where(unknown, 0.0, got)
+    error = np.where(np.isfinite(got), np.abs(got - ref), np.inf)
+    if np.isfinite(got).all():
+        norms = float(np.linalg.norm(ref)) * float(np.linalg.norm(got))
+        cosine = float(np.sum(ref * got)) / norms if norms else (1.0 if not error.any() else 0.0)
+    else:
+        cosine = math.nan
     check = OutputCheck(name, sqnr_db(ref, got), None, None, float(error.max(initial=0.0)),
                         float(error.mean()) if error.size else 0.0, cosine, None)
     per_sample = ref.shape[1:]

@@ -149,6 +149,16 @@ def convert_quantized(model: onnx.ModelProto, calibration: dict[str, np.ndarray]
     return convert_proto(model, quantize=QuantizeOptions(**fields), calibration=str(path), **options)
 
 
+def without_quantize_step(monkeypatch, name: str) -> None:
+    """Conversions in the test run the quantize pipeline without the step `name`: for a test
+    of what the step prevents, or of a kernel the step would keep out of the model."""
+    from qconvert.transforms import pipeline
+
+    steps = pipeline.quantize_steps
+    monkeypatch.setattr(pipeline, "quantize_steps",
+                        lambda options: [s for s in steps(options) if s[0] != name])
+
+
 def output_steps(flatbuffer: bytes) -> dict[str, float]:
     """The quantization step (scale) of the int8 tensor behind each float graph output, read
     from the written file: the input of the DEQUANTIZE that produces the output."""

@@ -129,6 +129,24 @@ def input_scale(op: Operator, model: Model) -> float:
     return float(activation_params(model.arrays[first]).scale[0])
 
 
+def follow_values(model: Model, name: str, follows: Callable[[Operator, str], bool]
+                  ) -> tuple[list[Operator], str, Operator | None]:
+    """Follows the values of `name` forward through ops that only move them: while the tensor
+    has exactly one reader and follows(reader, tensor) accepts it, the walk goes on to the
+    reader's output. Returns the ops passed, the last tensor reached, and the reader that was
+    refused (None when the walk ended at a model output or at zero or several readers)."""
+    chain: list[Operator] = []
+    while name not in model.outputs:
+        readers = model.consumers(name)
+        if len(readers) != 1:
+            return chain, name, None
+        if len(readers[0].outputs) != 1 or not follows(readers[0], name):
+            return chain, name, readers[0]
+        chain.append(readers[0])
+        name = readers[0].outputs[0]
+    return chain, name, None
+
+
 def sweep_until_stable(model: Model, visit: Callable[[Operator], list[str]]) -> bool:
     """Runs visit(op) over the operators in order, pass after pass, until a pass changes nothing;
     returns whether any visit changed something. visit returns the names of the arrays whose

@@ -25,6 +25,8 @@ from .hoist_transpose_through_reshape import hoist_transpose_through_reshape
 from .identify_gelu import identify_gelu
 from .identify_relu6 import identify_relu6
 from .insert_quantize_dequantize import insert_quantize_dequantize
+from .keep_mixed_concatenation_float import keep_mixed_concatenation_float
+from .keep_normalization_statistics_float import keep_normalization_statistics_float
 from .merge_constant_binary_chains import merge_constant_binary_chains
 from .merge_reshapes import merge_reshapes
 from .propagate_minmax import propagate_minmax
@@ -70,6 +72,9 @@ class QuantizeOptions:
 def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
     return [
         ("affine_to_depthwise", affine_to_depthwise),
+        ("keep_mixed_concatenation_float", partial(keep_mixed_concatenation_float,
+                                                   float_outputs=options.io_type == "float")),
+        ("keep_normalization_statistics_float", keep_normalization_statistics_float),
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range)),
         ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float",
                                          keep_float=options.keep_float)),

@@ -58,7 +58,7 @@ def _apply_default_range(model: Model, default_range: tuple[float, float]) -> bo
 def _unify(model: Model, op: Operator) -> list[str]:
     """Steps 3 and 4 for one op; the names of the arrays whose range it changed."""
     rule = rule_of(op)
-    if op.type in BOUNDARY_OPS or rule is None:
+    if op.type in BOUNDARY_OPS or rule is None or op.float_reason:  # float: no shared scale
         return []
     outputs = [model.arrays[n] for n in op.outputs]
     if rule.output == "fixed":

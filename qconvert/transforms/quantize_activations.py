@@ -22,13 +22,14 @@ one small float op.
 
 from __future__ import annotations
 
-from ..ir import Model
+from ..ir import Model, Operator
 from ..ops.unary import ERF_MARK
 from ..quantize.arrays import (
     BOUNDARY_OPS,
     INT8,
     activation_params,
     fixed_params,
+    follow_values,
     handles_float,
     int8_blocker,
     params_for_range,
@@ -37,29 +38,30 @@ from ..quantize.arrays import (
 
 
 def _float_tails(model: Model) -> dict[int, str]:
-    """{id(op): reason} for each fixed-output op whose output reaches a model output, directly or
-    through ops that only move values (a RESHAPE that flattens the probabilities), and for those
-    ops: they stay float (see the module docstring)."""
+    """{id(op): reason} for each fixed-output op whose output reaches a model output, or an op
+    a rule already keeps float, directly or through ops that only move values (a RESHAPE that
+    flattens the probabilities), and for those ops: they stay float (see the module docstring)."""
+    def moves_only(op: Operator, name: str) -> bool:
+        rule = rule_of(op)
+        return (rule is not None and rule.output == "same" and not op.float_reason
+                and [op.inputs[i] for i in rule.activation_inputs(op)] == [name])
+
     tails: dict[int, str] = {}
     for op in model.operators:
         rule = rule_of(op)
-        if rule is None or rule.output != "fixed" or len(op.outputs) != 1:
+        if rule is None or rule.output != "fixed" or len(op.outputs) != 1 or op.float_reason:
             continue
-        reason = (f"its output is a model output: in float it keeps the precision that int8's "
-                  f"fixed step of {rule.fixed_params[0]:g} would lose")
-        chain, name = [op], op.outputs[0]
-        while name not in model.outputs:
-            readers = model.consumers(name)
-            follow = readers[0] if len(readers) == 1 else None
-            follow_rule = rule_of(follow) if follow is not None else None
-            if (follow_rule is None or follow_rule.output != "same" or len(follow.outputs) != 1
-                    or [follow.inputs[i] for i in follow_rule.activation_inputs(follow)] != [name]):
-                break
-            chain.append(follow)
-            name = follow.outputs[0]
-        if name in model.outputs:
-            tails.update((id(o), reason if o is op else f"it carries the float output of {op.type} "
-                          "to a model output") for o in chain)
+        chain, end, refused = follow_values(model, op.outputs[0], moves_only)
+        if end in model.outputs:
+            where = "a model output"
+        elif refused is not None and refused.float_reason:
+            where = f"read by a float {refused.type}"
+        else:
+            continue
+        reason = (f"its output is {where}: in float it keeps the precision that int8's fixed "
+                  f"step of {rule.fixed_params[0]:g} would lose")
+        tails[id(op)] = reason
+        tails.update((id(o), f"it carries the float output of {op.type} to {where}") for o in chain)
     return tails
 
 
