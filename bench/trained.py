@@ -174,13 +174,17 @@ def _run(file: tuple, data, work: Path, args, baseline: tuple | None, problems: 
         return None
 
 
+def _ms(value: float) -> str:
+    return f"{value:.2f}" if value < 1 else f"{value:.1f}"  # the small models run in 0.05 ms
+
+
 def _latencies(row: dict, results: dict) -> None:
     if results.get("int8"):
-        row["int8 (ms)"] = f"{results['int8']['ms']:.1f}"
+        row["int8 (ms)"] = _ms(results["int8"]["ms"])
         if results["int8"].get("baseline_ms"):
-            row["float (ms)"] = f"{results['int8']['baseline_ms']:.1f}"
+            row["float (ms)"] = _ms(results["int8"]["baseline_ms"])
     elif results.get("float"):
-        row["float (ms)"] = f"{results['float']['ms']:.1f}"
+        row["float (ms)"] = _ms(results["float"]["ms"])
 
 
 def _int8_facts(row: dict, file: tuple) -> list[str]:

@@ -14,8 +14,10 @@ from .loader import load, nodes_matching
 from .onnx_file import read_onnx
 from .tflite.writer import Flatbuffer, serialize
 from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
+from .quantize.planner import Plan
 from .report import ConversionNotes
-from .verify import Verification
+from .transforms.quantize_activations import KEPT_FLOAT
+from .verify import Verification, json_number
 
 
 @dataclass
@@ -42,6 +44,7 @@ class QuantizationReport:
     float_ops: list[FloatOp]  # ops on float tensors that stayed float, and why
     weights_bytes_float: int  # constant data before quantization
     weights_bytes: int  # constant data after
+    plan: Plan | None = None  # --target-sqnr: the precision planner's rounds and promotions
 
 
 @dataclass
@@ -71,6 +74,9 @@ class ConversionReport:
     def as_dict(self) -> dict:
         result = asdict(self)
         result["verify"] = self.verify.as_dict() if self.verify is not None else None
+        if result["quantization"] and result["quantization"]["plan"]:
+            for round_ in result["quantization"]["plan"]["rounds"]:
+                round_["worst_sqnr_db"] = json_number(round_["worst_sqnr_db"])
         del result["notes"]
         return result
 
@@ -81,6 +87,8 @@ class ConversionReport:
         if q is not None:
             text += (f"; int8: {q.int8_ops} ops, weights {_human_size(q.weights_bytes_float)} -> "
                      f"{_human_size(q.weights_bytes)}")
+            if q.plan is not None:
+                text += "; " + q.plan.summary()
             if q.float_ops:
                 kinds = collections.Counter(f.op for f in q.float_ops)
                 text += "; stayed float: " + ", ".join(
@@ -117,6 +125,32 @@ def convert_model(model: Model, io_layout: str = "nhwc") -> Model:
     return model
 
 
+DESCRIPTION = f"qconvert {__version__}"
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """--target-sqnr: plan precision to `target_sqnr` dB on the first `samples` samples of the
+    calibration-format file `data` (None: the calibration data)."""
+
+    target_sqnr: float
+    samples: int = 8
+    data: str | None = None
+
+
+def conversion_notes(model: Model) -> ConversionNotes:
+    """What the per-tensor report needs to know of the written model that the file does not say."""
+    return ConversionNotes([op.source for op in model.operators],
+                           [op.float_reason for op in model.operators],
+                           {n: a.minmax.source for n, a in model.arrays.items() if a.minmax})
+
+
+def _write_candidate(model: Model, path: str) -> None:
+    """A plan's quantized model as a .tflite (its arrays keep their data)."""
+    with open(path, "wb") as f:
+        serialize(model, DESCRIPTION, release_data=False).write_to(f)
+
+
 def _constant_bytes(model: Model) -> int:
     return sum(a.data.nbytes for a in model.arrays.values() if a.is_constant)
 
@@ -136,7 +170,8 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
             calibration: str | None = None, calibration_samples: int | None = None,
             progress: bool = False, weights: str | None = None,
             weight_only_min_elements: int = 1024,
-            keep_float: tuple[str, ...] = ()) -> tuple[Flatbuffer, ConversionReport]:
+            keep_float: tuple[str, ...] = (), plan: PlanRequest | None = None,
+            ) -> tuple[Flatbuffer, ConversionReport]:
     """Converts the ONNX file `source` (or `data`, the bytes of one) to a TFLite flatbuffer, which
     `.write_to(file)` writes out (once: the weights go as they are written) and bytes() gives.
 
@@ -144,11 +179,13 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     `calibration_samples` samples) unless quantize.default_range stands in for it, and written
     as int8, but for the ops of the nodes `keep_float` patterns pick (loader.nodes_matching). With
     `weights` ("int8": --weight-only, "float16": --float16) only the stored weights change (int8
-    from `weight_only_min_elements` elements up)."""
+    from `weight_only_min_elements` elements up). With `plan` (and `quantize` with calibration),
+    the precision planner chooses which ops stay float (quantize/planner.py)."""
     start = time.perf_counter()
     onnx_file = read_onnx(source, data)
     if keep_float:
-        quantize = replace(quantize, keep_float=nodes_matching(onnx_file.proto, keep_float))
+        quantize = replace(quantize, keep_float=dict.fromkeys(
+            nodes_matching(onnx_file.proto, keep_float), KEPT_FLOAT))
     samples = run = None
     calibration_seconds = 0.0  # reading the data, making the session, running it
     if quantize is not None and calibration is not None:
@@ -171,11 +208,24 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         del run
     convert_model(model, io_layout)
     float_bytes = _constant_bytes(model)
-    quantization = weights_report = None
-    if quantize is not None:
+    quantization = weights_report = precision_plan = None
+    if quantize is not None and plan is not None and calibration is not None:
+        from .quantize.calibration_data import load_calibration, model_input_specs
+        from .quantize.planner import plan_precision
+
+        reference = read_onnx(source, data)  # onnxruntime's model, with its weights
+        reference.restore_weights()
+        checks = list(load_calibration(plan.data or calibration, model_input_specs(reference.proto),
+                                       plan.samples))
+        model, precision_plan = plan_precision(model, quantize, reference.proto, checks,
+                                               plan.target_sqnr, _write_candidate, conversion_notes)
+        del reference
+    elif quantize is not None:
         run_quantize_pipeline(model, quantize)
+    if quantize is not None:
         quantization = _quantization_report(model, quantize, len(samples) if samples else 0,
                                             calibration_seconds, float_bytes)
+        quantization.plan = precision_plan
     if weights is not None:
         floats = {n for n, a in model.arrays.items() if a.is_constant and a.dtype.kind == "f"}
         run_weight_pipeline(model, weights, weight_only_min_elements)
@@ -183,10 +233,8 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         weights_report = WeightsReport(
             weights, sorted(n for n in floats if n in model.arrays and model.arrays[n].dtype == stored),
             float_bytes, _constant_bytes(model))
-    flatbuffer = serialize(model, f"qconvert {__version__}", release_data=True)
-    notes = ConversionNotes([op.source for op in model.operators],
-                            [op.float_reason for op in model.operators],
-                            {n: a.minmax.source for n, a in model.arrays.items() if a.minmax})
+    notes = conversion_notes(model)
+    flatbuffer = serialize(model, DESCRIPTION, release_data=True)
     counts = collections.Counter(op.type for op in model.operators)
     report = ConversionReport(
         input=source, output=output_name, ops=len(model.operators),

@@ -54,7 +54,7 @@ import struct
 from .errors import ConversionError
 from .tflite import schema_generated as S
 from .tflite.reader import builtin_code, data_offset, dtype_name, op_name
-from .verify import _first_line, _json_number, quiet_native_stderr
+from .verify import _first_line, json_number, quiet_native_stderr
 
 DELEGATE = "XNNPACK"  # LiteRT's default delegate, applied by its default op resolver
 LISTED_VALUES = 3  # the text output lists quantization vectors up to this length, else summarises
@@ -87,7 +87,7 @@ def _vector(table, field: str) -> list:
 
 def _floats(table, field: str) -> list:
     """A float vector field, non-finite values as JSON-safe strings."""
-    return [_json_number(v) for v in _vector(table, field)]
+    return [json_number(v) for v in _vector(table, field)]
 
 
 def _operator_code(code, index: int) -> dict:

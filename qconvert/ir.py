@@ -15,7 +15,8 @@ Operators are compared by identity: two ops with equal fields are still two ops.
 from __future__ import annotations
 
 import collections
-import itertools
+import copy
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 
@@ -112,7 +113,7 @@ class Model:
         self.outputs: list[str] = []
         # How each graph input/output's axes relate to the ONNX tensor's (None: unchanged).
         self.io_permutation: dict[str, tuple[int, ...]] = {}
-        self._counter = itertools.count()
+        self._suffix = 0  # the next number unique_name appends
         # Execution order as a doubly linked list, and its snapshot until the next edit.
         self._prev: dict[Operator, Operator | None] = {}
         self._next: dict[Operator, Operator | None] = {}
@@ -128,8 +129,24 @@ class Model:
     def unique_name(self, hint: str) -> str:
         name = hint
         while name in self.arrays or not name:
-            name = f"{hint}_{next(self._counter)}"
+            name = f"{hint}_{self._suffix}"
+            self._suffix += 1
         return name
+
+    def copy(self) -> Model:
+        """A copy to transform on its own (the precision planner quantizes one per plan): new
+        Array and Operator objects with their own lists, options and ranges' holders; constant
+        data and params are shared, which is safe because steps replace an array's data rather
+        than write into it (data_to_change_in_place refuses data that another Array holds)."""
+        other = Model()
+        other.arrays = {name: dataclasses.replace(array) for name, array in self.arrays.items()}
+        other.inputs, other.outputs = list(self.inputs), list(self.outputs)
+        other.io_permutation = dict(self.io_permutation)
+        other._suffix = self._suffix
+        for op in self.operators:
+            other.add_operator(dataclasses.replace(op, inputs=list(op.inputs), outputs=list(op.outputs),
+                                                   options=copy.deepcopy(op.options)))
+        return other
 
     def add_array(self, hint: str, shape, dtype, data: np.ndarray | None = None) -> str:
         """Creates an array under a fresh name derived from `hint` and returns that name."""

@@ -10,6 +10,7 @@ goes to its importer (qconvert.ops). int64 tensors are narrowed to int32 inside 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import re
 from dataclasses import dataclass
@@ -79,6 +80,21 @@ def _tensor_to_array(t: onnx.TensorProto, source: OnnxFile) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
+def _declared_outputs(graph) -> list:
+    """The graph's outputs as declared, but with negative dimensions (some exporters write -1
+    for a dynamic one) made unknown: shape inference keeps a declared dimension over the one it
+    infers, and -1 would leave the output without a static shape."""
+    outputs = []
+    for value in graph.output:
+        value = copy.deepcopy(value)  # only the declaration: no data
+        if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
+            for dim in value.type.tensor_type.shape.dim:
+                if dim.HasField("dim_value") and dim.dim_value < 0:
+                    dim.Clear()
+        outputs.append(value)
+    return outputs
+
+
 class _Graph:
     """What the loader knows about the ONNX graph: constants, shapes and dtypes by value name."""
 
@@ -134,7 +150,7 @@ class _Graph:
     # --- shape inference ----------------------------------------------------------------------
     def infer_shapes(self) -> None:
         """ONNX shape inference over a copy that holds only small constants' data."""
-        g = helper.make_graph(self.nodes, self.graph.name or "g", [], list(self.graph.output))
+        g = helper.make_graph(self.nodes, self.graph.name or "g", [], _declared_outputs(self.graph))
         for name in [i.name for i in self.inputs] + list(self.constants):
             value = self.constants.get(name)
             if value is not None and value.size <= _INFERENCE_DATA_LIMIT and value.dtype.kind in "fiub":

@@ -88,7 +88,7 @@ class Verification:
 
     def as_dict(self) -> dict:
         result = asdict(self)
-        result["outputs"] = [{k: _json_number(v) for k, v in o.items()} for o in result["outputs"]]
+        result["outputs"] = [{k: json_number(v) for k, v in o.items()} for o in result["outputs"]]
         return result
 
 
@@ -96,7 +96,7 @@ def _db(value: float) -> str:
     return "inf dB" if value == math.inf else f"{value:.1f} dB"
 
 
-def _json_number(value):
+def json_number(value):
     """JSON has no infinity: an exact match's SQNR is written as the string "inf"."""
     if isinstance(value, float) and not math.isfinite(value):
         return "inf" if value > 0 else "-inf" if value < 0 else "nan"
@@ -122,10 +122,14 @@ def sqnr_db(reference: np.ndarray, actual: np.ndarray, tolerance: float = 0.0) -
 
 
 def feature_axis(shape: tuple[int, ...]) -> int | None:
-    """The output's channel/feature axis: the shortest axis longer than 1 after the first (the
-    last of equals); None unless two axes after the first are longer than 1 (a classifier's
+    """The output's channel/feature axis. A rank-4 output is an NCHW map (the ONNX layout): its
+    channels, axis 1, or none for a single-channel map (a segmenter's probabilities: its rows or
+    columns are no features). Otherwise the shortest axis longer than 1 after the first (the last
+    of equals); None unless two axes after the first are longer than 1 (a classifier's
     [1, classes] has no slices: each would hold one value per sample, and top-1 agreement
     speaks for it)."""
+    if len(shape) == 4:
+        return 1 if shape[1] > 1 else None
     axes = [a for a in range(1, len(shape)) if shape[a] > 1]
     return min(reversed(axes), key=lambda a: shape[a]) if len(axes) >= 2 else None
 
@@ -444,19 +448,34 @@ def prepare(proto: onnx.ModelProto, tflite_path: str, samples, count: int,
     return model, samples if samples is not None else generated_samples(model, proto, count)
 
 
+class OutputStacks:
+    """Both models' outputs gathered sample by sample (run_both's pairs), then compared."""
+
+    def __init__(self, proto: onnx.ModelProto):
+        self.names = [value.name for value in onnx_values(proto, outputs=True)]
+        self.expected: dict[str, list] = {name: [] for name in self.names}
+        self.actual: dict[str, list] = {name: [] for name in self.names}
+
+    def add(self, reference: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> None:
+        for name in self.names:
+            self.expected[name].append(reference[name])
+            self.actual[name].append(outputs[name])
+
+    def verification(self, samples: int, min_sqnr: float | None = None,
+                     data: str = "generated") -> Verification:
+        checks = [check_output(name, np.stack(self.expected[name]), np.stack(self.actual[name]))
+                  for name in self.names]
+        result = Verification(checks, samples, min_sqnr, data=data)
+        result.passed = min_sqnr is None or not result.below(min_sqnr)
+        return result
+
+
 def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]] | None = None,
            count: int = 8, min_sqnr: float | None = None, data: str = "generated") -> Verification:
     """Runs both models on `samples` (ONNX-layout inputs by name; None: `count` generated ones)
     and compares every output. `proto` must hold its weights."""
     model, samples = prepare(proto, tflite_path, samples, count)
-    names = [value.name for value in onnx_values(proto, outputs=True)]
-    expected: dict[str, list] = {name: [] for name in names}
-    actual: dict[str, list] = {name: [] for name in names}
+    stacks = OutputStacks(proto)
     for reference, outputs in run_both(proto, model, samples):
-        for name in names:
-            expected[name].append(reference[name])
-            actual[name].append(outputs[name])
-    checks = [check_output(name, np.stack(expected[name]), np.stack(actual[name])) for name in names]
-    result = Verification(checks, len(samples), min_sqnr, data=data)
-    result.passed = min_sqnr is None or not result.below(min_sqnr)
-    return result
+        stacks.add(reference, outputs)
+    return stacks.verification(len(samples), min_sqnr, data)

@@ -35,6 +35,10 @@ def test_feature_axis_is_the_shortest_after_the_first():
     assert feature_axis((1, 4, 4)) == 2 and feature_axis((1, 1000)) is None and feature_axis((1, 1)) is None
 
 
+def test_feature_axis_of_a_map_is_its_channels():
+    assert feature_axis((1, 16, 4, 4)) == 1 and feature_axis((1, 1, 320, 320)) is None
+
+
 def detector_outputs(samples: int = 4) -> np.ndarray:
     """[samples, 1, 4 + classes, anchors]: boxes in 0..320, class scores in 0..1."""
     boxes = RNG.uniform(0, 320, (samples, 1, BOXES, ANCHORS))

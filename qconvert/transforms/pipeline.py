@@ -8,7 +8,8 @@ decisions of the ones before it; with --weight-only or --float16, the one weight
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import partial
 
 from ..ir import Model
@@ -66,7 +67,8 @@ class QuantizeOptions:
     io_type: str = "float"  # "float", "int8" or "uint8"
     per_tensor_fc: bool = False
     default_range: tuple[float, float] | None = None
-    keep_float: frozenset[str] = frozenset()  # source nodes whose ops stay float (--keep-float)
+    # Source nodes whose ops stay float, with the reason (--keep-float, the precision planner).
+    keep_float: Mapping[str, str] = field(default_factory=dict)
 
 
 def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:

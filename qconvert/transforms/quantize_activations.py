@@ -22,6 +22,8 @@ one small float op.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..ir import Model, Operator
 from ..ops.unary import ERF_MARK
 from ..quantize.arrays import (
@@ -69,15 +71,16 @@ KEPT_FLOAT = "kept float by --keep-float"
 
 
 def quantize_activations(model: Model, float_outputs: bool = True,
-                         keep_float: frozenset[str] = frozenset()) -> bool:
+                         keep_float: Mapping[str, str] | None = None) -> bool:
     """`keep_float`: the source nodes (Operator.source) whose ops stay float whatever their
-    kernels (--keep-float)."""
+    kernels, each with the reason (--keep-float: KEPT_FLOAT; the precision planner's)."""
+    keep_float = keep_float or {}
     changed = False
     tails = _float_tails(model) if float_outputs else {}
     for op in model.operators:
         if op.int8 or op.float_reason or op.type in BOUNDARY_OPS:
             continue
-        kept = KEPT_FLOAT if op.source.removesuffix(ERF_MARK) in keep_float else None
+        kept = keep_float.get(op.source.removesuffix(ERF_MARK))
         reason = kept or int8_blocker(op, model) or tails.get(id(op))
         rule = rule_of(op)
         if reason is not None:

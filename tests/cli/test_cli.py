@@ -333,6 +333,21 @@ def test_input_shape_pins_a_dynamic_dimension(tmp_path, models, io_layout):
     np.testing.assert_allclose(actual["y"], run_onnxruntime(model, feeds)["y"], rtol=1e-4, atol=1e-4)
 
 
+def test_declared_negative_dimensions_are_dynamic(tmp_path):
+    """Paddle's exports declare a dynamic batch as dim_value -1 on the inputs and the outputs."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, 4])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, tmp_path / "m.onnx")
+    out = tmp_path / "m.tflite"
+    result = CliRunner().invoke(cli, [str(tmp_path / "m.onnx"), str(out), "--json", "--input-shape", "x:2,3,4"])
+    assert result.exit_code == 0, result.stderr
+    feeds = {"x": np.random.default_rng(4).standard_normal((2, 3, 4)).astype(np.float32)}
+    actual = run_tflite(out.read_bytes(), _report(json.loads(result.stdout)), feeds)
+    np.testing.assert_array_equal(actual["y"], np.maximum(feeds["x"], 0))
+
+
 # --- bad input ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(BAD_CASES))
 def test_bad_input_is_one_line_with_exit_code_and_no_output(runs, name):
