@@ -23,6 +23,9 @@ import numpy as np
 INT32_MAX = 2**31 - 1
 # Scale used when a range is the single point 0 (TFLite would use 0; see the module docstring).
 ZERO_RANGE_SCALE = 1.0
+# Weights whose channel (or tensor) holds nothing larger count as zero: their own scale would be so
+# small that its reciprocal, or a bias scale input_scale * scale, overflows float32.
+NEGLIGIBLE_WEIGHT = 1e-30
 
 
 def round_half_away(x) -> np.ndarray:
@@ -221,6 +224,8 @@ def quantize_weights_per_channel(w, axis: int, narrow: bool = True,
     if scales is None:
         wmin = w.min(axis=reduce_axes) if w.size else np.zeros(w.shape[axis], np.float32)
         wmax = w.max(axis=reduce_axes) if w.size else np.zeros(w.shape[axis], np.float32)
+        negligible = np.maximum(np.abs(wmin), np.abs(wmax)) < NEGLIGIBLE_WEIGHT
+        wmin, wmax = np.where(negligible, 0, wmin), np.where(negligible, 0, wmax)
         if narrow:
             half_range = np.maximum(np.abs(wmin), np.abs(wmax)).astype(np.float32)
             scales = half_range / np.float32(127)
@@ -252,7 +257,8 @@ def quantize_weights_per_tensor(w, narrow: bool = True, scale=None) -> tuple[np.
         wmin = w.min() if w.size else np.float32(0)
         wmax = w.max() if w.size else np.float32(0)
         s = _symmetric_scales(wmin, wmax, narrow)
-        s = np.float32(ZERO_RANGE_SCALE) if s == 0 else np.float32(s)
+        negligible = max(abs(float(wmin)), abs(float(wmax))) < NEGLIGIBLE_WEIGHT
+        s = np.float32(ZERO_RANGE_SCALE) if s == 0 or negligible else np.float32(s)
     else:
         s = np.float32(scale)
         if not s > 0:

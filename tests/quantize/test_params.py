@@ -173,6 +173,20 @@ def test_per_channel_weights_with_an_all_zero_channel():
     assert q.dtype == np.int8 and scales.dtype == np.float32
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_denormal_weights_count_as_zero():
+    """A channel of 1e-40s (PP-OCRv4's recognizer has them) would get a scale whose reciprocal,
+    and whose bias scale's reciprocal, overflow float32: it quantizes like an all-zero channel."""
+    w = np.array([[31.75, -15.875], [1e-40, -2e-41]], np.float32)
+    q, scales = quantize_weights_per_channel(w, axis=0)
+    np.testing.assert_array_equal(q, [[127, -64], [0, 0]])
+    np.testing.assert_array_equal(scales, np.float32([0.25, 0.25]))
+    bias, _ = quantize_bias(np.float32([1, 1]), 0.5, scales)
+    np.testing.assert_array_equal(bias, [8, 8])
+    q, scale = quantize_weights_per_tensor(np.full(3, 1e-39, np.float32))
+    assert scale == ZERO_RANGE_SCALE and not q.any()
+
+
 def test_per_channel_weights_last_axis_and_all_channels_zero():
     # Depthwise-style layout, channels on the last axis. All zero -> every scale 1.0, q 0.
     q, scales = quantize_weights_per_channel(np.zeros((1, 2, 2, 3), np.float32), axis=-1)
