@@ -12,10 +12,10 @@ from . import __version__
 from .ir import Model
 from .loader import load, nodes_matching
 from .onnx_file import read_onnx
-from .tflite.writer import Flatbuffer, serialize
-from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
 from .quantize.planner import Plan
 from .report import ConversionNotes
+from .tflite.writer import Flatbuffer, serialize
+from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
 from .transforms.quantize_activations import KEPT_FLOAT
 from .verify import Verification, json_number
 

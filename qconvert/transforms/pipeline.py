@@ -16,6 +16,7 @@ from ..ir import Model
 from .affine_to_depthwise import affine_to_depthwise
 from .channels_last_io import channels_last_io
 from .check_quantization import check_quantization
+from .clamp_by_quantized_range import clamp_by_quantized_range
 from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
 from .engine import Step, run_once, run_to_fixed_point
 from .fold_constants import fold_constants
@@ -77,6 +78,7 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("keep_mixed_concatenation_float", partial(keep_mixed_concatenation_float,
                                                    float_outputs=options.io_type == "float")),
         ("keep_normalization_statistics_float", keep_normalization_statistics_float),
+        ("clamp_by_quantized_range", clamp_by_quantized_range),
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range)),
         ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float",
                                          keep_float=options.keep_float)),
