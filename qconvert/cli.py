@@ -235,22 +235,13 @@ def _guarded(debug: bool, dest: str, body) -> None:
         sys.exit(EXIT_INTERNAL)
 
 
-def _reference_model(source: str, data: bytes | None):
-    """The ONNX model with its weights, for onnxruntime."""
-    from .onnx_file import read_onnx
-
-    onnx_file = read_onnx(source, data)
-    onnx_file.restore_weights()
-    return onnx_file.proto
-
-
 def _verification_samples(proto, path: str | None, count: int):
     """`count` samples from the calibration-format data at `path`, or None (generate them)."""
     if path is None:
         return None
-    from .quantize.calibration_data import load_calibration, model_input_specs
+    from .quantize.calibration_data import first_samples
 
-    return list(load_calibration(path, model_input_specs(proto), count))
+    return first_samples(path, proto, count)
 
 
 def check_written(source: str, data: bytes | None, path: str, data_path: str | None, count: int,
@@ -259,9 +250,10 @@ def check_written(source: str, data: bytes | None, path: str, data_path: str | N
     """Verifies the .tflite at `path` against the ONNX model and writes the per-tensor report to
     `report_path` if asked; with `warn`, prints a warning line when an output is below
     WARN_BELOW_DB and there is no threshold. Returns the Verification (see require_passed)."""
+    from .onnx_file import read_complete_onnx
     from .verify import verify
 
-    proto = _reference_model(source, data)
+    proto = read_complete_onnx(source, data)
     samples = _verification_samples(proto, data_path, count)
     result = verify(proto, path, samples, count, min_sqnr, data=data_path or "generated")
     if report_path is not None:

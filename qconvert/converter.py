@@ -11,7 +11,7 @@ import numpy as np
 from . import __version__
 from .ir import Model
 from .loader import load, nodes_matching
-from .onnx_file import read_onnx
+from .onnx_file import read_complete_onnx, read_onnx
 from .quantize.planner import Plan
 from .report import ConversionNotes
 from .tflite.writer import Flatbuffer, serialize
@@ -210,14 +210,12 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     float_bytes = _constant_bytes(model)
     quantization = weights_report = precision_plan = None
     if quantize is not None and plan is not None and calibration is not None:
-        from .quantize.calibration_data import load_calibration, model_input_specs
+        from .quantize.calibration_data import first_samples
         from .quantize.planner import plan_precision
 
-        reference = read_onnx(source, data)  # onnxruntime's model, with its weights
-        reference.restore_weights()
-        checks = list(load_calibration(plan.data or calibration, model_input_specs(reference.proto),
-                                       plan.samples))
-        model, precision_plan = plan_precision(model, quantize, reference.proto, checks,
+        reference = read_complete_onnx(source, data)  # onnxruntime's model
+        checks = first_samples(plan.data or calibration, reference, plan.samples)
+        model, precision_plan = plan_precision(model, quantize, reference, checks,
                                                plan.target_sqnr, _write_candidate, conversion_notes)
         del reference
     elif quantize is not None:

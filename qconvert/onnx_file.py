@@ -71,6 +71,13 @@ class OnnxFile:
         self.stored.clear()
 
 
+def read_complete_onnx(path: str, data: bytes | None = None) -> onnx.ModelProto:
+    """The ONNX model with all its weights in the proto: what onnxruntime needs."""
+    onnx_file = read_onnx(path, data)
+    onnx_file.restore_weights()
+    return onnx_file.proto
+
+
 def read_onnx(path: str, data: bytes | None = None) -> OnnxFile:
     """Parses an ONNX file (or bytes read from stdin), loading external data; clear errors.
 

@@ -297,6 +297,12 @@ def _scan(data: _InputData, count: int) -> None:
         done += take
 
 
+def first_samples(path: str, proto, count: int) -> list[dict[str, np.ndarray]]:
+    """The first `count` samples of the calibration-format data at `path` for the ONNX model
+    `proto`, checked as load_calibration checks them (verification and planning inputs)."""
+    return list(load_calibration(path, model_input_specs(proto), count))
+
+
 def load_calibration(path: str, model_inputs: dict[str, tuple[tuple, np.dtype]],
                      max_samples: int | None = None) -> CalibrationSet:
     """Opens and checks the calibration data at `path` (an .npz or a directory, see the module

@@ -60,9 +60,8 @@ class Plan:
     rounds: list[Round] = field(default_factory=list)
 
     def summary(self) -> str:
-        last = self.rounds[-1] if self.rounds else None
         text = f"plan: {len(self.promotions)} ops promoted to float in {len(self.rounds)} rounds"
-        if not self.reached and last is not None:
+        if not self.reached:
             text += f", target {self.target_sqnr_db:g} dB not reached"
         return text
 
