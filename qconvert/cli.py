@@ -118,7 +118,7 @@ def weight_mode_from_flags(weight_only: bool, min_elements, float16: bool, quant
 
 
 def quantize_options_from_flags(quantize: bool, calibration, calibration_samples, default_range,
-                                io_type, per_tensor_fc):
+                                io_type, per_tensor_fc, activations=None):
     """The QuantizeOptions the flags ask for (None: float); contradictions are usage errors."""
     from .transforms.pipeline import QuantizeOptions
 
@@ -126,7 +126,8 @@ def quantize_options_from_flags(quantize: bool, calibration, calibration_samples
         used = [flag for flag, value in (("--calibration", calibration),
                                          ("--calibration-samples", calibration_samples),
                                          ("--default-range", default_range), ("--io-type", io_type),
-                                         ("--per-tensor-fc", per_tensor_fc)) if value]
+                                         ("--per-tensor-fc", per_tensor_fc),
+                                         ("--activations", activations)) if value]
         if used:
             raise click.UsageError(f"{used[0]} only applies with --quantize")
         return None
@@ -135,8 +136,11 @@ def quantize_options_from_flags(quantize: bool, calibration, calibration_samples
                                "for a speed study without data)")
     if calibration_samples is not None and calibration is None:
         raise click.UsageError("--calibration-samples needs --calibration")
+    if activations == "int16" and io_type == "uint8":
+        raise click.UsageError("--activations int16 takes --io-type float or int8")
     return QuantizeOptions(io_type=io_type or "float", per_tensor_fc=per_tensor_fc,
-                           default_range=parse_default_range(default_range) if default_range else None)
+                           default_range=parse_default_range(default_range) if default_range else None,
+                           activations=activations or "int8")
 
 
 def check_output_path(path: str) -> None:
@@ -333,6 +337,10 @@ def _report_path(report: str | None) -> str | None:
                    "model's accuracy is meaningless).")
 @click.option("--io-type", type=click.Choice(["float", "int8", "uint8"]), default=None,
               help="Type of the quantized model's inputs and outputs [default: float].")
+@click.option("--activations", type=click.Choice(["int8", "int16"]), default=None,
+              help="With --quantize: the activation type; int16 runs TFLite's 16x8 kernels (int16 "
+                   "activations, int8 weights) where they exist, other ops stay float "
+                   "[default: int8].")
 @click.option("--per-tensor-fc", is_flag=True,
               help="Quantize FULLY_CONNECTED weights per tensor, for runtimes without per-channel "
                    "dense layers (TFLite Micro before 2024).")
@@ -368,8 +376,8 @@ def _report_path(report: str | None) -> str | None:
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
 @click.version_option(__version__, prog_name="qconvert")
 def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
-        default_range, io_type, per_tensor_fc, weight_only, weight_only_min_elements, float16,
-        verify_flag, no_verify, verify_samples, verify_data, min_sqnr, report, keep_float,
+        default_range, io_type, activations, per_tensor_fc, weight_only, weight_only_min_elements,
+        float16, verify_flag, no_verify, verify_samples, verify_data, min_sqnr, report, keep_float,
         target_sqnr, as_json, verbose, debug):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
@@ -384,7 +392,7 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
     weights = weight_mode_from_flags(weight_only, weight_only_min_elements, float16, quantize,
                                      calibration)
     quantize_options = quantize_options_from_flags(quantize, calibration, calibration_samples,
-                                                   default_range, io_type, per_tensor_fc)
+                                                   default_range, io_type, per_tensor_fc, activations)
     report_path = _report_path(report)
     verifying = _verification_request(verify_flag, no_verify, quantize_options, calibration,
                                       weights, verify_samples, verify_data, min_sqnr, report_path)

@@ -41,6 +41,7 @@ class QuantizationReport:
     calibration_samples: int  # 0 with --default-range only
     calibration_seconds: float
     int8_ops: int  # ops running an int8 kernel (QUANTIZE/DEQUANTIZE not counted)
+    int16_ops: int  # ops running a 16x8 kernel (int16 activations)
     float_ops: list[FloatOp]  # ops on float tensors that stayed float, and why
     weights_bytes_float: int  # constant data before quantization
     weights_bytes: int  # constant data after
@@ -85,8 +86,10 @@ class ConversionReport:
                 f"{_human_size(self.size_bytes)}, {self.seconds:.2f} s")
         q = self.quantization
         if q is not None:
-            text += (f"; int8: {q.int8_ops} ops, weights {_human_size(q.weights_bytes_float)} -> "
-                     f"{_human_size(q.weights_bytes)}")
+            text += f"; int8: {q.int8_ops} ops"
+            if q.int16_ops:
+                text += f", int16: {q.int16_ops} ops"
+            text += f", weights {_human_size(q.weights_bytes_float)} -> {_human_size(q.weights_bytes)}"
             if q.plan is not None:
                 text += "; " + q.plan.summary()
             if q.float_ops:
@@ -159,7 +162,8 @@ def _quantization_report(model: Model, options: QuantizeOptions, samples: int, s
                          float_bytes: int) -> QuantizationReport:
     return QuantizationReport(
         io_type=options.io_type, calibration_samples=samples, calibration_seconds=round(seconds, 3),
-        int8_ops=sum(op.int8 for op in model.operators),
+        int8_ops=sum(op.quantized == "int8" for op in model.operators),
+        int16_ops=sum(op.quantized == "int16" for op in model.operators),
         float_ops=[FloatOp(op.type, op.source, op.float_reason) for op in model.operators
                    if op.float_reason],
         weights_bytes_float=float_bytes, weights_bytes=_constant_bytes(model))

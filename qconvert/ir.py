@@ -73,8 +73,9 @@ class Operator:
     `options` holds the fields of the op's TFLite options table by their schema names
     (e.g. {"stride_w": 2}); the fused activation lives apart because transformations change it.
     `source` is the ONNX node the op came from, for error messages.
-    Under --quantize, `int8` says the op runs its int8 kernel, and `float_reason` why one that
-    handles float tensors stays float (both set by the quantize_activations step).
+    Under --quantize, `quantized` names the activation type of the quantized kernel the op runs
+    ("int8", or "int16" for a 16x8 kernel; "" when it runs float), and `float_reason` says why one
+    that handles float tensors stays float (both set by the quantize_activations step).
     """
 
     type: str
@@ -83,7 +84,7 @@ class Operator:
     options: dict = field(default_factory=dict)
     fused_activation: str = "NONE"
     source: str = ""
-    int8: bool = False
+    quantized: str = ""
     float_reason: str = ""
 
 

@@ -145,7 +145,8 @@ def convert_quantized(model: onnx.ModelProto, calibration: dict[str, np.ndarray]
 
     path = tmp_path / "calibration.npz"
     np.savez(path, **calibration)
-    fields = {k: options.pop(k) for k in ("io_type", "per_tensor_fc", "default_range") if k in options}
+    fields = {k: options.pop(k) for k in ("io_type", "per_tensor_fc", "default_range", "activations")
+              if k in options}
     return convert_proto(model, quantize=QuantizeOptions(**fields), calibration=str(path), **options)
 
 
@@ -172,16 +173,17 @@ def output_steps(flatbuffer: bytes) -> dict[str, float]:
 
 
 def snap_to_input_grid(flatbuffer: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Float feeds rounded to the int8 grid of the QUANTIZE that reads each graph input, so that
-    onnxruntime sees exactly the values the int8 model computes with (input rounding is not the
-    op's error)."""
+    """Float feeds rounded to the int8 (int16) grid of the QUANTIZE that reads each graph input, so
+    that onnxruntime sees exactly the values the quantized model computes with (input rounding is
+    not the op's error)."""
     summary = read_tflite(flatbuffer)
     snapped = dict(feeds)
     for op in summary.operators:
         source, target = summary.tensors[op.inputs[0]], summary.tensors[op.outputs[0]]
         if op.name == "QUANTIZE" and source.name in feeds and source.dtype == "FLOAT32":
             scale, zero = target.scales[0], target.zero_points[0]
-            q = np.clip(np.round(feeds[source.name] / scale) + zero, -128, 127)
+            info = np.iinfo(np.int16 if target.dtype == "INT16" else np.int8)
+            q = np.clip(np.round(feeds[source.name] / scale) + zero, info.min, info.max)
             snapped[source.name] = ((q - zero) * scale).astype(feeds[source.name].dtype)
     return snapped
 

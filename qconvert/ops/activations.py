@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import FREE, FREE_BINARY, QuantRule, evaluate_unary, onnx_op, onnx_ops_as, tflite_op
+from .registry import (
+    FIXED_INT16,
+    FREE,
+    FREE16,
+    FREE_BINARY,
+    SAME16,
+    QuantRule,
+    evaluate_unary,
+    onnx_op,
+    onnx_ops_as,
+    tflite_op,
+)
 from .unary import erf_reference
 from .versions import by_input_dtype, int16_io_or_int8
 
@@ -28,18 +39,20 @@ def apply_fused_activation(value: np.ndarray, activation: str) -> np.ndarray:
 
 
 
-tflite_op("RELU", quant=FREE, evaluate=evaluate_unary(lambda x: np.maximum(x, 0)), layout="elementwise",
+tflite_op("RELU", quant=FREE16, evaluate=evaluate_unary(lambda x: np.maximum(x, 0)), layout="elementwise",
           version=by_input_dtype({np.int16: 3, np.int8: 2, np.uint8: 2}))
 # RELU6 shares its input's params: TFLite Micro's int8 RELU6 clamps the raw int8 codes to those of 0
 # and 6 under the input's params and never rescales, so a RELU6 with its own output params is silently
 # wrong there (143 output steps off in tests/quantize/test_ops_int8.py); LiteRT's kernel handles both.
-tflite_op("RELU6", quant=QuantRule(output="same"), evaluate=evaluate_unary(lambda x: np.clip(x, 0, 6)),
+tflite_op("RELU6", quant=SAME16, evaluate=evaluate_unary(lambda x: np.clip(x, 0, 6)),
           layout="elementwise", version=by_input_dtype({np.int16: 3, np.int8: 2}))
 tflite_op("RELU_N1_TO_1", quant=FREE, evaluate=evaluate_unary(lambda x: np.clip(x, -1, 1)), layout="elementwise")
-tflite_op("LOGISTIC", quant=QuantRule(output="fixed", fixed_params=(1 / 256, -128)),
+tflite_op("LOGISTIC", quant=QuantRule(output="fixed", fixed_params=(1 / 256, -128), int16=True,
+                                    fixed_params_int16=FIXED_INT16),
           evaluate=evaluate_unary(lambda x: 1 / (1 + np.exp(-x))), layout="elementwise",
           version=int16_io_or_int8(3, 2))
-tflite_op("TANH", quant=QuantRule(output="fixed", fixed_params=(1 / 128, 0)),
+tflite_op("TANH", quant=QuantRule(output="fixed", fixed_params=(1 / 128, 0), int16=True,
+                                fixed_params_int16=FIXED_INT16),
           evaluate=evaluate_unary(np.tanh), layout="elementwise", version=int16_io_or_int8(3, 2))
 
 _leaky_relu_version = by_input_dtype({np.int16: 2})
@@ -62,7 +75,7 @@ def _leaky_relu(inputs, op):
     return _prelu([inputs[0], np.float32(op.options["alpha"])], op)
 
 
-tflite_op("LEAKY_RELU", quant=FREE, options="LeakyReluOptions", layout="elementwise", version=_leaky_relu_version,
+tflite_op("LEAKY_RELU", quant=FREE16, options="LeakyReluOptions", layout="elementwise", version=_leaky_relu_version,
           evaluate=_leaky_relu)
 # PRELU broadcasts alpha against the input: as an elementwise op, sink_transposes transposes a
 # constant alpha (padded to the input's rank) together with the activation.

@@ -39,7 +39,7 @@ for _tfl, _options, _fn, _table in _COMPARISONS.values():
 tflite_op("LOGICAL_NOT", options="LogicalNotOptions", layout="elementwise",
           evaluate=lambda inputs, op: [np.logical_not(inputs[0])])
 tflite_op("SELECT_V2", options="SelectV2Options", layout="elementwise",
-          quant=QuantRule(activations=(1, 2), output="same"),
+          quant=QuantRule(activations=(1, 2), output="same", int16=True),
           evaluate=lambda inputs, op: [np.where(*inputs)],
           version=by_input_dtype({np.uint32: 2}))  # not rank: SELECT (v1) has the rank rule
 

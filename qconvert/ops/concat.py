@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import SAME, QuantRule, onnx_op, tflite_op
+from .registry import SAME16, QuantRule, onnx_op, tflite_op
 from .versions import by_input_dtype
 
 
@@ -39,14 +39,14 @@ def _evaluate_split_v(inputs, op):
 
 
 tflite_op("CONCATENATION", options="ConcatenationOptions", layout="axis",
-          quant=QuantRule(activations=None, output="same"),
+          quant=QuantRule(activations=None, output="same", int16=True),
           remap_axes=_remap_axis_option, version=_concat_version,
           evaluate=lambda inputs, op: [np.concatenate(inputs, axis=op.options["axis"])])
 tflite_op("SPLIT", options="SplitOptions", layout="axis", layout_inputs=(1,),
-          quant=QuantRule(activations=(1,), output="same"),
+          quant=QuantRule(activations=(1,), output="same", int16=True),
           remap_axes=_remap_axis_input(0), evaluate=_evaluate_split,
           version=by_input_dtype({np.int16: 4, np.int32: 3, np.int8: 2}, index=1))  # 0 is the axis
-tflite_op("SPLIT_V", options="SplitVOptions", layout="axis", layout_inputs=(0,), quant=SAME,
+tflite_op("SPLIT_V", options="SplitVOptions", layout="axis", layout_inputs=(0,), quant=SAME16,
           remap_axes=_remap_axis_input(2), evaluate=_evaluate_split_v,
           version=by_input_dtype({np.int8: 2}))
 

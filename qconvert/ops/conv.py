@@ -48,9 +48,9 @@ def _depthwise_version(op, model):
 
 # Weights OHWI: per output channel along axis 0; depthwise 1HW(C*M): along axis 3.
 tflite_op("CONV_2D", options="Conv2DOptions", version=_conv_version,
-          quant=QuantRule(weight=1, weight_axis=0, bias=2), hybrid=HybridRule(axis=0))
+          quant=QuantRule(weight=1, weight_axis=0, bias=2, int16=True), hybrid=HybridRule(axis=0))
 tflite_op("DEPTHWISE_CONV_2D", options="DepthwiseConv2DOptions", version=_depthwise_version,
-          quant=QuantRule(weight=1, weight_axis=3, bias=2), hybrid=HybridRule(axis=3))
+          quant=QuantRule(weight=1, weight_axis=3, bias=2, int16=True), hybrid=HybridRule(axis=3))
 
 
 @onnx_op("Conv")

@@ -34,7 +34,7 @@ def _transpose_conv_version(op, model):
 
 # Inputs: output shape, weights OHWI (per output channel along axis 0), input, bias.
 tflite_op("TRANSPOSE_CONV", options="TransposeConvOptions", version=_transpose_conv_version,
-          quant=QuantRule(activations=(2,), weight=1, weight_axis=0, bias=3))
+          quant=QuantRule(activations=(2,), weight=1, weight_axis=0, bias=3, int16=True))
 
 
 def _out_and_begins(node, in_spatial, kernel, strides, output_padding, pads, output_shape):

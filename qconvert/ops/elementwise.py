@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import FREE_BINARY, QuantRule, onnx_op, tflite_op
+from .registry import FREE_BINARY, FREE_BINARY16, QuantRule, onnx_op, tflite_op
 from .versions import (
     INT8,
     INT16,
@@ -88,18 +88,22 @@ def _max_min_version(op, model):
     return 2 if input_dtype(op, model) == INT8 else 1
 
 
-tflite_op("ADD", options="AddOptions", quant=FREE_BINARY, evaluate=_binary(np.add), layout="elementwise",
+# ADD and SUB's 16x8 kernels rescale any input and output scales when written with
+# pot_scale_int16 false (the schema's default, true, is a power-of-two-scales-only variant).
+GENERAL_SCALES16 = QuantRule(activations=(0, 1), int16=True, int16_options=(("pot_scale_int16", False),))
+
+tflite_op("ADD", options="AddOptions", quant=GENERAL_SCALES16, evaluate=_binary(np.add), layout="elementwise",
           version=_add_version)
-tflite_op("SUB", options="SubOptions", quant=FREE_BINARY, evaluate=_binary(np.subtract), layout="elementwise",
+tflite_op("SUB", options="SubOptions", quant=GENERAL_SCALES16, evaluate=_binary(np.subtract), layout="elementwise",
           version=_sub_version)
-tflite_op("MUL", options="MulOptions", quant=FREE_BINARY, evaluate=_binary(np.multiply), layout="elementwise",
+tflite_op("MUL", options="MulOptions", quant=FREE_BINARY16, evaluate=_binary(np.multiply), layout="elementwise",
           version=_mul_version)
 tflite_op("DIV", options="DivOptions", evaluate=_binary(_int_div), layout="elementwise",
           version=_div_version)
 tflite_op("MAXIMUM", evaluate=_binary(np.maximum), layout="elementwise", version=_max_min_version,
-          quant=QuantRule(activations=(0, 1), output="same"))
+          quant=QuantRule(activations=(0, 1), output="same", int16=True))
 tflite_op("MINIMUM", evaluate=_binary(np.minimum), layout="elementwise", version=_max_min_version,
-          quant=QuantRule(activations=(0, 1), output="same"))
+          quant=QuantRule(activations=(0, 1), output="same", int16=True))
 tflite_op("POW", evaluate=_binary(np.power), layout="elementwise")
 tflite_op("SQUARED_DIFFERENCE", quant=FREE_BINARY, evaluate=_binary(lambda a, b: (a - b) ** 2), layout="elementwise",
           version=by_input_dtype({np.int8: 2}))

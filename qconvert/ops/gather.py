@@ -12,7 +12,7 @@ import numpy as np
 
 from .argmax import remap_dropped_axis
 from .layout import reshape
-from .registry import SAME, onnx_op, tflite_op
+from .registry import SAME16, onnx_op, tflite_op
 
 
 def _gather_version(op, model):
@@ -58,9 +58,9 @@ def _evaluate_gather(inputs, op):
     return [np.take(inputs[0], inputs[1], axis=op.options.get("axis", 0))]
 
 
-tflite_op("GATHER", options="GatherOptions", quant=SAME, version=_gather_version, layout="axis",
+tflite_op("GATHER", options="GatherOptions", quant=SAME16, version=_gather_version, layout="axis",
           layout_inputs=(0,), remap_axes=_remap_gather_axis, evaluate=_evaluate_gather)
-tflite_op("GATHER_ND", options="GatherNdOptions", quant=SAME, version=_gather_nd_version,
+tflite_op("GATHER_ND", options="GatherNdOptions", quant=SAME16, version=_gather_nd_version,
           evaluate=_evaluate_gather_nd)
 
 

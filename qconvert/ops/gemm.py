@@ -65,7 +65,7 @@ def _evaluate_batch_matmul(inputs, op):
 
 # Weights [out, in]: per output channel along axis 0 (per tensor with --per-tensor-fc).
 tflite_op("FULLY_CONNECTED", options="FullyConnectedOptions", version=_fc_version,
-          quant=QuantRule(weight=1, weight_axis=0, bias=2),
+          quant=QuantRule(weight=1, weight_axis=0, bias=2, int16=True),
           hybrid=HybridRule(axis=0, asymmetric=True),
           evaluate=_evaluate_fc)
 tflite_op("BATCH_MATMUL", options="BatchMatMulOptions", version=_batch_matmul_version,

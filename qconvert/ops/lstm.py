@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .registry import SAME, HybridRule, onnx_op, tflite_op
+from .registry import SAME16, HybridRule, onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, by_input_dtype, input_dtype
 
 _DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
@@ -72,7 +72,7 @@ tflite_op("UNIDIRECTIONAL_SEQUENCE_LSTM", options="UnidirectionalSequenceLSTMOpt
           version=_lstm_version)
 # FILL has no `evaluate` on purpose: it (re)initialises LSTM state variables on every invocation.
 tflite_op("FILL", version=_fill_version)
-tflite_op("REVERSE_V2", quant=SAME, version=by_input_dtype({np.int8: 3, np.bool_: 2}),
+tflite_op("REVERSE_V2", quant=SAME16, version=by_input_dtype({np.int8: 3, np.bool_: 2}),
           evaluate=_evaluate_reverse)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import SAME, QuantRule, onnx_op, tflite_op
+from .registry import SAME16, QuantRule, onnx_op, tflite_op
 from .slice import slice_tensor
 from .tile import broadcast_to, tile
 from .versions import by_input_dtype, input_rank
@@ -51,11 +51,11 @@ def remap_paddings(op, model, perm):
 
 # PADV2's constant pad value (input 2) is quantized with the output's params.
 for _name, _options, _evaluate, _quant in [
-        ("PAD", "PadOptions", _evaluate_pad, SAME),
-        ("PADV2", "PadV2Options", _evaluate_pad, QuantRule(activations=(0, 2), output="same"))]:
+        ("PAD", "PadOptions", _evaluate_pad, SAME16),
+        ("PADV2", "PadV2Options", _evaluate_pad, QuantRule(activations=(0, 2), output="same", int16=True))]:
     tflite_op(_name, options=_options, version=_pad_version, evaluate=_evaluate, layout="axis",
               layout_inputs=(0,), remap_axes=remap_paddings, quant=_quant)
-tflite_op("MIRROR_PAD", options="MirrorPadOptions", quant=SAME, version=_mirror_pad_version,
+tflite_op("MIRROR_PAD", options="MirrorPadOptions", quant=SAME16, version=_mirror_pad_version,
           evaluate=_evaluate_mirror_pad, layout="axis", layout_inputs=(0,),
           remap_axes=remap_paddings)
 

@@ -12,11 +12,11 @@ import numpy as np
 
 from .layout import from_channels_last, reshape, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
-from .registry import SAME, onnx_op, tflite_op
+from .registry import SAME16, onnx_op, tflite_op
 from .versions import int16_io_or_int8
 
-tflite_op("MAX_POOL_2D", options="Pool2DOptions", quant=SAME, version=int16_io_or_int8(3, 2))
-tflite_op("AVERAGE_POOL_2D", options="Pool2DOptions", quant=SAME, version=int16_io_or_int8(3, 2))
+tflite_op("MAX_POOL_2D", options="Pool2DOptions", quant=SAME16, version=int16_io_or_int8(3, 2))
+tflite_op("AVERAGE_POOL_2D", options="Pool2DOptions", quant=SAME16, version=int16_io_or_int8(3, 2))
 
 
 @onnx_op("MaxPool", "AveragePool")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import FREE, SAME, onnx_op, tflite_op
+from .registry import FREE, FREE16, SAME16, onnx_op, tflite_op
 from .versions import by_input_dtype
 
 
@@ -40,8 +40,8 @@ _INT8_INT16 = {np.int16: 3, np.int8: 2}
 # REDUCE_PROD stays float: its int8 kernel multiplies in the quantized domain, losing precision
 # fast with the number of reduced elements.
 for _name, _fn, _table, _quant in [
-        ("MEAN", np.mean, _INT8_INT16, FREE), ("SUM", np.sum, {np.int8: 2}, FREE),
-        ("REDUCE_MAX", np.max, _INT8_INT16, SAME), ("REDUCE_MIN", np.min, _INT8_INT16, SAME),
+        ("MEAN", np.mean, _INT8_INT16, FREE16), ("SUM", np.sum, {np.int8: 2}, FREE),
+        ("REDUCE_MAX", np.max, _INT8_INT16, SAME16), ("REDUCE_MIN", np.min, _INT8_INT16, SAME16),
         ("REDUCE_PROD", np.prod, {np.int8: 2, np.int16: 2}, None),
         ("REDUCE_ANY", np.any, {}, None), ("REDUCE_ALL", np.all, {}, None)]:
     tflite_op(_name, options="ReducerOptions", evaluate=_evaluate(_fn), layout="axis",

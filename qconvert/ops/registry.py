@@ -52,6 +52,12 @@ class QuantRule:
     input_scale_below: the kernel aborts unless every quantized input's scale is below this
                  (TFLite's int8 comparisons turn each input scale itself into a multiplier < 1);
                  an op whose inputs' ranges exceed it stays float.
+    int16:       the op also has a 16x8 kernel: int16 activations (symmetric, zero point 0) with
+                 the same int8 weights and an int64 bias (--activations int16); a function of the
+                 op when only some of its variants have one (or are exact enough to use).
+    fixed_params_int16: the 16x8 kernel's required output params, for "fixed" ops.
+    int16_options: options the op must be written with to run its 16x8 kernel (ADD's general
+                 scales rather than power-of-two ones).
     """
 
     activations: tuple[int, ...] | None = (0,)
@@ -61,6 +67,12 @@ class QuantRule:
     output: str = "free"
     fixed_params: tuple[float, int] | None = None
     input_scale_below: float | None = None
+    int16: bool | Callable[[Operator], bool] = False
+    fixed_params_int16: tuple[float, int] | None = None
+    int16_options: tuple[tuple[str, object], ...] = ()
+
+    def has_int16(self, op: Operator) -> bool:
+        return self.int16(op) if callable(self.int16) else self.int16
 
     def activation_inputs(self, op: Operator) -> list[int]:
         indices = range(len(op.inputs)) if self.activations is None else self.activations
@@ -90,10 +102,15 @@ class HybridRule:
     companions: tuple[int, ...] = ()
 
 
-# The rules most ops share.
+# The rules most ops share; the *16 ones for ops that also have a 16x8 kernel.
 FREE = QuantRule()
 SAME = QuantRule(output="same")
 FREE_BINARY = QuantRule(activations=(0, 1))
+FREE16 = QuantRule(int16=True)
+SAME16 = QuantRule(output="same", int16=True)
+FREE_BINARY16 = QuantRule(activations=(0, 1), int16=True)
+# The 16x8 fixed-output kernels (LOGISTIC, TANH, SOFTMAX) write steps of 1/32768 from zero point 0.
+FIXED_INT16 = (1 / 32768, 0)
 
 
 @dataclass(frozen=True)

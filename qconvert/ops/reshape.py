@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape
-from .registry import SAME, onnx_op, tflite_op
+from .registry import SAME16, onnx_op, tflite_op
 from .versions import INT16, by_input_dtype, input_dtype, input_rank
 
 
@@ -34,8 +34,8 @@ def _transpose_version(op, model):
 _transpose_dtype_version = by_input_dtype({np.bool_: 3, np.int8: 2})
 
 
-tflite_op("RESHAPE", options="ReshapeOptions", evaluate=_evaluate_reshape, quant=SAME)
-tflite_op("TRANSPOSE", options="TransposeOptions", evaluate=_evaluate_transpose, quant=SAME,
+tflite_op("RESHAPE", options="ReshapeOptions", evaluate=_evaluate_reshape, quant=SAME16)
+tflite_op("TRANSPOSE", options="TransposeOptions", evaluate=_evaluate_transpose, quant=SAME16,
           version=_transpose_version)
 tflite_op("IDENTITY", evaluate=lambda inputs, op: [inputs[0]])
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import channels_last_tensor, to_channels_first, to_channels_last
-from .registry import SAME, onnx_op, tflite_op
+from .registry import SAME16, QuantRule, onnx_op, tflite_op
 
 # Flag pairs (align_corners, half_pixel_centers) tried in order of the op version they need.
 _NEAREST_FLAGS = [(False, False), (False, True), (True, False)]
@@ -37,9 +37,15 @@ def _version(flags: tuple[str, ...]):
     return version
 
 
+def _exact_int16_bilinear(op) -> bool:
+    """The 16x8 bilinear kernel interpolates with coarse fixed-point weights: exact for the
+    half-pixel grid of an integer upscale, many int16 steps off with align_corners."""
+    return not op.options.get("align_corners")
+
+
 tflite_op("RESIZE_BILINEAR", options="ResizeBilinearOptions", version=_version(("half_pixel_centers",)),
-          quant=SAME)
-tflite_op("RESIZE_NEAREST_NEIGHBOR", options="ResizeNearestNeighborOptions", quant=SAME,
+          quant=QuantRule(output="same", int16=_exact_int16_bilinear))
+tflite_op("RESIZE_NEAREST_NEIGHBOR", options="ResizeNearestNeighborOptions", quant=SAME16,
           version=_version(("half_pixel_centers", "align_corners")))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import SAME, onnx_op, tflite_op
+from .registry import SAME16, onnx_op, tflite_op
 
 MAX_RANK = 5  # TFLite's SLICE and STRIDED_SLICE kernels handle up to 5 dimensions
 
@@ -111,9 +111,9 @@ def _strided_slice_version(op, model):
     return 2 if x.dtype == np.int8 else 1
 
 
-tflite_op("SLICE", options="SliceOptions", quant=SAME, version=_slice_version, evaluate=_evaluate_slice,
+tflite_op("SLICE", options="SliceOptions", quant=SAME16, version=_slice_version, evaluate=_evaluate_slice,
           layout="axis", layout_inputs=(0,), remap_axes=_remap_slice)
-tflite_op("STRIDED_SLICE", options="StridedSliceOptions", quant=SAME, version=_strided_slice_version,
+tflite_op("STRIDED_SLICE", options="StridedSliceOptions", quant=SAME16, version=_strided_slice_version,
           evaluate=_evaluate_strided_slice, layout="axis", layout_inputs=(0,),
           remap_axes=_remap_strided_slice)
 

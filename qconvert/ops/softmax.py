@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape, transpose
-from .registry import QuantRule, onnx_op, tflite_op
+from .registry import FIXED_INT16, QuantRule, onnx_op, tflite_op
 from .versions import by_input_dtype
 
 
@@ -18,7 +18,8 @@ def _softmax(x, beta=1.0):
 
 
 tflite_op("SOFTMAX", options="SoftmaxOptions",
-          quant=QuantRule(output="fixed", fixed_params=(1 / 256, -128)),
+          quant=QuantRule(output="fixed", fixed_params=(1 / 256, -128), int16=True,
+                         fixed_params_int16=FIXED_INT16),
           version=by_input_dtype({np.int16: 3, np.int8: 2}),
           evaluate=lambda inputs, op: [_softmax(inputs[0], op.options.get("beta", 1.0)).astype(inputs[0].dtype)])
 tflite_op("LOG_SOFTMAX", options="LogSoftmaxOptions",

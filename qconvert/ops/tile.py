@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape
-from .registry import SAME, onnx_op, tflite_op
+from .registry import SAME16, onnx_op, tflite_op
 from .versions import by_input_dtype
 
 
@@ -35,10 +35,10 @@ _tile_version = by_input_dtype({np.int8: 3, np.object_: 2})  # object: strings
 _broadcast_to_version = by_input_dtype({np.int8: 3, np.int16: 3}, default=2)
 
 
-tflite_op("TILE", options="TileOptions", quant=SAME, version=_tile_version,
+tflite_op("TILE", options="TileOptions", quant=SAME16, version=_tile_version,
           evaluate=lambda inputs, op: [np.tile(inputs[0], [int(m) for m in inputs[1]])],
           layout="axis", layout_inputs=(0,), remap_axes=_remap_vector_input("multiples"))
-tflite_op("BROADCAST_TO", options="BroadcastToOptions", quant=SAME, version=_broadcast_to_version,
+tflite_op("BROADCAST_TO", options="BroadcastToOptions", quant=SAME16, version=_broadcast_to_version,
           evaluate=lambda inputs, op: [np.broadcast_to(inputs[0], [int(d) for d in inputs[1]]).copy()],
           layout="axis", layout_inputs=(0,), remap_axes=_remap_vector_input("shape"))
 

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .registry import FREE, evaluate_unary, onnx_op, onnx_ops_as, tflite_op
+from .registry import FREE, FREE16, evaluate_unary, onnx_op, onnx_ops_as, tflite_op
 from .versions import by_input_dtype, has_quantization, input_dtype
 
 # Suffix of Operator.source on every op of an Erf composition (see erf_group in identify_gelu).
@@ -51,7 +51,7 @@ tflite_op("RSQRT", quant=FREE, evaluate=evaluate_unary(lambda x: 1 / np.sqrt(x))
 tflite_op("EXP", options="ExpOptions", quant=FREE, evaluate=evaluate_unary(np.exp), layout="elementwise",
           version=_int8_int16_version(2, 2))
 tflite_op("LOG", quant=FREE, evaluate=evaluate_unary(np.log), layout="elementwise", version=_int8_int16_version(2, 2))
-tflite_op("ABS", options="AbsOptions", quant=FREE, evaluate=evaluate_unary(np.abs), layout="elementwise",
+tflite_op("ABS", options="AbsOptions", quant=FREE16, evaluate=evaluate_unary(np.abs), layout="elementwise",
           version=_abs_version)
 tflite_op("NEG", options="NegOptions", evaluate=evaluate_unary(np.negative), layout="elementwise")
 tflite_op("FLOOR", evaluate=evaluate_unary(np.floor), layout="elementwise")

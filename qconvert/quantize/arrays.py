@@ -1,6 +1,7 @@
 """What the quantize steps ask of IR arrays and ops: ranges, activation params, int8 eligibility.
 
-The params of an int8 activation follow from its range alone (TOCO's chooser), so every step that
+The params of a quantized activation follow from its range and its type alone (int8: TOCO's
+asymmetric chooser; int16: symmetric, zero point 0, as the 16x8 kernels want), so every step that
 needs an array's params -- the producer choosing them, a consumer's bias scale, a QUANTIZE inserted
 in front of a consumer -- computes the same numbers from the same range.
 """
@@ -8,16 +9,21 @@ in front of a consumer -- computes the same numbers from the same range.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..ir import Array, MinMax, Model, Operator, QuantParams
 from ..ops.registry import TFLITE_OPS, QuantRule
-from .params import choose_quantization_params, nudged_range
+from ..ops.unary import ERF_MARK
+from .params import choose_quantization_params, choose_symmetric_params, nudged_range
 
 FLOAT32 = np.dtype(np.float32)
 INT8 = np.dtype(np.int8)
+INT16 = np.dtype(np.int16)
+# The activation type of each kind of quantized kernel (Operator.quantized).
+ACTIVATION_TYPES = {"int8": INT8, "int16": INT16}
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Ops the quantize steps insert; they are the boundary, not ops to quantize.
 BOUNDARY_OPS = ("QUANTIZE", "DEQUANTIZE")
@@ -47,29 +53,56 @@ def value_range(array: Array) -> MinMax | None:
     return MinMax(lo, hi, "the constant's values")
 
 
-def params_for_range(minmax: MinMax) -> QuantParams:
-    """Per-tensor asymmetric int8 params for a range (TOCO's chooser)."""
-    scale, zero_point = choose_quantization_params(minmax.min, minmax.max)
+def params_for_range(minmax: MinMax, dtype: np.dtype = INT8) -> QuantParams:
+    """Per-tensor params for a range: asymmetric int8 (TOCO's chooser) or symmetric int16."""
+    if dtype == INT16:
+        scale, zero_point = choose_symmetric_params(minmax.min, minmax.max)
+    else:
+        scale, zero_point = choose_quantization_params(minmax.min, minmax.max)
     return QuantParams(np.array([scale], np.float32), np.array([zero_point], np.int64))
 
 
-def fixed_params(rule: QuantRule) -> QuantParams:
-    scale, zero_point = rule.fixed_params
+def fixed_params(rule: QuantRule, dtype: np.dtype = INT8) -> QuantParams:
+    scale, zero_point = rule.fixed_params_int16 if dtype == INT16 else rule.fixed_params
     return QuantParams(np.array([scale], np.float32), np.array([zero_point], np.int64))
 
 
 def fixed_range(rule: QuantRule) -> MinMax:
-    """The real range a fixed-output op's params represent (SOFTMAX: [0, 255/256])."""
+    """The real range a fixed-output op's int8 params represent (SOFTMAX: [0, 255/256])."""
     lo, hi = nudged_range(*rule.fixed_params)
     return MinMax(lo, hi, "fixed by the op")
 
 
-def activation_params(array: Array) -> QuantParams | None:
-    """The int8 params the array has, or will get when it is quantized (from its range)."""
-    if array.quant is not None:
+def activation_params(array: Array, dtype: np.dtype = INT8) -> QuantParams | None:
+    """The params of type `dtype` the array has, or will get when it is quantized to that type
+    (from its range). An array quantized to the other type (a 16x8 op's int16 output read by an
+    int8 op) gets the params a QUANTIZE to `dtype` converts it to."""
+    if array.quant is not None and (array.dtype == INT16) == (dtype == INT16):
         return array.quant
     minmax = value_range(array)
-    return None if minmax is None else params_for_range(minmax)
+    return None if minmax is None else params_for_range(minmax, dtype)
+
+
+@dataclass(frozen=True)
+class Int16Choice:
+    """Which ops are to run their 16x8 kernel: every op that has one (--activations int16), and
+    the ops of the source nodes listed (the precision planner's promotions), each with why."""
+
+    whole_model: bool = False
+    nodes: Mapping[str, str] = field(default_factory=dict)
+
+    def wants(self, op: Operator) -> bool:
+        return self.whole_model or op.source.removesuffix(ERF_MARK) in self.nodes
+
+    def runs_int16(self, op: Operator) -> bool:
+        """Whether the op will run int16, if it is quantized at all: it is wanted and has a kernel."""
+        rule = rule_of(op)
+        return rule is not None and rule.has_int16(op) and self.wants(op)
+
+
+def op_activation_type(op: Operator) -> np.dtype:
+    """The activation type of the op's quantized kernel (int8 for a float op)."""
+    return ACTIVATION_TYPES.get(op.quantized, INT8)
 
 
 def same_params(a: QuantParams | None, b: QuantParams | None) -> bool:
@@ -123,10 +156,12 @@ def int8_blocker(op: Operator, model: Model) -> str | None:
     return None
 
 
-def input_scale(op: Operator, model: Model) -> float:
-    """The scale of the op's first activation input: S_in in a bias scale S_in * S_weight."""
+def input_scale(op: Operator, model: Model, dtype: np.dtype | None = None) -> float:
+    """The scale of the op's first activation input, in the op's activation type (or `dtype`):
+    S_in in a bias scale S_in * S_weight."""
     first = op.inputs[rule_of(op).activation_inputs(op)[0]]
-    return float(activation_params(model.arrays[first]).scale[0])
+    dtype = op_activation_type(op) if dtype is None else dtype
+    return float(activation_params(model.arrays[first], dtype).scale[0])
 
 
 def follow_values(model: Model, name: str, follows: Callable[[Operator, str], bool]

@@ -97,6 +97,18 @@ def choose_quantization_params(rmin, rmax, qmin: int = -128, qmax: int = 127,
     return scale, zero_point
 
 
+def choose_symmetric_params(rmin, rmax, qmax: int = 32767) -> tuple[float, int]:
+    """Symmetric (scale, 0) for the real range [rmin, rmax]: scale = max(|rmin|, |rmax|) / qmax,
+    as TFLite chooses int16 activation params (16x8 kernels want zero point 0). An empty range
+    {0} gets ZERO_RANGE_SCALE."""
+    if not (np.isfinite(rmin) and np.isfinite(rmax)):
+        raise ValueError(f"quantization range must be finite, got [{rmin}, {rmax}]")
+    if rmin > rmax:
+        raise ValueError(f"quantization range has min > max: [{rmin}, {rmax}]")
+    bound = max(abs(float(rmin)), abs(float(rmax)))
+    return (bound / qmax if bound > 0 else ZERO_RANGE_SCALE), 0
+
+
 def nudged_range(scale, zero_point, qmin: int = -128, qmax: int = 127):
     """The real range [S*(qmin - Z), S*(qmax - Z)] a (scale, zero_point) pair represents.
 
@@ -271,8 +283,11 @@ def bias_scales(input_scale: float, weight_scales) -> np.ndarray:
     return (np.float32(input_scale) * np.asarray(weight_scales, dtype=np.float32)).astype(np.float32)
 
 
-def quantize_bias(bias, input_scale: float, weight_scales) -> tuple[np.ndarray, np.ndarray]:
+def quantize_bias(bias, input_scale: float, weight_scales,
+                  dtype=np.int32) -> tuple[np.ndarray, np.ndarray]:
     """int32 bias with zero point 0 and scale input_scale * weight_scale: (q int32, scales float32).
+    With dtype int64 (the 16x8 kernels' bias) the clamp is at +-2^62 instead, far beyond any
+    accumulator and still exact when the float64 product is cast.
 
     weight_scales is one scale per channel (per-channel weights) or a single scale (per-tensor;
     the returned scales then hold that single value). q = clamp(round(b / S_c), -(2^31-1),
@@ -288,7 +303,8 @@ def quantize_bias(bias, input_scale: float, weight_scales) -> tuple[np.ndarray, 
         raise ValueError(f"{scales.size} weight scales for a bias of shape {b.shape}")
     inv = (1.0 / scales.astype(np.float64)).astype(np.float32)
     q = round_half_away(b * inv).astype(np.float64)
-    q = np.clip(q, -INT32_MAX, INT32_MAX).astype(np.int32)
+    bound = INT32_MAX if np.dtype(dtype) == np.int32 else 2.0**62
+    q = np.clip(q, -bound, bound).astype(dtype)
     return q, scales
 
 

@@ -111,7 +111,7 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
         for round_number in range(MAX_ROUNDS + 1):
             candidate = _quantized(model, options, promoted)
             if int8_ops is None:
-                int8_ops = sum(op.int8 for op in candidate.operators)
+                int8_ops = sum(op.quantized == "int8" for op in candidate.operators)
             write(candidate, path)
             verification, content = measure(proto, path, samples, len(samples), notes_of(candidate))
             worst = _worst(verification)

@@ -1,7 +1,8 @@
 """check_quantization: the self-check before writing an int8 model. It rewrites nothing.
 
 Every int8 op is checked against the constraints of its kernel (quantization-spec.md (e)):
-int8 activations with one positive scale and a zero point in [-128, 127]; same-scale ops with
+int8 activations with one positive scale and a zero point in [-128, 127] (a 16x8 op: int16
+activations with zero point 0, and an int64 bias); same-scale ops with
 identical params on every quantized input and the output; fixed-output ops with the kernel's
 params; int8 weights with zero point 0, values in [-127, 127] and one scale per output channel
 (or one); int32 bias with zero point 0, quantized dimension 0 and scale input_scale *
@@ -14,19 +15,31 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Array, Model, Operator
-from ..quantize.arrays import BOUNDARY_OPS, FLOAT32, INT8, fixed_params, input_scale, rule_of, same_params
+from ..quantize.arrays import (
+    BOUNDARY_OPS,
+    FLOAT32,
+    INT8,
+    INT16,
+    fixed_params,
+    input_scale,
+    op_activation_type,
+    rule_of,
+    same_params,
+)
 
 
 class QuantizationCheckError(Exception):
     """An int8 op violates its kernel's constraints: a bug in the quantize steps."""
 
 
-def _activation_problem(array: Array) -> str | None:
+def _activation_problem(array: Array, dtype: np.dtype) -> str | None:
     q = array.quant
-    if array.dtype != INT8 or q is None:
-        return f"{array.name!r} is {array.dtype}, not quantized int8"
+    if array.dtype != dtype or q is None:
+        return f"{array.name!r} is {array.dtype}, not quantized {dtype}"
     if np.size(q.scale) != 1 or not (np.isfinite(q.scale).all() and (q.scale > 0).all()):
         return f"{array.name!r} needs one positive finite scale, has {q.scale}"
+    if dtype == INT16 and int(q.zero_point[0]) != 0:
+        return f"{array.name!r} is int16 with zero point {q.zero_point[0]}, not 0"
     if not -128 <= int(q.zero_point[0]) <= 127:
         return f"{array.name!r} zero point {q.zero_point[0]} is outside [-128, 127]"
     return None
@@ -49,8 +62,9 @@ def _weight_problem(op: Operator, rule, weights: Array) -> str | None:
 
 def _bias_problem(op: Operator, model: Model, bias: Array, weights: Array) -> str | None:
     q = bias.quant
-    if bias.dtype != np.int32 or q is None or not bias.is_constant:
-        return f"bias {bias.name!r} is not constant int32"
+    wanted = np.dtype(np.int64 if op_activation_type(op) == INT16 else np.int32)
+    if bias.dtype != wanted or q is None or not bias.is_constant:
+        return f"bias {bias.name!r} is not constant {wanted}"
     if np.any(q.zero_point != 0) or (q.axis or 0) != 0:
         return f"bias {bias.name!r} needs zero point 0 and quantized dimension 0"
     expected = (np.float32(input_scale(op, model)) * weights.quant.scale).astype(np.float32)
@@ -61,19 +75,20 @@ def _bias_problem(op: Operator, model: Model, bias: Array, weights: Array) -> st
 
 def _op_problem(op: Operator, model: Model) -> str | None:
     rule = rule_of(op)
+    dtype = op_activation_type(op)
     arrays = model.arrays
     inputs = [arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
     outputs = [arrays[n] for n in op.outputs] if rule.output != "none" else []
     for array in inputs + outputs:
-        problem = _activation_problem(array)
+        problem = _activation_problem(array, dtype)
         if problem:
             return problem
     if rule.output == "same":
         for array in inputs + outputs[1:]:
             if not same_params(array.quant, outputs[0].quant):
                 return f"{array.name!r} and output {outputs[0].name!r} must share scale and zero point"
-    if rule.output == "fixed" and not same_params(outputs[0].quant, fixed_params(rule)):
-        scale, zero_point = rule.fixed_params
+    if rule.output == "fixed" and not same_params(outputs[0].quant, fixed_params(rule, dtype)):
+        scale, zero_point = rule.fixed_params_int16 if dtype == INT16 else rule.fixed_params
         return f"output {outputs[0].name!r} must have scale {scale} and zero point {zero_point}"
     if rule.weight is not None:
         weights = arrays[op.inputs[rule.weight]]
@@ -87,13 +102,14 @@ def _op_problem(op: Operator, model: Model) -> str | None:
 
 def check_quantization(model: Model) -> bool:
     for op in model.operators:
-        if op.int8:
+        if op.quantized:
             problem = _op_problem(op, model)
         elif op.type in BOUNDARY_OPS:
             problem = None
         else:
-            problem = next((f"float op reads int8 tensor {n!r}" for n in op.inputs
-                            if n and not model.arrays[n].is_constant and model.arrays[n].dtype == INT8
+            problem = next((f"float op reads {model.arrays[n].dtype} tensor {n!r}" for n in op.inputs
+                            if n and not model.arrays[n].is_constant
+                            and model.arrays[n].dtype in (INT8, INT16)
                             and FLOAT32 in (model.arrays[o].dtype for o in op.outputs)), None)
         if problem:
             raise QuantizationCheckError(

@@ -12,12 +12,13 @@ Only where saturation is the clamp: the value lies on the side of 0 that int8 ra
 below could not be one), the clamped tensor has no other reader, and its producer chooses its
 output params freely from its range (CONV_2D, ADD, MUL, ...), with a calibrated range.
 The clamp then holds up to the nudging of the params' zero point: within a step of the constant.
+Not for a producer that is to run int16: symmetric int16 params reach both sides of 0.
 """
 
 from __future__ import annotations
 
 from ..ir import MinMax, Model, Operator
-from ..quantize.arrays import int8_blocker, rule_of
+from ..quantize.arrays import Int16Choice, int8_blocker, rule_of
 
 
 def _clamped(model: Model, op: Operator) -> tuple[str, float] | None:
@@ -36,7 +37,7 @@ def _clamped(model: Model, op: Operator) -> tuple[str, float] | None:
     return op.inputs[1 - k], value
 
 
-def clamp_by_quantized_range(model: Model) -> bool:
+def clamp_by_quantized_range(model: Model, int16: Int16Choice = Int16Choice()) -> bool:
     changed = False
     for op in model.operators:
         found = _clamped(model, op)
@@ -46,7 +47,7 @@ def clamp_by_quantized_range(model: Model) -> bool:
         array, producer = model.arrays[name], model.producer(name)
         rule = rule_of(producer) if producer is not None else None
         if (array.minmax is None or name in model.outputs or len(model.consumers(name)) != 1
-                or rule is None or rule.output != "free" or producer.float_reason
+                or rule is None or rule.output != "free" or producer.float_reason or int16.wants(producer)
                 or int8_blocker(producer, model) is not None):
             continue
         lo, hi = array.minmax.min, array.minmax.max

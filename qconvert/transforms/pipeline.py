@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ..ir import Model
+from ..quantize.arrays import Int16Choice
 from .affine_to_depthwise import affine_to_depthwise
 from .channels_last_io import channels_last_io
 from .check_quantization import check_quantization
@@ -70,6 +71,13 @@ class QuantizeOptions:
     default_range: tuple[float, float] | None = None
     # Source nodes whose ops stay float, with the reason (--keep-float, the precision planner).
     keep_float: Mapping[str, str] = field(default_factory=dict)
+    activations: str = "int8"  # "int16": every op with a 16x8 kernel runs it (--activations)
+    # Source nodes whose ops run their 16x8 kernel in an int8 model, with the reason (the planner).
+    int16_nodes: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def int16(self) -> Int16Choice:
+        return Int16Choice(self.activations == "int16", self.int16_nodes)
 
 
 def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
@@ -78,10 +86,10 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("keep_mixed_concatenation_float", partial(keep_mixed_concatenation_float,
                                                    float_outputs=options.io_type == "float")),
         ("keep_normalization_statistics_float", keep_normalization_statistics_float),
-        ("clamp_by_quantized_range", clamp_by_quantized_range),
+        ("clamp_by_quantized_range", partial(clamp_by_quantized_range, int16=options.int16)),
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range)),
         ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float",
-                                         keep_float=options.keep_float)),
+                                         keep_float=options.keep_float, int16=options.int16)),
         ("quantize_weights", partial(quantize_weights, per_tensor_fc=options.per_tensor_fc)),
         ("quantize_biases", quantize_biases),
         ("insert_quantize_dequantize", partial(insert_quantize_dequantize, io_type=options.io_type)),

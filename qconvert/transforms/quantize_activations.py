@@ -1,9 +1,11 @@
-"""quantize_activations: decides which ops run their int8 kernel and gives their outputs int8
-params (TOCO's ChooseQuantizationParams step, per operator output).
+"""quantize_activations: decides which ops run their int8 (or 16x8) kernel and gives their outputs
+quantized params (TOCO's ChooseQuantizationParams step, per operator output).
 
 An op runs in int8 when TFLite has an int8 kernel for it (OpDef.quant), its activation inputs
-are float32 with a range, and its weights and bias are constants (int8_blocker). Its outputs then
-become int8 with params that follow the op's rule:
+are float32 with a range, and its weights and bias are constants (int8_blocker). It runs its 16x8
+kernel instead (int16 activations, symmetric with zero point 0) when `int16` wants it and TFLite
+has one (QuantRule.int16); under --activations int16 an op without one stays float. Its outputs
+then become int8 (int16) with params that follow the op's rule:
 - free:  from the output's calibrated range, TOCO's chooser (range widened to contain 0, zero
          point from the side with the smaller error, nudged to an integer);
 - same:  the input's params when it is the only quantized input (a RESHAPE, a MAX_POOL_2D),
@@ -29,6 +31,8 @@ from ..ops.unary import ERF_MARK
 from ..quantize.arrays import (
     BOUNDARY_OPS,
     INT8,
+    INT16,
+    Int16Choice,
     activation_params,
     fixed_params,
     follow_values,
@@ -39,7 +43,7 @@ from ..quantize.arrays import (
 )
 
 
-def _float_tails(model: Model) -> dict[int, str]:
+def _float_tails(model: Model, int16: Int16Choice) -> dict[int, str]:
     """{id(op): reason} for each fixed-output op whose output reaches a model output, or an op
     a rule already keeps float, directly or through ops that only move values (a RESHAPE that
     flattens the probabilities), and for those ops: they stay float (see the module docstring)."""
@@ -51,7 +55,8 @@ def _float_tails(model: Model) -> dict[int, str]:
     tails: dict[int, str] = {}
     for op in model.operators:
         rule = rule_of(op)
-        if rule is None or rule.output != "fixed" or len(op.outputs) != 1 or op.float_reason:
+        if (rule is None or rule.output != "fixed" or len(op.outputs) != 1 or op.float_reason
+                or int16.runs_int16(op)):  # the 16x8 kernel's fixed step is 1/32768
             continue
         chain, end, refused = follow_values(model, op.outputs[0], moves_only)
         if end in model.outputs:
@@ -71,18 +76,23 @@ KEPT_FLOAT = "kept float by --keep-float"
 
 
 def quantize_activations(model: Model, float_outputs: bool = True,
-                         keep_float: Mapping[str, str] | None = None) -> bool:
+                         keep_float: Mapping[str, str] | None = None,
+                         int16: Int16Choice = Int16Choice()) -> bool:
     """`keep_float`: the source nodes (Operator.source) whose ops stay float whatever their
-    kernels, each with the reason (--keep-float: KEPT_FLOAT; the precision planner's)."""
+    kernels, each with the reason (--keep-float: KEPT_FLOAT; the precision planner's).
+    `int16`: the ops to run their 16x8 kernel."""
     keep_float = keep_float or {}
     changed = False
-    tails = _float_tails(model) if float_outputs else {}
+    tails = _float_tails(model, int16) if float_outputs else {}
     for op in model.operators:
-        if op.int8 or op.float_reason or op.type in BOUNDARY_OPS:
+        if op.quantized or op.float_reason or op.type in BOUNDARY_OPS:
             continue
         kept = keep_float.get(op.source.removesuffix(ERF_MARK))
         reason = kept or int8_blocker(op, model) or tails.get(id(op))
         rule = rule_of(op)
+        if reason is None and int16.whole_model and not rule.has_int16(op):
+            reason = f"TFLite has no 16x8 {op.type} kernel (int16 activations)"
+        dtype = INT16 if int16.runs_int16(op) else INT8
         if reason is not None:
             if handles_float(op, model):
                 op.float_reason = reason
@@ -94,12 +104,14 @@ def quantize_activations(model: Model, float_outputs: bool = True,
             if rule.output == "none":
                 continue
             if rule.output == "fixed":
-                array.quant = fixed_params(rule)
+                array.quant = fixed_params(rule, dtype)
             elif rule.output == "same" and len(inputs) == 1:
-                array.quant = activation_params(inputs[0])
+                array.quant = activation_params(inputs[0], dtype)
             else:
-                array.quant = params_for_range(array.minmax)
-            array.dtype = INT8
-        op.int8 = True
+                array.quant = params_for_range(array.minmax, dtype)
+            array.dtype = dtype
+        op.quantized = dtype.name
+        if dtype == INT16:
+            op.options.update(rule.int16_options)
         changed = True
     return changed

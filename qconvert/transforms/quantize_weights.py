@@ -1,6 +1,7 @@
 """quantize_weights: the constant weights of int8 CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV and
 FULLY_CONNECTED ops become symmetric int8 (zero point 0, narrow range [-127, 127]), per output
 channel (the OpDef's weight_axis), or per tensor for FULLY_CONNECTED with --per-tensor-fc.
+A 16x8 op (int16 activations) takes the same int8 weights.
 
 Before quantizing, a channel's scale is widened where its bias would not fit in half the int32
 range at scale input_scale * weight_scale (TFLite's AdjustWeightsForBiasScale); an all-zero
@@ -45,7 +46,7 @@ def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
     single_use = single_use_constants(model)
     for op in model.operators:
         rule = rule_of(op)
-        if not op.int8 or rule.weight is None:
+        if not op.quantized or rule.weight is None:
             continue
         weights = model.arrays[op.inputs[rule.weight]]
         if weights.dtype != FLOAT32:
@@ -59,7 +60,7 @@ def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
             scales = np.array([scale], np.float32)
         else:
             q, scales = quantize_weights_per_channel(w, rule.weight_axis)
-        if bias is not None:
+        if bias is not None and op.quantized == "int8":  # a 16x8 op's int64 bias needs no room
             widened = adjust_weight_scales_for_bias(bias, input_scale(op, model), scales)
             if not np.array_equal(widened, scales):
                 scales = widened
