@@ -299,15 +299,17 @@ def _verification_request(verify_flag, no_verify, quantize_options, calibration,
     return wanted
 
 
-def _plan_request(target_sqnr, quantize_options, calibration, verify_samples, verify_data):
+def _plan_request(target_sqnr, quantize_options, calibration, verify_samples, verify_data, runtime):
     """The planner's request for --target-sqnr (None: no planning, or 0: the all-int8 plan)."""
     if target_sqnr is None or target_sqnr == 0:
+        if runtime is not None:
+            raise click.UsageError("--target only applies with --target-sqnr")
         return None
     if quantize_options is None or calibration is None:
         raise click.UsageError("--target-sqnr needs --quantize with --calibration")
     from .converter import PlanRequest
 
-    return PlanRequest(target_sqnr, verify_samples or 8, verify_data)
+    return PlanRequest(target_sqnr, verify_samples or 8, verify_data, runtime or "cpu")
 
 
 def _report_path(report: str | None) -> str | None:
@@ -368,9 +370,14 @@ def _report_path(report: str | None) -> str | None:
               help="With --quantize: keep the ops of these ONNX nodes float (repeatable: a node "
                    "name, an op type, or a regular expression over node names).")
 @click.option("--target-sqnr", type=float, metavar="DB",
-              help="With --quantize and --calibration: promote the ops that lose the most to "
-                   "float until every output and output slice reaches DB dB on the verification "
-                   "samples (or a budget is spent); 0 keeps the all-int8 plan.")
+              help="With --quantize and --calibration: promote the ops that lose the most (to "
+                   "float or int16, see --target) until every output and output slice reaches DB "
+                   "dB on the verification samples (or a budget is spent); 0 keeps the all-int8 "
+                   "plan.")
+@click.option("--target", type=click.Choice(["cpu", "integer"]), default=None,
+              help="With --target-sqnr: what the planner promotes an op to. cpu: float (LiteRT's "
+                   "CPU path, XNNPACK, runs float ops well); integer: its 16x8 kernel (int16 "
+                   "activations), for runtimes that must stay all-integer [default: cpu].")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
@@ -378,7 +385,7 @@ def _report_path(report: str | None) -> str | None:
 def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
         default_range, io_type, activations, per_tensor_fc, weight_only, weight_only_min_elements,
         float16, verify_flag, no_verify, verify_samples, verify_data, min_sqnr, report, keep_float,
-        target_sqnr, as_json, verbose, debug):
+        target_sqnr, target, as_json, verbose, debug):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
@@ -398,7 +405,8 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
                                       weights, verify_samples, verify_data, min_sqnr, report_path)
     if keep_float and quantize_options is None:
         raise click.UsageError("--keep-float only applies with --quantize")
-    plan = _plan_request(target_sqnr, quantize_options, calibration, verify_samples, verify_data)
+    plan = _plan_request(target_sqnr, quantize_options, calibration, verify_samples, verify_data,
+                         target)
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
     if dest == "-" and sys.stdout.isatty():

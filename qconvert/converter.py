@@ -15,8 +15,13 @@ from .onnx_file import read_complete_onnx, read_onnx
 from .quantize.planner import Plan
 from .report import ConversionNotes
 from .tflite.writer import Flatbuffer, serialize
-from .transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
-from .transforms.quantize_activations import KEPT_FLOAT
+from .transforms.keep_requested_float import KEPT_FLOAT
+from .transforms.pipeline import (
+    QuantizeOptions,
+    run_pipeline,
+    run_quantize_pipeline,
+    run_weight_pipeline,
+)
 from .verify import Verification, json_number
 
 
@@ -139,6 +144,7 @@ class PlanRequest:
     target_sqnr: float
     samples: int = 8
     data: str | None = None
+    runtime: str = "cpu"  # --target: what a promoted op becomes (planner.PROMOTE_TO)
 
 
 def conversion_notes(model: Model) -> ConversionNotes:
@@ -220,7 +226,8 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         reference = read_complete_onnx(source, data)  # onnxruntime's model
         checks = first_samples(plan.data or calibration, reference, plan.samples)
         model, precision_plan = plan_precision(model, quantize, reference, checks,
-                                               plan.target_sqnr, _write_candidate, conversion_notes)
+                                               plan.target_sqnr, _write_candidate, conversion_notes,
+                                               plan.runtime)
         del reference
     elif quantize is not None:
         run_quantize_pipeline(model, quantize)

@@ -4,6 +4,7 @@
 
 import flatbuffers
 from flatbuffers.compat import import_numpy
+
 np = import_numpy()
 
 class TensorType(object):
@@ -902,7 +903,7 @@ def CustomQuantizationEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -1054,7 +1055,7 @@ def BlockwiseQuantizationEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -1218,7 +1219,7 @@ def MultiAxisQuantizationEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -1484,7 +1485,7 @@ def QuantizationParametersEnd(builder):
 
 
 try:
-    from typing import List, Union
+    pass
 except:
     pass
 
@@ -1678,7 +1679,7 @@ def Int32VectorEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -1800,7 +1801,7 @@ def Uint16VectorEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -1922,7 +1923,7 @@ def Uint8VectorEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -2077,7 +2078,7 @@ def DimensionMetadataEnd(builder):
 
 
 try:
-    from typing import Union
+    pass
 except:
     pass
 
@@ -2273,7 +2274,7 @@ def SparsityParametersEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -2454,7 +2455,7 @@ def VariantSubTypeEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -2733,7 +2734,7 @@ def TensorEnd(builder):
 
 
 try:
-    from typing import List, Optional
+    pass
 except:
     pass
 
@@ -3056,7 +3057,7 @@ def StablehloGatherOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -3243,7 +3244,7 @@ def StablehloTransposeOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -3497,7 +3498,7 @@ def StablehloDotGeneralOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -3837,7 +3838,7 @@ def StablehloReduceWindowOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -4321,7 +4322,7 @@ def StablehloBroadcastInDimOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -4537,7 +4538,7 @@ def StablehloDynamicSliceOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -4725,7 +4726,7 @@ def StablehloPadOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -5038,7 +5039,7 @@ def StablehloCustomCallOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -5211,7 +5212,7 @@ def StablehloReduceOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -5403,7 +5404,7 @@ def StablehloSliceOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -5907,7 +5908,7 @@ def StablehloConvolutionOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -6319,7 +6320,7 @@ def StablehloScatterOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -6495,7 +6496,7 @@ def StablehloCaseOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -7396,7 +7397,7 @@ def ConcatEmbeddingsOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -8103,7 +8104,7 @@ def FullyConnectedOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -9633,7 +9634,7 @@ def ReshapeOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -10853,7 +10854,7 @@ def SqueezeOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -16547,7 +16548,7 @@ def BucketizeOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -17731,7 +17732,7 @@ def StableHLOCompositeOptionsEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -18167,7 +18168,7 @@ def OperatorEnd(builder):
 
 
 try:
-    from typing import List, Union
+    pass
 except:
     pass
 
@@ -18520,7 +18521,7 @@ def SubGraphEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -18732,7 +18733,7 @@ def BufferEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -19325,7 +19326,7 @@ def SignatureDefEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 
@@ -19709,7 +19710,7 @@ def ModelEnd(builder):
 
 
 try:
-    from typing import List
+    pass
 except:
     pass
 

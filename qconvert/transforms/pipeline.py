@@ -30,6 +30,7 @@ from .identify_relu6 import identify_relu6
 from .insert_quantize_dequantize import insert_quantize_dequantize
 from .keep_mixed_concatenation_float import keep_mixed_concatenation_float
 from .keep_normalization_statistics_float import keep_normalization_statistics_float
+from .keep_requested_float import keep_requested_float
 from .merge_constant_binary_chains import merge_constant_binary_chains
 from .merge_reshapes import merge_reshapes
 from .propagate_minmax import propagate_minmax
@@ -82,14 +83,16 @@ class QuantizeOptions:
 
 def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
     return [
+        ("keep_requested_float", partial(keep_requested_float, keep_float=options.keep_float)),
         ("affine_to_depthwise", affine_to_depthwise),
         ("keep_mixed_concatenation_float", partial(keep_mixed_concatenation_float,
                                                    float_outputs=options.io_type == "float")),
         ("keep_normalization_statistics_float", keep_normalization_statistics_float),
         ("clamp_by_quantized_range", partial(clamp_by_quantized_range, int16=options.int16)),
-        ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range)),
+        ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range,
+                                     int16=options.int16)),
         ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float",
-                                         keep_float=options.keep_float, int16=options.int16)),
+                                         int16=options.int16)),
         ("quantize_weights", partial(quantize_weights, per_tensor_fc=options.per_tensor_fc)),
         ("quantize_biases", quantize_biases),
         ("insert_quantize_dequantize", partial(insert_quantize_dequantize, io_type=options.io_type)),

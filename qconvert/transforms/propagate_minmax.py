@@ -13,7 +13,9 @@ kernels' same-scale and fixed-output rules (TOCO's HardcodeMinMax, plus concat u
    producer chooses its output range freely, so those inputs need no requantize; an input whose
    producer's params are tied (a fixed-output LOGISTIC, another same-scale op) is requantized
    later by insert_quantize_dequantize.
-4. A fixed-output op's output (SOFTMAX, LOGISTIC, TANH, ...) gets the range its params represent.
+4. A fixed-output op's output (SOFTMAX, LOGISTIC, TANH, ...) gets the range its int8 params
+   represent; not one to run its 16x8 kernel, whose output keeps its calibrated range for int8
+   readers to requantize to.
 Step 1, and steps 3 and 4, each repeat until nothing changes; each repeat visits only the ops next
 to a range that changed (quantize.arrays.sweep_until_stable).
 """
@@ -26,6 +28,7 @@ from ..ir import MinMax, Model, Operator
 from ..quantize.arrays import (
     BOUNDARY_OPS,
     FLOAT32,
+    Int16Choice,
     fill_across_same_scale_ops,
     fixed_range,
     is_float_activation,
@@ -55,13 +58,15 @@ def _apply_default_range(model: Model, default_range: tuple[float, float]) -> bo
     return bool(missing)
 
 
-def _unify(model: Model, op: Operator) -> list[str]:
+def _unify(model: Model, op: Operator, int16: Int16Choice) -> list[str]:
     """Steps 3 and 4 for one op; the names of the arrays whose range it changed."""
     rule = rule_of(op)
     if op.type in BOUNDARY_OPS or rule is None or op.float_reason:  # float: no shared scale
         return []
     outputs = [model.arrays[n] for n in op.outputs]
     if rule.output == "fixed":
+        if int16.runs_int16(op):
+            return []
         return [a.name for a in outputs if a.dtype == FLOAT32 and _set(a, fixed_range(rule))]
     if rule.output != "same":
         return []
@@ -89,9 +94,10 @@ def _unify(model: Model, op: Operator) -> list[str]:
     return changed
 
 
-def propagate_minmax(model: Model, default_range: tuple[float, float] | None = None) -> bool:
+def propagate_minmax(model: Model, default_range: tuple[float, float] | None = None,
+                     int16: Int16Choice = Int16Choice()) -> bool:
     changed = fill_across_same_scale_ops(model)
     if default_range is not None:
         changed |= _apply_default_range(model, default_range)
-    changed |= sweep_until_stable(model, lambda op: _unify(model, op))
+    changed |= sweep_until_stable(model, lambda op: _unify(model, op, int16))
     return changed

@@ -24,10 +24,7 @@ one small float op.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..ir import Model, Operator
-from ..ops.unary import ERF_MARK
 from ..quantize.arrays import (
     BOUNDARY_OPS,
     INT8,
@@ -72,23 +69,16 @@ def _float_tails(model: Model, int16: Int16Choice) -> dict[int, str]:
     return tails
 
 
-KEPT_FLOAT = "kept float by --keep-float"
-
-
 def quantize_activations(model: Model, float_outputs: bool = True,
-                         keep_float: Mapping[str, str] | None = None,
                          int16: Int16Choice = Int16Choice()) -> bool:
-    """`keep_float`: the source nodes (Operator.source) whose ops stay float whatever their
-    kernels, each with the reason (--keep-float: KEPT_FLOAT; the precision planner's).
-    `int16`: the ops to run their 16x8 kernel."""
-    keep_float = keep_float or {}
+    """`int16`: the ops to run their 16x8 kernel. (The ops --keep-float and the planner keep
+    float already have their float_reason: keep_requested_float.)"""
     changed = False
     tails = _float_tails(model, int16) if float_outputs else {}
     for op in model.operators:
         if op.quantized or op.float_reason or op.type in BOUNDARY_OPS:
             continue
-        kept = keep_float.get(op.source.removesuffix(ERF_MARK))
-        reason = kept or int8_blocker(op, model) or tails.get(id(op))
+        reason = int8_blocker(op, model) or tails.get(id(op))
         rule = rule_of(op)
         if reason is None and int16.whole_model and not rule.has_int16(op):
             reason = f"TFLite has no 16x8 {op.type} kernel (int16 activations)"

@@ -10,7 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model, QuantParams
-from ..quantize.arrays import FLOAT32, INT8, INT16, input_scale, op_activation_type, rule_of
+from ..quantize.arrays import (
+    FLOAT32,
+    INT8,
+    INT16,
+    input_scale,
+    op_activation_type,
+    rule_of,
+)
 from ..quantize.params import quantize_bias
 from .quantize_weights import own_constant, single_use_constants
 
