@@ -30,14 +30,7 @@ import onnx
 from .errors import UsageError
 from .loader import node_names
 from .tflite.reader import read
-from .verify import (
-    OutputStacks,
-    Verification,
-    _layout_metadata,
-    json_number,
-    prepare,
-    run_both,
-)
+from .verify import OutputStacks, Verification, _layout_metadata, json_number, prepare, run_both
 
 SQNR_CEILING = 60.0
 # Ops whose output holds their first input's values rearranged: an output without an ONNX

@@ -13,13 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import (
-    channels_last_tensor,
-    reshape,
-    to_channels_first,
-    to_channels_last,
-    transpose,
-)
+from .layout import channels_last_tensor, reshape, to_channels_first, to_channels_last, transpose
 from .registry import SAME, onnx_op, tflite_op
 from .slice import strided_slice
 from .versions import by_input_dtype

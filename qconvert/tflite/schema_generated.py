@@ -4,7 +4,6 @@
 
 import flatbuffers
 from flatbuffers.compat import import_numpy
-
 np = import_numpy()
 
 class TensorType(object):
@@ -903,7 +902,7 @@ def CustomQuantizationEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -1055,7 +1054,7 @@ def BlockwiseQuantizationEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -1219,7 +1218,7 @@ def MultiAxisQuantizationEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -1485,7 +1484,7 @@ def QuantizationParametersEnd(builder):
 
 
 try:
-    pass
+    from typing import List, Union
 except:
     pass
 
@@ -1679,7 +1678,7 @@ def Int32VectorEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -1801,7 +1800,7 @@ def Uint16VectorEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -1923,7 +1922,7 @@ def Uint8VectorEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -2078,7 +2077,7 @@ def DimensionMetadataEnd(builder):
 
 
 try:
-    pass
+    from typing import Union
 except:
     pass
 
@@ -2274,7 +2273,7 @@ def SparsityParametersEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -2455,7 +2454,7 @@ def VariantSubTypeEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -2734,7 +2733,7 @@ def TensorEnd(builder):
 
 
 try:
-    pass
+    from typing import List, Optional
 except:
     pass
 
@@ -3057,7 +3056,7 @@ def StablehloGatherOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -3244,7 +3243,7 @@ def StablehloTransposeOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -3498,7 +3497,7 @@ def StablehloDotGeneralOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -3838,7 +3837,7 @@ def StablehloReduceWindowOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -4322,7 +4321,7 @@ def StablehloBroadcastInDimOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -4538,7 +4537,7 @@ def StablehloDynamicSliceOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -4726,7 +4725,7 @@ def StablehloPadOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -5039,7 +5038,7 @@ def StablehloCustomCallOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -5212,7 +5211,7 @@ def StablehloReduceOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -5404,7 +5403,7 @@ def StablehloSliceOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -5908,7 +5907,7 @@ def StablehloConvolutionOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -6320,7 +6319,7 @@ def StablehloScatterOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -6496,7 +6495,7 @@ def StablehloCaseOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -7397,7 +7396,7 @@ def ConcatEmbeddingsOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -8104,7 +8103,7 @@ def FullyConnectedOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -9634,7 +9633,7 @@ def ReshapeOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -10854,7 +10853,7 @@ def SqueezeOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -16548,7 +16547,7 @@ def BucketizeOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -17732,7 +17731,7 @@ def StableHLOCompositeOptionsEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -18168,7 +18167,7 @@ def OperatorEnd(builder):
 
 
 try:
-    pass
+    from typing import List, Union
 except:
     pass
 
@@ -18521,7 +18520,7 @@ def SubGraphEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -18733,7 +18732,7 @@ def BufferEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -19326,7 +19325,7 @@ def SignatureDefEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 
@@ -19710,7 +19709,7 @@ def ModelEnd(builder):
 
 
 try:
-    pass
+    from typing import List
 except:
     pass
 

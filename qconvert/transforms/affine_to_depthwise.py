@@ -9,6 +9,7 @@ elementwise ops are as good, so this runs only under --quantize, before the rang
 
 from __future__ import annotations
 
+
 from ..ir import Model, Operator
 from .fuse_binary_into_affine import per_channel_vector
 from .merge_constant_binary_chains import split_constant_binary

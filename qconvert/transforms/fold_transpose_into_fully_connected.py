@@ -13,6 +13,7 @@ import numpy as np
 from ..ir import Model
 from .sink_transposes import inverse, transpose_perm
 
+
 # Rows permuted per block: a big weight (VGG's first dense layer is 411 MB) is rewritten in place
 # when nothing else reads it, with one block as scratch.
 _BLOCK_BYTES = 16 << 20
