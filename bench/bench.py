@@ -327,6 +327,8 @@ def main(argv=None) -> int:
         print(trained.header())
         print(markdown_table(trained_rows[0], trained.COLUMNS))
         print("\n" + "\n".join(trained_rows[1]))
+        print(trained.MODES_HEADER.format(target=trained.PLAN_TARGET))
+        print(markdown_table(trained_rows[2], trained.MODE_COLUMNS))
     return 0
 
 

@@ -58,6 +58,24 @@ else:  # run as a script: bench/ is on sys.path
     import runners
     from trained_models import SPECS, common
 
+# The quantized modes of the per-mode table, each with the flags added to `--quantize`: the plain
+# all-int8 plan (qconvert's default), whole-model int16 activations, and planning to PLAN_TARGET dB
+# with promotions to float (--target cpu).
+PLAN_TARGET = 30
+MODES = {"int8": ("--target-sqnr", "0"), "int16": ("--activations", "int16"),
+         f"plan {PLAN_TARGET} dB": ("--target-sqnr", str(PLAN_TARGET))}
+MODE_COLUMNS = ["model", "mode", "metric", "= float", "SQNR out / slice (dB)", "ms", "x float",
+                "XNNPACK", "promoted / float ops", "convert (s)"]
+MODES_HEADER = """
+Per mode (bench/trained.py, the same models and data): float, and each quantized mode of MODES --
+int8 (`--quantize`, the default: rules, no planning), int16 (`--activations int16`: every op with a
+16x8 kernel), plan (`--target-sqnr {target}`: ops promoted to float until every output and slice
+reaches {target} dB on 8 samples). metric: the task metric in LiteRT; = float: scored against the
+float model's predictions; SQNR from the conversion's own verification; ms: LiteRT, 1 thread,
+XNNPACK, timed in turn with the float file (x float: the ratio); XNNPACK: delegated ops / ops,
+partitions; promoted / float ops: the plan's promotions, and the ops left float; convert: the
+whole conversion incl. calibration, planning and verification.
+"""
 COLUMNS = ["model", "metric", "ORT float", "LiteRT float", "LiteRT int8", "int8 = float",
            "SQNR out / slice (dB)", "float (ms)", "int8 (ms)", "XNNPACK float", "XNNPACK int8",
            "status"]
@@ -113,17 +131,20 @@ def blamed(report_path: Path) -> str:
                      for op in ops) or "-"
 
 
-def convert(spec, source: Path, dest: Path, calibration: Path | None, args) -> dict:
-    """run_qconvert of the float (calibration None) or int8 model; {"error"} on failure."""
+def convert(spec, source: Path, dest: Path, calibration: Path | None, args, flags=(),
+            report: bool = True) -> dict:
+    """run_qconvert of the float (calibration None) or a quantized model (with `flags`, and the
+    per-tensor report unless `report` is false); {"error"} on failure."""
     options = ("--input-shape", spec.input_shape) if spec.input_shape else ()
     if calibration is not None:
-        options += ("--quantize", "--calibration", str(calibration),
-                    "--report", str(dest.with_suffix(".report.json")))
+        options += ("--quantize", "--calibration", str(calibration), *flags)
+        if report:
+            options += ("--report", str(dest.with_suffix(".tensors.json")))
     return runners.run_qconvert(source, dest, args.timeout, args.work, options)
 
 
-def bench_model(spec, out_dir: Path, args) -> tuple[dict, list[str]]:
-    """The model's row and its note lines (see the module docstring)."""
+def bench_model(spec, out_dir: Path, args) -> tuple[dict, list[str], list[dict]]:
+    """The model's row, its note lines (see the module docstring) and its per-mode rows."""
     row = dict.fromkeys(COLUMNS, "-")
     row.update(model=spec.name, metric=spec.metric)
     source, data = spec.onnx(), spec.data()
@@ -136,13 +157,15 @@ def bench_model(spec, out_dir: Path, args) -> tuple[dict, list[str]]:
         np.savez(calibration, **data.calibration)
     problems = []
     files = {}
+    seconds = {}
     for mode, dest, cal in (("float", out_dir / f"{spec.name}.tflite", None),
                             ("int8", out_dir / f"{spec.name}.int8.tflite", calibration)):
-        converted = convert(spec, source, dest, cal, args)
+        converted = convert(spec, source, dest, cal, args, MODES[mode] if cal else ())
         if "error" in converted:
             problems.append(f"{mode}: {converted['error']}")
         else:
             files[mode] = (dest, converted["report"])
+            seconds[mode] = converted["seconds"]
             facts.append(f"{mode} conversion {converted['seconds']:.1f} s")
     results = {}
     if "float" in files:  # its outputs only: it is timed beside the int8 model when there is one
@@ -163,7 +186,54 @@ def bench_model(spec, out_dir: Path, args) -> tuple[dict, list[str]]:
     if "int8" in files:
         facts += _int8_facts(row, files["int8"])
     row["status"] = "; ".join(problems) or "ok"
-    return row, [f"- {spec.name}: " + "; ".join(facts)]
+    modes = _mode_rows(spec, source, data, reference, calibration, files, results, seconds, out_dir, args)
+    return row, [f"- {spec.name}: " + "; ".join(facts)], modes
+
+
+def _mode_rows(spec, source, data, reference, calibration, files, results, seconds, out_dir,
+               args) -> list[dict]:
+    """The per-mode rows: float and int8 from the runs above, the other MODES converted and run
+    here, each timed in turn with the float file."""
+    for mode, flags in MODES.items():
+        if mode in files or "float" not in files:
+            continue
+        dest = out_dir / f"{spec.name}.{mode.replace(' ', '-')}.tflite"
+        converted = convert(spec, source, dest, calibration, args, flags, report=False)
+        if "error" in converted:
+            results[mode] = {"error": converted["error"]}
+            continue
+        files[mode], seconds[mode] = (dest, converted["report"]), converted["seconds"]
+        problems = []
+        results[mode] = _run(files[mode], data, args.work, args, files["float"], problems) or {
+            "error": "; ".join(problems)}
+    rows = []
+    for mode in ("float", *MODES):
+        row = dict.fromkeys(MODE_COLUMNS, "-")
+        row.update(model=spec.name, mode=mode)
+        result = results.get(mode)
+        if result is None or "error" in result:
+            row["metric"] = f"failed: {result['error']}" if result else "-"
+            rows.append(row)
+            continue
+        predicted = spec.decode(result["outputs"])
+        row["metric"] = _value(common.score(spec.kind, predicted, data.truth))
+        row["= float"] = _value(common.score(spec.kind, predicted, reference))
+        # The float file alone ran once (its outputs); its time is the one measured in turn.
+        timed = results.get("int8") if mode == "float" else None
+        row["ms"] = _ms(timed["baseline_ms"] if timed and timed.get("baseline_ms") else result["ms"])
+        if result.get("baseline_ms"):
+            row["x float"] = f"{result['ms'] / result['baseline_ms']:.2f}"
+        row["XNNPACK"] = delegation(files[mode][0], args.timeout)
+        row["convert (s)"] = f"{seconds[mode]:.1f}"
+        report = files[mode][1]
+        quantization = report.get("quantization") or {}
+        if quantization:
+            plan = quantization.get("plan") or {}
+            row["promoted / float ops"] = (f"{len(plan.get('promotions', []))} / "
+                                           f"{len(quantization.get('float_ops', []))}")
+            row["SQNR out / slice (dB)"] = _sqnr_cell(report)[0]
+        rows.append(row)
+    return rows
 
 
 def _run(file: tuple, data, work: Path, args, baseline: tuple | None, problems: list) -> dict | None:
@@ -192,16 +262,10 @@ def _int8_facts(row: dict, file: tuple) -> list[str]:
     slice, the ops left float."""
     dest, report = file
     facts = []
-    outputs = report.get("verify", {}).get("outputs", [])
-    if outputs:
-        worst = min(outputs, key=lambda o: _number(o["sqnr_db"]))
-        sliced = [o for o in outputs if o["worst_slice_sqnr_db"] is not None]
-        slice_ = min(sliced, key=lambda o: _number(o["worst_slice_sqnr_db"])) if sliced else None
-        row["SQNR out / slice (dB)"] = (f"{_db(worst['sqnr_db'])} / "
-                                        f"{_db(slice_['worst_slice_sqnr_db']) if slice_ else '-'}")
-        if slice_:
-            facts.append(f"worst slice '{slice_['name']}' {slice_['worst_slice']}")
-    facts.append(f"blamed first: {blamed(dest.with_suffix('.report.json'))}")
+    row["SQNR out / slice (dB)"], slice_ = _sqnr_cell(report)
+    if slice_:
+        facts.append(f"worst slice '{slice_['name']}' {slice_['worst_slice']}")
+    facts.append(f"blamed first: {blamed(dest.with_suffix('.tensors.json'))}")
     left = report.get("quantization", {}).get("float_ops", [])
     if left:
         counts = {}
@@ -211,24 +275,39 @@ def _int8_facts(row: dict, file: tuple) -> list[str]:
     return facts
 
 
+def _sqnr_cell(report: dict) -> tuple[str, dict | None]:
+    """"worst output / worst slice" dB from a conversion report's verification, and the output
+    holding the worst slice."""
+    outputs = (report.get("verify") or {}).get("outputs", [])
+    if not outputs:
+        return "-", None
+    worst = min(outputs, key=lambda o: _number(o["sqnr_db"]))
+    sliced = [o for o in outputs if o["worst_slice_sqnr_db"] is not None]
+    slice_ = min(sliced, key=lambda o: _number(o["worst_slice_sqnr_db"])) if sliced else None
+    return (f"{_db(worst['sqnr_db'])} / {_db(slice_['worst_slice_sqnr_db']) if slice_ else '-'}",
+            slice_)
+
+
 def _number(value) -> float:
     return float(value) if isinstance(value, str) else value
 
 
-def bench_trained(out_dir: Path, args) -> tuple[list, list]:
-    """The rows and note lines of args.trained_models; a failure becomes a row with its message."""
-    rows, notes = [], []
+def bench_trained(out_dir: Path, args) -> tuple[list, list, list]:
+    """The rows, note lines and per-mode rows of args.trained_models; a failure becomes a row
+    with its message."""
+    rows, notes, mode_rows = [], [], []
     for name in args.trained_models:
         print(f"bench: trained {name} ...", file=sys.stderr, flush=True)
         try:
-            row, lines = bench_model(SPECS[name], out_dir, args)
+            row, lines, modes = bench_model(SPECS[name], out_dir, args)
         except Exception as e:  # a download, training or runtime failure: a row, never a crash
-            row, lines = dict.fromkeys(COLUMNS, "-"), []
+            row, lines, modes = dict.fromkeys(COLUMNS, "-"), [], []
             row.update(model=name, metric=SPECS[name].metric,
                        status=runners.one_line(f"{type(e).__name__}: {e}"))
         rows.append(row)
         notes.extend(lines)
-    return rows, notes
+        mode_rows.extend(modes)
+    return rows, notes, mode_rows
 
 
 def prepare(names: list[str]) -> int:

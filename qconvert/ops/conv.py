@@ -19,8 +19,8 @@ from .versions import FLOAT32, INT8, INT16, is_type, scale_count
 def _conv_version(op, model):
     """op_version.cc's CONV_2D, in its order (int4 filters, v7, have no numpy dtype)."""
     data, weights = model.arrays[op.inputs[0]], model.arrays[op.inputs[1]]
-    if is_type(op, model, (INT16, INT8), (INT16,)) and op.options.get("quantized_bias_type"):
-        return 8
+    if is_type(op, model, (INT16, INT8), (INT16,)):
+        return 8  # 16x8: quantized_bias_type, absent, reads as FLOAT32, which op_version.cc counts as set
     if data.shape and data.shape[-1] != weights.shape[-1]:
         return 6  # grouped (input channels != filter input channels)
     if is_type(op, model, (INT16, INT16)):

@@ -18,13 +18,13 @@ import numpy as np
 
 from .layout import from_channels_last, reshape, to_channels_last
 from .registry import QuantRule, onnx_op, tflite_op
-from .versions import INT8, INT16, input_dtype, is_type
+from .versions import INT8, INT16, input_dtype
 
 
 def _transpose_conv_version(op, model):
     """op_version.cc's TRANSPOSE_CONV (inputs: output_shape, weights, input[, bias])."""
-    if is_type(op, model, (INT16, INT8), (INT16,)) and op.options.get("quantized_bias_type"):
-        return 5
+    if input_dtype(op, model, 2) == INT16 and input_dtype(op, model, 1) == INT8:
+        return 5  # 16x8: quantized_bias_type, absent, reads as FLOAT32, which op_version.cc counts as set
     if op.fused_activation != "NONE":
         return 4
     if len(op.inputs) == 4 and op.inputs[3]:  # a 4th slot that is -1 does not count

@@ -17,8 +17,8 @@ def _fc_version(op, model):
     hybrid = is_type(op, model, (FLOAT32, INT8), (FLOAT32,))
     if hybrid and 1 < scale_count(weights) == weights.shape[0]:
         return 12  # per-channel hybrid
-    if is_type(op, model, (INT16, INT8), (INT16,)) and op.options.get("quantized_bias_type"):
-        return 11
+    if is_type(op, model, (INT16, INT8), (INT16,)):
+        return 11  # 16x8: quantized_bias_type, absent, reads as FLOAT32, which op_version.cc counts as set
     if is_type(op, model, (INT16, INT16), (INT16,)):
         return 7
     if len(op.inputs) == 2:  # no bias slot; qconvert writes a -1 bias instead, which counts
