@@ -87,9 +87,13 @@ def test_quantized_output_is_byte_identical_across_runs_and_sample_limit_applies
     (["--quantize", "--calibration", "{f}/wrong_name.npz"], 1, ["'x'", "image"]),
     (["--quantize", "--calibration", "{f}/wrong_shape.npz"], 1, ["wrong_shape.npz", "'x'"]),
     (["--quantize", "--calibration", "{f}/nan.npz"], 1, ["nan.npz", "sample 3"]),
+    (["--activations", "int16"], 2, ["--activations", "--quantize"]),
+    (["--quantize", "--calibration", "{f}/cal.npz", "--activations", "int16", "--io-type", "uint8"], 2,
+     ["--activations int16", "float or int8"]),
 ], ids=["calibration-without-quantize", "io-type-without-quantize", "quantize-without-data",
         "default-range-not-numbers", "default-range-reversed", "zero-samples",
-        "samples-without-calibration", "missing-file", "wrong-input-name", "wrong-shape", "nan"])
+        "samples-without-calibration", "missing-file", "wrong-input-name", "wrong-shape", "nan",
+        "activations-without-quantize", "int16-with-uint8-io"])
 def test_bad_quantization_flags_and_data(files, tmp_path, flags, code, fragments):
     result, out = _invoke(files, tmp_path, *[f.format(f=files) for f in flags])
     lines = result.stderr.splitlines()
@@ -98,6 +102,19 @@ def test_bad_quantization_flags_and_data(files, tmp_path, flags, code, fragments
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     assert not out.exists()
+
+
+def test_int16_activations_summary_and_json(files, tmp_path):
+    """--activations int16: the summary line and --json count the 16x8 ops; the file's activations
+    are int16 and it runs in LiteRT close to onnxruntime (its own verification says how close)."""
+    result, out = _invoke(files, tmp_path, "--quantize", "--calibration", str(files / "cal.npz"),
+                          "--activations", "int16", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "int8: 0 ops, int16: 4 ops" in result.stderr
+    q = json.loads(result.stdout)["quantization"]
+    assert q["int16_ops"] == 4 and q["int8_ops"] == 0
+    verify = json.loads(result.stdout)["verify"]
+    assert min(o["sqnr_db"] for o in verify["outputs"]) > 40
 
 
 def test_default_range_warns_once(files, tmp_path):
