@@ -15,9 +15,11 @@ from functools import partial
 from ..ir import Model
 from ..quantize.arrays import Int16Choice
 from .affine_to_depthwise import affine_to_depthwise
+from .average_pool_to_depthwise import average_pool_to_depthwise
 from .channels_last_io import channels_last_io
 from .check_quantization import check_quantization
 from .clamp_by_quantized_range import clamp_by_quantized_range
+from .decompose_hard_swish import decompose_hard_swish
 from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
 from .engine import Step, run_once, run_to_fixed_point
 from .fold_constants import fold_constants
@@ -40,6 +42,7 @@ from .quantize_weights import quantize_weights
 from .quantize_weights_only import quantize_weights_only
 from .remove_identity import remove_identity
 from .remove_trivial_activation import remove_trivial_activation
+from .resize_nearest_to_depth_to_space import resize_nearest_to_depth_to_space
 from .sink_transpose_through_reshape import sink_transpose_through_reshape
 from .sink_transposes import sink_transposes
 from .store_weights_float16 import store_weights_float16
@@ -89,6 +92,9 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
                                                    float_outputs=options.io_type == "float")),
         ("keep_normalization_statistics_float", keep_normalization_statistics_float),
         ("clamp_by_quantized_range", partial(clamp_by_quantized_range, int16=options.int16)),
+        ("decompose_hard_swish", partial(decompose_hard_swish, int16=options.int16)),
+        ("resize_nearest_to_depth_to_space", partial(resize_nearest_to_depth_to_space, int16=options.int16)),
+        ("average_pool_to_depthwise", partial(average_pool_to_depthwise, int16=options.int16)),
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range,
                                      int16=options.int16)),
         ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float",

@@ -77,6 +77,13 @@ class Case:
     model: Callable[[], object]
     draw: Callable = normal
     options: dict = field(default_factory=dict)  # for assert_int8_matches_onnxruntime
+    # Quantize steps that would rewrite the op into others XNNPACK delegates (tested in
+    # tests/transforms/): off, so that the case tests the op's own kernel.
+    without: tuple[str, ...] = ()
+
+    def convert_with_the_op(self, monkeypatch) -> None:
+        for step in self.without:
+            without_quantize_step(monkeypatch, step)
 
 
 def unary(op_type, shape=(2, 3, 8), opset=13, out=F, **attrs):
@@ -221,7 +228,8 @@ CASES = [
     Case("gemm-per-tensor", "FULLY_CONNECTED", dense("Gemm"), options={"per_tensor_fc": True}),
     # Pooling and reductions.
     Case("maxpool", "MAX_POOL_2D", unary("MaxPool", NCHW, kernel_shape=[2, 2], strides=[2, 2])),
-    Case("avgpool", "AVERAGE_POOL_2D", unary("AveragePool", NCHW, kernel_shape=[3, 3])),
+    Case("avgpool", "AVERAGE_POOL_2D", unary("AveragePool", NCHW, kernel_shape=[3, 3]),
+         without=("average_pool_to_depthwise",)),
     Case("global-avgpool", "MEAN", unary("GlobalAveragePool", NCHW)),
     Case("reduce-mean", "MEAN", unary("ReduceMean", axes=[2])),
     Case("reduce-sum", "SUM", with_const("ReduceSum", {"c": ints(1)})),
@@ -256,7 +264,8 @@ CASES = [
     Case("resize-bilinear-align-corners", "RESIZE_BILINEAR",
          resize("linear", coordinate_transformation_mode="align_corners")),
     Case("resize-nearest", "RESIZE_NEAREST_NEIGHBOR",
-         resize("nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")),
+         resize("nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+         without=("resize_nearest_to_depth_to_space",)),
     Case("depth-to-space", "DEPTH_TO_SPACE", unary("DepthToSpace", (1, 8, 3, 3), blocksize=2)),
     Case("space-to-depth", "SPACE_TO_DEPTH", unary("SpaceToDepth", NCHW, blocksize=2)),
     Case("lstm-reverse", "REVERSE_V2", lstm_reverse(),
@@ -289,7 +298,7 @@ CASES = [
     Case("leaky-relu", "LEAKY_RELU", unary("LeakyRelu", alpha=0.2)),
     Case("prelu", "PRELU", with_const("PRelu", np.array([[0.1], [0.3], [-0.5]], np.float32))),
     Case("prelu-input-slope", "PRELU", binary("PRelu", b_shape=(3, 1))),
-    Case("hard-swish", "HARD_SWISH", unary("HardSwish", opset=14), wide),
+    Case("hard-swish", "HARD_SWISH", unary("HardSwish", opset=14), wide, without=("decompose_hard_swish",)),
     Case("gelu", "GELU", unary("Gelu", opset=20)),
     Case("gelu-tanh", "GELU", unary("Gelu", opset=20, approximate="tanh")),
     Case("sigmoid", "LOGISTIC", followed("Sigmoid"), wide),
@@ -376,7 +385,8 @@ def assert_every_sample_matches(model, flatbuffer, report, samples, steps, run=r
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_op_int8(case, tmp_path):
+def test_op_int8(case, tmp_path, monkeypatch):
+    case.convert_with_the_op(monkeypatch)
     model = case.model()
     samples = calibration(model, case.draw)
     flatbuffer, report = assert_int8_matches_onnxruntime(model, tmp_path, samples, steps=2, **case.options)
@@ -400,10 +410,11 @@ def _reference_param(case):
 
 
 @pytest.mark.parametrize("case", [_reference_param(case) for case in CASES])
-def test_op_int8_reference_kernels(case, tmp_path):
+def test_op_int8_reference_kernels(case, tmp_path, monkeypatch):
     """The same within 2 steps with TFLite's reference kernels, which check their params
     themselves (SOFTMAX's output zero point, LOGISTIC's output scale, CONCATENATION's input scales)
     where XNNPACK accepts any."""
+    case.convert_with_the_op(monkeypatch)
     model = case.model()
     samples = calibration(model, case.draw)
     options = {k: v for k, v in case.options.items() if k != "allow_float"}
@@ -459,9 +470,10 @@ def _micro_param(case):
 
 
 @pytest.mark.parametrize("case", [_micro_param(case) for case in CASES])
-def test_op_int8_micro(case, tmp_path):
+def test_op_int8_micro(case, tmp_path, monkeypatch):
     """The same within 2 steps in TFLite Micro (the tflite-micro package), whose int8 kernels are
     separate code from LiteRT's and assume some constraints silently (RELU6 never rescales)."""
+    case.convert_with_the_op(monkeypatch)
     model = case.model()
     samples = calibration(model, case.draw)
     options = {k: v for k, v in case.options.items() if k != "allow_float"}
