@@ -62,13 +62,15 @@ else:  # run as a script: bench/ is on sys.path
 # all-int8 plan (qconvert's default), whole-model int16 activations, and planning to PLAN_TARGET dB
 # with promotions to float (--target cpu).
 PLAN_TARGET = 30
-MODES = {"int8": ("--target-sqnr", "0"), "int16": ("--activations", "int16"),
-         f"plan {PLAN_TARGET} dB": ("--target-sqnr", str(PLAN_TARGET))}
+MODES = {"int8": ("--target-sqnr", "0"), "int8 mse": ("--calibration-method", "mse"),
+         "int8 percentile": ("--calibration-method", "percentile"),
+         "int16": ("--activations", "int16"), f"plan {PLAN_TARGET} dB": ("--target-sqnr", str(PLAN_TARGET))}
 MODE_COLUMNS = ["model", "mode", "metric", "= float", "SQNR out / slice (dB)", "ms", "x float",
                 "XNNPACK", "promoted / float ops", "convert (s)"]
 MODES_HEADER = """
 Per mode (bench/trained.py, the same models and data): float, and each quantized mode of MODES --
-int8 (`--quantize`, the default: rules, no planning), int16 (`--activations int16`: every op with a
+int8 (`--quantize`, the default: rules, no planning, minmax ranges), int8 mse and int8 percentile
+(`--calibration-method mse`, `percentile`, i.e. 99.99), int16 (`--activations int16`: every op with a
 16x8 kernel), plan (`--target-sqnr {target}`: ops promoted to float until every output and slice
 reaches {target} dB on 8 samples). metric: the task metric in LiteRT; = float: scored against the
 float model's predictions; SQNR from the conversion's own verification; ms: LiteRT, 1 thread,

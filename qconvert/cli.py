@@ -143,6 +143,20 @@ def quantize_options_from_flags(quantize: bool, calibration, calibration_samples
                            activations=activations or "int8")
 
 
+def _calibration_method(text, calibration, quantize):
+    """The --calibration-method (minmax when not given); it needs --quantize --calibration."""
+    from .quantize.calibration_methods import MINMAX, parse_calibration_method
+
+    if text is None:
+        return MINMAX
+    if not quantize or calibration is None:
+        raise click.UsageError("--calibration-method only applies with --quantize --calibration")
+    try:
+        return parse_calibration_method(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--calibration-method") from None
+
+
 def check_output_path(path: str) -> None:
     """Fails before converting when `path` cannot be an output file (exit 1, naming `path`)."""
     if os.path.isdir(path):
@@ -334,6 +348,11 @@ def _report_path(report: str | None) -> str | None:
                    "(first axis = samples), or a directory of .npz/.npy files.")
 @click.option("--calibration-samples", type=click.IntRange(min=1), metavar="N",
               help="Use the first N calibration samples (default: all).")
+@click.option("--calibration-method", metavar="METHOD",
+              help="How calibration turns values into ranges: minmax (the global min and max), "
+                   "percentile[:P] (the P and 100-P percentiles, P default 99.99) or mse (the "
+                   "range with the least int8 error); percentile and mse run the samples twice "
+                   "[default: minmax].")
 @click.option("--default-range", metavar="MIN,MAX",
               help="Range for tensors without calibration data (speed studies only: the int8 "
                    "model's accuracy is meaningless).")
@@ -383,8 +402,8 @@ def _report_path(report: str | None) -> str | None:
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
 @click.version_option(__version__, prog_name="qconvert")
 def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
-        default_range, io_type, activations, per_tensor_fc, weight_only, weight_only_min_elements,
-        float16, verify_flag, no_verify, verify_samples, verify_data, min_sqnr, report, keep_float,
+        calibration_method, default_range, io_type, activations, per_tensor_fc, weight_only,
+        weight_only_min_elements, float16, verify_flag, no_verify, verify_samples, verify_data, min_sqnr, report, keep_float,
         target_sqnr, target, as_json, verbose, debug):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
@@ -400,6 +419,7 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
                                      calibration)
     quantize_options = quantize_options_from_flags(quantize, calibration, calibration_samples,
                                                    default_range, io_type, per_tensor_fc, activations)
+    method = _calibration_method(calibration_method, calibration, quantize)
     report_path = _report_path(report)
     verifying = _verification_request(verify_flag, no_verify, quantize_options, calibration,
                                       weights, verify_samples, verify_data, min_sqnr, report_path)
@@ -423,6 +443,7 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
         flatbuffer, report = convert(source, data=data, input_shapes=shapes, io_layout=io_layout,
                                      output_name=dest, quantize=quantize_options,
                                      calibration=calibration, calibration_samples=calibration_samples,
+                                     calibration_method=method,
                                      progress=True, weights=weights,
                                      weight_only_min_elements=weight_only_min_elements or 1024,
                                      keep_float=keep_float, plan=plan)

@@ -12,6 +12,7 @@ from . import __version__
 from .ir import Model
 from .loader import load, nodes_matching
 from .onnx_file import read_complete_onnx, read_onnx
+from .quantize.calibration_methods import MINMAX, CalibrationMethod
 from .quantize.planner import Plan
 from .report import ConversionNotes
 from .tflite.writer import Flatbuffer, serialize
@@ -44,6 +45,7 @@ class FloatOp:
 class QuantizationReport:
     io_type: str
     calibration_samples: int  # 0 with --default-range only
+    calibration_method: str  # how calibration turned values into ranges (--calibration-method)
     calibration_seconds: float
     int8_ops: int  # ops running an int8 kernel (QUANTIZE/DEQUANTIZE not counted)
     int16_ops: int  # ops running a 16x8 kernel (int16 activations)
@@ -165,9 +167,10 @@ def _constant_bytes(model: Model) -> int:
 
 
 def _quantization_report(model: Model, options: QuantizeOptions, samples: int, seconds: float,
-                         float_bytes: int) -> QuantizationReport:
+                         float_bytes: int, method: str) -> QuantizationReport:
     return QuantizationReport(
-        io_type=options.io_type, calibration_samples=samples, calibration_seconds=round(seconds, 3),
+        io_type=options.io_type, calibration_samples=samples, calibration_method=method,
+        calibration_seconds=round(seconds, 3),
         int8_ops=sum(op.quantized == "int8" for op in model.operators),
         int16_ops=sum(op.quantized == "int16" for op in model.operators),
         float_ops=[FloatOp(op.type, op.source, op.float_reason) for op in model.operators
@@ -178,6 +181,7 @@ def _quantization_report(model: Model, options: QuantizeOptions, samples: int, s
 def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None = None,
             io_layout: str = "nhwc", output_name: str = "", quantize: QuantizeOptions | None = None,
             calibration: str | None = None, calibration_samples: int | None = None,
+            calibration_method: CalibrationMethod = MINMAX,
             progress: bool = False, weights: str | None = None,
             weight_only_min_elements: int = 1024,
             keep_float: tuple[str, ...] = (), plan: PlanRequest | None = None,
@@ -186,7 +190,8 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     `.write_to(file)` writes out (once: the weights go as they are written) and bytes() gives.
 
     With `quantize`, the model is calibrated on the data at `calibration` (its first
-    `calibration_samples` samples) unless quantize.default_range stands in for it, and written
+    `calibration_samples` samples, their ranges by `calibration_method`) unless
+    quantize.default_range stands in for it, and written
     as int8, but for the ops of the nodes `keep_float` patterns pick (loader.nodes_matching). With
     `weights` ("int8": --weight-only, "float16": --float16) only the stored weights change (int8
     from `weight_only_min_elements` elements up). With `plan` (and `quantize` with calibration),
@@ -213,7 +218,7 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         from .quantize.calibrate import calibrate_model
 
         started = time.perf_counter()
-        calibrate_model(model, run, samples, progress)
+        calibrate_model(model, run, samples, progress, calibration_method)
         calibration_seconds += time.perf_counter() - started
         del run
     convert_model(model, io_layout)
@@ -233,7 +238,8 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         run_quantize_pipeline(model, quantize)
     if quantize is not None:
         quantization = _quantization_report(model, quantize, len(samples) if samples else 0,
-                                            calibration_seconds, float_bytes)
+                                            calibration_seconds, float_bytes,
+                                            str(calibration_method) if samples else "")
         quantization.plan = precision_plan
     if weights is not None:
         floats = {n for n, a in model.arrays.items() if a.is_constant and a.dtype.kind == "f"}

@@ -1,9 +1,12 @@
-"""Calibration: the global min/max of every tensor over the representative inputs.
+"""Calibration: the range of every tensor over the representative inputs.
 
 `calibrate_ranges` runs the float ONNX model in onnxruntime, one sample per run, with the tensors
 that need a range added as graph outputs, and keeps TOCO's running global min/max per tensor
 (NaN values are skipped with a warning, like TFLite's calibration logger; +-inf, such as an
-attention mask's -inf, are left out of the range and saturate in int8).
+attention mask's -inf, are left out of the range and saturate in int8). That is the default
+calibration method, minmax; the methods percentile[:P] and mse run the samples a second time to
+fill a histogram per tensor over its min/max and choose the range from it
+(calibration_methods.py).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import onnx
@@ -24,6 +27,7 @@ from ..ir import MinMax, Model
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
 from .arrays import fill_across_same_scale_ops
+from .calibration_methods import MINMAX, CalibrationMethod, HistogramRecorder
 
 log = logging.getLogger("qconvert")
 
@@ -179,40 +183,60 @@ class CalibrationRun:
 
     def ranges(self, samples: Iterable[dict[str, np.ndarray]], progress: bool = False,
                derive: Callable[[dict[str, np.ndarray]], Iterable[tuple[str, np.ndarray]]]
-               | None = None, names: set[str] | None = None) -> dict[str, tuple[float, float]]:
-        """Runs every sample and returns {tensor: (min, max)}, TOCO's global min/max over all
-        samples (NaN skipped). A tensor that never holds a non-NaN value (empty, or NaN
-        throughout) has no entry. `names`, if given, limits the tensors fetched to those.
-        `derive`, if given, gets each sample's values by name and yields more (name, value)
-        pairs whose ranges are recorded too (tensors the ONNX graph does not have). Memory is
-        bounded by one sample's activations."""
+               | None = None, names: set[str] | None = None,
+               method: CalibrationMethod = MINMAX) -> dict[str, tuple[float, float]]:
+        """Runs every sample and returns {tensor: (min, max)}, by default (`method` minmax)
+        TOCO's global min/max over all samples (NaN skipped). A tensor that never holds a non-NaN
+        value (empty, or NaN throughout) has no entry. `names`, if given, limits the tensors
+        fetched to those. `derive`, if given, gets each sample's values by name and yields more
+        (name, value) pairs whose ranges are recorded too (tensors the ONNX graph does not have).
+        Memory is bounded by one sample's activations.
+
+        The methods percentile and mse run every sample twice: once for the min/max, then to fill
+        each tensor's histogram over it (16 KiB per tensor, calibration_methods.HistogramRecorder).
+        `samples` that is not a sequence (a generator) is then made a list first, so it holds
+        every sample's inputs; the progress line counts both passes."""
         input_types = {i.name: i.type for i in self.session.get_inputs()}
         fetched = self.fetched if names is None else [n for n in self.fetched if n in names]
         from_feeds = self.from_feeds if names is None else [n for n in self.from_feeds if n in names]
+        if method.name != "minmax" and not isinstance(samples, Sequence):
+            samples = list(samples)
+        count = len(samples) if hasattr(samples, "__len__") else None
+        passes = 1 if method.name == "minmax" else 2
+        bar = _Progress(progress, None if count is None else passes * count)
+
+        def run(record: Callable[[dict[str, np.ndarray]], None], done: int) -> int:
+            for index, sample in enumerate(samples):
+                feeds = {n: v for n, v in sample.items() if n in input_types}
+                missing = [n for n in input_types if n not in feeds]
+                if missing:
+                    raise ConversionError(
+                        f"calibration sample {index} has no value for model input {missing[0]!r}")
+                try:
+                    values = self.session.run(fetched, feeds) if fetched else []
+                except Exception as e:  # onnxruntime raises its own exception types
+                    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    raise ConversionError(
+                        f"onnxruntime failed on calibration sample {index}: {reason}") from None
+                known = {n: feeds[n] for n in from_feeds}
+                known.update(zip(fetched, values))
+                if derive is not None:
+                    known.update(derive(known))
+                record(known)
+                del values, feeds, sample, known
+                done += 1
+                bar.update(done)
+            return done
+
         recorder = _RangeRecorder()
-        bar = _Progress(progress, len(samples) if hasattr(samples, "__len__") else None)
-        done = 0
-        for sample in samples:
-            feeds = {n: v for n, v in sample.items() if n in input_types}
-            missing = [n for n in input_types if n not in feeds]
-            if missing:
-                raise ConversionError(
-                    f"calibration sample {done} has no value for model input {missing[0]!r}")
-            try:
-                values = self.session.run(fetched, feeds) if fetched else []
-            except Exception as e:  # onnxruntime raises its own exception types
-                raise ConversionError(f"onnxruntime failed on calibration sample {done}: "
-                                      f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-            known = {n: feeds[n] for n in from_feeds}
-            known.update(zip(fetched, values))
-            if derive is not None:
-                known.update(derive(known))
-            recorder.record(known)
-            del values, feeds, sample, known
-            done += 1
-            bar.update(done)
-        bar.update(done, final=True)
-        return recorder.result()
+        done = run(recorder.record, 0)
+        ranges = recorder.result()
+        if method.name != "minmax":
+            histograms = HistogramRecorder(ranges)
+            run(histograms.record, done)
+            ranges = histograms.result(method)
+        bar.update(done * passes, final=True)
+        return ranges
 
 
 # Tensors up to this many elements get their min/max together, in one numpy call per dtype (a
@@ -313,18 +337,21 @@ class _RangeRecorder:
 
 
 def calibrate_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]],
-                     tensor_names: list[str] | None = None,
-                     progress: bool = False) -> dict[str, tuple[float, float]]:
-    """Runs the float model on every sample and returns {tensor: (min, max)} (see CalibrationRun:
-    `tensor_names` None means every float graph input and node output). `model` is not modified."""
-    return CalibrationRun(model, tensor_names).ranges(samples, progress)
+                     tensor_names: list[str] | None = None, progress: bool = False,
+                     method: CalibrationMethod = MINMAX) -> dict[str, tuple[float, float]]:
+    """Runs the float model on every sample and returns {tensor: (min, max)} by `method` (see
+    CalibrationRun: `tensor_names` None means every float graph input and node output). `model`
+    is not modified."""
+    return CalibrationRun(model, tensor_names).ranges(samples, progress, method=method)
 
 
 def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[str, np.ndarray]],
-                    progress: bool = False) -> int:
+                    progress: bool = False, method: CalibrationMethod = MINMAX) -> int:
     """Sets `minmax` on the float activation arrays of `model`, the IR freshly loaded from the
     ONNX model `run` was built on (before any transformation, so its arrays are still in the ONNX
-    layout), from `run` over `samples`. Returns how many arrays got a range. `run` must expose
+    layout), from `run` over `samples` by `method`; its source is "calibration", or
+    "calibration (percentile:99.99)" and the like for other methods than minmax. Returns how many
+    arrays got a range. `run` must expose
     every numeric tensor (CalibrationRun(proto, "all")); only those the IR still has as float
     arrays, or that the derived ops below read, are fetched.
 
@@ -370,15 +397,16 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
                     local[name] = value = apply_fused_activation(np.asarray(value), op.fused_activation)
                     yield name, value
 
-    ranges = run.ranges(samples, progress, derive=derive if plan else None, names=needed)
+    ranges = run.ranges(samples, progress, derive=derive if plan else None, names=needed, method=method)
     for name, source in same_values.items():  # in execution order, so chains resolve
         if source in ranges:
             ranges[name] = ranges[source]
+    source = "calibration" if method.name == "minmax" else f"calibration ({method})"
     count = 0
     for name, (lo, hi) in ranges.items():
         array = model.arrays.get(name)
         if array is not None and array.dtype.kind == "f":
-            array.minmax = MinMax(lo, hi, "calibration")
+            array.minmax = MinMax(lo, hi, source)
             count += 1
     # Now, while every CONV_2D's NHWC output still sits next to its TRANSPOSE back to the ONNX tensor.
     fill_across_same_scale_ops(model, concat_pieces=False)

@@ -88,12 +88,17 @@ def test_quantized_output_is_byte_identical_across_runs_and_sample_limit_applies
     (["--quantize", "--calibration", "{f}/wrong_shape.npz"], 1, ["wrong_shape.npz", "'x'"]),
     (["--quantize", "--calibration", "{f}/nan.npz"], 1, ["nan.npz", "sample 3"]),
     (["--activations", "int16"], 2, ["--activations", "--quantize"]),
+    (["--quantize", "--default-range", "-1,1", "--calibration-method", "mse"], 2,
+     ["--calibration-method", "--calibration"]),
+    (["--quantize", "--calibration", "{f}/cal.npz", "--calibration-method", "percentile:40"], 2,
+     ["--calibration-method", "50 < P <= 100"]),
     (["--quantize", "--calibration", "{f}/cal.npz", "--activations", "int16", "--io-type", "uint8"], 2,
      ["--activations int16", "float or int8"]),
 ], ids=["calibration-without-quantize", "io-type-without-quantize", "quantize-without-data",
         "default-range-not-numbers", "default-range-reversed", "zero-samples",
         "samples-without-calibration", "missing-file", "wrong-input-name", "wrong-shape", "nan",
-        "activations-without-quantize", "int16-with-uint8-io"])
+        "activations-without-quantize", "int16-with-uint8-io", "method-without-calibration",
+        "bad-percentile"])
 def test_bad_quantization_flags_and_data(files, tmp_path, flags, code, fragments):
     result, out = _invoke(files, tmp_path, *[f.format(f=files) for f in flags])
     lines = result.stderr.splitlines()
@@ -115,6 +120,14 @@ def test_int16_activations_summary_and_json(files, tmp_path):
     assert q["int16_ops"] == 4 and q["int8_ops"] == 0
     verify = json.loads(result.stdout)["verify"]
     assert min(o["sqnr_db"] for o in verify["outputs"]) > 40
+
+
+@pytest.mark.parametrize("method", ["mse", "percentile:99.9"])
+def test_calibration_method_is_reported(files, tmp_path, method):
+    result, out = _invoke(files, tmp_path, "--quantize", "--calibration", str(files / "cal.npz"),
+                          "--calibration-method", method, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["quantization"]["calibration_method"] == method
 
 
 def test_default_range_warns_once(files, tmp_path):
