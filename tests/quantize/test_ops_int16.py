@@ -32,6 +32,7 @@ from tests.quantize.test_ops_int8 import (
     Case,
     assert_every_sample_matches,
     calibration,
+    check_int8_op,
     run_micro,
     run_reference_kernels,
     unary,
@@ -116,31 +117,6 @@ def _int16_cases():
 CASES16 = _int16_cases()
 
 
-def check_int16_op(flatbuffer: bytes, op_name: str) -> None:
-    """The written file runs `op_name` with int16 activations (zero point 0), int8 weights per
-    channel with zero point 0, and an int64 bias of scale input scale x weight scale."""
-    summary = read_tflite(flatbuffer)
-    rule = TFLITE_OPS[op_name].quant
-    ops = [op for op in summary.operators if op.name == op_name]
-    assert ops, f"no {op_name} in {summary.op_counts}"
-    for op in ops:
-        tensors = [summary.tensors[i] if i >= 0 else None for i in op.inputs]
-        activations = range(len(tensors)) if rule.activations is None else rule.activations
-        quantized = [tensors[i] for i in activations if i < len(tensors) and tensors[i] is not None]
-        quantized += [summary.tensors[i] for i in op.outputs]
-        for tensor in quantized:
-            assert tensor.dtype == "INT16" and tensor.zero_points == [0], (op_name, tensor)
-        if rule.weight is not None:
-            weights = tensors[rule.weight]
-            assert weights.dtype == "INT8" and set(weights.zero_points) == {0}, weights
-            assert len(weights.scales) == weights.shape[rule.weight_axis % len(weights.shape)], weights
-            bias = tensors[rule.bias] if rule.bias < len(tensors) else None
-            if bias is not None:
-                assert bias.dtype == "INT64" and set(bias.zero_points) == {0}, bias
-                expected = np.float32(quantized[0].scales[0]) * np.float32(weights.scales)
-                np.testing.assert_allclose(bias.scales, expected, rtol=1e-6)
-
-
 @pytest.mark.parametrize("case", CASES16, ids=[c.id for c in CASES16])
 def test_op_int16(case, tmp_path):
     model = case.model()
@@ -149,7 +125,7 @@ def test_op_int16(case, tmp_path):
     steps = LOOKUP_TABLE_STEPS.get(case.id, 2)
     flatbuffer, report = assert_int8_matches_onnxruntime(model, tmp_path, samples, steps=steps, **options)
     assert_every_sample_matches(model, flatbuffer, report, samples, steps=steps)
-    check_int16_op(flatbuffer, case.op)
+    check_int8_op(flatbuffer, case.op, activation_type="INT16")
     assert report.quantization.int16_ops >= 1 and report.quantization.int8_ops == 0
 
 

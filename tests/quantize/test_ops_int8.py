@@ -330,10 +330,12 @@ def calibration(model, draw, count=SAMPLES, seed=0):
     return samples
 
 
-def check_int8_op(flatbuffer: bytes, op_name: str, per_tensor_weights: bool = False) -> None:
+def check_int8_op(flatbuffer: bytes, op_name: str, per_tensor_weights: bool = False,
+                  activation_type: str = "INT8") -> None:
     """The written file runs `op_name` int8: its activation inputs (and outputs, unless the rule
     says they are not quantized) INT8 per tensor, weights INT8 with zero point 0 (one scale per
-    output channel unless per-tensor), bias INT32 with scale = input scale x weight scale."""
+    output channel unless per-tensor), bias INT32 with scale = input scale x weight scale. With
+    activation_type "INT16", its 16x8 kernel: activations INT16 with zero point 0, bias INT64."""
     summary = read_tflite(flatbuffer)
     rule = TFLITE_OPS[op_name].quant
     ops = [op for op in summary.operators if op.name == op_name]
@@ -347,7 +349,8 @@ def check_int8_op(flatbuffer: bytes, op_name: str, per_tensor_weights: bool = Fa
         else:
             assert all(summary.tensors[i].dtype in ("BOOL", "INT32") for i in op.outputs), op
         for tensor in quantized:
-            assert tensor.dtype == "INT8" and len(tensor.scales) == 1, (op_name, tensor)
+            assert tensor.dtype == activation_type and len(tensor.scales) == 1, (op_name, tensor)
+            assert activation_type == "INT8" or tensor.zero_points == [0], (op_name, tensor)
         if rule.weight is not None:
             weights = tensors[rule.weight]
             assert weights.dtype == "INT8" and set(weights.zero_points) == {0}, weights
@@ -359,7 +362,8 @@ def check_int8_op(flatbuffer: bytes, op_name: str, per_tensor_weights: bool = Fa
                 assert len(weights.scales) == weights.shape[axis], weights
             bias = tensors[rule.bias] if rule.bias is not None and rule.bias < len(tensors) else None
             if bias is not None:
-                assert bias.dtype == "INT32" and set(bias.zero_points) == {0}, bias
+                wanted = "INT64" if activation_type == "INT16" else "INT32"
+                assert bias.dtype == wanted and set(bias.zero_points) == {0}, bias
                 expected = np.float32(quantized[0].scales[0]) * np.float32(weights.scales)
                 np.testing.assert_allclose(bias.scales, expected, rtol=1e-6)
 
