@@ -5,6 +5,7 @@ whose weights are the scale and whose bias is the shift.
 In int8 that is one rounding instead of two, and the scale is quantized per channel (a MUL's
 constant gets one scale for all channels); a fused RELU on the ADD stays fused. In float the two
 elementwise ops are as good, so this runs only under --quantize, before the ranges are propagated.
+Not when either op is to stay float (--keep-float, the planner): the new op would not be.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def affine_to_depthwise(model: Model) -> bool:
     changed = False
     for mul in model.operators:
         head = split_constant_binary(mul, model) if mul.type == "MUL" else None
-        if head is None or mul.fused_activation != "NONE":
+        if head is None or mul.fused_activation != "NONE" or mul.float_reason:
             continue
         x = mul.inputs[head[0]]
         shape = model.arrays[x].shape
@@ -28,7 +29,7 @@ def affine_to_depthwise(model: Model) -> bool:
             continue
         add = model.consumers(middle)[0]
         tail = split_constant_binary(add, model) if add.type == "ADD" else None
-        if tail is None or add.inputs[tail[0]] != middle:
+        if tail is None or add.inputs[tail[0]] != middle or add.float_reason:
             continue
         scale, shift = (per_channel_vector(c, shape[3], 4) for c in (head[1], tail[1]))
         if scale is None or shift is None:
