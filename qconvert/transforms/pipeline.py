@@ -20,6 +20,7 @@ from .channels_last_io import channels_last_io
 from .check_quantization import check_quantization
 from .clamp_by_quantized_range import clamp_by_quantized_range
 from .decompose_hard_swish import decompose_hard_swish
+from .divide_as_multiply import divide_as_multiply
 from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
 from .engine import Step, run_once, run_to_fixed_point
 from .fold_constants import fold_constants
@@ -87,6 +88,7 @@ class QuantizeOptions:
 def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
     return [
         ("keep_requested_float", partial(keep_requested_float, keep_float=options.keep_float)),
+        ("divide_as_multiply", divide_as_multiply),
         ("affine_to_depthwise", affine_to_depthwise),
         ("keep_mixed_concatenation_float", partial(keep_mixed_concatenation_float,
                                                    float_outputs=options.io_type == "float")),
