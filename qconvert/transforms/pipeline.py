@@ -20,8 +20,8 @@ from .channels_last_io import channels_last_io
 from .check_quantization import check_quantization
 from .clamp_by_quantized_range import clamp_by_quantized_range
 from .decompose_hard_swish import decompose_hard_swish
-from .divide_as_multiply import divide_as_multiply
 from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
+from .divide_as_multiply import divide_as_multiply
 from .engine import Step, run_once, run_to_fixed_point
 from .fold_constants import fold_constants
 from .fold_transpose_into_fully_connected import fold_transpose_into_fully_connected
