@@ -156,6 +156,13 @@ def int8_blocker(op: Operator, model: Model) -> str | None:
     return None
 
 
+def about_to_run_int8(op: Operator, model: Model, int16: Int16Choice) -> bool:
+    """Whether the op will run its int8 kernel, as far as the steps before quantize_activations
+    can tell: nothing keeps it float, the int16 choice does not want it, and int8_blocker has no
+    objection. The rewrites that rely on int8 saturation or on XNNPACK's int8 kernels ask this."""
+    return not op.float_reason and not int16.wants(op) and int8_blocker(op, model) is None
+
+
 def input_scale(op: Operator, model: Model, dtype: np.dtype | None = None) -> float:
     """The scale of the op's first activation input, in the op's activation type (or `dtype`):
     S_in in a bias scale S_in * S_weight."""

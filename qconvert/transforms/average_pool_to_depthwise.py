@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model, Operator
-from ..quantize.arrays import FLOAT32, Int16Choice, int8_blocker
+from ..quantize.arrays import FLOAT32, Int16Choice, about_to_run_int8
 
 
 def _taps(in_size: int, out_size: int, kernel: int, stride: int, padding: str) -> np.ndarray:
@@ -41,8 +41,7 @@ def _taps(in_size: int, out_size: int, kernel: int, stride: int, padding: str) -
 def average_pool_to_depthwise(model: Model, int16: Int16Choice = Int16Choice()) -> bool:
     changed = False
     for op in model.operators:
-        if (op.type != "AVERAGE_POOL_2D" or op.float_reason or int16.wants(op)
-                or int8_blocker(op, model) is not None):
+        if op.type != "AVERAGE_POOL_2D" or not about_to_run_int8(op, model, int16):
             continue
         x, y = op.inputs[0], op.outputs[0]
         source, target = model.arrays[x], model.arrays[y]

@@ -18,7 +18,7 @@ Not for a producer that is to run int16: symmetric int16 params reach both sides
 from __future__ import annotations
 
 from ..ir import MinMax, Model, Operator
-from ..quantize.arrays import Int16Choice, int8_blocker, rule_of
+from ..quantize.arrays import Int16Choice, about_to_run_int8, rule_of
 
 
 def _clamped(model: Model, op: Operator) -> tuple[str, float] | None:
@@ -47,8 +47,7 @@ def clamp_by_quantized_range(model: Model, int16: Int16Choice = Int16Choice()) -
         array, producer = model.arrays[name], model.producer(name)
         rule = rule_of(producer) if producer is not None else None
         if (array.minmax is None or name in model.outputs or len(model.consumers(name)) != 1
-                or rule is None or rule.output != "free" or producer.float_reason or int16.wants(producer)
-                or int8_blocker(producer, model) is not None):
+                or rule is None or rule.output != "free" or not about_to_run_int8(producer, model, int16)):
             continue
         lo, hi = array.minmax.min, array.minmax.max
         if op.type == "MINIMUM":

@@ -24,8 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import MinMax, Model, Operator
-from ..quantize.arrays import FLOAT32, Int16Choice, int8_blocker
-
+from ..quantize.arrays import FLOAT32, Int16Choice, about_to_run_int8
 
 # Where x / 6 is cut: [-64/127, 0.5] gets scale 0.5/127 and zero point 0, so that 0.5 (the gate's 1)
 # is exactly q = 127; a cut at -0.5 would nudge the top to 127/255 and every large x would lose a
@@ -40,8 +39,7 @@ def _clip(value: float, lo: float, hi: float) -> float:
 def decompose_hard_swish(model: Model, int16: Int16Choice = Int16Choice()) -> bool:
     changed = False
     for op in model.operators:
-        if (op.type != "HARD_SWISH" or op.float_reason or int16.wants(op)
-                or int8_blocker(op, model) is not None):
+        if op.type != "HARD_SWISH" or not about_to_run_int8(op, model, int16):
             continue
         x, y = op.inputs[0], op.outputs[0]
         source = model.arrays[x]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model, Operator
-from ..quantize.arrays import FLOAT32, Int16Choice, int8_blocker
+from ..quantize.arrays import FLOAT32, Int16Choice, about_to_run_int8
 
 MAX_CONCAT_INPUTS = 5  # XNNPACK delegates a CONCATENATION of 2 to 5 inputs
 
@@ -77,8 +77,8 @@ def _reshape(model: Model, anchor: Operator, x: str, shape, out: str | None = No
 def resize_nearest_to_depth_to_space(model: Model, int16: Int16Choice = Int16Choice()) -> bool:
     changed = False
     for op in model.operators:
-        if (op.type != "RESIZE_NEAREST_NEIGHBOR" or op.float_reason or int16.wants(op)
-                or op.options.get("align_corners") or int8_blocker(op, model) is not None):
+        if (op.type != "RESIZE_NEAREST_NEIGHBOR" or op.options.get("align_corners")
+                or not about_to_run_int8(op, model, int16)):
             continue
         x, y = op.inputs[0], op.outputs[0]
         source, target = model.arrays[x], model.arrays[y]
