@@ -163,12 +163,11 @@ def about_to_run_int8(op: Operator, model: Model, int16: Int16Choice) -> bool:
     return not op.float_reason and not int16.wants(op) and int8_blocker(op, model) is None
 
 
-def input_scale(op: Operator, model: Model, dtype: np.dtype | None = None) -> float:
-    """The scale of the op's first activation input, in the op's activation type (or `dtype`):
-    S_in in a bias scale S_in * S_weight."""
+def input_scale(op: Operator, model: Model) -> float:
+    """The scale of the op's first activation input, in the op's activation type: S_in in a bias
+    scale S_in * S_weight."""
     first = op.inputs[rule_of(op).activation_inputs(op)[0]]
-    dtype = op_activation_type(op) if dtype is None else dtype
-    return float(activation_params(model.arrays[first], dtype).scale[0])
+    return float(activation_params(model.arrays[first], op_activation_type(op)).scale[0])
 
 
 def follow_values(model: Model, name: str, follows: Callable[[Operator, str], bool]
