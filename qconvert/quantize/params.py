@@ -49,6 +49,17 @@ def _int_range(dtype, narrow_range: bool) -> tuple[int, int]:
     return int(info.min) + (1 if narrow_range else 0), int(info.max)
 
 
+def _checked_range(rmin, rmax) -> tuple[np.ndarray, np.ndarray]:
+    """[rmin, rmax] as float64 arrays; a ValueError unless finite with min <= max."""
+    rmin_a = np.asarray(rmin, dtype=np.float64)
+    rmax_a = np.asarray(rmax, dtype=np.float64)
+    if not (np.all(np.isfinite(rmin_a)) and np.all(np.isfinite(rmax_a))):
+        raise ValueError(f"quantization range must be finite, got [{rmin}, {rmax}]")
+    if np.any(rmin_a > rmax_a):
+        raise ValueError(f"quantization range has min > max: [{rmin}, {rmax}]")
+    return rmin_a, rmax_a
+
+
 def choose_quantization_params(rmin, rmax, qmin: int = -128, qmax: int = 127,
                                narrow_range: bool = False):
     """Asymmetric (scale, zero_point) for the real range [rmin, rmax], as TOCO chooses them.
@@ -68,12 +79,7 @@ def choose_quantization_params(rmin, rmax, qmin: int = -128, qmax: int = 127,
     Scalars give (float, int). Arrays (e.g. per-channel ranges) are accepted too and give
     (float64 array, int64 array) of the broadcast shape.
     """
-    rmin_a = np.asarray(rmin, dtype=np.float64)
-    rmax_a = np.asarray(rmax, dtype=np.float64)
-    if not (np.all(np.isfinite(rmin_a)) and np.all(np.isfinite(rmax_a))):
-        raise ValueError(f"quantization range must be finite, got [{rmin}, {rmax}]")
-    if np.any(rmin_a > rmax_a):
-        raise ValueError(f"quantization range has min > max: [{rmin}, {rmax}]")
+    rmin_a, rmax_a = _checked_range(rmin, rmax)
     if narrow_range:
         qmin += 1
     if qmin >= qmax:
@@ -101,11 +107,8 @@ def choose_symmetric_params(rmin, rmax, qmax: int = 32767) -> tuple[float, int]:
     """Symmetric (scale, 0) for the real range [rmin, rmax]: scale = max(|rmin|, |rmax|) / qmax,
     as TFLite chooses int16 activation params (16x8 kernels want zero point 0). An empty range
     {0} gets ZERO_RANGE_SCALE."""
-    if not (np.isfinite(rmin) and np.isfinite(rmax)):
-        raise ValueError(f"quantization range must be finite, got [{rmin}, {rmax}]")
-    if rmin > rmax:
-        raise ValueError(f"quantization range has min > max: [{rmin}, {rmax}]")
-    bound = max(abs(float(rmin)), abs(float(rmax)))
+    rmin_a, rmax_a = _checked_range(rmin, rmax)
+    bound = max(abs(float(rmin_a)), abs(float(rmax_a)))
     return (bound / qmax if bound > 0 else ZERO_RANGE_SCALE), 0
 
 
