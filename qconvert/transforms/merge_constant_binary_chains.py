@@ -5,7 +5,9 @@ scale layer after it is another Mul + Add. Four elementwise passes become two:
 - ADD(x, b) -> MUL(., c)   becomes  MUL(x, c) -> ADD(., b * c)   (moves the MUL first, when a
                                                                  merge follows), then
 - MUL(x, a) -> MUL(., c)   becomes  MUL(x, a * c), and
-- ADD(x, b) -> ADD(., d)   becomes  ADD(x, b + d).
+- ADD(x, b) -> ADD(., d)   becomes  ADD(x, b + d),
+where a DIV by a nonzero constant next to a MUL by a constant counts as a MUL by its reciprocal
+(HardSwish written out is `x * relu6(x + 3) / 6`, and PP-LCNet scales it by a learned MUL next).
 Fewer ops run faster in float, and in int8 each op is one rounding less. The float result differs
 from the ONNX order only in float rounding. Only pairs whose constants broadcast into the
 activation's shape (so no op changes the shape) and whose middle tensor has no other reader and no
@@ -48,6 +50,9 @@ def merge_constant_binary_chains(model: Model) -> bool:
     for first in model.operators:
         if not model.has_operator(first):
             continue
+        if first.type == "DIV" and _division_next_to_scale(model, first):
+            _divide_as_multiply(model, first)
+            changed = True
         head = split_constant_binary(first, model)
         middle = first.outputs[0]
         if head is None or first.fused_activation != "NONE" or not model.is_discardable(middle):
@@ -69,6 +74,34 @@ def merge_constant_binary_chains(model: Model) -> bool:
             continue
         changed = True
     return changed
+
+
+def _is_scale(model: Model, op: Operator | None) -> bool:
+    """A MUL by a float constant that keeps the shape, without a fused activation."""
+    return (op is not None and op.type == "MUL" and op.fused_activation == "NONE"
+            and split_constant_binary(op, model) is not None)
+
+
+def _division_next_to_scale(model: Model, div: Operator) -> bool:
+    """A DIV of an activation by a nonzero float constant (keeping the shape) that reads, or is
+    the only reader of, a MUL by a constant."""
+    divisor = model.constant(div.inputs[1]) if len(div.inputs) == 2 else None
+    if divisor is None or divisor.dtype != np.float32 or not np.all(divisor):
+        return False
+    x, y = model.arrays[div.inputs[0]], model.arrays[div.outputs[0]]
+    if x.data is not None or x.dtype != np.float32 or x.shape != y.shape:
+        return False
+    producer = model.producer(div.inputs[0])
+    before = _is_scale(model, producer) and model.is_discardable(producer.outputs[0])
+    after = (div.fused_activation == "NONE" and model.is_discardable(div.outputs[0])
+             and _is_scale(model, model.consumers(div.outputs[0])[0]))
+    return before or after
+
+
+def _divide_as_multiply(model: Model, div: Operator) -> None:
+    reciprocal = (np.float32(1) / model.constant(div.inputs[1])).astype(np.float32)
+    div.type = "MUL"
+    model.set_input(div, 1, model.add_constant(div.inputs[1], reciprocal))
 
 
 def _swap_helps(model: Model, add: Operator, mul: Operator) -> bool:

@@ -27,6 +27,7 @@ from .fold_constants import fold_constants
 from .fold_transpose_into_fully_connected import fold_transpose_into_fully_connected
 from .fuse_activation import fuse_activation
 from .fuse_binary_into_affine import fuse_binary_into_affine
+from .fuse_binary_into_following_affine import fuse_binary_into_following_affine
 from .hoist_transpose_through_reshape import hoist_transpose_through_reshape
 from .identify_gelu import identify_gelu
 from .identify_relu6 import identify_relu6
@@ -61,6 +62,7 @@ FLOAT_STEPS: list[tuple[str, Step]] = [
     ("distribute_binary_over_concatenation", distribute_binary_over_concatenation),
     ("merge_constant_binary_chains", merge_constant_binary_chains),
     ("fuse_binary_into_affine", fuse_binary_into_affine),
+    ("fuse_binary_into_following_affine", fuse_binary_into_following_affine),
     ("identify_relu6", identify_relu6),
     ("identify_gelu", identify_gelu),
     ("fuse_activation", fuse_activation),

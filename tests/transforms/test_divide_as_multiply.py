@@ -1,6 +1,7 @@
 """divide_as_multiply: under --quantize a DIV by a constant runs as an int8 MUL by its reciprocal
 (TFLite has no int8 DIV); a divisor holding 0 keeps the DIV (float), and the float conversion
-keeps every DIV (x / c and x * (1 / c) can differ in the last bit)."""
+keeps a DIV that merges with nothing (x / c and x * (1 / c) can differ in the last bit; one next to
+a MUL by a constant merges into it in merge_constant_binary_chains, float too)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ F = TensorProto.FLOAT
 
 
 def divided(divisor):
-    """x / divisor, then a MUL so that an int8 op reads the quotient."""
-    nodes = [helper.make_node("Div", ["x", "d"], ["q"]), helper.make_node("Mul", ["q", "k"], ["y"])]
-    inits = {"d": np.asarray(divisor, np.float32), "k": np.float32(2.0)}
+    """x / divisor, then a MUL by x so that an int8 op reads the quotient (a MUL by a constant
+    would merge with the DIV)."""
+    nodes = [helper.make_node("Div", ["x", "d"], ["q"]), helper.make_node("Mul", ["q", "x"], ["y"])]
+    inits = {"d": np.asarray(divisor, np.float32)}
     return make_model(nodes, {"x": (F, (2, 3, 8))}, {"y": F}, inits)
 
 
