@@ -84,8 +84,8 @@ def onnx_blocker(graph, probed, settle: Callable) -> str:
         probed_shape = None if name in probed.constants else probed.shapes.get(name)
         if expected is None or tuple(probed_shape or ()) != expected:
             shown = "none" if probed_shape is None else _shape_text(probed_shape)
-            return (f"tensor {name!r} is {_shape_text(shape)} at batch 1 and {shown} at batch "
-                    f"{PROBE_BATCH}, not the batch on axis 0")
+            return (f"tensor {name!r} is {_shape_text(shape)} at batch 1 but {shown} at batch "
+                    f"{PROBE_BATCH}: the batch leaves axis 0")
     initializers = {t.name for t in graph.graph.initializer}
     outputs = {o.name for o in graph.graph.output}
     reads = [(node.op_type, k, name) for node in graph.nodes for k, name in enumerate(node.input)]

@@ -125,10 +125,10 @@ class _Graph:
             tt = i.type.tensor_type
             if not i.type.HasField("tensor_type"):
                 raise ConversionError(f"input {i.name!r}: only tensor inputs are supported")
-            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                    for d in tt.shape.dim]
+            dims = declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                               for d in tt.shape.dim]
             if self.batch is not None:
-                dims[0] = 1
+                dims = [1] + dims[1:]
             if i.name in input_shapes:
                 pinned = input_shapes[i.name]
                 if tt.HasField("shape") and len(pinned) != len(dims):
@@ -138,7 +138,7 @@ class _Graph:
                 dims = list(pinned)
             for axis, d in enumerate(dims):
                 if not isinstance(d, int) or d < 0:
-                    shown = ",".join(str(x) for x in dims)
+                    shown = ",".join(str(x) for x in declared)
                     raise ConversionError(
                         f"input {i.name!r} has dynamic dimension {d!r} (axis {axis}, shape "
                         f"[{shown}]); pin it with --input-shape {i.name}:"
