@@ -189,7 +189,7 @@ def _first_row_is(values: tuple[int, ...], index: int, what: str):
 
     def rule(model, op, batched) -> str:
         value = _const(model, op, index)
-        if value is None or value.size == 0 or tuple(np.atleast_1d(value[0])) != values:
+        if value is None or value.ndim == 0 or value.size == 0 or tuple(np.atleast_1d(value[0])) != values:
             return what
         return _first_input(model, op, batched)
 
@@ -236,18 +236,19 @@ def _whole_batch_rewrite(model: Model, op: Operator) -> Callable[[], None] | str
     if op.type == "RESHAPE":
         shape = _const(model, op, 1)
         out = model.arrays[op.outputs[0]].shape
-        if shape is None or not out or out[0] != 1 or len(shape) != len(out):
+        if shape is None or shape.ndim != 1 or not out or out[0] != 1 or len(shape) != len(out):
             return "does not keep the batch on axis 0"
         return lambda: _reshape_to_whole_batch(model, op, shape)
     if op.type == "SLICE":
         begin, size = _const(model, op, 1), _const(model, op, 2)
-        if begin is None or size is None or begin[0] != 0:
+        if begin is None or size is None or begin.ndim != 1 or size.ndim != 1 or begin[0] != 0:
             return "slices the batch"
         return lambda: _set_constant_input(model, op, 2, np.concatenate([[-1], size[1:]]).astype(size.dtype))
     if op.type == "STRIDED_SLICE":
         begin, strides = _const(model, op, 1), _const(model, op, 3)
         options = op.options
-        if (begin is None or strides is None or begin[0] != 0 or strides[0] != 1
+        if (begin is None or strides is None or begin.ndim != 1 or strides.ndim != 1
+                or begin[0] != 0 or strides[0] != 1
                 or options.get("shrink_axis_mask", 0) & 1 or options.get("ellipsis_mask", 0)
                 or options.get("new_axis_mask", 0) or options.get("offset")):
             return "slices the batch"

@@ -1,10 +1,11 @@
 """Loader: an ONNX file becomes the IR (qconvert.ir.Model).
 
 Steps: parse (qconvert.onnx_file: big weights are read from the file one at a time), pin input
-shapes, then alternate ONNX shape inference with folding of nodes whose inputs are all known
-(PyTorch's Shape/Gather/Concat/Reshape chains), until nothing changes; then every remaining node
-goes to its importer (qconvert.ops). int64 tensors are narrowed to int32 inside the graph
-(TFLite's kernels index with int32); graph inputs and outputs keep their ONNX dtype through a CAST.
+shapes (a dynamic batch is set to 1: qconvert/dynamic_batch.py), then alternate ONNX shape
+inference with folding of nodes whose inputs are all known (PyTorch's Shape/Gather/Concat/Reshape
+chains), until nothing changes; then every remaining node goes to its importer (qconvert.ops).
+int64 tensors are narrowed to int32 inside the graph (TFLite's kernels index with int32); graph
+inputs and outputs keep their ONNX dtype through a CAST.
 """
 
 from __future__ import annotations
