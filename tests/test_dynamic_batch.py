@@ -287,3 +287,74 @@ def test_input_shape_overrides_the_default(tmp_path):
 def test_static_batch_has_no_note(tmp_path):
     _, report, summary = _convert_cli(classifier("reshape_0", batch=(1,)), tmp_path)
     assert report["batch"] is None and "batch dimension" not in summary
+
+
+def _zoo_model(nodes, inits, inputs) -> onnx.ModelProto:
+    values = [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "g", values, [output], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def _f32(seed, *shape):
+    return numpy_helper.from_array(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+def _named(tensor, name):
+    tensor.name = name
+    return tensor
+
+
+FLOAT = TensorProto.FLOAT
+# name: an ONNX model whose TFLite ops (in the comment) each carry the batch by their own rule.
+ZOO = {
+    # CONV_2D, MAX_POOL_2D, MEAN, RESHAPE, CONCATENATION (axis 1), SOFTMAX
+    "vision_head": lambda: _zoo_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"]),
+         helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2]),
+         helper.make_node("GlobalAveragePool", ["p"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+         helper.make_node("Concat", ["f", "f"], ["cc"], axis=1),
+         helper.make_node("Softmax", ["cc"], ["y"], axis=1)],
+        [_named(_f32(1, 4, 3, 3, 3), "w")], {"x": (FLOAT, ["N", 3, 8, 8])}),
+    # MEAN (last axis), SUB, FULLY_CONNECTED keeping dims, TRANSPOSE keeping axis 0
+    "sequence": lambda: _zoo_model(
+        [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
+         helper.make_node("MatMul", ["d", "k"], ["mm"]),
+         helper.make_node("Transpose", ["mm"], ["y"], perm=[0, 2, 1])],
+        [_named(_f32(2, 6, 5), "k")], {"x": (FLOAT, ["N", 4, 6])}),
+    # GATHER of a constant table by batched indices
+    "embedding": lambda: _zoo_model(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+         helper.make_node("ReduceMean", ["e"], ["y"], axes=[1], keepdims=0)],
+        [_named(_f32(3, 10, 3), "table")], {"ids": (TensorProto.INT64, ["N", 4])}),
+    # SPLIT (axis 1), SLICE and STRIDED_SLICE (axis 2), PAD, CONCATENATION, MUL
+    "slices": lambda: _zoo_model(
+        [helper.make_node("Split", ["x"], ["a", "b"], axis=1),
+         helper.make_node("Slice", ["a", "one", "three", "two"], ["s"]),
+         helper.make_node("Pad", ["s", "pads"], ["pd"]),
+         helper.make_node("Slice", ["b", "zero", "big", "two", "two"], ["t"]),
+         helper.make_node("Concat", ["t", "t"], ["tt"], axis=2),
+         helper.make_node("Mul", ["pd", "tt"], ["y"])],
+        [_ints("zero", [0]), _ints("one", [1]), _ints("two", [2]), _ints("three", [3]), _ints("big", [99]),
+         _ints("pads", [0, 0, 1, 0, 0, 1])], {"x": (FLOAT, ["N", 4, 4])}),
+}
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_op_families_keep_the_batch_resizable(name):
+    model = ZOO[name]()
+    flatbuffer, report = convert("m.onnx", data=model.SerializeToString())
+    assert report.batch.resizable, report.batch.note
+    data, report = bytes(flatbuffer), json.loads(json.dumps(report.as_dict()))
+    rng = np.random.default_rng(9)
+    feeds = {}
+    for value in model.graph.input:
+        shape = [3] + [d.dim_value for d in value.type.tensor_type.shape.dim[1:]]
+        integer = value.type.tensor_type.elem_type == TensorProto.INT64
+        feeds[value.name] = (rng.integers(0, 10, shape) if integer
+                             else rng.standard_normal(shape).astype(np.float32))
+    want = run_onnxruntime(model, feeds)["y"]
+    for resolver in RESOLVERS:
+        got = _run(data, report, feeds, resolver)["y"]
+        assert got.shape == want.shape, resolver
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=resolver)
