@@ -89,13 +89,14 @@ def onnx_blocker(graph, probed, settle: Callable) -> str:
     initializers = {t.name for t in graph.graph.initializer}
     outputs = {o.name for o in graph.graph.output}
     reads = [(node.op_type, k, name) for node in graph.nodes for k, name in enumerate(node.input)]
-    reads += [("graph output", 0, name) for name in outputs]
+    reads += [("", 0, name) for name in outputs]
     for op_type, k, name in reads:
         if name not in graph.constants or name in initializers or (op_type, k) in _SHAPE_INPUTS:
             continue
         value, other = graph.constants[name], probed.constants.get(name)
         if other is None or value.shape != other.shape or not np.array_equal(value, other):
-            return f"the value of {name!r} ({op_type} input {k}) depends on the batch size"
+            where = f"{op_type} input {k}" if op_type else "a graph output"
+            return f"the value of {name!r} ({where}) depends on the batch size"
     return ""
 
 
