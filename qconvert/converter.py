@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from . import __version__
+from .dynamic_batch import mark_batch_tensors, note
 from .ir import Model
 from .loader import load, nodes_matching
 from .onnx_file import read_complete_onnx, read_onnx
@@ -64,6 +65,16 @@ class WeightsReport:
 
 
 @dataclass
+class BatchReport:
+    """A dynamic batch dimension set to 1 (qconvert/dynamic_batch.py)."""
+
+    symbol: str  # its ONNX name; "" when unnamed
+    size: int  # the batch the .tflite is written with: 1
+    resizable: bool  # shape_signature -1: LiteRT's resize_tensor_input may change it
+    note: str  # the summary's words, with the reason when it is not resizable
+
+
+@dataclass
 class ConversionReport:
     input: str
     output: str
@@ -77,6 +88,7 @@ class ConversionReport:
     quantization: QuantizationReport | None = None
     weights: WeightsReport | None = None
     verify: Verification | None = None  # set by the caller that verified the written file
+    batch: BatchReport | None = None  # the model's dynamic batch, set to 1
     notes: ConversionNotes | None = field(default=None, repr=False)  # for the per-tensor report
 
     def as_dict(self) -> dict:
@@ -109,6 +121,8 @@ class ConversionReport:
                      f" -> {_human_size(w.weights_bytes)}")
         if self.verify is not None:
             text += "; " + self.verify.summary()
+        if self.batch is not None:
+            text += "; " + self.batch.note
         return text
 
 
@@ -249,6 +263,8 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
             weights, sorted(n for n in floats if n in model.arrays and model.arrays[n].dtype == stored),
             float_bytes, _constant_bytes(model))
     notes = conversion_notes(model)
+    mark_batch_tensors(model)
+    batch = model.dynamic_batch
     flatbuffer = serialize(model, DESCRIPTION, release_data=True)
     counts = collections.Counter(op.type for op in model.operators)
     report = ConversionReport(
@@ -256,5 +272,6 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         op_counts=dict(sorted(counts.items())), transposes=counts.get("TRANSPOSE", 0),
         size_bytes=len(flatbuffer), seconds=round(time.perf_counter() - start, 3),
         inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
-        quantization=quantization, weights=weights_report, notes=notes)
+        quantization=quantization, weights=weights_report, notes=notes,
+        batch=None if batch is None else BatchReport(batch.symbol, 1, bool(batch.tensors), note(batch)))
     return flatbuffer, report

@@ -60,6 +60,21 @@ class Array:
         return self.data is not None
 
 
+@dataclass(frozen=True)
+class DynamicBatch:
+    """A batch dimension the ONNX model leaves dynamic (axis 0 of every input, under one name),
+    which the loader set to 1 (qconvert/dynamic_batch.py).
+
+    `tensors` are the tensors whose axis 0 is that batch in the finished model: the writer gives
+    them a shape_signature of -1 there, so that LiteRT's resize_tensor_input can change it. Empty
+    until dynamic_batch.mark_batch_tensors has run, and when `fixed_because` says why the batch
+    stays 1."""
+
+    symbol: str  # the ONNX dim_param; "" when the dimension is unnamed
+    fixed_because: str = ""
+    tensors: frozenset[str] = frozenset()
+
+
 # Instrumentation, read by tests/models/test_linear_cost.py and never by the program: how many
 # operators whole-graph walks visited ("operator visits") and how many constant buffers the writer
 # compared byte by byte. Both must grow linearly with the model.
@@ -114,6 +129,8 @@ class Model:
         self.outputs: list[str] = []
         # How each graph input/output's axes relate to the ONNX tensor's (None: unchanged).
         self.io_permutation: dict[str, tuple[int, ...]] = {}
+        # The dynamic batch the loader set to 1 (None: the model had none, or --input-shape).
+        self.dynamic_batch: DynamicBatch | None = None
         self._suffix = 0  # the next number unique_name appends
         # Execution order as a doubly linked list, and its snapshot until the next edit.
         self._prev: dict[Operator, Operator | None] = {}
@@ -143,6 +160,7 @@ class Model:
         other.arrays = {name: dataclasses.replace(array) for name, array in self.arrays.items()}
         other.inputs, other.outputs = list(self.inputs), list(self.outputs)
         other.io_permutation = dict(self.io_permutation)
+        other.dynamic_batch = self.dynamic_batch  # immutable
         other._suffix = self._suffix
         for op in self.operators:
             other.add_operator(dataclasses.replace(op, inputs=list(op.inputs), outputs=list(op.outputs),

@@ -1,10 +1,11 @@
 """Loader: an ONNX file becomes the IR (qconvert.ir.Model).
 
 Steps: parse (qconvert.onnx_file: big weights are read from the file one at a time), pin input
-shapes, then alternate ONNX shape inference with folding of nodes whose inputs are all known
-(PyTorch's Shape/Gather/Concat/Reshape chains), until nothing changes; then every remaining node
-goes to its importer (qconvert.ops). int64 tensors are narrowed to int32 inside the graph
-(TFLite's kernels index with int32); graph inputs and outputs keep their ONNX dtype through a CAST.
+shapes (a dynamic batch is set to 1: qconvert/dynamic_batch.py), then alternate ONNX shape
+inference with folding of nodes whose inputs are all known (PyTorch's Shape/Gather/Concat/Reshape
+chains), until nothing changes; then every remaining node goes to its importer (qconvert.ops).
+int64 tensors are narrowed to int32 inside the graph (TFLite's kernels index with int32); graph
+inputs and outputs keep their ONNX dtype through a CAST.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
+from . import dynamic_batch
 from .errors import ConversionError, UsageError
-from .ir import Model, Operator
+from .ir import DynamicBatch, Model, Operator
 from .onnx_file import OnnxFile
 from .ops.registry import ONNX_IMPORTERS
 
@@ -118,12 +120,16 @@ class _Graph:
             raise ConversionError(
                 f"--input-shape names {sorted(unknown)[0]!r}, which is not a model input "
                 f"(inputs: {names})")
+        # A dynamic batch (axis 0 of every input, one name) is set to 1 unless shapes are pinned.
+        self.batch = None if input_shapes else dynamic_batch.default_batch(self.inputs)
         for i in self.inputs:
             tt = i.type.tensor_type
             if not i.type.HasField("tensor_type"):
                 raise ConversionError(f"input {i.name!r}: only tensor inputs are supported")
-            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                    for d in tt.shape.dim]
+            dims = declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                               for d in tt.shape.dim]
+            if self.batch is not None:
+                dims = [1] + dims[1:]
             if i.name in input_shapes:
                 pinned = input_shapes[i.name]
                 if tt.HasField("shape") and len(pinned) != len(dims):
@@ -133,7 +139,7 @@ class _Graph:
                 dims = list(pinned)
             for axis, d in enumerate(dims):
                 if not isinstance(d, int) or d < 0:
-                    shown = ",".join(str(x) for x in dims)
+                    shown = ",".join(str(x) for x in declared)
                     raise ConversionError(
                         f"input {i.name!r} has dynamic dimension {d!r} (axis {axis}, shape "
                         f"[{shown}]); pin it with --input-shape {i.name}:"
@@ -397,6 +403,14 @@ def nodes_matching(proto: onnx.ModelProto, patterns: tuple[str, ...]) -> frozens
     return frozenset(picked)
 
 
+def _settle(graph: _Graph) -> None:
+    """Shape inference and load-time folding, alternated until folding finds nothing new."""
+    for _ in range(20):
+        graph.infer_shapes()
+        if not graph.fold_constants():
+            break
+
+
 def load(source: OnnxFile | onnx.ModelProto,
          input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault."""
@@ -407,10 +421,8 @@ def load(source: OnnxFile | onnx.ModelProto,
     source = upgrade_old_opset(source)
     proto = source.proto
     graph = _Graph(source, input_shapes or {})
-    for _ in range(20):
-        graph.infer_shapes()
-        if not graph.fold_constants():
-            break
+    probe = dynamic_batch.probe(graph) if graph.batch is not None else None
+    _settle(graph)
 
     unsupported = []
     for node in graph.nodes:
@@ -423,6 +435,9 @@ def load(source: OnnxFile | onnx.ModelProto,
             + ", ".join(unsupported))
 
     model = Model()
+    if probe is not None:
+        model.dynamic_batch = DynamicBatch(graph.batch, dynamic_batch.onnx_blocker(graph, probe, _settle))
+        del probe
     aliases: dict[str, str] = {}
     consumed = {n for node in graph.nodes for n in node.input} | {o.name for o in proto.graph.output}
 

@@ -282,9 +282,16 @@ class _Writer:
         if array.quant is not None:
             quant = self._quantization(b, array)
         shape = self._ints(b, array.shape)
+        signature = None
+        batch = self.model.dynamic_batch
+        if batch is not None and name in batch.tensors:
+            # TensorFlow's converter marks a dynamic dimension so: -1 where the shape has its
+            # current size. LiteRT's resize_tensor_input may then change it (dynamic_batch.py).
+            signature = self._ints(b, (-1,) + tuple(array.shape[1:]))
         name_off = b.CreateString(name)
         return self._table(b, "Tensor", [
             ("Shape", shape),
+            ("ShapeSignature", signature),
             ("Type", tensor_type(array.dtype, f"tensor {name!r}")),
             ("Buffer", self.buffer_of.get(name, 0)),
             ("Name", name_off),

@@ -66,11 +66,12 @@ def shared_constant_model() -> onnx.ModelProto:
 
 
 def dynamic_model() -> onnx.ModelProto:
-    """A Conv whose input batch is the symbolic 'N'."""
+    """A Conv whose input batch is the symbolic 'N' and width 'W': the batch alone would default
+    to 1 (tests/test_dynamic_batch.py), the width keeps the model from converting unpinned."""
     rng = np.random.default_rng(2)
     nodes = [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])]
     inits = [numpy_helper.from_array(_f32(rng, 4, 3, 3, 3), "W")]
-    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, "W"])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 
 
@@ -106,7 +107,7 @@ BAD_CASES = {
     "unsupported_ops": (["{m}/unsupported.onnx", "{out}"], None, 1,
                         ["my_builtin", "my_custom", "com.example.Frobnicate"]),
     "dynamic_dim": (["{m}/dynamic.onnx", "{out}"], None, 1,
-                    ["'x'", "axis 0", "'N'", "--input-shape x:"]),
+                    ["'x'", "axis 3", "'W'", "shape [N,3,8,W]", "--input-shape x:1,3,8,1"]),
     "unknown_input": (["{m}/dynamic.onnx", "{out}", "--input-shape", "y:2,3,8,8"], None, 1,
                       ["'y'", "not a model input", "inputs: x"]),
     "shape_not_int": (["{m}/conv.onnx", "{out}", "--input-shape", "x:1,a,8,8"], None, 2,
