@@ -102,13 +102,15 @@ def _install(dest: Path) -> tuple[Path, Path]:
     wheel = _build_wheel(dest)
     env_dir = dest / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
-    run = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+    # Not -q: pip says "Could not fetch URL" (an unreachable index) on stdout only without it.
+    run = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", str(wheel)],
                          capture_output=True, text=True, env=_clean_env(), cwd=dest)
     if run.returncode != 0:
-        if any(marker in run.stderr for marker in NETWORK_FAILURES):
+        output = run.stdout + run.stderr
+        if any(marker in output for marker in NETWORK_FAILURES):
             pytest.skip(f"the package index cannot be reached to install the wheel's dependencies: "
                         f"{run.stderr.strip().splitlines()[-1]}")
-        pytest.fail(f"pip install {wheel.name} into a fresh venv failed:\n{run.stderr}")
+        pytest.fail(f"pip install {wheel.name} into a fresh venv failed:\n{output}")
     return wheel, env_dir
 
 
