@@ -43,6 +43,7 @@ variables that were used, since the command line alone does not show them.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
@@ -137,6 +138,17 @@ def _fail(e: Exception, ctx: click.Context):
     click.echo(f"qconvert: internal error: {type(e).__name__}: {_one_line(e)} (rerun with "
                "--debug for a traceback and report it)", err=True)
     sys.exit(EXIT_INTERNAL)
+
+
+class _Option(click.Option):
+    """An option whose error names the flag only: the environment variable, when one was used, is
+    named once by _from_environment (click would name it whether used or not)."""
+
+    def get_error_hint(self, ctx) -> str:
+        return click.Parameter.get_error_hint(self, ctx)
+
+
+_option = functools.partial(click.option, cls=_Option)
 
 
 def _with_environment_variables(command: click.Command, prefix: str) -> click.Command:
@@ -519,73 +531,106 @@ def _report_path(report: str | None) -> str | None:
     return report
 
 
+def conversion_arguments(*, input_shapes=(), io_layout="nhwc", quantize=False, calibration=None,
+                         calibration_samples=None, calibration_method=None, default_range=None,
+                         io_type=None, activations=None, per_tensor_fc=False, weight_only=False,
+                         weight_only_min_elements=None, float16=False, keep_float=(),
+                         target_sqnr=None, target=None, verify_samples=None, verify_data=None) -> dict:
+    """converter.convert's keyword arguments for the conversion flags (named as the flags'
+    parameters; the Python API's keywords are the same). Malformed values and contradictions are
+    click usage errors."""
+    shapes = parse_input_shape(input_shapes)
+    weights = weight_mode_from_flags(weight_only, weight_only_min_elements, float16, quantize,
+                                     calibration)
+    options = quantize_options_from_flags(quantize, calibration, calibration_samples, default_range,
+                                          io_type, per_tensor_fc, activations)
+    method = _calibration_method(calibration_method, calibration, quantize)
+    if keep_float and options is None:
+        raise click.UsageError("--keep-float only applies with --quantize")
+    plan = _plan_request(target_sqnr, options, calibration, verify_samples, verify_data, target)
+    return dict(input_shapes=shapes, io_layout=io_layout, quantize=options, calibration=calibration,
+                calibration_samples=calibration_samples, calibration_method=method, weights=weights,
+                weight_only_min_elements=weight_only_min_elements or 1024, keep_float=keep_float,
+                plan=plan)
+
+
+def typed_like_flags(values: dict) -> dict:
+    """`values` ({option parameter name: value}) converted and checked by the types of the
+    conversion's options (click.IntRange, click.Choice...), so that the Python API's keywords get
+    the command line's checks and messages; None stays None."""
+    ctx = click.Context(cli)
+    params = {p.name: p for p in cli.params}
+    return {name: value if value is None else params[name].type_cast_value(ctx, value)
+            for name, value in values.items()}
+
+
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", metavar="IN.onnx")
 @click.argument("dest", metavar="OUT.tflite")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
+@_option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
               help="Pin an input's shape (repeatable), e.g. images:1,3,224,224.")
-@click.option("--io-layout", type=click.Choice(["nhwc", "onnx"]), default="nhwc", show_default=True,
+@_option("--io-layout", type=click.Choice(["nhwc", "onnx"]), default="nhwc", show_default=True,
               help="nhwc: image inputs/outputs become channels-last (no TRANSPOSE at the edges); "
                    "onnx: keep the ONNX layout of every input and output.")
-@click.option("--quantize", is_flag=True,
+@_option("--quantize", is_flag=True,
               help="Write a full-integer int8 model (needs --calibration or --default-range).")
-@click.option("--calibration", metavar="PATH",
+@_option("--calibration", metavar="PATH",
               help="Calibration data for --quantize: an .npz with one array per model input "
                    "(first axis = samples), or a directory of .npz/.npy files.")
-@click.option("--calibration-samples", type=click.IntRange(min=1), metavar="N",
+@_option("--calibration-samples", type=click.IntRange(min=1), metavar="N",
               help="Use the first N calibration samples (default: all).")
-@click.option("--calibration-method", metavar="METHOD",
+@_option("--calibration-method", metavar="METHOD",
               help="How calibration turns values into ranges: minmax (the global min and max), "
                    "percentile[:P] (the P and 100-P percentiles, P default 99.99) or mse (the "
                    "range with the least int8 error); percentile and mse run the samples twice "
                    "[default: minmax].")
-@click.option("--default-range", metavar="MIN,MAX",
+@_option("--default-range", metavar="MIN,MAX",
               help="Range for tensors without calibration data (speed studies only: the int8 "
                    "model's accuracy is meaningless).")
-@click.option("--io-type", type=click.Choice(["float", "int8", "uint8"]), default=None,
+@_option("--io-type", type=click.Choice(["float", "int8", "uint8"]), default=None,
               help="Type of the quantized model's inputs and outputs [default: float].")
-@click.option("--activations", type=click.Choice(["int8", "int16"]), default=None,
+@_option("--activations", type=click.Choice(["int8", "int16"]), default=None,
               help="With --quantize: the activation type; int16 runs TFLite's 16x8 kernels (int16 "
                    "activations, int8 weights) where they exist, other ops stay float "
                    "[default: int8].")
-@click.option("--per-tensor-fc", is_flag=True,
+@_option("--per-tensor-fc", is_flag=True,
               help="Quantize FULLY_CONNECTED weights per tensor, for runtimes without per-channel "
                    "dense layers (TFLite Micro before 2024).")
-@click.option("--weight-only", is_flag=True,
+@_option("--weight-only", is_flag=True,
               help="Store large weights as int8 (TFLite's dynamic-range mode); activations stay "
                    "float, no calibration data needed.")
-@click.option("--weight-only-min-elements", type=click.IntRange(min=1), metavar="N",
+@_option("--weight-only-min-elements", type=click.IntRange(min=1), metavar="N",
               help="With --weight-only: quantize weights of at least N elements [default: 1024].")
-@click.option("--float16", is_flag=True, help="Store every float weight as float16.")
-@click.option("--verify", "verify_flag", is_flag=True,
+@_option("--float16", is_flag=True, help="Store every float weight as float16.")
+@_option("--verify", "verify_flag", is_flag=True,
               help="Verify a float conversion too (quantized ones verify themselves).")
-@click.option("--no-verify", is_flag=True, help="Skip the verification of a quantized conversion.")
-@click.option("--verify-samples", type=click.IntRange(min=1), metavar="N",
+@_option("--no-verify", is_flag=True, help="Skip the verification of a quantized conversion.")
+@_option("--verify-samples", type=click.IntRange(min=1), metavar="N",
               help="Samples the verification runs [default: 8].")
-@click.option("--verify-data", metavar="PATH",
+@_option("--verify-data", metavar="PATH",
               help="Verification inputs in the calibration-data format [default: the calibration "
                    "data, else seeded standard normal inputs].")
-@click.option("--min-sqnr", type=float, metavar="DB",
+@_option("--min-sqnr", type=float, metavar="DB",
               help="Exit 4 and write nothing when an output (or an output's slice) of the "
                    "written model is below DB dB SQNR against onnxruntime.")
-@click.option("--report", metavar="FILE",
+@_option("--report", metavar="FILE",
               help="Write the per-tensor report, FILE.json or FILE.html (a page with a plot): "
                    "every tensor and op of the written model against onnxruntime's values.")
-@click.option("--keep-float", multiple=True, metavar="PATTERN",
+@_option("--keep-float", multiple=True, metavar="PATTERN",
               help="With --quantize: keep the ops of these ONNX nodes float (repeatable: a node "
                    "name, an op type, or a regular expression over node names).")
-@click.option("--target-sqnr", type=float, metavar="DB",
+@_option("--target-sqnr", type=float, metavar="DB",
               help="With --quantize and --calibration: promote the ops that lose the most (to "
                    "float or int16, see --target) until every output and output slice reaches DB "
                    "dB on the verification samples (or a budget is spent); 0 keeps the all-int8 "
                    "plan.")
-@click.option("--target", type=click.Choice(["cpu", "integer"]), default=None,
+@_option("--target", type=click.Choice(["cpu", "integer"]), default=None,
               help="With --target-sqnr: what the planner promotes an op to. cpu: float (LiteRT's "
                    "CPU path, XNNPACK, runs float ops well); integer: its 16x8 kernel (int16 "
                    "activations), for runtimes that must stay all-integer [default: cpu].")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
-@click.option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
-@click.option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
+@_option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
+@_option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
+@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
 @click.version_option(__version__, prog_name="qconvert")
 def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
         calibration_method, default_range, io_type, activations, per_tensor_fc, weight_only,
@@ -600,19 +645,17 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="qconvert: %(message)s", stream=sys.stderr)
-    shapes = parse_input_shape(input_shapes)
-    weights = weight_mode_from_flags(weight_only, weight_only_min_elements, float16, quantize,
-                                     calibration)
-    quantize_options = quantize_options_from_flags(quantize, calibration, calibration_samples,
-                                                   default_range, io_type, per_tensor_fc, activations)
-    method = _calibration_method(calibration_method, calibration, quantize)
+    arguments = conversion_arguments(
+        input_shapes=input_shapes, io_layout=io_layout, quantize=quantize, calibration=calibration,
+        calibration_samples=calibration_samples, calibration_method=calibration_method,
+        default_range=default_range, io_type=io_type, activations=activations,
+        per_tensor_fc=per_tensor_fc, weight_only=weight_only,
+        weight_only_min_elements=weight_only_min_elements, float16=float16, keep_float=keep_float,
+        target_sqnr=target_sqnr, target=target, verify_samples=verify_samples, verify_data=verify_data)
     report_path = _report_path(report)
-    verifying = _verification_request(verify_flag, no_verify, quantize_options, calibration,
-                                      weights, verify_samples, verify_data, min_sqnr, report_path)
-    if keep_float and quantize_options is None:
-        raise click.UsageError("--keep-float only applies with --quantize")
-    plan = _plan_request(target_sqnr, quantize_options, calibration, verify_samples, verify_data,
-                         target)
+    verifying = _verification_request(verify_flag, no_verify, arguments["quantize"], calibration,
+                                      arguments["weights"], verify_samples, verify_data, min_sqnr,
+                                      report_path)
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
     check_distinct_files({"IN.onnx": source, "--calibration": calibration,
@@ -630,12 +673,7 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
     from .converter import convert
 
     data = read_stdin() if source == "-" else None
-    flatbuffer, summary = convert(source, data=data, input_shapes=shapes, io_layout=io_layout,
-                                  output_name=dest, quantize=quantize_options,
-                                  calibration=calibration, calibration_samples=calibration_samples,
-                                  calibration_method=method, progress=True, weights=weights,
-                                  weight_only_min_elements=weight_only_min_elements or 1024,
-                                  keep_float=keep_float, plan=plan)
+    flatbuffer, summary = convert(source, data=data, output_name=dest, progress=True, **arguments)
 
     def before_the_output_appears(path):
         """Verification (and the --report file), then the JSON report: a failure of either
@@ -660,17 +698,17 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", metavar="IN.onnx")
 @click.argument("tflite", metavar="MODEL.tflite")
-@click.option("--data", metavar="PATH",
+@_option("--data", metavar="PATH",
               help="Inputs in the calibration-data format [default: seeded inputs, standard "
                    "normal for float inputs, 0..9 for integer ones].")
-@click.option("--samples", type=click.IntRange(min=1), default=8, show_default=True, metavar="N",
+@_option("--samples", type=click.IntRange(min=1), default=8, show_default=True, metavar="N",
               help="How many samples to run (the first N of --data).")
-@click.option("--min-sqnr", type=float, metavar="DB",
+@_option("--min-sqnr", type=float, metavar="DB",
               help="Exit 4 when an output (or an output's slice) is below DB dB SQNR.")
-@click.option("--report", metavar="FILE",
+@_option("--report", metavar="FILE",
               help="Also write the per-tensor report, FILE.json or FILE.html.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
-@click.option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
+@_option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
+@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
 def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug):
     """Run IN.onnx in onnxruntime and MODEL.tflite (written by any tool) in LiteRT on the same
     inputs and compare every output: SQNR, errors, cosine, top-1 agreement, worst slice.
@@ -708,10 +746,10 @@ def _verification_table(result) -> str:
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("path", metavar="FILE.tflite")
-@click.option("--json", "as_json", is_flag=True,
+@_option("--json", "as_json", is_flag=True,
               help="Print everything as JSON on stdout, exact values (keys: see "
                    "qconvert/inspect_tflite.py).")
-@click.option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
+@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
 def inspect_cli(path, as_json, debug):
     """Show what FILE.tflite (written by any tool) holds: ops with builtin code and version,
     which of them LiteRT's default XNNPACK delegate takes and in how many partitions, tensors
