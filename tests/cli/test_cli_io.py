@@ -232,12 +232,35 @@ def test_a_fifo_at_out_without_a_reader_is_refused_without_blocking(files, tmp_p
     assert stat.S_ISFIFO(os.stat(tmp_path / "out.fifo").st_mode)
 
 
-def test_character_devices_at_out_are_written_through(files):
-    result = CliRunner().invoke(cli, [str(files / "m.onnx"), "/dev/null"])
+def _character_device(path: Path, minor: int) -> Path:
+    """A node of the memory devices (major 1: minor 3 null, 7 full) in the test's directory, never
+    the system's /dev/null: a regression that replaces OUT with a file must not break the machine."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+    except OSError as e:
+        pytest.skip(f"cannot make a device node here: {e.strerror}")
+    return path
+
+
+def test_character_devices_at_out_are_written_through(files, tmp_path):
+    null = _character_device(tmp_path / "null", 3)
+    full = _character_device(tmp_path / "full", 7)
+    result = CliRunner().invoke(cli, [str(files / "m.onnx"), str(null)])
     assert result.exit_code == 0, result.stderr
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
-    result = CliRunner().invoke(cli, [str(files / "m.onnx"), "/dev/full"])
-    assert result.exit_code == 1 and "/dev/full: cannot write: No space left" in _one_error(result.stderr)
+    result = CliRunner().invoke(cli, [str(files / "m.onnx"), str(full)])
+    assert result.exit_code == 1 and "full: cannot write: No space left" in _one_error(result.stderr)
+    assert stat.S_ISCHR(os.stat(null).st_mode) and stat.S_ISCHR(os.stat(full).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full", "null"]
+
+
+def test_a_terminal_at_out_is_refused(files):
+    leader, follower = os.openpty()
+    try:
+        result = CliRunner().invoke(cli, [str(files / "m.onnx"), os.ttyname(follower)])
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert result.exit_code == 1 and "to a terminal" in _one_error(result.stderr)
 
 
 def test_a_socket_at_out_is_refused(files, tmp_path, monkeypatch):
