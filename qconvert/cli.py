@@ -9,36 +9,64 @@ Exit codes:
      --input-shape that does not fit the model (unknown input name, wrong rank) is also exit 1:
      it can only be judged against the model, like any other mismatch between model and request.
   2  usage error: the command line is malformed on its own (bad option value such as
-     --input-shape x:1,a, missing argument, contradictory options).
-  3  internal error: a bug in qconvert (rerun with --debug for the traceback).
+     --input-shape x:1,a, missing argument, contradictory options, OUT that is IN).
+  3  internal error: a bug in qconvert (rerun with --debug for the traceback; --debug keeps
+     every exit code, it only adds the traceback).
   4  verification below --min-sqnr: an output (or an output's slice) of the written model is
      further from onnxruntime's than asked; a conversion then leaves no file.
 
 Every error is exactly one line on stderr starting with "qconvert: error:" (internal errors:
-"qconvert: internal error:"), never a traceback unless --debug. The output file is written only
-after a successful conversion, via a temporary file renamed into place, so a failed run leaves no
-file behind and an existing output untouched.
+"qconvert: internal error:"), never a traceback unless --debug.
+
+Files:
+  IN     a regular file, or '-' for standard input (read up to limits.MODEL_BYTES). A FIFO, a
+         device or a socket is refused (exit 1) rather than opened: a FIFO would block, /dev/zero
+         never ends.
+  OUT    never IN, nor --calibration, --verify-data or --report (same path after normalisation,
+         or the same file by device and inode: a hard link, a symlink): exit 2, nothing touched.
+         A regular file (or a new name) is written to a temporary file beside it and renamed into
+         place once the conversion, the verification, the --report file and the --json report all
+         succeeded, so a failed run (any exit code but 0) leaves no file and an existing output
+         untouched. A symlink is followed: its target is replaced that way and the link kept. A
+         character device or a FIFO is written through, once the model is complete, like '-' (a
+         FIFO without a reader and a terminal are refused); any other kind of file is refused.
+  stdin/stdout  closed (`<&-`, `>&-`) or failing (/dev/full) when needed: a one-line exit 1.
+
+Environment: every option of a command can also be given as an environment variable named
+after its long flag, QCONVERT_<FLAG> (--input-shape: QCONVERT_INPUT_SHAPE; QCONVERT_VERIFY_<FLAG>
+for `qconvert verify`, QCONVERT_INSPECT_<FLAG> for `qconvert inspect`), shown in --help. A flag
+is on for 1/true/yes/on and off for 0/false/no/off or empty; a repeatable option takes
+space-separated values. A flag on the command line wins over its variable. Usage errors name the
+variables that were used, since the command line alone does not show them.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import logging
 import os
+import shutil
+import stat
 import sys
 import tempfile
+import traceback
 
 import click
 import numpy as np
+from click.core import ParameterSource
 
 from . import __version__
 from .errors import BelowThreshold, ConversionError, UsageError
+from .limits import MODEL_BYTES
 
 EXIT_CONVERSION_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 EXIT_BELOW_THRESHOLD = 4
 WARN_BELOW_DB = 20.0  # a verified conversion below this warns (without --min-sqnr)
+INT32_MAX = 2**31 - 1  # TFLite shapes are int32
 
 
 def _one_line(message: str) -> str:
@@ -56,20 +84,83 @@ class _OneLineUsageError(click.ClickException):
                    "(see 'qconvert --help')", err=True)
 
 
+def _from_environment(ctx: click.Context | None) -> str:
+    """" (set in the environment: QCONVERT_X, ...)" when options came from variables, else "":
+    a usage error about an option the command line does not show must say where it came from."""
+    if ctx is None:
+        return ""
+    names = [p.envvar for p in ctx.command.params if isinstance(p, click.Option) and p.name
+             and ctx.get_parameter_source(p.name) == ParameterSource.ENVIRONMENT]
+    return f" (set in the environment: {', '.join(names)})" if names else ""
+
+
+_EXIT_CODES = ((ConversionError, EXIT_CONVERSION_ERROR), (UsageError, EXIT_USAGE),
+               (BelowThreshold, EXIT_BELOW_THRESHOLD))
+
+
 class _Command(click.Command):
-    """Turns click's parsing and parameter errors into one-line usage errors (exit 2)."""
+    """Every failure of a command becomes one line on stderr and its documented exit code:
+    click's parsing and parameter errors and qconvert's UsageError exit 2, ConversionError and
+    OSError 1, BelowThreshold 4, anything else is a bug, exit 3. --debug adds the traceback and
+    keeps the exit code."""
 
     def make_context(self, info_name, args, parent=None, **extra):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as e:
-            raise _OneLineUsageError(e.format_message()) from None
+            raise _OneLineUsageError(e.format_message() + _from_environment(e.ctx)) from None
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except click.UsageError as e:
-            raise _OneLineUsageError(e.format_message()) from None
+            raise _OneLineUsageError(e.format_message() + _from_environment(ctx)) from None
+        except (click.exceptions.Exit, click.Abort, click.ClickException):
+            raise
+        except Exception as e:
+            if ctx.params.get("debug"):
+                traceback.print_exc()
+            _fail(e, ctx)
+
+
+def _fail(e: Exception, ctx: click.Context):
+    """Prints `e` as one line and exits with its code (see _Command)."""
+    if isinstance(e, UsageError):
+        click.echo(f"qconvert: error: {_one_line(e)}{_from_environment(ctx)}", err=True)
+        sys.exit(EXIT_USAGE)
+    if isinstance(e, (ConversionError, BelowThreshold)):
+        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
+        sys.exit(next(code for kind, code in _EXIT_CODES if isinstance(e, kind)))
+    if isinstance(e, OSError):
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"qconvert: error: {where}{e.strerror or _one_line(e)}", err=True)
+        sys.exit(EXIT_CONVERSION_ERROR)
+    click.echo(f"qconvert: internal error: {type(e).__name__}: {_one_line(e)} (rerun with "
+               "--debug for a traceback and report it)", err=True)
+    sys.exit(EXIT_INTERNAL)
+
+
+class _Option(click.Option):
+    """An option whose error names the flag only: the environment variable, when one was used, is
+    named once by _from_environment (click would name it whether used or not)."""
+
+    def get_error_hint(self, ctx) -> str:
+        return click.Parameter.get_error_hint(self, ctx)
+
+
+_option = functools.partial(click.option, cls=_Option)
+
+
+def _with_environment_variables(command: click.Command, prefix: str) -> click.Command:
+    """Makes each option of `command` readable from PREFIX_<LONG FLAG> (--input-shape:
+    PREFIX_INPUT_SHAPE) and shows the name in --help. Named after the flag, not the Python
+    parameter (--json's is as_json), so the variable is what a user would guess."""
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name != "version":
+            flag = max(param.opts, key=len).lstrip("-")
+            param.envvar = f"{prefix}_{flag.upper().replace('-', '_')}"
+            param.show_envvar = True
+    return command
 
 
 def parse_input_shape(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
@@ -81,8 +172,9 @@ def parse_input_shape(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
             shape = tuple(int(d) for d in dims.split(",")) if dims else ()
         except ValueError:
             shape = None
-        if not sep or not name or shape is None or any(d <= 0 for d in shape):
-            raise click.BadParameter(f"{value!r}: expected NAME:D1,D2,... with positive integers",
+        if not sep or not name or shape is None or any(not 0 < d <= INT32_MAX for d in shape):
+            raise click.BadParameter(f"{value!r}: expected NAME:D1,D2,... with positive integers "
+                                     f"up to {INT32_MAX} (TFLite shapes are int32)",
                                      param_hint="--input-shape")
         if name in shapes:
             raise click.BadParameter(f"{name!r} is given twice", param_hint="--input-shape")
@@ -157,22 +249,91 @@ def _calibration_method(text, calibration, quantize):
         raise click.BadParameter(str(e), param_hint="--calibration-method") from None
 
 
-def check_output_path(path: str) -> None:
-    """Fails before converting when `path` cannot be an output file (exit 1, naming `path`)."""
-    if os.path.isdir(path):
-        raise ConversionError(f"{path}: is a directory")
-    directory = os.path.dirname(os.path.abspath(path))
+# --- files and standard streams (see "Files" in the module docstring) ---------------------------
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+             (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def check_input_file(path: str) -> None:
+    """Refuses an input path that is a FIFO, a device or a socket before anything opens it:
+    opening a FIFO blocks until a writer comes, and /dev/zero never ends. A missing file or a
+    directory is left to the reader, which names it; '-' (standard input) is not a path."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise ConversionError(f"{path}: a {_file_kind(mode)}, not a regular file; give a file, or "
+                              "'-' to read standard input")
+
+
+def check_distinct_files(inputs: dict[str, str | None], outputs: dict[str, str | None]) -> None:
+    """A UsageError when an output would overwrite an input or another output: the same path after
+    normalisation, or the same existing file (device and inode: a hard link, a symlink).
+    `inputs` and `outputs` map a role ("IN.onnx", "--report") to a path (None or '-': none)."""
+
+    def same(a: str, b: str) -> bool:
+        if os.path.normpath(os.path.abspath(a)) == os.path.normpath(os.path.abspath(b)):
+            return True
+        try:
+            return os.path.samefile(a, b)
+        except (OSError, ValueError):  # one of them does not exist (yet)
+            return False
+
+    given_inputs = [(role, path) for role, path in inputs.items() if path and path != "-"]
+    given_outputs = [(role, path) for role, path in outputs.items() if path and path != "-"]
+    for k, (role, path) in enumerate(given_outputs):
+        for other_role, other in given_inputs + given_outputs[:k]:
+            if same(path, other):
+                why = ("qconvert never overwrites its input" if (other_role, other) in given_inputs
+                       else "two outputs cannot share a file")
+                raise UsageError(f"{role} {path!r} is {other_role} {other!r} (the same file): {why}; "
+                                 "give another name")
+
+
+def output_kind(dest: str) -> str:
+    """How OUT is written, decided before converting: "-" (standard output), "file" (a regular
+    file or a new name, replaced atomically; a symlink's target) or "stream" (an existing
+    character device or FIFO, written through once the model is complete). Any other kind of file
+    is a ConversionError naming `dest`."""
+    if dest == "-":
+        return "-"
+    target = os.path.realpath(dest)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise ConversionError(f"{dest}: {e.strerror}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise ConversionError(f"{dest}: is a directory")
+    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        return "stream"
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ConversionError(f"{dest}: a {_file_kind(mode)}; qconvert writes a regular file, a "
+                              "character device or a FIFO")
+    directory = os.path.dirname(target)
     if not os.path.isdir(directory):
-        raise ConversionError(f"{path}: directory {directory} does not exist")
+        raise ConversionError(f"{dest}: directory {directory} does not exist")
+    return "file"
 
 
 def write_output(dest: str, flatbuffer, check=None) -> None:
-    """Writes the model to `dest` ('-': standard output). `check(path)`, if given, is run on the
-    complete file before it appears at `dest` and may raise to keep it from appearing."""
-    if dest != "-":
-        write_atomically(dest, flatbuffer, check)
+    """Writes the model to `dest` as output_kind says. `check(path)`, if given, is run on the
+    complete file before the model appears at `dest` (renamed into place, or streamed) and may
+    raise to keep it from appearing."""
+    if output_kind(dest) == "file":
+        def fill(path):
+            with open(path, "wb") as f:
+                flatbuffer.write_to(f)
+            if check is not None:
+                check(path)
+
+        replace_atomically(dest, fill)
     elif check is None:
-        _write_stdout(flatbuffer)
+        _write_stream(dest, flatbuffer.write_to)
     else:
         with tempfile.TemporaryDirectory(prefix="qconvert-") as tmp:
             path = os.path.join(tmp, "model.tflite")
@@ -180,37 +341,25 @@ def write_output(dest: str, flatbuffer, check=None) -> None:
                 flatbuffer.write_to(f)
             check(path)
             with open(path, "rb") as f:
-                _write_stdout(_FileCopy(f))
+                _write_stream(dest, lambda out: shutil.copyfileobj(f, out, 1 << 20))
 
 
-class _FileCopy:
-    """A file that writes itself out like a Flatbuffer (write_to), in chunks."""
-
-    def __init__(self, f):
-        self.f = f
-
-    def write_to(self, out) -> None:
-        while chunk := self.f.read(1 << 20):
-            out.write(chunk)
-
-
-def write_atomically(path: str, flatbuffer, check=None) -> None:
-    """Writes to a temporary file beside `path`, runs `check(temporary path)` if given, then
-    renames: never a half-written output, and nothing at `path` when the check raises.
-
-    Errors name `path` (not the temporary file) and leave no temporary file behind."""
-    directory = os.path.dirname(os.path.abspath(path))
+def replace_atomically(path: str, fill) -> None:
+    """Runs fill(temporary path) on a new file beside `path` (beside a symlink's target), then
+    renames it to `path` (the target, keeping the link): never a half-written file, and nothing
+    new at `path` when fill raises. Errors name `path`; no temporary file is left behind. The
+    temporary name ends like `path` (the report writer picks the format by the suffix)."""
+    target = os.path.realpath(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".qconvert-", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=".qconvert-", suffix=os.path.splitext(target)[1],
+                                   dir=os.path.dirname(target))
+        os.close(fd)
     except OSError as e:
         raise ConversionError(f"{path}: cannot write: {e.strerror}") from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            flatbuffer.write_to(f)
-        if check is not None:
-            check(tmp)
+        fill(tmp)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as e:
         try:
             os.unlink(tmp)
@@ -221,36 +370,84 @@ def write_atomically(path: str, flatbuffer, check=None) -> None:
         raise
 
 
-def _write_stdout(flatbuffer) -> None:
+def _write_stream(dest: str, write) -> None:
+    """Runs write(binary file) on standard output ('-') or on the character device or FIFO
+    `dest`; a closed, full or broken stream, a FIFO without a reader and a terminal are
+    ConversionErrors naming `dest`."""
+    if dest == "-":
+        _to_stdout(write)
+        return
     try:
-        flatbuffer.write_to(sys.stdout.buffer)
-        sys.stdout.buffer.flush()
-    except BrokenPipeError:
-        # The reader went away (`qconvert m.onnx - | head`): keep Python quiet at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise ConversionError("-: broken pipe (the reader closed standard output)") from None
-
-
-_EXIT_CODES = ((ConversionError, EXIT_CONVERSION_ERROR), (UsageError, EXIT_USAGE),
-               (BelowThreshold, EXIT_BELOW_THRESHOLD))
-
-
-def _guarded(debug: bool, dest: str, body) -> None:
-    """Runs body(); every failure becomes one line on stderr and its exit code."""
-    try:
-        body()
-    except (ConversionError, UsageError, BelowThreshold) as e:
-        click.echo(f"qconvert: error: {_one_line(e)}", err=True)
-        sys.exit(next(code for kind, code in _EXIT_CODES if isinstance(e, kind)))
+        fd = os.open(dest, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)  # a FIFO: never block here
     except OSError as e:
-        click.echo(f"qconvert: error: {e.filename or dest}: {e.strerror}", err=True)
-        sys.exit(EXIT_CONVERSION_ERROR)
-    except Exception as e:  # a bug: still one line unless --debug
-        if debug:
-            raise
-        click.echo(f"qconvert: internal error: {type(e).__name__}: {_one_line(e)} (rerun with "
-                   "--debug for a traceback and report it)", err=True)
-        sys.exit(EXIT_INTERNAL)
+        reason = "a FIFO without a reader" if e.errno == errno.ENXIO else e.strerror
+        raise ConversionError(f"{dest}: cannot write: {reason}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if os.isatty(fd):
+                raise ConversionError(f"{dest}: refusing to write a binary model to a terminal")
+            os.set_blocking(fd, True)
+            write(f)
+    except OSError as e:
+        raise ConversionError(f"{dest}: cannot write: {e.strerror}") from None
+
+
+def _to_stdout(write) -> None:
+    """Runs write(binary standard output) and flushes it at once, so that a closed, full or
+    broken stdout is a one-line ConversionError now (before any output file is renamed into
+    place), not a traceback when Python exits."""
+    if sys.stdout is None:
+        raise ConversionError("-: standard output is closed")
+    try:
+        sys.stdout.flush()
+        write(sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    except OSError as e:
+        try:  # Python flushes what is left at exit: let that go to /dev/null, quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        if isinstance(e, BrokenPipeError):  # `qconvert m.onnx - | head`
+            raise ConversionError("-: broken pipe (the reader closed standard output)") from None
+        raise ConversionError(f"-: cannot write standard output: {e.strerror}") from None
+
+
+def print_stdout(text: str) -> None:
+    """`text` and a newline on standard output, now (see _to_stdout)."""
+    _to_stdout(lambda out: out.write(text.encode() + b"\n"))
+
+
+def read_stdin() -> bytes:
+    """Standard input's bytes (IN '-'), at most limits.MODEL_BYTES of them."""
+    if sys.stdin is None:
+        raise ConversionError("-: standard input is closed")
+    limit = MODEL_BYTES.value()
+    chunks, size = [], 0
+    try:
+        while size <= limit and (chunk := sys.stdin.buffer.read(min(1 << 24, limit + 1 - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as e:
+        raise ConversionError(f"-: cannot read standard input: {e.strerror}") from None
+    if size > limit:
+        raise ConversionError(f"<stdin>: more than the limit of {limit:,} {MODEL_BYTES.what} "
+                              f"(set {MODEL_BYTES.variable} to raise it)")
+    return b"".join(chunks)
+
+
+def _fill_closed_standard_fds() -> None:
+    """Opens /dev/null on a closed fd 0, 1 or 2. Python has already set sys.stdin/stdout/stderr
+    to None for them (that is how read_stdin and _to_stdout see them closed); without this, the
+    next file opened (the temporary output) would get the number, and a library writing to
+    fd 2 would write into it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def _verification_samples(proto, path: str | None, count: int):
@@ -277,7 +474,8 @@ def check_written(source: str, data: bytes | None, path: str, data_path: str | N
     if report_path is not None:
         from .report import build_report, write_report
 
-        write_report(build_report(proto, path, samples, count, notes), report_path)
+        content = build_report(proto, path, samples, count, notes)
+        replace_atomically(report_path, lambda tmp: write_report(content, tmp))
     low = result.below(WARN_BELOW_DB) if warn and min_sqnr is None else []
     if low:
         advice = (f"see {report_path}" if report_path else
@@ -333,151 +531,185 @@ def _report_path(report: str | None) -> str | None:
     return report
 
 
+def conversion_arguments(*, input_shapes=(), io_layout="nhwc", quantize=False, calibration=None,
+                         calibration_samples=None, calibration_method=None, default_range=None,
+                         io_type=None, activations=None, per_tensor_fc=False, weight_only=False,
+                         weight_only_min_elements=None, float16=False, keep_float=(),
+                         target_sqnr=None, target=None, verify_samples=None, verify_data=None) -> dict:
+    """converter.convert's keyword arguments for the conversion flags (named as the flags'
+    parameters; the Python API's keywords are the same). Malformed values and contradictions are
+    click usage errors."""
+    shapes = parse_input_shape(input_shapes)
+    weights = weight_mode_from_flags(weight_only, weight_only_min_elements, float16, quantize,
+                                     calibration)
+    options = quantize_options_from_flags(quantize, calibration, calibration_samples, default_range,
+                                          io_type, per_tensor_fc, activations)
+    method = _calibration_method(calibration_method, calibration, quantize)
+    if keep_float and options is None:
+        raise click.UsageError("--keep-float only applies with --quantize")
+    plan = _plan_request(target_sqnr, options, calibration, verify_samples, verify_data, target)
+    return dict(input_shapes=shapes, io_layout=io_layout, quantize=options, calibration=calibration,
+                calibration_samples=calibration_samples, calibration_method=method, weights=weights,
+                weight_only_min_elements=weight_only_min_elements or 1024, keep_float=keep_float,
+                plan=plan)
+
+
+def typed_like_flags(values: dict) -> dict:
+    """`values` ({option parameter name: value}) converted and checked by the types of the
+    conversion's options (click.IntRange, click.Choice...), so that the Python API's keywords get
+    the command line's checks and messages; None stays None."""
+    ctx = click.Context(cli)
+    params = {p.name: p for p in cli.params}
+    return {name: value if value is None else params[name].type_cast_value(ctx, value)
+            for name, value in values.items()}
+
+
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", metavar="IN.onnx")
 @click.argument("dest", metavar="OUT.tflite")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
+@_option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
               help="Pin an input's shape (repeatable), e.g. images:1,3,224,224.")
-@click.option("--io-layout", type=click.Choice(["nhwc", "onnx"]), default="nhwc", show_default=True,
+@_option("--io-layout", type=click.Choice(["nhwc", "onnx"]), default="nhwc", show_default=True,
               help="nhwc: image inputs/outputs become channels-last (no TRANSPOSE at the edges); "
                    "onnx: keep the ONNX layout of every input and output.")
-@click.option("--quantize", is_flag=True,
+@_option("--quantize", is_flag=True,
               help="Write a full-integer int8 model (needs --calibration or --default-range).")
-@click.option("--calibration", metavar="PATH",
+@_option("--calibration", metavar="PATH",
               help="Calibration data for --quantize: an .npz with one array per model input "
                    "(first axis = samples), or a directory of .npz/.npy files.")
-@click.option("--calibration-samples", type=click.IntRange(min=1), metavar="N",
+@_option("--calibration-samples", type=click.IntRange(min=1), metavar="N",
               help="Use the first N calibration samples (default: all).")
-@click.option("--calibration-method", metavar="METHOD",
+@_option("--calibration-method", metavar="METHOD",
               help="How calibration turns values into ranges: minmax (the global min and max), "
                    "percentile[:P] (the P and 100-P percentiles, P default 99.99) or mse (the "
                    "range with the least int8 error); percentile and mse run the samples twice "
                    "[default: minmax].")
-@click.option("--default-range", metavar="MIN,MAX",
+@_option("--default-range", metavar="MIN,MAX",
               help="Range for tensors without calibration data (speed studies only: the int8 "
                    "model's accuracy is meaningless).")
-@click.option("--io-type", type=click.Choice(["float", "int8", "uint8"]), default=None,
+@_option("--io-type", type=click.Choice(["float", "int8", "uint8"]), default=None,
               help="Type of the quantized model's inputs and outputs [default: float].")
-@click.option("--activations", type=click.Choice(["int8", "int16"]), default=None,
+@_option("--activations", type=click.Choice(["int8", "int16"]), default=None,
               help="With --quantize: the activation type; int16 runs TFLite's 16x8 kernels (int16 "
                    "activations, int8 weights) where they exist, other ops stay float "
                    "[default: int8].")
-@click.option("--per-tensor-fc", is_flag=True,
+@_option("--per-tensor-fc", is_flag=True,
               help="Quantize FULLY_CONNECTED weights per tensor, for runtimes without per-channel "
                    "dense layers (TFLite Micro before 2024).")
-@click.option("--weight-only", is_flag=True,
+@_option("--weight-only", is_flag=True,
               help="Store large weights as int8 (TFLite's dynamic-range mode); activations stay "
                    "float, no calibration data needed.")
-@click.option("--weight-only-min-elements", type=click.IntRange(min=1), metavar="N",
+@_option("--weight-only-min-elements", type=click.IntRange(min=1), metavar="N",
               help="With --weight-only: quantize weights of at least N elements [default: 1024].")
-@click.option("--float16", is_flag=True, help="Store every float weight as float16.")
-@click.option("--verify", "verify_flag", is_flag=True,
+@_option("--float16", is_flag=True, help="Store every float weight as float16.")
+@_option("--verify", "verify_flag", is_flag=True,
               help="Verify a float conversion too (quantized ones verify themselves).")
-@click.option("--no-verify", is_flag=True, help="Skip the verification of a quantized conversion.")
-@click.option("--verify-samples", type=click.IntRange(min=1), metavar="N",
+@_option("--no-verify", is_flag=True, help="Skip the verification of a quantized conversion.")
+@_option("--verify-samples", type=click.IntRange(min=1), metavar="N",
               help="Samples the verification runs [default: 8].")
-@click.option("--verify-data", metavar="PATH",
+@_option("--verify-data", metavar="PATH",
               help="Verification inputs in the calibration-data format [default: the calibration "
                    "data, else seeded standard normal inputs].")
-@click.option("--min-sqnr", type=float, metavar="DB",
+@_option("--min-sqnr", type=float, metavar="DB",
               help="Exit 4 and write nothing when an output (or an output's slice) of the "
                    "written model is below DB dB SQNR against onnxruntime.")
-@click.option("--report", metavar="FILE",
+@_option("--report", metavar="FILE",
               help="Write the per-tensor report, FILE.json or FILE.html (a page with a plot): "
                    "every tensor and op of the written model against onnxruntime's values.")
-@click.option("--keep-float", multiple=True, metavar="PATTERN",
+@_option("--keep-float", multiple=True, metavar="PATTERN",
               help="With --quantize: keep the ops of these ONNX nodes float (repeatable: a node "
                    "name, an op type, or a regular expression over node names).")
-@click.option("--target-sqnr", type=float, metavar="DB",
+@_option("--target-sqnr", type=float, metavar="DB",
               help="With --quantize and --calibration: promote the ops that lose the most (to "
                    "float or int16, see --target) until every output and output slice reaches DB "
                    "dB on the verification samples (or a budget is spent); 0 keeps the all-int8 "
                    "plan.")
-@click.option("--target", type=click.Choice(["cpu", "integer"]), default=None,
+@_option("--target", type=click.Choice(["cpu", "integer"]), default=None,
               help="With --target-sqnr: what the planner promotes an op to. cpu: float (LiteRT's "
                    "CPU path, XNNPACK, runs float ops well); integer: its 16x8 kernel (int16 "
                    "activations), for runtimes that must stay all-integer [default: cpu].")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
-@click.option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
-@click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
+@_option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
+@_option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
+@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
 @click.version_option(__version__, prog_name="qconvert")
 def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
         calibration_method, default_range, io_type, activations, per_tensor_fc, weight_only,
-        weight_only_min_elements, float16, verify_flag, no_verify, verify_samples, verify_data, min_sqnr, report, keep_float,
-        target_sqnr, target, as_json, verbose, debug):
+        weight_only_min_elements, float16, verify_flag, no_verify, verify_samples, verify_data,
+        min_sqnr, report, keep_float, target_sqnr, target, as_json, verbose, debug):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
     Exit codes: 0 success, 1 conversion error, 2 usage error, 3 internal error, 4 verification
     below --min-sqnr. Also: qconvert verify IN.onnx OUT.tflite, qconvert inspect FILE.tflite
-    (see their --help).
+    (see their --help). Every option can also be set by the environment variable shown with it
+    (a flag given here wins; a repeatable option takes space-separated values).
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="qconvert: %(message)s", stream=sys.stderr)
-    shapes = parse_input_shape(input_shapes)
-    weights = weight_mode_from_flags(weight_only, weight_only_min_elements, float16, quantize,
-                                     calibration)
-    quantize_options = quantize_options_from_flags(quantize, calibration, calibration_samples,
-                                                   default_range, io_type, per_tensor_fc, activations)
-    method = _calibration_method(calibration_method, calibration, quantize)
+    arguments = conversion_arguments(
+        input_shapes=input_shapes, io_layout=io_layout, quantize=quantize, calibration=calibration,
+        calibration_samples=calibration_samples, calibration_method=calibration_method,
+        default_range=default_range, io_type=io_type, activations=activations,
+        per_tensor_fc=per_tensor_fc, weight_only=weight_only,
+        weight_only_min_elements=weight_only_min_elements, float16=float16, keep_float=keep_float,
+        target_sqnr=target_sqnr, target=target, verify_samples=verify_samples, verify_data=verify_data)
     report_path = _report_path(report)
-    verifying = _verification_request(verify_flag, no_verify, quantize_options, calibration,
-                                      weights, verify_samples, verify_data, min_sqnr, report_path)
-    if keep_float and quantize_options is None:
-        raise click.UsageError("--keep-float only applies with --quantize")
-    plan = _plan_request(target_sqnr, quantize_options, calibration, verify_samples, verify_data,
-                         target)
+    verifying = _verification_request(verify_flag, no_verify, arguments["quantize"], calibration,
+                                      arguments["weights"], verify_samples, verify_data, min_sqnr,
+                                      report_path)
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
+    check_distinct_files({"IN.onnx": source, "--calibration": calibration,
+                          "--verify-data": verify_data}, {"OUT.tflite": dest, "--report": report_path})
+    if (dest == "-" or as_json) and sys.stdout is None:
+        raise ConversionError("-: standard output is closed")
     if dest == "-" and sys.stdout.isatty():
         raise click.UsageError("refusing to write a binary model to a terminal; redirect "
                                "standard output or give a file name")
-    results = {}
+    if source != "-":
+        check_input_file(source)
+    output_kind(dest)  # refuses before converting what cannot be written
+    if report_path is not None and output_kind(report_path) != "file":
+        raise ConversionError(f"{report_path}: --report writes a regular file")
+    from .converter import convert
 
-    def convert_and_write():
-        if dest != "-":
-            check_output_path(dest)
-        from .converter import convert
+    data = read_stdin() if source == "-" else None
+    flatbuffer, summary = convert(source, data=data, output_name=dest, progress=True, **arguments)
 
-        data = sys.stdin.buffer.read() if source == "-" else None
-        flatbuffer, report = convert(source, data=data, input_shapes=shapes, io_layout=io_layout,
-                                     output_name=dest, quantize=quantize_options,
-                                     calibration=calibration, calibration_samples=calibration_samples,
-                                     calibration_method=method,
-                                     progress=True, weights=weights,
-                                     weight_only_min_elements=weight_only_min_elements or 1024,
-                                     keep_float=keep_float, plan=plan)
-        results["report"] = report
+    def before_the_output_appears(path):
+        """Verification (and the --report file), then the JSON report: a failure of either
+        leaves nothing at OUT. The report stays when only the threshold failed: it says why."""
+        if verifying:
+            summary.verify = check_written(source, data, path, verify_data or calibration,
+                                           verify_samples or 8, min_sqnr, report_path,
+                                           summary.notes, warn=True)
+            require_passed(summary.verify)
+        if as_json:
+            try:
+                print_stdout(json.dumps(summary.as_dict(), indent=2))
+            except ConversionError:
+                if report_path is not None and verifying:
+                    os.unlink(os.path.realpath(report_path))
+                raise
 
-        def check(path):
-            report.verify = check_written(source, data, path, verify_data or calibration,
-                                          verify_samples or 8, min_sqnr, report_path, report.notes,
-                                          warn=True)
-            require_passed(report.verify)
-
-        write_output(dest, flatbuffer, check if verifying else None)
-
-    _guarded(debug, dest, convert_and_write)
-    report = results["report"]
-    if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2))
-    click.echo(report.summary(), err=True)
+    write_output(dest, flatbuffer, before_the_output_appears if verifying or as_json else None)
+    click.echo(summary.summary(), err=True)
 
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", metavar="IN.onnx")
 @click.argument("tflite", metavar="MODEL.tflite")
-@click.option("--data", metavar="PATH",
+@_option("--data", metavar="PATH",
               help="Inputs in the calibration-data format [default: seeded inputs, standard "
                    "normal for float inputs, 0..9 for integer ones].")
-@click.option("--samples", type=click.IntRange(min=1), default=8, show_default=True, metavar="N",
+@_option("--samples", type=click.IntRange(min=1), default=8, show_default=True, metavar="N",
               help="How many samples to run (the first N of --data).")
-@click.option("--min-sqnr", type=float, metavar="DB",
+@_option("--min-sqnr", type=float, metavar="DB",
               help="Exit 4 when an output (or an output's slice) is below DB dB SQNR.")
-@click.option("--report", metavar="FILE",
+@_option("--report", metavar="FILE",
               help="Also write the per-tensor report, FILE.json or FILE.html.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
-@click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
+@_option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
+@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
 def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug):
     """Run IN.onnx in onnxruntime and MODEL.tflite (written by any tool) in LiteRT on the same
     inputs and compare every output: SQNR, errors, cosine, top-1 agreement, worst slice.
@@ -486,17 +718,18 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug):
     output or slice below --min-sqnr.
     """
     report_path = _report_path(report)
-    results = {}
-
-    def run():
-        stdin = sys.stdin.buffer.read() if source == "-" else None
-        result = results["result"] = check_written(source, stdin, tflite, data, samples, min_sqnr,
-                                                   report_path)
-        click.echo(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))
-        require_passed(result)
-
-    _guarded(debug, tflite, run)
-    click.echo(f"qconvert: {results['result'].summary()}", err=True)
+    check_distinct_files({"IN.onnx": source, "MODEL.tflite": tflite, "--data": data},
+                         {"--report": report_path})
+    if source != "-":
+        check_input_file(source)
+    check_input_file(tflite)
+    if report_path is not None and output_kind(report_path) != "file":
+        raise ConversionError(f"{report_path}: --report writes a regular file")
+    stdin = read_stdin() if source == "-" else None
+    result = check_written(source, stdin, tflite, data, samples, min_sqnr, report_path)
+    print_stdout(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))
+    require_passed(result)
+    click.echo(f"qconvert: {result.summary()}", err=True)
 
 
 def _verification_table(result) -> str:
@@ -514,10 +747,10 @@ def _verification_table(result) -> str:
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("path", metavar="FILE.tflite")
-@click.option("--json", "as_json", is_flag=True,
+@_option("--json", "as_json", is_flag=True,
               help="Print everything as JSON on stdout, exact values (keys: see "
                    "qconvert/inspect_tflite.py).")
-@click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
+@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
 def inspect_cli(path, as_json, debug):
     """Show what FILE.tflite (written by any tool) holds: ops with builtin code and version,
     which of them LiteRT's default XNNPACK delegate takes and in how many partitions, tensors
@@ -526,15 +759,16 @@ def inspect_cli(path, as_json, debug):
     Exit codes: 0 shown, 1 not a readable .tflite, 2 usage error, 3 internal error.
     """
 
-    def show():
-        from .inspect_tflite import format_text, inspect_file
+    from .inspect_tflite import format_text, inspect_file
 
-        report = inspect_file(path)
-        click.echo(json.dumps(report, indent=2) if as_json else format_text(report))
-
-    _guarded(debug, path, show)
+    check_input_file(path)
+    report = inspect_file(path)
+    print_stdout(json.dumps(report, indent=2) if as_json else format_text(report))
 
 
+_with_environment_variables(cli, "QCONVERT")
+_with_environment_variables(verify_cli, "QCONVERT_VERIFY")
+_with_environment_variables(inspect_cli, "QCONVERT_INSPECT")
 COMMANDS = {"verify": verify_cli, "inspect": inspect_cli}
 
 
@@ -555,6 +789,7 @@ def _return_freed_memory_to_the_system() -> None:
 def main() -> None:
     """`qconvert IN OUT ...` converts; `qconvert verify ...` (COMMANDS) runs a subcommand. A
     model file named like a subcommand is given as ./verify."""
+    _fill_closed_standard_fds()
     _return_freed_memory_to_the_system()
     if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
         name = sys.argv[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -192,9 +193,20 @@ def _quantization_report(model: Model, options: QuantizeOptions, samples: int, s
         weights_bytes_float=float_bytes, weights_bytes=_constant_bytes(model))
 
 
+def calibration_set(calibration: str | Mapping, proto, count: int | None):
+    """The checked calibration samples for the ONNX model `proto` (the first `count`, all when
+    None): `calibration` is a path (an .npz or a directory, see quantize/calibration_data.py) or
+    a mapping {input name: array} laid out like an .npz's arrays (the Python API)."""
+    from .quantize.calibration_data import calibration_from_arrays, load_calibration, model_input_specs
+
+    if isinstance(calibration, Mapping):
+        return calibration_from_arrays(calibration, model_input_specs(proto), count)
+    return load_calibration(calibration, model_input_specs(proto), count)
+
+
 def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None = None,
             io_layout: str = "nhwc", output_name: str = "", quantize: QuantizeOptions | None = None,
-            calibration: str | None = None, calibration_samples: int | None = None,
+            calibration: str | Mapping | None = None, calibration_samples: int | None = None,
             calibration_method: CalibrationMethod = MINMAX,
             progress: bool = False, weights: str | None = None,
             weight_only_min_elements: int = 1024,
@@ -203,7 +215,8 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     """Converts the ONNX file `source` (or `data`, the bytes of one) to a TFLite flatbuffer, which
     `.write_to(file)` writes out (once: the weights go as they are written) and bytes() gives.
 
-    With `quantize`, the model is calibrated on the data at `calibration` (its first
+    With `quantize`, the model is calibrated on the data at `calibration` (or in it: see
+    calibration_set) (its first
     `calibration_samples` samples, their ranges by `calibration_method`) unless
     quantize.default_range stands in for it, and written
     as int8, but for the ops of the nodes `keep_float` patterns pick (loader.nodes_matching). With
@@ -219,10 +232,9 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     calibration_seconds = 0.0  # reading the data, making the session, running it
     if quantize is not None and calibration is not None:
         from .quantize.calibrate import CalibrationRun
-        from .quantize.calibration_data import load_calibration, model_input_specs
 
         started = time.perf_counter()
-        samples = load_calibration(calibration, model_input_specs(onnx_file.proto), calibration_samples)
+        samples = calibration_set(calibration, onnx_file.proto, calibration_samples)
         onnx_file.restore_weights()  # onnxruntime needs the whole model
         run = CalibrationRun(onnx_file.proto, "all")  # before load(), which frees the ONNX weights
         calibration_seconds += time.perf_counter() - started
@@ -239,11 +251,10 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     float_bytes = _constant_bytes(model)
     quantization = weights_report = precision_plan = None
     if quantize is not None and plan is not None and calibration is not None:
-        from .quantize.calibration_data import first_samples
         from .quantize.planner import plan_precision
 
         reference = read_complete_onnx(source, data)  # onnxruntime's model
-        checks = first_samples(plan.data or calibration, reference, plan.samples)
+        checks = list(calibration_set(plan.data or calibration, reference, plan.samples))
         model, precision_plan = plan_precision(model, quantize, reference, checks,
                                                plan.target_sqnr, _write_candidate, conversion_notes,
                                                plan.runtime)

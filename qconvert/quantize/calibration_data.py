@@ -354,7 +354,27 @@ def load_calibration(path: str, model_inputs: dict[str, tuple[tuple, np.dtype]],
         found = {name: [(path, a)] for name, a in _read_npz(path).items()}
     else:
         raise ConversionError(f"{path}: not a file or directory")
+    return _checked_set(path, found, model_inputs, max_samples)
 
+
+def calibration_from_arrays(arrays, model_inputs: dict[str, tuple[tuple, np.dtype]],
+                            max_samples: int | None = None, shown: str = "calibration") -> CalibrationSet:
+    """Calibration data already in memory (the Python API): {input name: array}, laid out as an
+    .npz's arrays (see the module docstring), checked as load_calibration checks a file; `shown`
+    stands for the file name in errors."""
+    found = {}
+    for name, array in arrays.items():
+        try:
+            found[name] = [(shown, np.asarray(array))]
+        except (ValueError, TypeError) as e:
+            raise ConversionError(f"{shown}: input {name!r} is not an array: {e}") from None
+    return _checked_set(shown, found, model_inputs, max_samples)
+
+
+def _checked_set(path: str, found: dict[str, list[tuple[str, object]]],
+                 model_inputs: dict[str, tuple[tuple, np.dtype]], max_samples: int | None) -> CalibrationSet:
+    """The CalibrationSet of `found` ({input name: [(file, array or loader)] in sample order}),
+    every check of load_calibration run."""
     missing = [n for n in model_inputs if n not in found]
     if missing:
         raise ConversionError(

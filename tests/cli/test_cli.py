@@ -382,7 +382,8 @@ def test_internal_error_is_one_line_exit_3_and_debug_shows_it(tmp_path, models, 
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("qconvert: internal error: RuntimeError"), lines
     debug = CliRunner().invoke(cli, argv + ["--debug"])
-    assert isinstance(debug.exception, RuntimeError)
+    assert debug.exit_code == 3  # --debug adds the traceback, the exit code stays
+    assert "Traceback" in debug.stderr and "RuntimeError: simulated bug" in debug.stderr
     assert list(tmp_path.iterdir()) == []
 
 
