@@ -17,7 +17,12 @@ import numpy as np
 from ..ir import Array, MinMax, Model, Operator, QuantParams
 from ..ops.registry import TFLITE_OPS, QuantRule
 from ..ops.unary import ERF_MARK
-from .params import choose_quantization_params, choose_symmetric_params, nudged_range
+from .params import (
+    activation_scale_floor,
+    choose_quantization_params,
+    choose_symmetric_params,
+    nudged_range,
+)
 
 FLOAT32 = np.dtype(np.float32)
 INT8 = np.dtype(np.int8)
@@ -54,11 +59,13 @@ def value_range(array: Array) -> MinMax | None:
 
 
 def params_for_range(minmax: MinMax, dtype: np.dtype = INT8) -> QuantParams:
-    """Per-tensor params for a range: asymmetric int8 (TOCO's chooser) or symmetric int16."""
+    """Per-tensor params for a range: asymmetric int8 (TOCO's chooser) or symmetric int16, the
+    scale at least MIN_SCALE (params.activation_scale_floor)."""
     if dtype == INT16:
         scale, zero_point = choose_symmetric_params(minmax.min, minmax.max)
     else:
         scale, zero_point = choose_quantization_params(minmax.min, minmax.max)
+    scale = activation_scale_floor(scale)
     return QuantParams(np.array([scale], np.float32), np.array([zero_point], np.int64))
 
 
