@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ConversionError
 from ..ir import Array, MinMax, Model, Operator, QuantParams
 from ..ops.registry import TFLITE_OPS, QuantRule
 from ..ops.unary import ERF_MARK
@@ -41,7 +42,8 @@ def rule_of(op: Operator) -> QuantRule | None:
 def value_range(array: Array) -> MinMax | None:
     """The calibrated range of an activation, or the data range of a constant.
 
-    A constant's float sentinels (the lowest float that max-pool padding pads with) do not count:
+    A constant holding NaN is a ConversionError (no int8 value stands for it). A constant's float
+    sentinels (the lowest float that max-pool padding pads with, or Inf) do not count:
     in int8 they saturate to the end of the range, which is what they mean. A constant of nothing
     but sentinels has no range of its own."""
     if array.minmax is not None:
@@ -50,6 +52,8 @@ def value_range(array: Array) -> MinMax | None:
         return None
     data = array.data
     lo, hi = float(data.min()), float(data.max())
+    if np.isnan(lo) or np.isnan(hi):
+        raise ConversionError(f"constant {array.name!r} holds NaN; only finite values can be quantized")
     if data.dtype.kind == "f" and max(abs(lo), abs(hi)) >= FLOAT32_MAX:
         real = data[np.abs(data) < FLOAT32_MAX]
         if not real.size:
