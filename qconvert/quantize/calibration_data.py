@@ -91,7 +91,8 @@ def _matches(actual, expected) -> bool:
 
 # --- reading the files -------------------------------------------------------------------------
 
-def _npz_member_array(path: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Callable[[], np.ndarray] | np.ndarray:
+def _npz_member_array(path: str, zf: zipfile.ZipFile,
+                      info: zipfile.ZipInfo) -> Callable[[], np.ndarray] | np.ndarray:
     """A memory map of an uncompressed archive member, or a loader for a compressed one; the
     header is checked against the member's size first (see the module docstring)."""
     fmt = np.lib.format
@@ -156,7 +157,8 @@ def _read_npz(path: str) -> dict[str, np.ndarray | Callable[[], np.ndarray]]:
                 try:
                     arrays[info.filename[:-4]] = _npz_member_array(path, zf, info)
                 except _READ_ERRORS as e:
-                    raise ConversionError(f"{path}: array {info.filename[:-4]!r} cannot be read: {e}") from None
+                    raise ConversionError(
+                        f"{path}: array {info.filename[:-4]!r} cannot be read: {e}") from None
             limits.CALIBRATION_BYTES.check(
                 sum(a.nbytes for a in arrays.values() if callable(a)), f"{path} (compressed arrays)")
             return arrays
@@ -320,7 +322,8 @@ def _scan(data: _InputData, count: int) -> None:
                     bad = int(np.argmin(finite))
                     what = "NaN" if np.isnan(chunk[bad]).any() else "Inf"
                     raise ConversionError(
-                        f"{where}: sample {done + first + bad} contains {what}; calibration data must be finite")
+                        f"{where}: sample {done + first + bad} contains {what}; "
+                        "calibration data must be finite")
             elif chunk.size:
                 info = np.iinfo(data.dtype)
                 lo, hi = chunk.min(), chunk.max()
@@ -357,7 +360,8 @@ def load_calibration(path: str, model_inputs: dict[str, tuple[tuple, np.dtype]],
         files = [os.path.join(path, e) for e in entries
                  if e.endswith((".npz", ".npy")) and os.path.isfile(os.path.join(path, e))]
         if not files:
-            raise ConversionError(f"{path}: the directory holds no .npz or .npy files; no calibration samples")
+            raise ConversionError(
+                f"{path}: the directory holds no .npz or .npy files; no calibration samples")
         shard_names: tuple[str, set[str]] | None = None
         from_npy: dict[str, str] = {}
         for file in files:
