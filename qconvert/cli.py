@@ -183,13 +183,24 @@ def parse_input_shape(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
 
 
 def parse_default_range(value: str) -> tuple[float, float]:
-    """--default-range MIN,MAX -> (min, max): finite, MIN < MAX; anything else is a usage error."""
+    """--default-range MIN,MAX -> (min, max); anything else is a usage error (exit 2).
+
+    Two finite numbers, MIN < MAX, and a range an int8 kernel can represent: its scale (the range
+    widened to contain 0, over 255 steps) within [2^-60, 2^60] (quantize/params.py MIN_SCALE,
+    MAX_SCALE). An empty value is malformed too, never "no range"."""
+    from .quantize.params import MAX_SCALE, MIN_SCALE
+
     try:
         lo, hi = (float(v) for v in value.split(","))
     except ValueError:
         lo = hi = None
     if lo is None or not (np.isfinite(lo) and np.isfinite(hi)) or lo >= hi:
         raise click.BadParameter(f"{value!r}: expected MIN,MAX with finite MIN < MAX",
+                                 param_hint="--default-range")
+    scale = (max(hi, 0.0) - min(lo, 0.0)) / 255
+    if not MIN_SCALE <= scale <= MAX_SCALE:
+        raise click.BadParameter(f"{value!r}: a range of {hi - lo:.3g} gives int8 scale {scale:.3g}, "
+                                 "outside [2^-60, 2^60], the scales int8 kernels represent",
                                  param_hint="--default-range")
     return lo, hi
 
@@ -231,7 +242,7 @@ def quantize_options_from_flags(quantize: bool, calibration, calibration_samples
     if activations == "int16" and io_type == "uint8":
         raise click.UsageError("--activations int16 takes --io-type float or int8")
     return QuantizeOptions(io_type=io_type or "float", per_tensor_fc=per_tensor_fc,
-                           default_range=parse_default_range(default_range) if default_range else None,
+                           default_range=None if default_range is None else parse_default_range(default_range),
                            activations=activations or "int8")
 
 

@@ -14,10 +14,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ConversionError
 from ..ir import Array, MinMax, Model, Operator, QuantParams
 from ..ops.registry import TFLITE_OPS, QuantRule
 from ..ops.unary import ERF_MARK
-from .params import choose_quantization_params, choose_symmetric_params, nudged_range
+from .params import (
+    activation_scale_floor,
+    choose_quantization_params,
+    choose_symmetric_params,
+    nudged_range,
+)
 
 FLOAT32 = np.dtype(np.float32)
 INT8 = np.dtype(np.int8)
@@ -36,7 +42,8 @@ def rule_of(op: Operator) -> QuantRule | None:
 def value_range(array: Array) -> MinMax | None:
     """The calibrated range of an activation, or the data range of a constant.
 
-    A constant's float sentinels (the lowest float that max-pool padding pads with) do not count:
+    A constant holding NaN is a ConversionError (no int8 value stands for it). A constant's float
+    sentinels (the lowest float that max-pool padding pads with, or Inf) do not count:
     in int8 they saturate to the end of the range, which is what they mean. A constant of nothing
     but sentinels has no range of its own."""
     if array.minmax is not None:
@@ -45,6 +52,8 @@ def value_range(array: Array) -> MinMax | None:
         return None
     data = array.data
     lo, hi = float(data.min()), float(data.max())
+    if np.isnan(lo) or np.isnan(hi):
+        raise ConversionError(f"constant {array.name!r} holds NaN; only finite values can be quantized")
     if data.dtype.kind == "f" and max(abs(lo), abs(hi)) >= FLOAT32_MAX:
         real = data[np.abs(data) < FLOAT32_MAX]
         if not real.size:
@@ -54,11 +63,13 @@ def value_range(array: Array) -> MinMax | None:
 
 
 def params_for_range(minmax: MinMax, dtype: np.dtype = INT8) -> QuantParams:
-    """Per-tensor params for a range: asymmetric int8 (TOCO's chooser) or symmetric int16."""
+    """Per-tensor params for a range: asymmetric int8 (TOCO's chooser) or symmetric int16, the
+    scale at least MIN_SCALE (params.activation_scale_floor)."""
     if dtype == INT16:
         scale, zero_point = choose_symmetric_params(minmax.min, minmax.max)
     else:
         scale, zero_point = choose_quantization_params(minmax.min, minmax.max)
+    scale = activation_scale_floor(scale)
     return QuantParams(np.array([scale], np.float32), np.array([zero_point], np.int64))
 
 

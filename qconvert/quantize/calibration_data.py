@@ -35,6 +35,16 @@ Memory: ``.npy`` files and the members of uncompressed archives (``np.savez``) a
 a compressed member (``np.savez_compressed``) is decompressed whole when first needed, one shard
 per input at a time. Samples are produced one by one.
 
+Hostile files. Every archive member's array header is read (a few hundred bytes) and checked
+before anything is inflated or mapped: the size the header declares must be what the zip
+directory says the member holds (a header claiming 2^40 samples in a small member is refused), an
+encrypted member or one of an unknown compression is refused, and the bytes the compressed members
+would inflate to count against limits.CALIBRATION_BYTES (QCONVERT_MAX_CALIBRATION_BYTES), so a
+1 MB archive that inflates to 1 GiB is refused before it is inflated. The samples calibration
+would run count against limits.CALIBRATION_SAMPLES (QCONVERT_MAX_CALIBRATION_SAMPLES; fewer with
+--calibration-samples). A corrupt deflate stream, a truncated member, a pickled (object) array or
+a negative dimension is a ConversionError naming the file and the member.
+
 `calibrate.py` runs the model over these samples.
 """
 
@@ -45,6 +55,7 @@ import logging
 import os
 import struct
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -52,12 +63,17 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from .. import limits
 from ..errors import ConversionError, UsageError
 
 log = logging.getLogger("qconvert")
 
 # NaN/Inf and range scans read at most this many bytes of samples at a time.
 _SCAN_BYTES = 64 << 20
+# What reading a member can raise on a corrupt or truncated file: zlib.error for a broken deflate
+# stream, NotImplementedError for an unknown compression method, EOFError for a short one.
+_READ_ERRORS = (ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError)
+_ENCRYPTED = 0x1  # zip general-purpose flag bit 0
 
 
 def _shown_shape(shape) -> str:
@@ -75,9 +91,13 @@ def _matches(actual, expected) -> bool:
 
 # --- reading the files -------------------------------------------------------------------------
 
-def _npz_member_array(path: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Callable[[], np.ndarray] | np.ndarray:
-    """A memory map of an uncompressed archive member, or a loader for a compressed one."""
+def _npz_member_array(path: str, zf: zipfile.ZipFile,
+                      info: zipfile.ZipInfo) -> Callable[[], np.ndarray] | np.ndarray:
+    """A memory map of an uncompressed archive member, or a loader for a compressed one; the
+    header is checked against the member's size first (see the module docstring)."""
     fmt = np.lib.format
+    if info.flag_bits & _ENCRYPTED:
+        raise ValueError("it is encrypted")
     with zf.open(info) as fp:
         version = fmt.read_magic(fp)
         if version == (1, 0):
@@ -90,6 +110,10 @@ def _npz_member_array(path: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> 
         header_size = fp.tell()
     if dtype.hasobject:
         raise ValueError("it holds Python objects, not numbers")
+    nbytes = _declared_bytes(shape, dtype)
+    if header_size + nbytes != info.file_size:
+        raise ValueError(f"its header declares shape {_shown_shape(shape)} of {dtype} ({nbytes:,} bytes), "
+                         f"but the member holds {info.file_size - header_size:,} bytes of data")
     if info.compress_type == zipfile.ZIP_STORED:
         with open(path, "rb") as f:
             f.seek(info.header_offset)
@@ -107,8 +131,16 @@ def _npz_member_array(path: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> 
     def load() -> np.ndarray:
         with np.load(path, allow_pickle=False) as data:
             return data[key]
-    load.shape, load.dtype = shape, dtype  # type: ignore[attr-defined]
+    load.shape, load.dtype, load.nbytes = shape, dtype, nbytes  # type: ignore[attr-defined]
     return load
+
+
+def _declared_bytes(shape, dtype: np.dtype) -> int:
+    """The bytes an array header declares, in Python integers (no overflow)."""
+    count = 1
+    for d in shape:
+        count *= int(d)
+    return count * dtype.itemsize
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray | Callable[[], np.ndarray]]:
@@ -124,8 +156,11 @@ def _read_npz(path: str) -> dict[str, np.ndarray | Callable[[], np.ndarray]]:
                     raise ConversionError(f"{path}: member {info.filename!r} is not a numpy array")
                 try:
                     arrays[info.filename[:-4]] = _npz_member_array(path, zf, info)
-                except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
-                    raise ConversionError(f"{path}: array {info.filename[:-4]!r} cannot be read: {e}") from None
+                except _READ_ERRORS as e:
+                    raise ConversionError(
+                        f"{path}: array {info.filename[:-4]!r} cannot be read: {e}") from None
+            limits.CALIBRATION_BYTES.check(
+                sum(a.nbytes for a in arrays.values() if callable(a)), f"{path} (compressed arrays)")
             return arrays
     except ConversionError:
         raise
@@ -175,7 +210,7 @@ class _InputData:
             self._cached = None  # free the previous shard before loading the next
             try:
                 self._cached = (index, seg.source())
-            except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+            except _READ_ERRORS as e:
                 raise ConversionError(f"{seg.file}: input {self.name!r} cannot be read: {e}") from None
         return self._cached[1]
 
@@ -287,7 +322,8 @@ def _scan(data: _InputData, count: int) -> None:
                     bad = int(np.argmin(finite))
                     what = "NaN" if np.isnan(chunk[bad]).any() else "Inf"
                     raise ConversionError(
-                        f"{where}: sample {done + first + bad} contains {what}; calibration data must be finite")
+                        f"{where}: sample {done + first + bad} contains {what}; "
+                        "calibration data must be finite")
             elif chunk.size:
                 info = np.iinfo(data.dtype)
                 lo, hi = chunk.min(), chunk.max()
@@ -324,7 +360,8 @@ def load_calibration(path: str, model_inputs: dict[str, tuple[tuple, np.dtype]],
         files = [os.path.join(path, e) for e in entries
                  if e.endswith((".npz", ".npy")) and os.path.isfile(os.path.join(path, e))]
         if not files:
-            raise ConversionError(f"{path}: the directory holds no .npz or .npy files; no calibration samples")
+            raise ConversionError(
+                f"{path}: the directory holds no .npz or .npy files; no calibration samples")
         shard_names: tuple[str, set[str]] | None = None
         from_npy: dict[str, str] = {}
         for file in files:
@@ -407,6 +444,7 @@ def _checked_set(path: str, found: dict[str, list[tuple[str, object]]],
     if total == 0:
         raise ConversionError(f"{path}: no calibration samples (the arrays are empty)")
     count = total if max_samples is None else min(total, max_samples)
+    limits.CALIBRATION_SAMPLES.check(count, f"{path} (--calibration-samples takes fewer)")
     for data in inputs.values():
         _scan(data, count)
         data._cached = None

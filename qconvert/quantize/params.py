@@ -14,6 +14,20 @@ by zero or, for a conv channel, silently drop that channel's bias):
 - an empty range (min == max == 0) gets scale ZERO_RANGE_SCALE (1.0) instead of 0;
 - an all-zero weight channel gets the largest scale of the other channels (1.0 if every channel
   is zero) instead of 0.
+
+What a kernel can represent (the limits check_quantization holds every int8 model to):
+- every activation scale lies in [MIN_SCALE, MAX_SCALE] = [2^-60, 2^60]. A range too narrow for
+  MIN_SCALE (calibration data of 1e-42, which gave a denormal scale of 4e-45 and crashed XNNPACK)
+  is stretched about zero until its scale is MIN_SCALE (activation_scale_floor): values that small
+  are noise next to anything a model computes, so they become 0, an error below 2^-61, as TFLite's
+  own quantizer widens ranges narrower than 1e-6. A range too wide for MAX_SCALE (1e30) is refused:
+  widening cannot help and narrowing would clip the data. Within these bounds a product of two
+  scales (MUL, a bias scale), a ratio of two, and a scale times 2^20 (ADD's fixed-point headroom)
+  are all normal float32 numbers: kernels compute them in float32, and a denormal or infinite one
+  crashed LiteRT (SIGSEGV in XNNPACK, an abort in ADD's prepare for scales above 3e32).
+- every requantization multiplier of a conv-like kernel, input_scale * weight_scale /
+  output_scale computed in float32, is below MAX_MULTIPLIER = 256: XNNPACK refuses the model at
+  or above it, and TFLite's QuantizeMultiplier left shifts overflow long before its 2^31 limit.
 """
 
 from __future__ import annotations
@@ -26,6 +40,11 @@ ZERO_RANGE_SCALE = 1.0
 # Weights whose channel (or tensor) holds nothing larger count as zero: their own scale would be so
 # small that its reciprocal, or a bias scale input_scale * scale, overflows float32.
 NEGLIGIBLE_WEIGHT = 1e-30
+# The span of activation scales every kernel handles (see the module docstring).
+MIN_SCALE = 2.0**-60
+MAX_SCALE = 2.0**60
+# Requantization multipliers must stay below this (XNNPACK's limit for conv-like kernels).
+MAX_MULTIPLIER = 256.0
 
 
 def round_half_away(x) -> np.ndarray:
@@ -110,6 +129,13 @@ def choose_symmetric_params(rmin, rmax, qmax: int = 32767) -> tuple[float, int]:
     rmin_a, rmax_a = _checked_range(rmin, rmax)
     bound = max(abs(float(rmin_a)), abs(float(rmax_a)))
     return (bound / qmax if bound > 0 else ZERO_RANGE_SCALE), 0
+
+
+def activation_scale_floor(scale: float) -> float:
+    """The scale raised to MIN_SCALE when the range was too narrow for it (see the module
+    docstring). The zero point depends only on where 0 lies in the range, so raising the scale
+    stretches the range about zero and leaves the zero point as chosen."""
+    return max(scale, MIN_SCALE)
 
 
 def nudged_range(scale, zero_point, qmin: int = -128, qmax: int = 127):

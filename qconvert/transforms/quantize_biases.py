@@ -1,6 +1,7 @@
 """quantize_biases: the float bias of an int8 op with int8 weights becomes int32, zero point 0,
 scale input_scale * weight_scale per channel, quantized dimension 0 (also for depthwise, whose
-weights are per channel along axis 3), as the int8 kernels require; a 16x8 op's bias becomes
+weights are per channel along axis 3), as the int8 kernels require (an op whose bias scale no
+kernel can compute with is refused first, check_quantization.require_representable); a 16x8 op's bias becomes
 int64 the same way (its int16 x int8 products accumulate in 64 bits). It runs after
 quantize_weights because it needs the final, possibly bias-widened, weight scales.
 """
@@ -19,6 +20,7 @@ from ..quantize.arrays import (
     rule_of,
 )
 from ..quantize.params import quantize_bias
+from .check_quantization import require_representable
 from .quantize_weights import own_constant, single_use_constants
 
 
@@ -33,6 +35,7 @@ def quantize_biases(model: Model) -> bool:
         weights = model.arrays[op.inputs[rule.weight]]
         if bias.dtype != FLOAT32 or weights.dtype != INT8:
             continue
+        require_representable(op, model)  # a bias scale that underflows is the user's range
         dtype = np.dtype(np.int64 if op_activation_type(op) == INT16 else np.int32)
         q, scales = quantize_bias(bias.data, input_scale(op, model), weights.quant.scale, dtype)
         name = own_constant(model, op, rule.bias, single_use)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Model, QuantParams
+from ..errors import ConversionError
+from ..ir import Model, Operator, QuantParams
 from ..quantize.arrays import FLOAT32, INT8, input_scale, rule_of
 from ..quantize.params import (
     adjust_weight_scales_for_bias,
@@ -41,6 +42,16 @@ def own_constant(model: Model, op, index: int, single_use: set[str]) -> str:
     return copy
 
 
+def require_finite(op: Operator, what: str, name: str, values: np.ndarray) -> None:
+    """A ConversionError naming the constant unless every value is finite: NaN or Inf has no int8
+    (or int32) value. min and max propagate NaN and reach Inf, without a temporary the size of
+    the weights."""
+    if values.size and not (np.isfinite(values.min()) and np.isfinite(values.max())):
+        bad = "NaN" if np.isnan(values.min()) or np.isnan(values.max()) else "Inf"
+        raise ConversionError(f"{what} {name!r} of {op.type} from ONNX node {op.source!r} hold {bad}; "
+                              "only finite values can be quantized")
+
+
 def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
     changed = False
     single_use = single_use_constants(model)
@@ -55,6 +66,9 @@ def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
         bias = model.constant(bias_name)
         per_tensor = per_tensor_fc and op.type == "FULLY_CONNECTED"
         w = weights.data
+        require_finite(op, "weights", weights.name, w)
+        if bias is not None:
+            require_finite(op, "bias", bias_name, bias)
         if per_tensor:
             q, scale = quantize_weights_per_tensor(w)
             scales = np.array([scale], np.float32)
