@@ -230,7 +230,8 @@ def quantize_options_from_flags(quantize: bool, calibration, calibration_samples
                                          ("--calibration-samples", calibration_samples),
                                          ("--default-range", default_range), ("--io-type", io_type),
                                          ("--per-tensor-fc", per_tensor_fc),
-                                         ("--activations", activations)) if value]
+                                         ("--activations", activations))
+                if value is not None and value is not False]  # an empty value was given too
         if used:
             raise click.UsageError(f"{used[0]} only applies with --quantize")
         return None
