@@ -24,6 +24,7 @@ from .errors import ConversionError, UsageError
 from .ir import Model, Operator
 from .onnx_file import OnnxFile
 from .ops.registry import ONNX_IMPORTERS
+from .validate import check_model, type_name
 
 log = logging.getLogger("qconvert")
 
@@ -61,7 +62,7 @@ def _np_dtype(elem_type: int) -> np.dtype:
         return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError):
         raise ConversionError(
-            f"tensor type {onnx.TensorProto.DataType.Name(elem_type)} is not supported") from None
+            f"tensor type {type_name(elem_type)} is not supported") from None
 
 
 def _tensor_to_array(t: onnx.TensorProto, source: OnnxFile) -> np.ndarray:
@@ -358,7 +359,8 @@ def upgrade_old_opset(source: OnnxFile) -> OnnxFile:
         return source
     source.restore_weights()  # the version converter reads initializers
     try:
-        return OnnxFile(onnx.version_converter.convert_version(proto, OLDEST_IMPORTED_OPSET))
+        return OnnxFile(onnx.version_converter.convert_version(proto, OLDEST_IMPORTED_OPSET),
+                        checked=True)
     except Exception as e:  # the converter raises several types; all mean it cannot upgrade
         raise ConversionError(f"opset {opset} model could not be upgraded to opset "
                               f"{OLDEST_IMPORTED_OPSET}: {str(e).splitlines()[0]}") from None
@@ -402,8 +404,8 @@ def load(source: OnnxFile | onnx.ModelProto,
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault."""
     if isinstance(source, onnx.ModelProto):
         source = OnnxFile(source)
-    if len(source.proto.graph.node) == 0 and not source.proto.graph.output:
-        raise ConversionError("the ONNX graph is empty")
+    if not source.checked:
+        check_model(source.proto, {name: where.length for name, where in source.stored.items()})
     source = upgrade_old_opset(source)
     proto = source.proto
     graph = _Graph(source, input_shapes or {})
