@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import math
 import re
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
+from . import limits
 from .errors import ConversionError, UsageError
 from .ir import Model, Operator
 from .onnx_file import OnnxFile
@@ -139,6 +141,7 @@ class _Graph:
                         f"input {i.name!r} has dynamic dimension {d!r} (axis {axis}, shape "
                         f"[{shown}]); pin it with --input-shape {i.name}:"
                         + ",".join(str(x) if isinstance(x, int) and x >= 0 else "1" for x in dims))
+            check_tensor_size(dims, f"input {i.name!r}")
             self.shapes[i.name] = tuple(dims)
             self.dtypes[i.name] = _np_dtype(tt.elem_type)
         for name, value in self.constants.items():
@@ -149,8 +152,8 @@ class _Graph:
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 
     # --- shape inference ----------------------------------------------------------------------
-    def infer_shapes(self) -> None:
-        """ONNX shape inference over a copy that holds only small constants' data."""
+    def _inference_model(self) -> onnx.ModelProto:
+        """The graph as shape inference sees it: only small constants hold data."""
         g = helper.make_graph(self.nodes, self.graph.name or "g", [], _declared_outputs(self.graph))
         for name in [i.name for i in self.inputs] + list(self.constants):
             value = self.constants.get(name)
@@ -163,8 +166,13 @@ class _Graph:
         m = helper.make_model(g, opset_imports=list(self.proto.opset_import),
                               ir_version=max(self.proto.ir_version, 4))
         m.functions.extend(self.proto.functions)
+        return m
+
+    def infer_shapes(self) -> None:
+        """ONNX shape inference, lenient: a node it cannot infer leaves its outputs unknown."""
         try:
-            inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(self._inference_model(), strict_mode=False,
+                                                         data_prop=True)
         except Exception as e:  # onnx raises several types here; all mean "the model is invalid"
             raise ConversionError(f"ONNX shape inference failed: {str(e).splitlines()[0]}") from None
         for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
@@ -177,6 +185,19 @@ class _Graph:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 if all(d >= 0 for d in dims):
                     self.shapes[vi.name] = dims
+
+    def why_no_shape(self) -> str:
+        """Why a tensor has no static shape, for the message: the first error ONNX shape inference
+        finds in strict mode (a contradiction in the model: shapes that do not broadcast, a
+        weight of the wrong rank), else a shape that depends on computed values."""
+        try:
+            onnx.shape_inference.infer_shapes(self._inference_model(), strict_mode=True, data_prop=True)
+        except Exception as e:  # onnx raises several types; the message is what matters
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            return "ONNX shape inference: " + first.replace(
+                "[ShapeInferenceError] Inference error(s): ", "")
+        return ("it depends on values computed at run time, which a static TFLite graph cannot "
+                "express")
 
     # --- load-time folding --------------------------------------------------------------------
     def fold_constants(self) -> bool:
@@ -211,6 +232,12 @@ class _Graph:
         if not any(node.input) and node.op_type not in ("Constant", "ConstantOfShape", "Range", "EyeLike"):
             return None
         feeds = {n: self.constants[n] for n in node.input if n}
+        where = f"node {self.names[id(node)]!r} ({node.op_type})"
+        itemsize = self.dtypes[node.output[0]].itemsize if node.output[0] in self.dtypes else 4
+        elements = _folded_elements(node, [self.constants.get(n) for n in node.input],
+                                    self.shapes.get(node.output[0]))
+        if elements is not None:
+            limits.FOLDED_BYTES.check(elements * itemsize, where)
         # The reference evaluator must see the model's opset: ops changed meaning across opsets.
         inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
                   for n, v in feeds.items()]
@@ -220,11 +247,38 @@ class _Graph:
                               ir_version=self.proto.ir_version)
         try:
             from onnx.reference import ReferenceEvaluator
-            return ReferenceEvaluator(m).run(None, feeds)
+            results = ReferenceEvaluator(m).run(None, feeds)
         except Exception as e:  # the reference evaluator raises anything; the node is at fault
             raise ConversionError(
-                f"node {node.name or node.output[0]!r} ({node.op_type}): cannot evaluate its constant "
-                f"inputs: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+                f"{where}: cannot evaluate its constant inputs: "
+                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        for value in results:
+            limits.FOLDED_BYTES.check(np.asarray(value).nbytes, where)
+        return results
+
+
+def _folded_elements(node: onnx.NodeProto, inputs: list, inferred: tuple | None) -> int | None:
+    """How many elements folding `node` will produce, known before computing it (so that an
+    Expand to tens of gigabytes ends in limits.FOLDED_BYTES' error, not in the machine's memory
+    running out): from shape inference, else from the inputs of the ops whose output size is
+    a function of their values. None when not known beforehand."""
+    if inferred is not None:
+        return math.prod(inferred)
+    try:
+        if node.op_type == "ConstantOfShape" and inputs and inputs[0] is not None:
+            return math.prod(int(d) for d in np.ravel(inputs[0]))
+        if node.op_type == "Expand" and len(inputs) == 2 and inputs[0] is not None:
+            shape = [int(d) for d in np.ravel(inputs[1])]
+            return math.prod(np.broadcast_shapes(inputs[0].shape, tuple(shape)))
+        if node.op_type == "Tile" and len(inputs) == 2 and inputs[0] is not None:
+            repeats = [int(r) for r in np.ravel(inputs[1])]
+            return math.prod(d * r for d, r in zip(inputs[0].shape, repeats))
+        if node.op_type == "Range" and len(inputs) == 3:
+            start, limit, delta = (float(np.ravel(v)[0]) for v in inputs)
+            return max(math.ceil((limit - start) / delta), 0)
+    except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError):
+        return None  # malformed inputs: the reference evaluator says what is wrong
+    return None
 
 
 def _decode_attrs(node: onnx.NodeProto) -> dict:
@@ -239,6 +293,14 @@ def _decode_attrs(node: onnx.NodeProto) -> dict:
             value = [v.decode("utf-8", "replace") for v in value]
         attrs[a.name] = value
     return attrs
+
+
+def check_tensor_size(shape, what: str) -> None:
+    """Every dimension, and the element count, within int32: TFLite stores shapes as int32 and
+    its kernels count elements in int."""
+    if any(d > _INT32.max for d in shape) or int(np.prod(shape, dtype=object)) > _INT32.max:
+        raise ConversionError(f"{what}: shape {list(shape)} has more than {_INT32.max:,} elements "
+                              "or a dimension beyond int32, more than a TFLite tensor holds")
 
 
 def internal_dtype(dtype: np.dtype) -> np.dtype:
@@ -297,6 +359,26 @@ class ImportContext:
 
     def rank(self, name: str) -> int:
         return len(self.shape(name))
+
+    def check_not_empty(self, name: str) -> None:
+        """TFLite's convolutions and pools refuse an input with a zero-sized dimension at prepare
+        time (elementwise ops and reductions run empty tensors)."""
+        if 0 in self.shape(name):
+            raise self.error(f"input {name!r} of shape {list(self.shape(name))} is empty; TFLite's "
+                             f"{self.node.op_type} kernel cannot run an empty input")
+
+    def check_broadcast(self, inputs: list[str], output: str) -> None:
+        """The inputs' shapes broadcast to the output's (numpy's rule, ONNX's and TFLite's): a
+        model whose shapes contradict each other is refused here rather than by LiteRT."""
+        shapes = [self.shape(n) for n in inputs if n]
+        try:
+            result = np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise self.error("input shapes " + ", ".join(str(list(s)) for s in shapes)
+                             + " do not broadcast") from None
+        if tuple(result) != tuple(self.shape(output)):
+            raise self.error(f"input shapes {', '.join(str(list(s)) for s in shapes)} broadcast to "
+                             f"{list(result)}, not to the output's shape {list(self.shape(output))}")
 
     def const(self, name: str) -> np.ndarray | None:
         """The value of a constant input (None for an activation or an omitted input)."""
@@ -438,9 +520,9 @@ def load(source: OnnxFile | onnx.ModelProto,
         if name not in graph.shapes:
             if name not in consumed:
                 return  # an unused output (Dropout's mask) needs no array
-            raise ConversionError(
-                f"tensor {name!r} ({node_label}) has no static shape after shape inference; "
-                "pin the model's dynamic input dimensions with --input-shape")
+            raise ConversionError(f"tensor {name!r} ({node_label}) has no static shape after shape "
+                                  f"inference; {graph.why_no_shape()}")
+        check_tensor_size(graph.shapes[name], f"tensor {name!r} ({node_label})")
         check_activation_dtype(graph.dtypes[name], f"tensor {name!r} ({node_label})")
         model.add_array(name, graph.shapes[name], internal_dtype(graph.dtypes[name]))
 

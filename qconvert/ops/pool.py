@@ -25,6 +25,7 @@ def import_pool(node, ctx):
     if len(node.outputs) > 1 and node.outputs[1]:
         raise ctx.error("MaxPool's Indices output is not supported")
     shape = ctx.shape(x)
+    ctx.check_not_empty(x)
     if len(shape) not in (3, 4):
         raise ctx.error(f"{len(shape) - 2}D pooling is not supported (1D and 2D are)")
     one_d = len(shape) == 3
