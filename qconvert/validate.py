@@ -198,12 +198,33 @@ def _schema(node: onnx.NodeProto, opsets: Mapping[str, int]):
         return None
 
 
-def _check_attributes(node: onnx.NodeProto, label: str, opsets: Mapping[str, int]) -> None:
+def _check_node(node: onnx.NodeProto, label: str, opsets: Mapping[str, int]) -> None:
+    """The node's inputs and attributes as its op's schema declares them (see _check_inputs and
+    _check_attributes); ops without a schema (other domains) are left to their importers."""
+    schema = _schema(node, opsets)
+    if schema is not None:
+        _check_inputs(node, label, schema)
+    _check_attributes(node, label, schema.attributes if schema is not None else {})
+
+
+def _check_inputs(node: onnx.NodeProto, label: str, schema) -> None:
+    """Inputs and outputs within the schema's counts, and no required input left empty."""
+    if not schema.min_input <= len(node.input) <= schema.max_input:
+        raise ConversionError(f"{label}: {len(node.input)} inputs, the op takes "
+                              f"{schema.min_input} to {schema.max_input}")
+    if not schema.min_output <= len(node.output) <= schema.max_output:
+        raise ConversionError(f"{label}: {len(node.output)} outputs, the op has "
+                              f"{schema.min_output} to {schema.max_output}")
+    single = defs.OpSchema.FormalParameterOption.Single
+    for k, (name, formal) in enumerate(zip(node.input, schema.inputs)):
+        if not name and formal.option == single:
+            raise ConversionError(f"{label}: input {k} ({formal.name}) is required but empty")
+
+
+def _check_attributes(node: onnx.NodeProto, label: str, declared: Mapping) -> None:
     """Each attribute once, of a defined type, of the type the op's schema declares, its integers
     in int32 and in range; the schema's required attributes present. The one place attributes
     are checked, so importers read them as the types ONNX promises."""
-    schema = _schema(node, opsets)
-    declared = schema.attributes if schema is not None else {}
     seen = set()
     for a in node.attribute:
         if isinstance(a.name, bytes):
@@ -332,7 +353,7 @@ def check_model(proto: onnx.ModelProto, stored: Mapping[str, int] | None = None)
     producer = dict.fromkeys([v.name for v in graph.input] + [t.name for t in graph.initializer], -1)
     initializers = {t.name for t in graph.initializer}
     for k, node in enumerate(graph.node):
-        _check_attributes(node, labels[k], opsets)
+        _check_node(node, labels[k], opsets)
         for name in node.output:
             if not name:
                 continue

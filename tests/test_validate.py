@@ -127,6 +127,8 @@ CASES = {
         ["graph output 'nobody'", "not written"]),
     "input_not_produced": (_edit(_add(), lambda m: m.graph.node[0].input.__setitem__(1, "ghost")),
                            ["node 'add' (Add)", "'ghost'"]),
+    "required_input_empty": (_edit(_add(), lambda m: m.graph.node[0].input.__setitem__(0, "")),
+                             ["node 'add' (Add)", "input 0 (A) is required"]),
     "no_outputs": (_edit(_add(), lambda m: m.graph.ClearField("output")), ["no outputs"]),
     "no_nodes": (_edit(_add(), lambda m: (m.graph.ClearField("node"),
                                           setattr(m.graph.output[0], "name", "x"))), ["no nodes"]),
