@@ -26,7 +26,7 @@ from .errors import ConversionError, UsageError
 from .ir import Model, Operator
 from .onnx_file import OnnxFile
 from .ops.registry import ONNX_IMPORTERS
-from .validate import check_model, type_name
+from .validate import check_model, check_node_types, type_name
 
 log = logging.getLogger("qconvert")
 
@@ -152,9 +152,12 @@ class _Graph:
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 
     # --- shape inference ----------------------------------------------------------------------
-    def _inference_model(self) -> onnx.ModelProto:
-        """The graph as shape inference sees it: only small constants hold data."""
-        g = helper.make_graph(self.nodes, self.graph.name or "g", [], _declared_outputs(self.graph))
+    def _inference_model(self, declared: bool = False) -> onnx.ModelProto:
+        """The graph as shape inference sees it: only small constants hold data; the graph
+        outputs by name only, or (`declared`) with their declared types and shapes."""
+        outputs = (_declared_outputs(self.graph) if declared else
+                   [helper.make_tensor_value_info(o.name, 0, None) for o in self.graph.output])
+        g = helper.make_graph(self.nodes, self.graph.name or "g", [], outputs)
         for name in [i.name for i in self.inputs] + list(self.constants):
             value = self.constants.get(name)
             if value is not None and value.size <= _INFERENCE_DATA_LIMIT and value.dtype.kind in "fiub":
@@ -169,14 +172,28 @@ class _Graph:
         return m
 
     def infer_shapes(self) -> None:
-        """ONNX shape inference, lenient: a node it cannot infer leaves its outputs unknown."""
+        """ONNX shape inference, lenient: a node it cannot infer leaves its outputs unknown.
+        What the model computes wins over what its outputs declare (a declaration that
+        contradicts the computation would make a model LiteRT refuses); a declared output shape
+        is used only where inference finds none (onnx cannot infer some function ops)."""
+        self._take(self._inference(declared=False), None)
+        missing = {o.name for o in self.graph.output} - set(self.shapes)
+        if missing:
+            self._take(self._inference(declared=True), missing)
+
+    def _inference(self, declared: bool) -> onnx.ModelProto:
         try:
-            inferred = onnx.shape_inference.infer_shapes(self._inference_model(), strict_mode=False,
-                                                         data_prop=True)
+            return onnx.shape_inference.infer_shapes(self._inference_model(declared),
+                                                     strict_mode=False, data_prop=True)
         except Exception as e:  # onnx raises several types here; all mean "the model is invalid"
             raise ConversionError(f"ONNX shape inference failed: {str(e).splitlines()[0]}") from None
+
+    def _take(self, inferred: onnx.ModelProto, names: set[str] | None) -> None:
+        """Records the inferred dtypes and static shapes (of `names` only, unless None)."""
         for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
             if vi.name in self.constants or not vi.type.HasField("tensor_type"):
+                continue
+            if names is not None and vi.name not in names:
                 continue
             tt = vi.type.tensor_type
             if tt.elem_type:
@@ -505,6 +522,9 @@ def load(source: OnnxFile | onnx.ModelProto,
         raise ConversionError(
             f"{len(unsupported)} unsupported ONNX node{'s' if len(unsupported) > 1 else ''}: "
             + ", ".join(unsupported))
+    for node in graph.nodes:
+        check_node_types(node, f"node {graph.names[id(node)]!r} ({node.op_type})", graph.opsets,
+                         graph.dtypes)
 
     model = Model()
     aliases: dict[str, str] = {}

@@ -221,6 +221,46 @@ def _check_inputs(node: onnx.NodeProto, label: str, schema) -> None:
             raise ConversionError(f"{label}: input {k} ({formal.name}) is required but empty")
 
 
+def _tensor_type(dtype) -> str | None:
+    """A numpy dtype as ONNX schemas spell it: "tensor(float)"."""
+    try:
+        return f"tensor({TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(dtype)).lower()})"
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def check_node_types(node: onnx.NodeProto, label: str, opsets: Mapping[str, int],
+                     dtypes: Mapping) -> None:
+    """Each input and output of the node (of known numpy dtype in `dtypes`) has a type its op's
+    schema allows, and those sharing a type variable (T) one type: TFLite's kernels refuse mixed
+    types at prepare time. Run by the loader once types are inferred."""
+    schema = _schema(node, opsets)
+    if schema is None:
+        return
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    variadic = defs.OpSchema.FormalParameterOption.Variadic
+    bound: dict[str, tuple[str, str]] = {}
+    for names, formals in ((node.input, schema.inputs), (node.output, schema.outputs)):
+        for k, name in enumerate(names):
+            if not formals or not name or name not in dtypes:
+                continue
+            formal = formals[min(k, len(formals) - 1)]
+            if k >= len(formals) and (formal.option != variadic or not formal.is_homogeneous):
+                continue
+            found = _tensor_type(dtypes[name])
+            if found is None:
+                continue
+            expected = allowed.get(formal.type_str, {formal.type_str})
+            if found not in expected:
+                shown = ", ".join(sorted(expected)) if len(expected) <= 4 else "other types"
+                raise ConversionError(f"{label}: {name!r} is {found}, which {formal.name} does not "
+                                      f"take ({shown})")
+            other = bound.setdefault(formal.type_str, (name, found))
+            if formal.type_str in allowed and other[1] != found:
+                raise ConversionError(f"{label}: {name!r} is {found} and {other[0]!r} is {other[1]}; "
+                                      f"the op takes one type for both ({formal.type_str})")
+
+
 def _check_attributes(node: onnx.NodeProto, label: str, declared: Mapping) -> None:
     """Each attribute once, of a defined type, of the type the op's schema declares, its integers
     in int32 and in range; the schema's required attributes present. The one place attributes

@@ -140,10 +140,15 @@ CASES = {
                       ["not valid UTF-8"]),
     "no_broadcast": (_add((1, 3), (1, 4), [1, 3]), ["node 'add' (Add)", "[1, 3], [1, 4]", "broadcast"]),
     "no_broadcast_undeclared": (_add((1, 3), (1, 4)), ["'add'", "Incompatible dimensions"]),
-    "declared_output_contradicts": (_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
-                                           outputs=[helper.make_tensor_value_info(
-                                               "y", TensorProto.FLOAT, [1, 3, 8, 9])]),
-                                    ["node 'relu' (Relu)", "[1, 3, 8, 9]"]),
+    "mixed_input_types": (_model([helper.make_node("Less", ["x", "i"], ["y"], name="less")],
+                                 [X, helper.make_tensor_value_info("i", TensorProto.INT32, [1])]),
+                          ["node 'less' (Less)", "'i' is tensor(int32)", "'x' is tensor(float)"]),
+    "type_not_allowed": (_model([helper.make_node("Or", ["x", "x"], ["y"], name="or")]),
+                         ["node 'or' (Or)", "'x' is tensor(float)", "tensor(bool)"]),
+    "pool_kernel_rank": (_model([helper.make_node("MaxPool", ["x"], ["y"], name="pool",
+                                                  kernel_shape=[2])],
+                                outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 7, 8])]),
+                         ["node 'pool' (MaxPool)", "'kernel_shape' has 1 values for 2"]),
     "reshape_size": (_reshape([7]), ["node 'reshape' (Reshape)", "[1, 3, 8, 8] to [7]"]),
     "conv_empty_input": (_conv(x=helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 0, 8])),
                          ["node 'conv' (Conv)", "[1, 3, 0, 8] is empty"]),
@@ -254,11 +259,19 @@ def _output_listed_as_input() -> onnx.ModelProto:
     return model
 
 
+def _declared_output_contradicts() -> onnx.ModelProto:
+    """A graph output declared with a shape the model does not compute: what the model computes
+    wins (LiteRT computes it too)."""
+    return _model([helper.make_node("Relu", ["x"], ["y"])],
+                  outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 9])])
+
+
 @pytest.mark.parametrize("build, reference", [
+    (_declared_output_contradicts, lambda: _model([helper.make_node("Relu", ["x"], ["y"])])),
     (_slice_to_the_end, _slice_to_the_end),
     (_output_listed_as_input, lambda: _model([helper.make_node("Relu", ["x"], ["y"])])),
     (lambda: _conv({"group": 3}, w_shape=(6, 1, 3, 3)), None),
-], ids=["slice_int64_ends", "output_listed_as_input", "depthwise_group"])
+], ids=["declared_output_contradicts", "slice_int64_ends", "output_listed_as_input", "depthwise_group"])
 def test_valid_models_pass_the_checks(tmp_path, build, reference):
     model = build()
     result, _, out = _convert(tmp_path, model, "--io-layout", "onnx")
