@@ -34,7 +34,7 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_ATTRIBUTES = {("Slice", "starts"), ("Slice", "ends"), ("Shape", "start"), ("Shape", "end"),
                      ("Constant", "value_int"), ("Constant", "value_ints")}
 # Attributes that must be >= 1 or >= 0 (for every op that has them; Pad's pads may be negative).
-_POSITIVE = {"strides", "dilations", "kernel_shape", "group", "blocksize"}
+_POSITIVE = {"strides", "dilations", "kernel_shape", "group", "blocksize", "size"}  # size: LRN
 _NON_NEGATIVE = {"pads", "output_padding", "output_shape", "split"}
 _SIGNED_PADS = {"Pad"}
 # Attributes whose value is a TensorProto data type.

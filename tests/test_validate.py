@@ -110,6 +110,8 @@ CASES = {
     "strides_beyond_int32": (_conv({"strides": [2**40, 1]}), ["'strides'", "1099511627776", "int32"]),
     "pads_beyond_int32": (_conv({"pads": [2**33, 0, 0, 0]}), ["'pads'", "8589934592", "int32"]),
     "pads_negative": (_conv({"pads": [-1, 0, 0, 0]}), ["'pads'", "-1", "negative"]),
+    "lrn_size_negative": (_model([helper.make_node("LRN", ["x"], ["y"], name="lrn", size=-1)]),
+                          ["node 'lrn' (LRN)", "'size'", "at least 1"]),
     "duplicate_attribute": (_edit(_conv(), lambda m: m.graph.node[0].attribute.append(
         _attribute("pads", [0, 0, 0, 0]))), ["node 'conv' (Conv)", "'pads' is given twice"]),
     "required_attribute": (_edit(_cast(1), lambda m: m.graph.node[0].ClearField("attribute")),
