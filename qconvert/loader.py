@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import math
 import re
 from dataclasses import dataclass
 
@@ -21,11 +22,12 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
-from . import dynamic_batch
+from . import dynamic_batch, limits
 from .errors import ConversionError, UsageError
 from .ir import DynamicBatch, Model, Operator
 from .onnx_file import OnnxFile
 from .ops.registry import ONNX_IMPORTERS
+from .validate import check_model, check_node_types, type_name
 
 log = logging.getLogger("qconvert")
 
@@ -63,7 +65,7 @@ def _np_dtype(elem_type: int) -> np.dtype:
         return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError):
         raise ConversionError(
-            f"tensor type {onnx.TensorProto.DataType.Name(elem_type)} is not supported") from None
+            f"tensor type {type_name(elem_type)} is not supported") from None
 
 
 def _tensor_to_array(t: onnx.TensorProto, source: OnnxFile) -> np.ndarray:
@@ -144,6 +146,7 @@ class _Graph:
                         f"input {i.name!r} has dynamic dimension {d!r} (axis {axis}, shape "
                         f"[{shown}]); pin it with --input-shape {i.name}:"
                         + ",".join(str(x) if isinstance(x, int) and x >= 0 else "1" for x in dims))
+            check_tensor_size(dims, f"input {i.name!r}")
             self.shapes[i.name] = tuple(dims)
             self.dtypes[i.name] = _np_dtype(tt.elem_type)
         for name, value in self.constants.items():
@@ -154,9 +157,12 @@ class _Graph:
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 
     # --- shape inference ----------------------------------------------------------------------
-    def infer_shapes(self) -> None:
-        """ONNX shape inference over a copy that holds only small constants' data."""
-        g = helper.make_graph(self.nodes, self.graph.name or "g", [], _declared_outputs(self.graph))
+    def _inference_model(self, declared: bool = False) -> onnx.ModelProto:
+        """The graph as shape inference sees it: only small constants hold data; the graph
+        outputs by name only, or (`declared`) with their declared types and shapes."""
+        outputs = (_declared_outputs(self.graph) if declared else
+                   [helper.make_tensor_value_info(o.name, 0, None) for o in self.graph.output])
+        g = helper.make_graph(self.nodes, self.graph.name or "g", [], outputs)
         for name in [i.name for i in self.inputs] + list(self.constants):
             value = self.constants.get(name)
             if value is not None and value.size <= _INFERENCE_DATA_LIMIT and value.dtype.kind in "fiub":
@@ -168,12 +174,31 @@ class _Graph:
         m = helper.make_model(g, opset_imports=list(self.proto.opset_import),
                               ir_version=max(self.proto.ir_version, 4))
         m.functions.extend(self.proto.functions)
+        return m
+
+    def infer_shapes(self) -> None:
+        """ONNX shape inference, lenient: a node it cannot infer leaves its outputs unknown.
+        What the model computes wins over what its outputs declare (a declaration that
+        contradicts the computation would make a model LiteRT refuses); a declared output shape
+        is used only where inference finds none (onnx cannot infer some function ops)."""
+        self._take(self._inference(declared=False), None)
+        missing = {o.name for o in self.graph.output} - set(self.shapes)
+        if missing:
+            self._take(self._inference(declared=True), missing)
+
+    def _inference(self, declared: bool) -> onnx.ModelProto:
         try:
-            inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+            return onnx.shape_inference.infer_shapes(self._inference_model(declared),
+                                                     strict_mode=False, data_prop=True)
         except Exception as e:  # onnx raises several types here; all mean "the model is invalid"
             raise ConversionError(f"ONNX shape inference failed: {str(e).splitlines()[0]}") from None
+
+    def _take(self, inferred: onnx.ModelProto, names: set[str] | None) -> None:
+        """Records the inferred dtypes and static shapes (of `names` only, unless None)."""
         for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
             if vi.name in self.constants or not vi.type.HasField("tensor_type"):
+                continue
+            if names is not None and vi.name not in names:
                 continue
             tt = vi.type.tensor_type
             if tt.elem_type:
@@ -182,6 +207,19 @@ class _Graph:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 if all(d >= 0 for d in dims):
                     self.shapes[vi.name] = dims
+
+    def why_no_shape(self) -> str:
+        """Why a tensor has no static shape, for the message: the first error ONNX shape inference
+        finds in strict mode (a contradiction in the model: shapes that do not broadcast, a
+        weight of the wrong rank), else a shape that depends on computed values."""
+        try:
+            onnx.shape_inference.infer_shapes(self._inference_model(), strict_mode=True, data_prop=True)
+        except Exception as e:  # onnx raises several types; the message is what matters
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            return "ONNX shape inference: " + first.replace(
+                "[ShapeInferenceError] Inference error(s): ", "")
+        return ("it depends on values computed at run time, which a static TFLite graph cannot "
+                "express")
 
     # --- load-time folding --------------------------------------------------------------------
     def fold_constants(self) -> bool:
@@ -216,6 +254,12 @@ class _Graph:
         if not any(node.input) and node.op_type not in ("Constant", "ConstantOfShape", "Range", "EyeLike"):
             return None
         feeds = {n: self.constants[n] for n in node.input if n}
+        where = f"node {self.names[id(node)]!r} ({node.op_type})"
+        itemsize = self.dtypes[node.output[0]].itemsize if node.output[0] in self.dtypes else 4
+        elements = _folded_elements(node, [self.constants.get(n) for n in node.input],
+                                    self.shapes.get(node.output[0]))
+        if elements is not None:
+            limits.FOLDED_BYTES.check(elements * itemsize, where)
         # The reference evaluator must see the model's opset: ops changed meaning across opsets.
         inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
                   for n, v in feeds.items()]
@@ -225,11 +269,38 @@ class _Graph:
                               ir_version=self.proto.ir_version)
         try:
             from onnx.reference import ReferenceEvaluator
-            return ReferenceEvaluator(m).run(None, feeds)
+            results = ReferenceEvaluator(m).run(None, feeds)
         except Exception as e:  # the reference evaluator raises anything; the node is at fault
             raise ConversionError(
-                f"node {node.name or node.output[0]!r} ({node.op_type}): cannot evaluate its constant "
-                f"inputs: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+                f"{where}: cannot evaluate its constant inputs: "
+                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        for value in results:
+            limits.FOLDED_BYTES.check(np.asarray(value).nbytes, where)
+        return results
+
+
+def _folded_elements(node: onnx.NodeProto, inputs: list, inferred: tuple | None) -> int | None:
+    """How many elements folding `node` will produce, known before computing it (so that an
+    Expand to tens of gigabytes ends in limits.FOLDED_BYTES' error, not in the machine's memory
+    running out): from shape inference, else from the inputs of the ops whose output size is
+    a function of their values. None when not known beforehand."""
+    if inferred is not None:
+        return math.prod(inferred)
+    try:
+        if node.op_type == "ConstantOfShape" and inputs and inputs[0] is not None:
+            return math.prod(int(d) for d in np.ravel(inputs[0]))
+        if node.op_type == "Expand" and len(inputs) == 2 and inputs[0] is not None:
+            shape = [int(d) for d in np.ravel(inputs[1])]
+            return math.prod(np.broadcast_shapes(inputs[0].shape, tuple(shape)))
+        if node.op_type == "Tile" and len(inputs) == 2 and inputs[0] is not None:
+            repeats = [int(r) for r in np.ravel(inputs[1])]
+            return math.prod(d * r for d, r in zip(inputs[0].shape, repeats))
+        if node.op_type == "Range" and len(inputs) == 3:
+            start, limit, delta = (float(np.ravel(v)[0]) for v in inputs)
+            return max(math.ceil((limit - start) / delta), 0)
+    except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError):
+        return None  # malformed inputs: the reference evaluator says what is wrong
+    return None
 
 
 def _decode_attrs(node: onnx.NodeProto) -> dict:
@@ -244,6 +315,14 @@ def _decode_attrs(node: onnx.NodeProto) -> dict:
             value = [v.decode("utf-8", "replace") for v in value]
         attrs[a.name] = value
     return attrs
+
+
+def check_tensor_size(shape, what: str) -> None:
+    """Every dimension, and the element count, within int32: TFLite stores shapes as int32 and
+    its kernels count elements in int."""
+    if any(d > _INT32.max for d in shape) or int(np.prod(shape, dtype=object)) > _INT32.max:
+        raise ConversionError(f"{what}: shape {list(shape)} has more than {_INT32.max:,} elements "
+                              "or a dimension beyond int32, more than a TFLite tensor holds")
 
 
 def internal_dtype(dtype: np.dtype) -> np.dtype:
@@ -302,6 +381,26 @@ class ImportContext:
 
     def rank(self, name: str) -> int:
         return len(self.shape(name))
+
+    def check_not_empty(self, name: str) -> None:
+        """TFLite's convolutions and pools refuse an input with a zero-sized dimension at prepare
+        time (elementwise ops and reductions run empty tensors)."""
+        if 0 in self.shape(name):
+            raise self.error(f"input {name!r} of shape {list(self.shape(name))} is empty; TFLite's "
+                             f"{self.node.op_type} kernel cannot run an empty input")
+
+    def check_broadcast(self, inputs: list[str], output: str) -> None:
+        """The inputs' shapes broadcast to the output's (numpy's rule, ONNX's and TFLite's): a
+        model whose shapes contradict each other is refused here rather than by LiteRT."""
+        shapes = [self.shape(n) for n in inputs if n]
+        try:
+            result = np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise self.error("input shapes " + ", ".join(str(list(s)) for s in shapes)
+                             + " do not broadcast") from None
+        if tuple(result) != tuple(self.shape(output)):
+            raise self.error(f"input shapes {', '.join(str(list(s)) for s in shapes)} broadcast to "
+                             f"{list(result)}, not to the output's shape {list(self.shape(output))}")
 
     def const(self, name: str) -> np.ndarray | None:
         """The value of a constant input (None for an activation or an omitted input)."""
@@ -364,7 +463,8 @@ def upgrade_old_opset(source: OnnxFile) -> OnnxFile:
         return source
     source.restore_weights()  # the version converter reads initializers
     try:
-        return OnnxFile(onnx.version_converter.convert_version(proto, OLDEST_IMPORTED_OPSET))
+        return OnnxFile(onnx.version_converter.convert_version(proto, OLDEST_IMPORTED_OPSET),
+                        checked=True)
     except Exception as e:  # the converter raises several types; all mean it cannot upgrade
         raise ConversionError(f"opset {opset} model could not be upgraded to opset "
                               f"{OLDEST_IMPORTED_OPSET}: {str(e).splitlines()[0]}") from None
@@ -416,8 +516,8 @@ def load(source: OnnxFile | onnx.ModelProto,
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault."""
     if isinstance(source, onnx.ModelProto):
         source = OnnxFile(source)
-    if len(source.proto.graph.node) == 0 and not source.proto.graph.output:
-        raise ConversionError("the ONNX graph is empty")
+    if not source.checked:
+        check_model(source.proto, {name: where.length for name, where in source.stored.items()})
     source = upgrade_old_opset(source)
     proto = source.proto
     graph = _Graph(source, input_shapes or {})
@@ -433,6 +533,9 @@ def load(source: OnnxFile | onnx.ModelProto,
         raise ConversionError(
             f"{len(unsupported)} unsupported ONNX node{'s' if len(unsupported) > 1 else ''}: "
             + ", ".join(unsupported))
+    for node in graph.nodes:
+        check_node_types(node, f"node {graph.names[id(node)]!r} ({node.op_type})", graph.opsets,
+                         graph.dtypes)
 
     model = Model()
     if probe is not None:
@@ -451,9 +554,9 @@ def load(source: OnnxFile | onnx.ModelProto,
         if name not in graph.shapes:
             if name not in consumed:
                 return  # an unused output (Dropout's mask) needs no array
-            raise ConversionError(
-                f"tensor {name!r} ({node_label}) has no static shape after shape inference; "
-                "pin the model's dynamic input dimensions with --input-shape")
+            raise ConversionError(f"tensor {name!r} ({node_label}) has no static shape after shape "
+                                  f"inference; {graph.why_no_shape()}")
+        check_tensor_size(graph.shapes[name], f"tensor {name!r} ({node_label})")
         check_activation_dtype(graph.dtypes[name], f"tensor {name!r} ({node_label})")
         model.add_array(name, graph.shapes[name], internal_dtype(graph.dtypes[name]))
 

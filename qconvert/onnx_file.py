@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
+from . import limits
 from .errors import ConversionError
 
 # Initializers with fewer raw bytes than this stay in the parsed message.
@@ -45,6 +46,7 @@ class OnnxFile:
 
     proto: onnx.ModelProto
     stored: dict[str, StoredTensor] = field(default_factory=dict)
+    checked: bool = False  # validate.check_model passed (read_onnx checks what it reads)
 
     def read_stored(self, tensor: onnx.TensorProto, dtype: np.dtype) -> np.ndarray:
         """The initializer's data, read from the file into a new array of `dtype`."""
@@ -81,7 +83,11 @@ def read_complete_onnx(path: str, data: bytes | None = None) -> onnx.ModelProto:
 def read_onnx(path: str, data: bytes | None = None) -> OnnxFile:
     """Parses an ONNX file (or bytes read from stdin), loading external data; clear errors.
 
-    From a regular file, big initializers' bytes stay in the file (see the module docstring)."""
+    From a regular file, big initializers' bytes stay in the file (see the module docstring).
+    The model is checked (qconvert.validate) before anything else reads it: external data only
+    from inside the model's folder, the file and its external data within limits.MODEL_BYTES."""
+    from .validate import check_external_data, check_model
+
     shown = "<stdin>" if data is not None else path
     stored: dict[str, StoredTensor] = {}
     try:
@@ -92,14 +98,19 @@ def read_onnx(path: str, data: bytes | None = None) -> OnnxFile:
                     view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                 except (ValueError, OSError):  # empty, or not a regular file (a FIFO)
                     view = None
-                    data = f.read()
+                    # Read no more than the limit allows: a pipe or device may never end.
+                    data = f.read(limits.MODEL_BYTES.value() + 1)
             if view is not None:
+                file_bytes = len(view)
                 with view:
+                    limits.MODEL_BYTES.check(file_bytes, shown)
                     message, segments = _without_raw_data(view)
                 proto.ParseFromString(message)
                 where = os.path.abspath(path)
                 stored = {name: StoredTensor(where, offset, length) for name, offset, length in segments}
         if data is not None:
+            file_bytes = len(data)
+            limits.MODEL_BYTES.check(file_bytes, shown)
             proto.ParseFromString(data)
             del data  # the file's bytes: as large as the weights
     except FileNotFoundError:
@@ -108,16 +119,21 @@ def read_onnx(path: str, data: bytes | None = None) -> OnnxFile:
         raise ConversionError(f"{shown}: is a directory, not an ONNX file") from None
     except PermissionError:
         raise ConversionError(f"{shown}: permission denied") from None
+    except OSError as e:
+        raise ConversionError(f"{shown}: cannot read: {e.strerror or e}") from None
     except (DecodeError, RuntimeError, ValueError) as e:
         raise ConversionError(f"{shown}: not a valid ONNX file (truncated or corrupt: {e})") from None
     if not proto.ir_version or not proto.graph.node and not proto.graph.output:
         raise ConversionError(f"{shown}: not an ONNX model (no IR version or empty graph)")
     base_dir = os.getcwd() if path == "-" else os.path.dirname(os.path.abspath(path))
+    external_bytes = check_external_data(proto, base_dir)
+    limits.MODEL_BYTES.check(file_bytes + external_bytes, f"{shown} with its external data")
     try:
         onnx.external_data_helper.load_external_data_for_model(proto, base_dir)
     except (OSError, ValueError) as e:
         raise ConversionError(f"{shown}: cannot read external data: {e}") from None
-    return OnnxFile(proto, stored)
+    check_model(proto, {name: where.length for name, where in stored.items()})
+    return OnnxFile(proto, stored, checked=True)
 
 
 # --- the protobuf wire format ------------------------------------------------------------------

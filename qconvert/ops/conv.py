@@ -61,6 +61,11 @@ def import_conv(node, ctx):
     w = ctx.require_const(w_name, "Conv weights")
     if w.ndim not in (3, 4):
         raise ctx.error(f"{w.ndim - 2}D convolution is not supported (1D and 2D are)")
+    if ctx.rank(x) != w.ndim:
+        raise ctx.error(f"weights of shape {list(w.shape)} (rank {w.ndim}) for an input of rank "
+                        f"{ctx.rank(x)}")
+    ctx.check_not_empty(x)
+    _check_channels(ctx, ctx.shape(x)[1], w.shape, node.attr("group", 1), b_name)
     one_d = w.ndim == 3
     if one_d:  # [N, C, L] -> [N, C, 1, L]
         n, c, length = ctx.shape(x)
@@ -70,16 +75,33 @@ def import_conv(node, ctx):
     kernel = w.shape[2:]
     def pair(name, default):
         value = list(node.attr(name, [default] * (1 if one_d else 2)))
+        if len(value) != (1 if one_d else 2):
+            raise ctx.error(f"attribute {name!r} has {len(value)} values for "
+                            f"{1 if one_d else 2} spatial axes")
         return [default] + value if one_d else value
     strides, dilations = pair("strides", 1), pair("dilations", 1)
+    if node.attr("kernel_shape") is not None and list(node.attr("kernel_shape")) != list(w.shape[2:]):
+        raise ctx.error(f"kernel_shape {list(node.attr('kernel_shape'))} differs from the weights' "
+                        f"spatial shape {list(w.shape[2:])}")
     group = node.attr("group", 1)
-    pads = onnx_pads(node, spatial, kernel, strides, dilations)
     if one_d and node.attr("auto_pad", "NOTSET") == "NOTSET":
         p = list(node.attr("pads", [0, 0]))
+        if len(p) != 2:
+            raise ctx.error(f"attribute 'pads' has {len(p)} values, a 1D convolution takes 2")
         pads = [0, p[0], 0, p[1]]
+    else:
+        pads = onnx_pads(node, spatial, kernel, strides, dilations)
+        if len(pads) != 4:
+            raise ctx.error(f"attribute 'pads' has {len(pads)} values, a 2D convolution takes 4")
     y_shape = ctx.shape(y)
     out_shape4 = (y_shape[0], y_shape[1], 1, y_shape[2]) if one_d else y_shape
     out_spatial = out_shape4[2:]
+    expected = [(spatial[i] + pads[i] + pads[i + 2] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
+                for i in range(2)]
+    if any(d < 1 for d in expected) or list(out_spatial) != expected:
+        raise ctx.error(f"the output's spatial shape {list(out_spatial)} does not follow from the "
+                        f"input's {list(spatial)}, kernel {list(kernel)}, strides, dilations and "
+                        f"pads (which give {expected})")
 
     x_nhwc = to_channels_last(ctx, x)
     padding = choose_padding(pads, spatial, kernel, strides, dilations, out_spatial)
@@ -108,6 +130,18 @@ def import_conv(node, ctx):
     else:
         _grouped(ctx, x_nhwc, w, bias, group, options, inner, w_name, y)
     from_channels_last(ctx, inner, y)
+
+
+def _check_channels(ctx, in_channels: int, w_shape, group: int, b_name: str) -> None:
+    """Input channels = weight input channels x group, output channels a multiple of group,
+    the bias one value per output channel: what TFLite's CONV_2D checks at prepare time."""
+    if in_channels != w_shape[1] * group:
+        raise ctx.error(f"the input has {in_channels} channels, the weights {list(w_shape)} with "
+                        f"group {group} take {w_shape[1] * group}")
+    if w_shape[0] % group:
+        raise ctx.error(f"{w_shape[0]} output channels do not divide into {group} groups")
+    if b_name and tuple(ctx.shape(b_name)) != (w_shape[0],):
+        raise ctx.error(f"bias of shape {list(ctx.shape(b_name))} for {w_shape[0]} output channels")
 
 
 def _grouped(ctx, x_nhwc, w, bias, group, options, inner, w_name, y):

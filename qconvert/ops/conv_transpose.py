@@ -121,6 +121,10 @@ def import_conv_transpose(node, ctx):
     w = np.asarray(ctx.require_const(w_name, "ConvTranspose weights"), dtype=np.float32)
     if w.ndim not in (3, 4):
         raise ctx.error(f"{w.ndim - 2}D transposed convolution is not supported (1D and 2D are)")
+    if ctx.rank(x) != w.ndim:
+        raise ctx.error(f"weights of shape {list(w.shape)} (rank {w.ndim}) for an input of rank "
+                        f"{ctx.rank(x)}")
+    ctx.check_not_empty(x)
     one_d = w.ndim == 3
     bias = ctx.const(b_name) if b_name else None
     if b_name and bias is None:

@@ -128,6 +128,7 @@ def _pow_exponent(ctx, base: str, b: str, exponent) -> str:
 @onnx_op(*_BINARY)
 def import_binary(node, ctx):
     a, b = node.inputs[:2]
+    ctx.check_broadcast([a, b], node.outputs[0])
     if node.op_type == "Pow":
         exponent = ctx.const(b)
         if exponent is not None and exponent.size == 1 and float(exponent.reshape(())) == 2.0:
@@ -142,6 +143,7 @@ def import_nary(node, ctx):
     """Sum/Max/Min/Mean of n inputs: a left-to-right chain of binary ops (Mean divides after)."""
     y = node.outputs[0]
     inputs = [n for n in node.inputs if n]
+    ctx.check_broadcast(inputs, y)
     op_type = _NARY.get(node.op_type, "ADD")
     if len(inputs) == 1:
         ctx.add_op("IDENTITY", inputs, [y])

@@ -25,12 +25,21 @@ def import_pool(node, ctx):
     if len(node.outputs) > 1 and node.outputs[1]:
         raise ctx.error("MaxPool's Indices output is not supported")
     shape = ctx.shape(x)
+    ctx.check_not_empty(x)
     if len(shape) not in (3, 4):
         raise ctx.error(f"{len(shape) - 2}D pooling is not supported (1D and 2D are)")
     one_d = len(shape) == 3
     kernel = list(node.attr("kernel_shape"))
     strides = list(node.attr("strides", [1] * len(kernel)))
     dilations = list(node.attr("dilations", [1] * len(kernel)))
+    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(values) != len(shape) - 2:
+            raise ctx.error(f"attribute {name!r} has {len(values)} values for {len(shape) - 2} "
+                            "spatial axes")
+    if node.attr("auto_pad", "NOTSET") == "NOTSET" and len(node.attr("pads", [0] * 2 * len(kernel))) \
+            != 2 * len(kernel):
+        raise ctx.error(f"attribute 'pads' has {len(node.attr('pads'))} values, the pool takes "
+                        f"{2 * len(kernel)}")
     y_shape = ctx.shape(y)
     if one_d:
         x = reshape(ctx, x, (shape[0], shape[1], 1, shape[2]))

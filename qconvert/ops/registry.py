@@ -178,6 +178,7 @@ def onnx_ops_as(mapping: dict[str, str], inputs: int) -> None:
     first `inputs` inputs (Relu -> RELU, Where -> SELECT_V2, ...)."""
 
     def import_direct(node, ctx) -> None:
+        ctx.check_broadcast(node.inputs[:inputs], node.outputs[0])
         ctx.add_op(mapping[node.op_type], node.inputs[:inputs], node.outputs)
 
     onnx_op(*mapping)(import_direct)

@@ -43,8 +43,11 @@ tflite_op("IDENTITY", evaluate=lambda inputs, op: [inputs[0]])
 @onnx_op("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def import_reshape(node, ctx):
     """All four only change the shape, which shape inference already computed for the output."""
-    y = node.outputs[0]
-    reshape(ctx, node.inputs[0], ctx.shape(y), y)
+    x, y = node.inputs[0], node.outputs[0]
+    if np.prod(ctx.shape(x), dtype=np.int64) != np.prod(ctx.shape(y), dtype=np.int64):
+        raise ctx.error(f"cannot reshape {list(ctx.shape(x))} to {list(ctx.shape(y))}: the "
+                        "element counts differ")
+    reshape(ctx, x, ctx.shape(y), y)
 
 
 @onnx_op("Transpose")

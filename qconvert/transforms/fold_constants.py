@@ -3,11 +3,15 @@
 Transformations leave constant-only ops behind (a TRANSPOSE of a weight, a RESHAPE of a bias,
 a CAST of an index); TFLite would recompute them on every inference. Each op's numpy `evaluate`
 (in its op module) defines the value. Ops that write a graph output stay, so that the output
-tensor is produced by an op.
+tensor is produced by an op. Each output's size is checked against limits.FOLDED_BYTES before it
+is computed (its shape is known).
 """
+
+import math
 
 import numpy as np
 
+from .. import limits
 from ..ir import Model
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
@@ -24,6 +28,10 @@ def fold_constants(model: Model) -> bool:
             continue
         if any(model.arrays[n].is_variable for n in list(op.inputs) + op.outputs if n):
             continue  # stateful tensors are written at run time, every run
+        for name in op.outputs:
+            array = model.arrays[name]
+            limits.FOLDED_BYTES.check(math.prod(array.shape) * array.dtype.itemsize,
+                                      f"{op.type} of node {op.source!r}")
         results = evaluate(inputs, op)
         for name, value in zip(op.outputs, results):
             array = model.arrays[name]
