@@ -1,9 +1,11 @@
 """Runs one fuzz case and lists what it did wrong.
 
-In-process (click's CliRunner) for model and calibration cases, a real subprocess for cases whose
-file descriptors matter (Run.subprocess). Either way: a time limit (a hang fails the case), an
-address-space limit (a memory bomb fails with MemoryError instead of taking the machine), and the
-checks every case must pass:
+In a forked child of the pytest process running click's CliRunner for model and calibration cases
+(tens of milliseconds each: qconvert is imported once), a real subprocess of the console script
+for cases whose file descriptors matter (Run.subprocess). Either way: a time limit (a hang fails
+the case), an address-space limit (a memory bomb fails with MemoryError instead of taking the
+machine), a crash that fails the case instead of killing pytest, and the checks every case must
+pass:
 
 * exit code in the case's allowed set, a subset of {0, 1, 2, 4}: never 3 (internal error);
 * no traceback on stderr (in-process: no exception escaping the command either), and an error
@@ -19,14 +21,16 @@ checks every case must pass:
 from __future__ import annotations
 
 import json
-import logging
 import os
+import pickle
 import resource
+import select
 import signal
 import stat
 import subprocess
 import sys
-import threading
+import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,13 +44,9 @@ MEMORY_LIMIT = 6 << 30  # address space while a case runs: a bomb fails instead 
 CHECKER = Path(__file__).with_name("litert_check.py")
 
 
-class CaseTimeout(BaseException):
-    """The case ran past its time limit (a BaseException: the CLI's handlers must not catch it)."""
-
-
 @dataclass
 class Outcome:
-    exit_code: int | None  # None: timed out
+    exit_code: int | None  # None: timed out; 128 + N: killed by signal N
     stdout: bytes
     stderr: str
     escaped: str | None = None  # in-process: an exception that escaped the command (a traceback)
@@ -62,61 +62,73 @@ def _command(args: list[str]):
     return cli, args, "qconvert"
 
 
-class _Limits:
-    """The time and address-space limits of an in-process case."""
+def preload() -> None:
+    """Imports what a conversion imports lazily, once, before the first fork: each case's child
+    then starts with it loaded (no thread is started by these imports; the parent never runs a
+    session or an interpreter, so forking it is safe)."""
+    import ai_edge_litert.interpreter  # noqa: F401
+    import onnxruntime  # noqa: F401
 
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-
-    def _alarm(self, signum, frame):
-        raise CaseTimeout()
-
-    def __enter__(self):
-        self.main = threading.current_thread() is threading.main_thread()
-        if self.main:
-            self.previous = signal.signal(signal.SIGALRM, self._alarm)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
-        self.rlimit = resource.getrlimit(resource.RLIMIT_AS)
-        hard = self.rlimit[1]
-        resource.setrlimit(resource.RLIMIT_AS,
-                           (MEMORY_LIMIT if hard == resource.RLIM_INFINITY else min(MEMORY_LIMIT, hard), hard))
-        return self
-
-    def __exit__(self, *exc):
-        resource.setrlimit(resource.RLIMIT_AS, self.rlimit)
-        if self.main:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)
-        return False
+    import qconvert.cli  # noqa: F401
+    import qconvert.converter  # noqa: F401
+    import qconvert.inspect_tflite  # noqa: F401
+    import qconvert.quantize.calibration_data  # noqa: F401
+    import qconvert.report  # noqa: F401
 
 
-def run_in_process(run: Run, directory: Path) -> Outcome:
+def _invoke(run: Run, directory: Path) -> tuple:
+    """In the forked child: runs the command with click's CliRunner."""
     command, args, prog = _command(run.args)
-    # the CLI's logging.basicConfig binds the first stream it sees: give it this case's stderr
-    for handler in list(logging.root.handlers):
-        logging.root.removeHandler(handler)
-    cwd = os.getcwd()
-    saved_env = {k: os.environ.get(k) for k in run.env}
     os.chdir(directory)
     os.environ.update(run.env)
-    try:
-        with _Limits(run.timeout):
-            result = CliRunner().invoke(command, args, input=run.stdin, prog_name=prog)
-    except CaseTimeout:
-        return Outcome(None, b"", f"timed out after {run.timeout:g} s")
-    finally:
-        os.chdir(cwd)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        for handler in list(logging.root.handlers):
-            logging.root.removeHandler(handler)
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    result = CliRunner().invoke(command, args, input=run.stdin, prog_name=prog)
     escaped = None
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         escaped = f"{type(result.exception).__name__}: {result.exception}"
-    return Outcome(result.exit_code, result.stdout_bytes, result.stderr, escaped)
+    return result.exit_code, result.stdout_bytes, result.stderr, escaped
+
+
+def run_in_process(run: Run, directory: Path) -> Outcome:
+    """Runs the case in a forked child of this process: as fast as in-process (qconvert is already
+    imported), but a crash, a hang or a memory bomb ends the child, not pytest, and no state
+    (cwd, environment, logging, limits) leaks from one case into the next."""
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: see preload()
+        pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 0
+        try:
+            os.close(read_end)
+            payload = pickle.dumps(_invoke(run, directory))
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(payload)
+        except BaseException:
+            code = 70
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks, deadline = [], time.monotonic() + run.timeout
+    with os.fdopen(read_end, "rb") as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return Outcome(None, b"", f"timed out after {run.timeout:g} s")
+            chunk = os.read(pipe.fileno(), 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return Outcome(128 + sig, b"", f"qconvert crashed: killed by {signal.Signals(sig).name}")
+    if not chunks:
+        return Outcome(70, b"", "the harness's child failed before reporting")
+    exit_code, stdout, stderr, escaped = pickle.loads(b"".join(chunks))
+    return Outcome(exit_code, stdout, stderr, escaped)
 
 
 def _child_setup(run: Run):
@@ -238,8 +250,12 @@ def check(run: Run, outcome: Outcome, before: dict, directory: Path, litert: Lit
     err_lines = [line for line in outcome.stderr.splitlines() if line.strip()]
     if code is None:
         return [f"hang: {outcome.stderr}"]
-    if code not in run.allowed:
-        last = next((line for line in reversed(err_lines) if "error" in line), err_lines[-1] if err_lines else "")
+    crashed = code > 128
+    if crashed:
+        problems.append(f"crash: {outcome.stderr.strip().splitlines()[-1]}")
+    elif code not in run.allowed:
+        last = next((line for line in reversed(err_lines) if "error" in line),
+                    err_lines[-1] if err_lines else "")
         what = "internal error" if code == 3 else f"exit {code} (allowed {sorted(run.allowed)})"
         problems.append(f"{what}: {last[:300]}")
     if "Traceback" in outcome.stderr:
@@ -247,9 +263,10 @@ def check(run: Run, outcome: Outcome, before: dict, directory: Path, litert: Lit
     if outcome.escaped:
         problems.append(f"internal error escaped the command (a real run prints a traceback and "
                         f"exits {code}): {outcome.escaped[:300]}")
-    if code != 0 and not outcome.escaped and not any(line.startswith("qconvert: error:") or line.startswith("qconvert: internal error:")
-                             for line in err_lines):
-        problems.append(f"exit {code} without a 'qconvert: error:' line: {' | '.join(err_lines[-3:])[:300]!r}")
+    if code != 0 and not crashed and not outcome.escaped and not any(
+            line.startswith(("qconvert: error:", "qconvert: internal error:")) for line in err_lines):
+        problems.append(f"exit {code} without a 'qconvert: error:' line: "
+                        f"{' | '.join(err_lines[-3:])[:300]!r}")
     if (directory / PWNED).exists():
         problems.append("calibration data was unpickled (the payload ran)")
 
@@ -268,7 +285,7 @@ def check(run: Run, outcome: Outcome, before: dict, directory: Path, litert: Lit
             problems.append(f"failure left OUT {out} {'changed' if was else 'behind'}")
         if code == 0 and was is not None and was[0] != "file" and now is not None and now[0] != was[0]:
             problems.append(f"OUT {out} was a {was[0]} and is now a {now[0]} (silently replaced)")
-    new = set(after) - set(before) - ({out} if code == 0 else set())
+    new = set(after) - set(before) - {out}  # OUT: checked above
     stray = sorted(p for p in new if code != 0 or ".qconvert-" in p)
     if stray:
         problems.append(f"left behind: {', '.join(stray)}")

@@ -10,16 +10,20 @@ without XNNPACK (runner.py has the full list of checks). Run it on 2 cores with
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from tests.fuzz.cases import all_cases
-from tests.fuzz.runner import LiteRTChecker, check, run_in_process, run_subprocess, snapshot
+from tests.fuzz.runner import LiteRTChecker, check, preload, run_in_process, run_subprocess, snapshot
 
 CASES = all_cases()
 
 
 @pytest.fixture(scope="module")
 def litert():
+    preload()
     checker = LiteRTChecker()
     yield checker
     checker.close()
@@ -36,6 +40,12 @@ def test_case(case, tmp_path, litert):
     before = snapshot(tmp_path)
     outcome = (run_subprocess if run.subprocess else run_in_process)(run, tmp_path)
     problems = check(run, outcome, before, tmp_path, litert)
+    if os.environ.get("QCONVERT_FUZZ_LOG"):  # one JSON line per case, to sort the failures by class
+        last = outcome.stderr.strip().splitlines()[-1:] or [""]
+        with open(os.environ["QCONVERT_FUZZ_LOG"], "a") as log:
+            log.write(json.dumps({"id": case.id, "kind": case.kind, "args": run.args, "env": run.env,
+                                  "exit": outcome.exit_code, "stderr": last[0][:300],
+                                  "problems": problems}) + "\n")
     assert not problems, (f"{case.id} ({case.kind}): qconvert {' '.join(run.args)}"
                           f"{' with ' + str(run.env) if run.env else ''}\n  " + "\n  ".join(problems)
                           + f"\n  reproduce: python -m tests.fuzz.cases {case.id} DIR")
