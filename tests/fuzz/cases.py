@@ -685,7 +685,11 @@ def random_field(rng, j, d):
         if rng.random() < 0.8:
             setters = _int_fields(m)
             value = int(_pick(rng, EXTREME_INTS + [1, 2, 3, -2]))
-            setters[int(rng.integers(len(setters)))](value)
+            setter = setters[int(rng.integers(len(setters)))]
+            try:
+                setter(value)
+            except ValueError:  # an int32 field (a data type): its extreme instead
+                setter(-2**31 if value < 0 else 2**31 - 1)
         else:
             names_ = [x for n in m.graph.node for x in list(n.input) + list(n.output)]
             n = m.graph.node[int(rng.integers(len(m.graph.node)))]
