@@ -20,6 +20,7 @@ pass:
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import pickle
@@ -99,6 +100,7 @@ def run_in_process(run: Run, directory: Path) -> Outcome:
         pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         code = 0
+        faulthandler.disable()  # a crash is reported by the parent, without pytest's stack dump
         try:
             os.close(read_end)
             payload = pickle.dumps(_invoke(run, directory))
@@ -180,9 +182,12 @@ class LiteRTChecker:
 
     def _start(self):
         env = {**os.environ, "MALLOC_CHECK_": "3", "PYTHONPATH": str(ROOT)}
+        # the address-space limit: a model with a 40 GB tensor fails to allocate instead of
+        # taking the machine; stderr (LiteRT's INFO lines) is not needed
         return subprocess.Popen([sys.executable, str(CHECKER)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
-                                bufsize=1)
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+                                bufsize=1, preexec_fn=lambda: resource.setrlimit(
+                                    resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT)))
 
     def check(self, path: Path) -> str | None:
         """None when `path` ran under both resolvers; else what went wrong."""
