@@ -147,6 +147,15 @@ def rename_tensor(model: onnx.ModelProto, old: str, new: str) -> None:
             t.name = new
 
 
+def _device(path: Path, name: str) -> None:
+    """A character device at `path` behaving like /dev/`name` (null or zero): our own node when
+    we may create one (root), so that nothing can touch the system's; else a symlink to it."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, {"null": 3, "zero": 5}[name]))
+    except PermissionError:
+        os.symlink(f"/dev/{name}", path)
+
+
 EXTREME_INTS = [0, -1, -7, 100, 2**31 - 1, 2**31, 2**32 + 4, 2**40, 2**62, 2**63 - 1, -2**31 - 1, -2**63]
 
 
@@ -1098,7 +1107,7 @@ def cli_paths(rng, j, d):
     elif kind == 10:  # OUT a dangling symlink
         os.symlink("nowhere/x.tflite", d / OUT)
     elif kind == 11:  # OUT a character device (a /dev/null of our own)
-        os.mknod(d / OUT, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        _device(d / OUT, "null")
     elif kind == 12:
         src = "."
     elif kind == 13:
@@ -1158,7 +1167,7 @@ def cli_stdio(rng, j, d):
         os.mkfifo(d / "out.fifo")
         run.args, run.out = [MODEL, "out.fifo"], "out.fifo"
     elif kind == 11:  # a /dev/zero of our own as IN: endless bytes
-        os.mknod(d / "zero.onnx", 0o666 | stat.S_IFCHR, os.makedev(1, 5))
+        _device(d / "zero.onnx", "zero")
         run.args = ["zero.onnx", OUT]
     elif kind == 12:  # --json and a model on stdin, OUT a file; stdout /dev/full
         run.args, run.stdin, run.stdout_mode = ["-", OUT, "--json"], model, "full"
