@@ -80,9 +80,10 @@ def import_conv(node, ctx):
                             f"{1 if one_d else 2} spatial axes")
         return [default] + value if one_d else value
     strides, dilations = pair("strides", 1), pair("dilations", 1)
-    if node.attr("kernel_shape") is not None and list(node.attr("kernel_shape")) != list(w.shape[2:]):
-        raise ctx.error(f"kernel_shape {list(node.attr('kernel_shape'))} differs from the weights' "
-                        f"spatial shape {list(w.shape[2:])}")
+    declared = node.attr("kernel_shape")
+    if declared is not None and list(declared) != list(w.shape[3:] if one_d else w.shape[2:]):
+        raise ctx.error(f"kernel_shape {list(declared)} differs from the weights' spatial shape "
+                        f"{list(w.shape[3:] if one_d else w.shape[2:])}")
     group = node.attr("group", 1)
     if one_d and node.attr("auto_pad", "NOTSET") == "NOTSET":
         p = list(node.attr("pads", [0, 0]))
