@@ -106,8 +106,9 @@ _EXIT_CODES = ((ConversionError, EXIT_CONVERSION_ERROR), (UsageError, EXIT_USAGE
 class _Command(click.Command):
     """Every failure of a command becomes one line on stderr and its documented exit code:
     click's parsing and parameter errors and qconvert's UsageError exit 2, ConversionError and
-    OSError 1, BelowThreshold 4, anything else is a bug, exit 3. --debug adds the traceback and
-    keeps the exit code."""
+    OSError 1, BelowThreshold 4, anything else is a bug, exit 3. --debug adds the traceback to an
+    internal error and keeps its exit code; a user's error stays one line (its message names what
+    is at fault; a traceback of qconvert's code would not help)."""
 
     def make_context(self, info_name, args, parent=None, **extra):
         try:
@@ -123,7 +124,8 @@ class _Command(click.Command):
         except (click.exceptions.Exit, click.Abort, click.ClickException):
             raise
         except Exception as e:
-            if ctx.params.get("debug"):
+            internal = not isinstance(e, (UsageError, ConversionError, BelowThreshold, OSError))
+            if internal and ctx.params.get("debug"):
                 traceback.print_exc()
             _fail(e, ctx)
 

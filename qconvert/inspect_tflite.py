@@ -59,7 +59,8 @@ from .verify import _first_line, json_number, quiet_native_stderr
 DELEGATE = "XNNPACK"  # LiteRT's default delegate, applied by its default op resolver
 LISTED_VALUES = 3  # the text output lists quantization vectors up to this length, else summarises
 # What the bindings raise on bytes that are not a well-formed flatbuffer.
-_MALFORMED = (struct.error, IndexError, ValueError, OverflowError)
+# (TypeError: the flatbuffers runtime's "bad number -28 for type uint32" on a corrupt offset.)
+_MALFORMED = (struct.error, IndexError, ValueError, OverflowError, TypeError)
 
 
 # --- the flatbuffer ------------------------------------------------------------------------------

@@ -383,8 +383,8 @@ class ImportContext:
         return len(self.shape(name))
 
     def check_not_empty(self, name: str) -> None:
-        """TFLite's convolutions and pools refuse an input with a zero-sized dimension at prepare
-        time (elementwise ops and reductions run empty tensors)."""
+        """TFLite's convolutions, pools and matrix products refuse an input with a zero-sized
+        dimension at prepare time (elementwise ops and reductions run empty tensors)."""
         if 0 in self.shape(name):
             raise self.error(f"input {name!r} of shape {list(self.shape(name))} is empty; TFLite's "
                              f"{self.node.op_type} kernel cannot run an empty input")

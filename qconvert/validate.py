@@ -382,16 +382,23 @@ def check_model(proto: onnx.ModelProto, stored: Mapping[str, int] | None = None)
         raise ConversionError("the ONNX graph has no nodes")
     for t in graph.initializer:
         check_tensor(t, f"initializer {t.name!r}", stored.get(t.name))
+    initializer_names = {t.name for t in graph.initializer}
     for kind, values in (("input", graph.input), ("output", graph.output),
                          ("value_info", graph.value_info)):
         for v in values:
-            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+            # A real input (one no initializer feeds) must say what it takes; elsewhere an
+            # unset type (0) is left to inference.
+            real_input = kind == "input" and v.name not in initializer_names
+            if real_input and not v.type.HasField("tensor_type"):
+                raise ConversionError(f"graph input {v.name!r} declares no tensor type (qconvert "
+                                      "converts tensor inputs)")
+            if v.type.HasField("tensor_type") and (v.type.tensor_type.elem_type or real_input):
                 check_data_type(v.type.tensor_type.elem_type, f"graph {kind} {v.name!r}")
     opsets = {o.domain: o.version for o in proto.opset_import}
     labels = [_label(node, k) for k, node in enumerate(graph.node)]
     # producer: -1 for graph inputs and initializers, else the index of the node writing it.
     producer = dict.fromkeys([v.name for v in graph.input] + [t.name for t in graph.initializer], -1)
-    initializers = {t.name for t in graph.initializer}
+    initializers = initializer_names
     for k, node in enumerate(graph.node):
         _check_node(node, labels[k], opsets)
         for name in node.output:

@@ -156,6 +156,16 @@ CASES = {
     "conv_empty_input": (_conv(x=helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 0, 8])),
                          ["node 'conv' (Conv)", "[1, 3, 0, 8] is empty"]),
     "input_beyond_int32": (_add((2**33, 3)), ["input 'x'", "8589934592", "int32"]),
+    "input_type_undefined": (_edit(_add(), lambda m: setattr(m.graph.input[0].type.tensor_type,
+                                                             "elem_type", 0)),
+                             ["graph input 'x'", "UNDEFINED"]),
+    "input_without_type": (_edit(_add(), lambda m: m.graph.input[0].ClearField("type")),
+                           ["graph input 'x'", "no tensor type"]),
+    "gemm_empty_input": (_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="gemm")],
+                                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 3])],
+                                inits=[numpy_helper.from_array(np.ones((3, 2), np.float32), "w"),
+                                       numpy_helper.from_array(np.ones(2, np.float32), "b")]),
+                         ["node 'gemm' (Gemm)", "[0, 3] is empty"]),
 }
 
 

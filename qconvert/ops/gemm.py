@@ -96,6 +96,7 @@ def import_gemm(node, ctx):
     a, b = node.inputs[:2]
     c = node.inputs[2] if len(node.inputs) > 2 else ""
     y = node.outputs[0]
+    ctx.check_not_empty(a)
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
     if node.attr("transA", 0):
         a_t = ctx.tensor(a + "_t", ctx.shape(a)[::-1], ctx.dtype(a))
@@ -139,6 +140,7 @@ def import_gemm(node, ctx):
 def import_matmul(node, ctx):
     a, b = node.inputs[:2]
     y = node.outputs[0]
+    ctx.check_not_empty(a)
     w = ctx.const(b)
     if w is not None and w.ndim == 2 and ctx.rank(a) >= 1:
         _fully_connected(ctx, a, np.ascontiguousarray(w.T), None, y)

@@ -175,7 +175,7 @@ def _read_npy(path: str) -> np.ndarray:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except PermissionError:
         raise ConversionError(f"{path}: permission denied") from None
-    except (ValueError, OSError, EOFError) as e:
+    except (ValueError, OSError, EOFError, OverflowError) as e:  # Overflow: a negative shape
         raise ConversionError(f"{path}: not a readable .npy array: {e}") from None
 
 

@@ -279,11 +279,13 @@ def test_a_socket_at_out_is_refused(files, tmp_path, monkeypatch):
     (["{d}/m.onnx", "{d}/out.tflite", "--quantize", "--calibration", "{f}/cal.npz",
       "--min-sqnr", "300"], 4),
 ])
-def test_debug_shows_the_traceback_and_keeps_the_exit_code(files, tmp_path, argv, code):
+def test_debug_keeps_the_exit_code_and_a_users_error_on_one_line(files, tmp_path, argv, code):
+    """(An internal error's traceback under --debug: tests/cli/test_cli.py.)"""
     d = _work_dir(files, tmp_path)
     result = CliRunner().invoke(cli, [a.format(d=d, f=files) for a in argv] + ["--debug"])
     assert result.exit_code == code, result.stderr
-    assert "Traceback" in result.stderr and result.stderr.splitlines()[-1].startswith("qconvert: error:")
+    assert "Traceback" not in result.stderr  # (--debug's log lines come before the error line)
+    assert result.stderr.splitlines()[-1].startswith("qconvert: error:")
     assert not (d / "out.tflite").exists()
 
 

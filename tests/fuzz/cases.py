@@ -48,6 +48,7 @@ class Run:
     args: list[str]  # after "qconvert" (a subcommand, "inspect" or "verify", comes first)
     out: str | None = OUT  # the OUT argument ("-": stdout; None: the command writes no model)
     inputs: tuple[str, ...] = (MODEL,)  # files that must never change, even when OUT names one
+    through: str | None = None  # the file OUT, a symlink, leads to: replaced on success only
     stdin: bytes | None = b""  # what "-" reads (in-process), or stdin's bytes (subprocess)
     subprocess: bool = False  # real process: its fds and exit path matter
     stdin_mode: str = "bytes"  # subprocess: "bytes" or "closed"
@@ -1070,6 +1071,7 @@ def cli_paths(rng, j, d):
     out = OUT
     src = MODEL
     allowed = EXIT_ANY
+    through = None
     if kind == 0:
         out = MODEL
         allowed = frozenset({2})
@@ -1101,9 +1103,10 @@ def cli_paths(rng, j, d):
         data = bytearray((d / MODEL).read_bytes())
         data[int(rng.integers(len(data)))] ^= 0xFF
         (d / MODEL).write_bytes(bytes(data[: len(data) // 2]))
-    elif kind == 9:  # OUT a symlink to another file
+    elif kind == 9:  # OUT a symlink to another file: its target is replaced, the link kept
         (d / "target.tflite").write_bytes(b"old")
         os.symlink("target.tflite", d / OUT)
+        through = "target.tflite"
     elif kind == 10:  # OUT a dangling symlink
         os.symlink("nowhere/x.tflite", d / OUT)
     elif kind == 11:  # OUT a character device (a /dev/null of our own)
@@ -1130,7 +1133,7 @@ def cli_paths(rng, j, d):
         (d / OUT).write_bytes(b"old")
         src = "in.onnx"
     flags = mode_flags(rng, d, "convnet", p_float=0.7)
-    return Run([src, out, *flags], out=out, inputs=inputs, allowed=allowed)
+    return Run([src, out, *flags], out=out, inputs=inputs, allowed=allowed, through=through)
 
 
 def cli_stdio(rng, j, d):

@@ -278,8 +278,9 @@ def check(run: Run, outcome: Outcome, before: dict, directory: Path, litert: Lit
     after = snapshot(directory)
     out = _norm(directory, run.out)
     inputs = {_norm(directory, p) for p in run.inputs}
+    through = _norm(directory, run.through) if run.through else None
     for path, entry in before.items():
-        if path == out and path not in inputs:
+        if (path == out and path not in inputs) or (path == through and code == 0):
             continue
         if after.get(path) != entry:
             problems.append(f"{path} changed (an input must stay as it was)" if path in after
