@@ -47,9 +47,13 @@ counts in K the runs of ops left to the interpreter too; `partitions` here count
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
+import signal
 import struct
+import subprocess
+import sys
 
 from .errors import ConversionError
 from .tflite import schema_generated as S
@@ -57,6 +61,7 @@ from .tflite.reader import builtin_code, data_offset, dtype_name, op_name
 from .verify import _first_line, json_number, quiet_native_stderr
 
 DELEGATE = "XNNPACK"  # LiteRT's default delegate, applied by its default op resolver
+CHILD_TIMEOUT_S = 120  # LiteRT loading a file in inspect's child process
 LISTED_VALUES = 3  # the text output lists quantization vectors up to this length, else summarises
 # What the bindings raise on bytes that are not a well-formed flatbuffer.
 # (TypeError: the flatbuffers runtime's "bad number -28 for type uint32" on a corrupt offset.)
@@ -218,25 +223,51 @@ def interpreter_partitions(interpreter) -> tuple[list[list[int]], int]:
 def litert_partitions(path: str, op_count: int) -> list[list[int]]:
     """Each delegate partition's op indices once LiteRT has loaded `path` with its default
     delegate; DelegationUnknown when it cannot load it or its nodes do not match the file's
-    `op_count` ops of subgraph 0."""
+    `op_count` ops of subgraph 0.
+
+    LiteRT runs in a child process (`_child_partitions`): inspect takes any .tflite, also a
+    hostile one, and a file LiteRT crashes on (a SIGSEGV in allocate_tensors, a heap abort) must
+    end in "the delegation is unknown, LiteRT crashed", not take qconvert down with it."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
+    try:
+        child = subprocess.run([sys.executable, "-m", "qconvert.inspect_tflite", path],
+                               capture_output=True, env=env, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise DelegationUnknown(f"LiteRT did not load the file within {CHILD_TIMEOUT_S} s") from None
+    if child.returncode < 0:
+        raise DelegationUnknown(f"LiteRT crashed loading the file ({signal.Signals(-child.returncode).name})")
+    try:
+        answer = json.loads(child.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        raise DelegationUnknown(f"LiteRT's child process ended with exit {child.returncode} and "
+                                "no answer") from None
+    if "error" in answer:
+        raise DelegationUnknown(answer["error"])
+    if answer["listed"] != op_count:
+        raise DelegationUnknown(f"LiteRT lists {answer['listed']} ops in the main subgraph, the file "
+                                f"has {op_count}")
+    return answer["partitions"]
+
+
+def _child_partitions(path: str) -> dict:
+    """In the child process: {"partitions", "listed"} (interpreter_partitions), or {"error"}."""
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError as e:
-        raise DelegationUnknown(f"LiteRT is not installed ({e})") from None
+        return {"error": f"LiteRT is not installed ({e})"}
     try:
         with quiet_native_stderr():
             interpreter = Interpreter(model_path=path, num_threads=1)
             interpreter.allocate_tensors()
     except (ValueError, RuntimeError) as e:
-        raise DelegationUnknown(f"LiteRT cannot load the file: {_first_line(e)}") from None
+        return {"error": f"LiteRT cannot load the file: {_first_line(e)}"}
     try:
         partitions, listed = interpreter_partitions(interpreter)
     except (AttributeError, KeyError, TypeError) as e:  # a private API that may change
-        raise DelegationUnknown(f"this LiteRT does not list its nodes ({e!r})") from None
-    if listed != op_count:
-        raise DelegationUnknown(f"LiteRT lists {listed} ops in the main subgraph, the file has "
-                                f"{op_count}")
-    return partitions
+        return {"error": f"this LiteRT does not list its nodes ({e!r})"}
+    return {"partitions": partitions, "listed": listed}
 
 
 def _runtime() -> str | None:
@@ -399,3 +430,7 @@ def format_text(report: dict) -> str:
             lines.append(delegation_text(report["delegation"]))
         lines += _table(_tensor_rows(graph))
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # litert_partitions' child process
+    print(json.dumps(_child_partitions(sys.argv[1])))
