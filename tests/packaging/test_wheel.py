@@ -82,16 +82,19 @@ def _model() -> onnx.ModelProto:
 
 def _build_wheel(dest: Path) -> Path:
     """Builds the wheel from a copy of the tree's packaging inputs (pyproject.toml, README.md, the
-    qconvert package), with this environment's setuptools: no new build dependency, no network."""
+    qconvert package) the way pip builds it for a user: in an isolated build environment with
+    pyproject's build requirements (this venv's own setuptools may be older than they ask: a
+    fresh venv's bundled 65 cannot read the license field). Skips, like the install, when the
+    package index cannot be reached."""
     source = dest / "source"
     source.mkdir()
     shutil.copy(ROOT / "pyproject.toml", source)
     shutil.copy(ROOT / "README.md", source)
     shutil.copytree(ROOT / "qconvert", source / "qconvert",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                          "-q", "-w", str(dest / "dist"), str(source)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
+    run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dest / "dist"),
+                          str(source)], capture_output=True, text=True)
+    _require_pip_success(run, "pip wheel (the build)")
     (wheel,) = (dest / "dist").glob("qconvert-*.whl")
     return wheel
 
@@ -105,13 +108,18 @@ def _install(dest: Path) -> tuple[Path, Path]:
     # Not -q: pip says "Could not fetch URL" (an unreachable index) on stdout only without it.
     run = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", str(wheel)],
                          capture_output=True, text=True, env=_clean_env(), cwd=dest)
+    _require_pip_success(run, f"pip install {wheel.name} into a fresh venv")
+    return wheel, env_dir
+
+
+def _require_pip_success(run: subprocess.CompletedProcess, what: str) -> None:
+    """Fails with pip's output, or skips when it could not reach the package index."""
     if run.returncode != 0:
         output = run.stdout + run.stderr
         if any(marker in output for marker in NETWORK_FAILURES):
-            pytest.skip(f"the package index cannot be reached to install the wheel's dependencies: "
+            pytest.skip(f"{what}: the package index cannot be reached: "
                         f"{run.stderr.strip().splitlines()[-1]}")
-        pytest.fail(f"pip install {wheel.name} into a fresh venv failed:\n{output}")
-    return wheel, env_dir
+        pytest.fail(f"{what} failed:\n{output}")
 
 
 def _clean_env() -> dict[str, str]:
