@@ -80,7 +80,7 @@ def _model_source(model) -> tuple[str, bytes | None]:
     """converter.convert's (source, data) for convert's `model`."""
     if isinstance(model, (str, os.PathLike)):
         path = os.fsdecode(os.fspath(model))
-        from .cli import check_input_file
+        from .files import check_input_file
 
         check_input_file(path)
         return path, None
