@@ -242,9 +242,8 @@ def quantize_options_from_flags(quantize: bool, calibration, calibration_samples
         if used:
             raise click.UsageError(f"{used[0]} only applies with --quantize")
         return None
-    if calibration is None and default_range is None:
-        raise click.UsageError("--quantize needs --calibration PATH (or --default-range MIN,MAX "
-                               "for a speed study without data)")
+    # --quantize without --calibration or --default-range: converter.convert decides (a model
+    # with QuantizeLinear/DequantizeLinear pairs carries its own ranges).
     if calibration_samples is not None and calibration is None:
         raise click.UsageError("--calibration-samples needs --calibration")
     if activations == "int16" and io_type == "uint8":

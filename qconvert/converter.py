@@ -11,9 +11,11 @@ import numpy as np
 
 from . import __version__
 from .dynamic_batch import mark_batch_tensors, note
+from .errors import UsageError
 from .ir import Model
 from .loader import load, nodes_matching
 from .onnx_file import read_complete_onnx, read_onnx
+from .qdq.importer import apply_qdq_ranges, has_qdq, strip_qdq
 from .quantize.calibration_methods import MINMAX, CalibrationMethod
 from .quantize.planner import Plan
 from .report import ConversionNotes
@@ -55,6 +57,7 @@ class QuantizationReport:
     weights_bytes_float: int  # constant data before quantization
     weights_bytes: int  # constant data after
     plan: Plan | None = None  # --target-sqnr: the precision planner's rounds and promotions
+    qdq_tensors: int = 0  # activations whose range the model's QuantizeLinear/DequantizeLinear gave
 
 
 @dataclass
@@ -109,6 +112,8 @@ class ConversionReport:
             text += f"; int8: {q.int8_ops} ops"
             if q.int16_ops:
                 text += f", int16: {q.int16_ops} ops"
+            if q.qdq_tensors:
+                text += f", ranges of {q.qdq_tensors} tensors from the model's QDQ pairs"
             text += f", weights {_human_size(q.weights_bytes_float)} -> {_human_size(q.weights_bytes)}"
             if q.plan is not None:
                 text += "; " + q.plan.summary()
@@ -225,6 +230,15 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     the precision planner chooses which ops stay float (quantize/planner.py)."""
     start = time.perf_counter()
     onnx_file = read_onnx(source, data)
+    qdq = None
+    if has_qdq(onnx_file.proto):  # ranges from the model's Q/DQ pairs (qdq/importer.py)
+        onnx_file.restore_weights()
+        qdq = strip_qdq(onnx_file.proto, clip=quantize is None)
+    if (quantize is not None and calibration is None and quantize.default_range is None
+            and not (qdq and qdq.activations)):
+        raise UsageError("--quantize needs --calibration PATH (or --default-range MIN,MAX for a "
+                         "speed study without data), unless the model carries its ranges in "
+                         "QuantizeLinear/DequantizeLinear pairs")
     if keep_float:
         quantize = replace(quantize, keep_float=dict.fromkeys(
             nodes_matching(onnx_file.proto, keep_float), KEPT_FLOAT))
@@ -247,6 +261,9 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         calibrate_model(model, run, samples, progress, calibration_method)
         calibration_seconds += time.perf_counter() - started
         del run
+    qdq_tensors = 0
+    if quantize is not None and qdq:
+        qdq_tensors = apply_qdq_ranges(model, qdq)  # over calibration's: the model's own params win
     convert_model(model, io_layout)
     float_bytes = _constant_bytes(model)
     quantization = weights_report = precision_plan = None
@@ -266,6 +283,7 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
                                             calibration_seconds, float_bytes,
                                             str(calibration_method) if samples else "")
         quantization.plan = precision_plan
+        quantization.qdq_tensors = qdq_tensors
     if weights is not None:
         floats = {n for n, a in model.arrays.items() if a.is_constant and a.dtype.kind == "f"}
         run_weight_pipeline(model, weights, weight_only_min_elements)

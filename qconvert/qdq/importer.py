@@ -1,0 +1,240 @@
+"""QDQ import: the quantization params a model carries in its QuantizeLinear/DequantizeLinear pairs.
+
+onnxruntime's quantize_static (QDQ format), PyTorch QAT/PT2E exports, NVIDIA ModelOpt and AMD Quark
+write a fake-quant as a QuantizeLinear -> DequantizeLinear pair around each tensor the int8 graph
+quantizes, and weights as an int8 initializer -> DequantizeLinear (or float -> Q -> DQ), biases as
+int32 -> DequantizeLinear. TOCO read its ranges from FakeQuant nodes the same way.
+
+`strip_qdq` rewrites the ONNX graph, before it is loaded, into the float graph the pairs describe:
+- an activation pair Q(x) -> DQ is removed, its readers read x, and x's range is recorded as the
+  span of the pair's integer grid: [(qmin - zp) * scale, (qmax - zp) * scale]. The quantize steps
+  choose params from a range with the same formula, so they give back exactly this scale and zero
+  point (a uint8 grid's range gives the int8 zero point zp - 128 at the same scale, TFLite's
+  shift);
+- a constant under DQ (or under Q -> DQ) becomes the float initializer it dequantizes to, the
+  values the model computes with. Weights quantized symmetric per channel onto [-127, 127] (what
+  onnxruntime, PyTorch and TFLite write) requantize to the same integers and scales; a bias
+  requantizes to the same int32 at input scale x weight scale.
+Per-axis activation params, int16 grids and DequantizeLinear of a graph input are refused, naming
+the node (not built yet). The graph stays valid ONNX throughout: a DQ output that is a graph output
+becomes an Identity of x.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import ConversionError
+from ..ir import MinMax, Model
+from ..quantize.arrays import fill_across_same_scale_ops
+
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+# zero point dtype -> the integer grid (qmin, qmax)
+_GRIDS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+
+
+@dataclass
+class QdqRanges:
+    """What strip_qdq found: activation ranges by ONNX tensor name, and the constants it turned
+    into float (weights, biases) with their integer dtype."""
+
+    activations: dict[str, tuple[float, float]] = field(default_factory=dict)
+    constants: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.activations or self.constants)
+
+
+def has_qdq(proto: onnx.ModelProto) -> bool:
+    return any(node.op_type in QDQ_OPS and node.domain in ("", "ai.onnx") for node in proto.graph.node)
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return f"node {node.name!r} ({node.op_type})" if node.name else f"a {node.op_type} node"
+
+
+class _Graph:
+    """The top-level graph's constants, producers and readers, kept up to date by the rewrite."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.graph = graph
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.constant_nodes = {n.output[0]: n for n in graph.node
+                               if n.op_type == "Constant" and n.output and n.attribute}
+        self.producer = {o: n for n in graph.node for o in n.output if o}
+        self.readers: dict[str, list[onnx.NodeProto]] = {}
+        for n in graph.node:
+            for i in n.input:
+                self.readers.setdefault(i, []).append(n)
+        self.outputs = {o.name for o in graph.output}
+
+    def constant(self, name: str) -> np.ndarray | None:
+        if name in self.initializers:
+            return numpy_helper.to_array(self.initializers[name])
+        node = self.constant_nodes.get(name)
+        if node is not None and node.attribute[0].name == "value":
+            return numpy_helper.to_array(node.attribute[0].t)
+        return None
+
+
+def _params(g: _Graph, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, int]:
+    """(scale, zero point, axis) of a Q or DQ node; both constant, the zero point's dtype naming
+    the grid (int8 when absent, as ONNX says)."""
+    scale = g.constant(node.input[1]) if len(node.input) > 1 else None
+    if scale is None:
+        raise ConversionError(f"{_label(node)}: its scale {node.input[1] if len(node.input) > 1 else ''!r} "
+                              "is not a constant")
+    zero = g.constant(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.int8)
+    if zero is None:
+        raise ConversionError(f"{_label(node)}: its zero point {node.input[2]!r} is not a constant")
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+    if not np.all(np.isfinite(scale)) or not np.all(scale > 0):
+        raise ConversionError(f"{_label(node)}: scale {scale.tolist() if scale.size < 9 else scale.shape} "
+                              "must be finite and positive")
+    return scale.astype(np.float32), zero, axis
+
+
+def _along(values: np.ndarray, rank: int, axis: int) -> np.ndarray:
+    """A per-axis vector shaped to broadcast along `axis` of a rank-`rank` array."""
+    if values.ndim == 0 or values.size == 1:
+        return values.reshape(())
+    shape = [1] * rank
+    shape[axis % rank] = values.size
+    return values.reshape(shape)
+
+
+def _dequantized(q: np.ndarray, scale, zero, axis: int) -> np.ndarray:
+    rank = q.ndim
+    return ((q.astype(np.float64) - _along(zero, rank, axis).astype(np.float64))
+            * _along(scale, rank, axis).astype(np.float64)).astype(np.float32)
+
+
+def _fake_quantized(x: np.ndarray, scale, zero, axis: int, node) -> np.ndarray:
+    """DQ(Q(x)) of a float constant (ONNX QuantizeLinear rounds half to even and saturates)."""
+    if zero.dtype not in _GRIDS:
+        raise ConversionError(f"{_label(node)}: a {zero.dtype} grid is not supported (int8, uint8)")
+    low, high = _GRIDS[zero.dtype]
+    rank = x.ndim
+    q = np.clip(np.rint(x / _along(scale, rank, axis)) + _along(zero, rank, axis).astype(np.float64),
+                low, high)
+    return _dequantized(q, scale, zero, axis)
+
+
+def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
+    """Rewrites `proto` in place (see the module docstring); its initializers must hold their
+    data (OnnxFile.restore_weights). Returns what it found.
+
+    With `clip` (a float conversion, no --quantize), an activation pair becomes a Clip to its
+    range instead of nothing: quantizers drop a Relu whose clipping the pair's grid does (a
+    uint8 grid starting at 0), and the float model must still clip. Only the rounding is lost."""
+    graph = proto.graph
+    g = _Graph(graph)
+    found = QdqRanges()
+    removed: set[int] = set()
+    new_nodes: list[onnx.NodeProto] = []
+    for node in list(graph.node):
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+            continue
+        x, y = node.input[0], node.output[0]
+        scale, zero, axis = _params(g, node)
+        value = g.constant(x)
+        quantize = g.producer.get(x)
+        if value is not None:  # an integer initializer: a weight or a bias
+            _replace_by_constant(g, node, _dequantized(value, scale, zero, axis))
+            found.constants[y] = str(value.dtype)
+        elif quantize is not None and quantize.op_type == "QuantizeLinear":
+            source = quantize.input[0]
+            q_scale, q_zero, q_axis = _params(g, quantize)
+            source_value = g.constant(source)
+            if source_value is not None:  # a float weight with its fake-quant
+                _replace_by_constant(g, node, _fake_quantized(source_value, q_scale, q_zero, q_axis,
+                                                              quantize))
+                found.constants[y] = str(q_zero.dtype)
+            else:
+                if scale.size != 1 or zero.size != 1:
+                    raise ConversionError(f"{_label(node)}: per-axis params on activation {source!r} "
+                                          "are not supported (TFLite quantizes activations per tensor)")
+                if zero.dtype not in _GRIDS:
+                    raise ConversionError(f"{_label(node)}: a {zero.dtype} grid on {source!r} is not "
+                                          "supported yet (int8 and uint8 are)")
+                low, high = _GRIDS[zero.dtype]
+                s, z = float(scale.reshape(())), int(zero.reshape(()))
+                span = ((low - z) * s, (high - z) * s)
+                found.activations.setdefault(source, span)
+                if clip:
+                    new_nodes.append(_clip(proto, source, y, span))
+                else:
+                    if y in g.outputs:  # kept as Identity(source): the same values
+                        found.activations.setdefault(y, span)
+                    _bypass(g, node, source, new_nodes)
+            removed.add(id(node))
+            if not any(id(r) not in removed for r in g.readers.get(quantize.output[0], [])):
+                removed.add(id(quantize))
+            continue
+        else:
+            raise ConversionError(f"{_label(node)}: dequantizes {x!r}, which is neither a constant nor "
+                                  "a QuantizeLinear's output (an int8 graph input is not supported yet)")
+        removed.add(id(node))
+    leftover = next((n for n in graph.node if n.op_type == "QuantizeLinear" and id(n) not in removed), None)
+    if leftover is not None:
+        raise ConversionError(f"{_label(leftover)}: a QuantizeLinear without a DequantizeLinear after "
+                              "it (an integer graph output) is not supported yet")
+    # An Identity goes last (its source is produced before the end of the graph); a Clip takes
+    # the place of the DQ whose output it writes, before that output's readers.
+    kept = [n for n in graph.node if id(n) not in removed]
+    if clip:  # each Clip takes its DQ's place
+        replacing = {n.output[0]: n for n in new_nodes}
+        kept = [replacing.get(n.output[0], n) if n.op_type == "DequantizeLinear" else n
+                for n in graph.node if id(n) not in removed or n.output[0] in replacing]
+    else:
+        kept += new_nodes
+    del graph.node[:]
+    graph.node.extend(kept)
+    return found
+
+
+def _clip(proto: onnx.ModelProto, source: str, y: str, span: tuple[float, float]) -> onnx.NodeProto:
+    """Clip(source) to `span`, writing the DQ's output `y` (bounds as inputs from opset 11 on)."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 11)
+    if opset < 11:
+        return helper.make_node("Clip", [source], [y], min=span[0], max=span[1], name=f"{y}_qdq_clip")
+    bounds = [f"{y}_qdq_min", f"{y}_qdq_max"]
+    for name, value in zip(bounds, span):
+        proto.graph.initializer.append(numpy_helper.from_array(np.array(value, np.float32), name))
+    return helper.make_node("Clip", [source, *bounds], [y], name=f"{y}_qdq_clip")
+
+
+def _replace_by_constant(g: _Graph, node: onnx.NodeProto, value: np.ndarray) -> None:
+    """The DQ's output becomes a float initializer."""
+    g.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+
+
+def _bypass(g: _Graph, node: onnx.NodeProto, source: str, new_nodes: list) -> None:
+    """The readers of the DQ's output read `source`; a graph output keeps its name (Identity)."""
+    y = node.output[0]
+    for reader in g.readers.get(y, []):
+        for k, name in enumerate(reader.input):
+            if name == y:
+                reader.input[k] = source
+        g.readers.setdefault(source, []).append(reader)
+    if y in g.outputs:
+        new_nodes.append(helper.make_node("Identity", [source], [y], name=f"{y}_qdq_identity"))
+
+
+def apply_qdq_ranges(model: Model, found: QdqRanges) -> int:
+    """Sets the recorded ranges on the IR arrays named after their ONNX tensors (the IR fresh
+    from the loader, as calibration sets its own); returns how many it set."""
+    count = 0
+    for name, (low, high) in found.activations.items():
+        array = model.arrays.get(name)
+        if array is not None and array.dtype.kind == "f":
+            array.minmax = MinMax(low, high, "qdq")
+            count += 1
+    # As after calibration: a CONV_2D's NHWC output takes its range across the TRANSPOSE back to
+    # the ONNX tensor while both still exist.
+    fill_across_same_scale_ops(model, concat_pieces=False)
+    return count

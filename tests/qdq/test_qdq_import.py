@@ -1,0 +1,129 @@
+"""QDQ import (qconvert/qdq/importer.py): a CNN that onnxruntime's quantize_static wrote in the QDQ
+format (per-channel int8 weights; int8 or uint8 activations) converts with --quantize and no
+calibration data; LiteRT runs it within 2 int8 steps of onnxruntime running the QDQ model, and the
+.tflite's scales and zero points are the QDQ model's, tensor by tensor (uint8 zero points shifted
+by -128)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.inspect_tflite import inspect_file
+from qconvert.transforms.pipeline import QuantizeOptions
+from tests.harness import convert_proto, output_steps, run_onnxruntime, run_tflite
+
+C = 8
+
+
+def residual_cnn() -> onnx.ModelProto:
+    """Conv+Relu -> Conv -> residual Add -> Relu -> MaxPool -> GlobalAveragePool -> Gemm."""
+    rng = np.random.default_rng(0)
+
+    def init(name, shape, scale):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+             helper.make_node("Add", ["c2", "r1"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["r2"], name="relu2"),
+             helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+             helper.make_node("GlobalAveragePool", ["p"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "wg", "bg"], ["y"], transB=1, name="fc")]
+    inits = [init("w1", (C, 3, 3, 3), 0.3), init("b1", C, 0.1), init("w2", (C, C, 3, 3), 0.2),
+             init("b2", C, 0.1), init("wg", (5, C), 0.5), init("bg", 5, 0.1)]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+SAMPLES = np.random.default_rng(1).uniform(-1, 1, (24, 1, 3, 16, 16)).astype(np.float32)
+
+
+@pytest.fixture(scope="module", params=["int8", "uint8"])
+def qdq_model(request, tmp_path_factory) -> onnx.ModelProto:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.samples = iter({"x": s} for s in SAMPLES[:16])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    folder = tmp_path_factory.mktemp(request.param)
+    onnx.save(residual_cnn(), folder / "float.onnx")
+    activations = QuantType.QInt8 if request.param == "int8" else QuantType.QUInt8
+    quantize_static(str(folder / "float.onnx"), str(folder / "qdq.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, per_channel=True, activation_type=activations,
+                    weight_type=QuantType.QInt8)
+    return onnx.load(folder / "qdq.onnx")
+
+
+def _qdq_params(model: onnx.ModelProto) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{tensor a QuantizeLinear reads, or a weight a DequantizeLinear reads: (scales, zero points)}."""
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    params = {}
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and (
+                node.op_type == "QuantizeLinear" or node.input[0] in constants):
+            params[node.input[0]] = (constants[node.input[1]], constants[node.input[2]])
+    return params
+
+
+def test_converts_without_calibration_within_2_steps_of_onnxruntime(qdq_model):
+    flatbuffer, report = convert_proto(qdq_model, quantize=QuantizeOptions())
+    assert report.quantization.float_ops == [], report.quantization.float_ops
+    step = output_steps(flatbuffer)["y"]
+    for sample in SAMPLES[16:]:  # inputs the quantizer did not see
+        feeds = {"x": sample}
+        want = run_onnxruntime(qdq_model, feeds)["y"]
+        got = run_tflite(flatbuffer, report, feeds)["y"]
+        np.testing.assert_allclose(got, want, rtol=0, atol=2 * step * (1 + 1e-6))
+
+
+def test_the_tflite_carries_the_qdq_params(qdq_model, tmp_path):
+    flatbuffer, _ = convert_proto(qdq_model, quantize=QuantizeOptions())
+    (tmp_path / "m.tflite").write_bytes(flatbuffer)
+    tensors = {t["name"]: t for t in inspect_file(str(tmp_path / "m.tflite"))["subgraphs"][0]["tensors"]}
+    # The names qconvert gives: the ONNX name, its NHWC version, the quantized graph I/O; a
+    # weight under its DequantizeLinear's output name; the FC's weights as "weights". The graph
+    # output's Q reads ORT's "y_QuantizeLinear_Input": the .tflite has it as y's int8 copy.
+    dq_outputs = {n.input[0]: n.output[0] for n in qdq_model.graph.node if n.op_type == "DequantizeLinear"}
+    aliases = {"y_QuantizeLinear_Input": "y", "wg_quantized": "weights"}
+    checked = []
+    for name, (scales, zeros) in _qdq_params(qdq_model).items():
+        base = aliases.get(name, name)
+        candidates = [base, base + "_nhwc", base + "_int8", dq_outputs.get(name, "")]
+        match = next((tensors[c] for c in candidates if c in tensors and tensors[c]["quantization"]), None)
+        if match is None:
+            match = next(t for n, t in tensors.items() if n.startswith(dq_outputs.get(name, "?")))
+        q = match["quantization"]
+        if name.startswith("b"):  # a bias: int32 at input scale x weight scale, computed again
+            np.testing.assert_allclose(np.float32(q["scales"]), scales.reshape(-1), rtol=1e-6, err_msg=name)
+        else:
+            np.testing.assert_array_equal(np.float32(q["scales"]), scales.reshape(-1), err_msg=name)
+        shift = 128 if zeros.dtype == np.uint8 else 0
+        np.testing.assert_array_equal(np.asarray(q["zero_points"]),
+                                      zeros.reshape(-1).astype(np.int64) - shift, err_msg=name)
+        checked.append(name)
+    assert {"x", "r1", "c2", "r2", "g", "y_QuantizeLinear_Input", "w1_quantized", "w2_quantized",
+            "wg_quantized", "b1_quantized", "b2_quantized", "bg_quantized"} <= set(checked), checked
+
+
+def test_without_quantize_the_pairs_become_clips(qdq_model):
+    """A float conversion keeps each pair's clipping (onnxruntime's quantizer dropped the Relu
+    after conv1: the uint8/int8 grid from 0 does it) and loses only the rounding: within 3 steps
+    of the QDQ model's output grid."""
+    flatbuffer, report = convert_proto(qdq_model)
+    assert "QUANTIZE" not in report.op_counts and "DEQUANTIZE" not in report.op_counts
+    y_scale = _qdq_params(qdq_model)["y_QuantizeLinear_Input"][0]
+    for sample in SAMPLES[16:20]:
+        feeds = {"x": sample}
+        np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["y"],
+                                   run_onnxruntime(qdq_model, feeds)["y"], rtol=0, atol=3 * float(y_scale))
