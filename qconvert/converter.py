@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -15,7 +16,7 @@ from .errors import UsageError
 from .ir import Model
 from .loader import load, nodes_matching
 from .onnx_file import read_complete_onnx, read_onnx
-from .qdq.importer import apply_qdq_ranges, has_qdq, strip_qdq
+from .qdq.importer import apply_qdq_ranges, changed_params, has_qdq, strip_qdq
 from .quantize.calibration_methods import MINMAX, CalibrationMethod
 from .quantize.planner import Plan
 from .report import ConversionNotes
@@ -28,6 +29,8 @@ from .transforms.pipeline import (
     run_weight_pipeline,
 )
 from .verify import Verification, json_number
+
+log = logging.getLogger("qconvert")
 
 
 @dataclass
@@ -278,6 +281,9 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         del reference
     elif quantize is not None:
         run_quantize_pipeline(model, quantize)
+    if quantize is not None and qdq:
+        for warning in changed_params(model, qdq):
+            log.warning("warning: %s", warning)
     if quantize is not None:
         quantization = _quantization_report(model, quantize, len(samples) if samples else 0,
                                             calibration_seconds, float_bytes,

@@ -30,7 +30,8 @@ from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
 from ..ir import MinMax, Model
-from ..quantize.arrays import fill_across_same_scale_ops
+from ..quantize.arrays import fill_across_same_scale_ops, params_for_range
+from ..report import counterpart
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 # zero point dtype -> the integer grid (qmin, qmax)
@@ -238,3 +239,32 @@ def apply_qdq_ranges(model: Model, found: QdqRanges) -> int:
     # the ONNX tensor while both still exist.
     fill_across_same_scale_ops(model, concat_pieces=False)
     return count
+
+
+def changed_params(model: Model, found: QdqRanges) -> list[str]:
+    """One warning per tensor whose written int8 params are not its QDQ pair's: TFLite fixes some
+    params (a same-scale op's output, MAX_POOL_2D or CONCATENATION, takes its input's; LOGISTIC
+    and SOFTMAX outputs are 1/256), and a model's pairs may say otherwise. Each names the tensor,
+    both params, and the error the change adds: the range it cuts off or the step it coarsens."""
+    warnings = []
+    for name, array in model.arrays.items():
+        q = array.quant
+        if q is None or q.axis is not None or array.is_constant or array.dtype != np.int8:
+            continue
+        match = counterpart(name, found.activations.keys(), {})
+        if match is None:
+            continue
+        wanted = params_for_range(MinMax(*found.activations[match[0]]))
+        scale, zero = float(q.scale.reshape(-1)[0]), int(q.zero_point.reshape(-1)[0])
+        want_scale, want_zero = float(wanted.scale.reshape(-1)[0]), int(wanted.zero_point.reshape(-1)[0])
+        if np.float32(scale) == np.float32(want_scale) and zero == want_zero:
+            continue
+        low, high = found.activations[match[0]]
+        new_low, new_high = (-128 - zero) * scale, (127 - zero) * scale
+        producer = model.producer(name)
+        why = f" as TFLite's {producer.type} requires" if producer is not None else ""
+        warnings.append(f"tensor {match[0]!r}: the model's QDQ params (scale {want_scale:.6g}, zero "
+                        f"point {want_zero}) are written as (scale {scale:.6g}, zero point {zero})"
+                        f"{why}: its range [{low:.6g}, {high:.6g}] becomes [{new_low:.6g}, "
+                        f"{new_high:.6g}], its step {want_scale:.3g} -> {scale:.3g}")
+    return warnings

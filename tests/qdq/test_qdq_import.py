@@ -127,3 +127,19 @@ def test_without_quantize_the_pairs_become_clips(qdq_model):
         feeds = {"x": sample}
         np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["y"],
                                    run_onnxruntime(qdq_model, feeds)["y"], rtol=0, atol=3 * float(y_scale))
+
+
+def test_params_tflite_must_change_are_changed_with_one_warning_each(qdq_model, caplog):
+    """The pooled tensor 'p' given its own scale: MAX_POOL_2D's output must have its input's
+    params, so 'p' is written with r2's, and one warning names 'p' with both params."""
+    model = onnx.ModelProto()
+    model.CopyFrom(qdq_model)
+    model.graph.initializer.append(numpy_helper.from_array(np.array(0.05, np.float32), "p_own_scale"))
+    for node in model.graph.node:
+        if node.input[0] in ("p", "p_QuantizeLinear_Output"):
+            node.input[1] = "p_own_scale"
+    with caplog.at_level("WARNING", logger="qconvert"):
+        flatbuffer, _ = convert_proto(model, quantize=QuantizeOptions())
+    warnings = [r.getMessage() for r in caplog.records if "QDQ params" in r.getMessage()]
+    assert len(warnings) == 1 and "tensor 'p'" in warnings[0] and "MAX_POOL_2D" in warnings[0], warnings
+    assert "scale 0.05" in warnings[0]
