@@ -103,9 +103,21 @@ def _along(values: np.ndarray, rank: int, axis: int) -> np.ndarray:
     """A per-axis vector shaped to broadcast along `axis` of a rank-`rank` array."""
     if values.ndim == 0 or values.size == 1:
         return values.reshape(())
+    if values.ndim != 1 or not -rank <= axis < rank:
+        raise ValueError(f"params of shape {list(values.shape)} along axis {axis} of a rank-{rank} tensor")
     shape = [1] * rank
     shape[axis % rank] = values.size
     return values.reshape(shape)
+
+
+def _checked(node: onnx.NodeProto, x: str, shape, compute, *args):
+    """compute(*args), its shape errors (params that do not fit the tensor) as one line naming
+    `node`."""
+    try:
+        return compute(*args)
+    except ValueError as e:
+        raise ConversionError(f"{_label(node)}: its scale and zero point do not fit {x!r} of shape "
+                              f"{list(shape)}: {e}") from None
 
 
 def _dequantized(q: np.ndarray, scale, zero, axis: int) -> np.ndarray:
@@ -145,15 +157,17 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
         value = g.constant(x)
         quantize = g.producer.get(x)
         if value is not None:  # an integer initializer: a weight or a bias
-            _replace_by_constant(g, node, _dequantized(value, scale, zero, axis))
+            _replace_by_constant(g, node, _checked(node, x, value.shape, _dequantized, value, scale,
+                                                   zero, axis))
             found.constants[y] = str(value.dtype)
         elif quantize is not None and quantize.op_type == "QuantizeLinear":
             source = quantize.input[0]
             q_scale, q_zero, q_axis = _params(g, quantize)
             source_value = g.constant(source)
             if source_value is not None:  # a float weight with its fake-quant
-                _replace_by_constant(g, node, _fake_quantized(source_value, q_scale, q_zero, q_axis,
-                                                              quantize))
+                _replace_by_constant(g, node, _checked(quantize, source, source_value.shape,
+                                                       _fake_quantized, source_value, q_scale,
+                                                       q_zero, q_axis, quantize))
                 found.constants[y] = str(q_zero.dtype)
             else:
                 if scale.size != 1 or zero.size != 1:

@@ -143,3 +143,35 @@ def test_params_tflite_must_change_are_changed_with_one_warning_each(qdq_model, 
     warnings = [r.getMessage() for r in caplog.records if "QDQ params" in r.getMessage()]
     assert len(warnings) == 1 and "tensor 'p'" in warnings[0] and "MAX_POOL_2D" in warnings[0], warnings
     assert "scale 0.05" in warnings[0]
+
+
+def _dequantized_weight_model(scale, zero, axis=0) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones((4, 3, 1, 1), np.int8), "wq")
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["w"], axis=axis, name="dq"),
+             helper.make_node("Conv", ["x", "w"], ["y"], name="conv")]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [w, numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zero, "z")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("model, fragments", [
+    (_dequantized_weight_model(np.ones(5, np.float32), np.zeros(5, np.int8)),
+     ["node 'dq' (DequantizeLinear)", "do not fit 'wq'"]),
+    (_dequantized_weight_model(np.array(-1.0, np.float32), np.array(0, np.int8)),
+     ["node 'dq' (DequantizeLinear)", "finite and positive"]),
+    (_dequantized_weight_model(np.ones(4, np.float32), np.zeros(4, np.int8), axis=7),
+     ["node 'dq' (DequantizeLinear)", "axis 7"]),
+], ids=["scales_do_not_fit", "negative_scale", "axis_out_of_range"])
+def test_bad_qdq_params_are_one_line_exit_1(model, fragments, tmp_path):
+    from click.testing import CliRunner
+
+    from qconvert.cli import cli
+
+    onnx.save(model, tmp_path / "m.onnx")
+    result = CliRunner().invoke(cli, [str(tmp_path / "m.onnx"), str(tmp_path / "m.tflite")])
+    assert result.exit_code == 1, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and all(f in lines[0] for f in fragments), lines
+    assert not (tmp_path / "m.tflite").exists()
