@@ -282,7 +282,7 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     elif quantize is not None:
         run_quantize_pipeline(model, quantize)
     if quantize is not None and qdq:
-        for warning in changed_params(model, qdq):
+        for warning in qdq.bias_warnings + changed_params(model, qdq):
             log.warning("warning: %s", warning)
     if quantize is not None:
         quantization = _quantization_report(model, quantize, len(samples) if samples else 0,

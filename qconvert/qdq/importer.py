@@ -45,6 +45,8 @@ class QdqRanges:
 
     activations: dict[str, tuple[float, float]] = field(default_factory=dict)
     constants: dict[str, str] = field(default_factory=dict)
+    # Biases whose scale is not input scale x weight scale (TFLite's int32 bias): requantized.
+    bias_warnings: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.activations or self.constants)
@@ -146,7 +148,7 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     uint8 grid starting at 0), and the float model must still clip. Only the rounding is lost."""
     graph = proto.graph
     g = _Graph(graph)
-    found = QdqRanges()
+    found = QdqRanges(bias_warnings=_bias_scale_warnings(g))
     removed: set[int] = set()
     new_nodes: list[onnx.NodeProto] = []
     for node in list(graph.node):
@@ -210,6 +212,42 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     del graph.node[:]
     graph.node.extend(kept)
     return found
+
+
+def _dq_scale(g: _Graph, name: str, constant: bool) -> np.ndarray | None:
+    """The scale of the DequantizeLinear writing `name`: one of a constant (`constant`) or of a
+    Q -> DQ pair on an activation; None otherwise."""
+    dq = g.producer.get(name)
+    if dq is None or dq.op_type != "DequantizeLinear" or len(dq.input) < 2:
+        return None
+    source = g.producer.get(dq.input[0])
+    if constant != (g.constant(dq.input[0]) is not None) or (
+            not constant and (source is None or source.op_type != "QuantizeLinear")):
+        return None
+    scale = g.constant(dq.input[1])
+    return None if scale is None else scale.astype(np.float32).reshape(-1)
+
+
+def _bias_scale_warnings(g: _Graph) -> list[str]:
+    """A Conv's or Gemm's int32 bias under DequantizeLinear must be at input scale x weight scale
+    (per output channel), the scale TFLite's kernels read it at; one warning for each that is not
+    (it is requantized to that scale: the error is at most half the new step)."""
+    warnings = []
+    for node in g.graph.node:
+        if node.op_type not in ("Conv", "Gemm") or len(node.input) < 3 or not node.input[2]:
+            continue
+        bias_scale = _dq_scale(g, node.input[2], constant=True)
+        input_scale = _dq_scale(g, node.input[0], constant=False)
+        weight_scale = _dq_scale(g, node.input[1], constant=True)
+        if bias_scale is None or input_scale is None or weight_scale is None:
+            continue
+        expected = (input_scale * weight_scale).astype(np.float32)
+        if bias_scale.shape != np.broadcast_shapes(bias_scale.shape, expected.shape) or not np.allclose(
+                bias_scale, expected, rtol=1e-5, atol=0):
+            warnings.append(f"{_label(node)}: its bias {node.input[2]!r} is quantized at scale "
+                            f"{bias_scale[0]:.6g}, not input scale x weight scale ({expected[0]:.6g}, "
+                            "TFLite's int32 bias): requantized to that scale")
+    return warnings
 
 
 def _clip(proto: onnx.ModelProto, source: str, y: str, span: tuple[float, float]) -> onnx.NodeProto:

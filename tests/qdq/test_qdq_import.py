@@ -175,3 +175,20 @@ def test_bad_qdq_params_are_one_line_exit_1(model, fragments, tmp_path):
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and all(f in lines[0] for f in fragments), lines
     assert not (tmp_path / "m.tflite").exists()
+
+
+def test_a_bias_off_input_times_weight_scale_is_requantized_with_a_warning(qdq_model, caplog):
+    """onnxruntime writes each bias at input scale x weight scale (no warning); one at twice that
+    is requantized to it, with one warning naming the node and the bias."""
+    with caplog.at_level("WARNING", logger="qconvert"):
+        convert_proto(qdq_model, quantize=QuantizeOptions())
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    caplog.clear()
+    model = onnx.ModelProto()
+    model.CopyFrom(qdq_model)
+    scale = next(t for t in model.graph.initializer if t.name == "b1_quantized_scale")
+    scale.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scale) * 2, scale.name))
+    with caplog.at_level("WARNING", logger="qconvert"):
+        convert_proto(model, quantize=QuantizeOptions())
+    warnings = [r.getMessage() for r in caplog.records if "bias" in r.getMessage()]
+    assert len(warnings) == 1 and "node 'conv1'" in warnings[0] and "'b1'" in warnings[0], warnings
