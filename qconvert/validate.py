@@ -398,13 +398,12 @@ def check_model(proto: onnx.ModelProto, stored: Mapping[str, int] | None = None)
     labels = [_label(node, k) for k, node in enumerate(graph.node)]
     # producer: -1 for graph inputs and initializers, else the index of the node writing it.
     producer = dict.fromkeys([v.name for v in graph.input] + [t.name for t in graph.initializer], -1)
-    initializers = initializer_names
     for k, node in enumerate(graph.node):
         _check_node(node, labels[k], opsets)
         for name in node.output:
             if not name:
                 continue
-            if name in initializers:
+            if name in initializer_names:
                 raise ConversionError(f"{labels[k]} writes {name!r}, which is also an initializer")
             if producer.get(name, -1) >= 0:
                 raise ConversionError(f"tensor {name!r} is written by two nodes: "

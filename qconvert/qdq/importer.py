@@ -150,7 +150,8 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     g = _Graph(graph)
     found = QdqRanges(bias_warnings=_bias_scale_warnings(g))
     removed: set[int] = set()
-    new_nodes: list[onnx.NodeProto] = []
+    in_place: dict[int, onnx.NodeProto] = {}  # a removed DQ's Clip, written where the DQ was
+    appended: list[onnx.NodeProto] = []  # Identity nodes, last (their sources come before)
     for node in list(graph.node):
         if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
             continue
@@ -182,12 +183,12 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
                 s, z = float(scale.reshape(())), int(zero.reshape(()))
                 span = ((low - z) * s, (high - z) * s)
                 found.activations.setdefault(source, span)
-                if clip:
-                    new_nodes.append(_clip(proto, source, y, span))
+                if clip:  # before the DQ output's readers, as the DQ was
+                    in_place[id(node)] = _clip(proto, source, y, span)
                 else:
                     if y in g.outputs:  # kept as Identity(source): the same values
                         found.activations.setdefault(y, span)
-                    _bypass(g, node, source, new_nodes)
+                    _bypass(g, node, source, appended)
             removed.add(id(node))
             if not any(id(r) not in removed for r in g.readers.get(quantize.output[0], [])):
                 removed.add(id(quantize))
@@ -200,17 +201,9 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     if leftover is not None:
         raise ConversionError(f"{_label(leftover)}: a QuantizeLinear without a DequantizeLinear after "
                               "it (an integer graph output) is not supported yet")
-    # An Identity goes last (its source is produced before the end of the graph); a Clip takes
-    # the place of the DQ whose output it writes, before that output's readers.
-    kept = [n for n in graph.node if id(n) not in removed]
-    if clip:  # each Clip takes its DQ's place
-        replacing = {n.output[0]: n for n in new_nodes}
-        kept = [replacing.get(n.output[0], n) if n.op_type == "DequantizeLinear" else n
-                for n in graph.node if id(n) not in removed or n.output[0] in replacing]
-    else:
-        kept += new_nodes
+    kept = [in_place.get(id(n), n) for n in graph.node if id(n) not in removed or id(n) in in_place]
     del graph.node[:]
-    graph.node.extend(kept)
+    graph.node.extend(kept + appended)
     return found
 
 
@@ -218,14 +211,13 @@ def _dq_scale(g: _Graph, name: str, constant: bool) -> np.ndarray | None:
     """The scale of the DequantizeLinear writing `name`: one of a constant (`constant`) or of a
     Q -> DQ pair on an activation; None otherwise."""
     dq = g.producer.get(name)
-    if dq is None or dq.op_type != "DequantizeLinear" or len(dq.input) < 2:
+    if dq is None or dq.op_type != "DequantizeLinear":
         return None
     source = g.producer.get(dq.input[0])
     if constant != (g.constant(dq.input[0]) is not None) or (
             not constant and (source is None or source.op_type != "QuantizeLinear")):
         return None
-    scale = g.constant(dq.input[1])
-    return None if scale is None else scale.astype(np.float32).reshape(-1)
+    return _params(g, dq)[0].reshape(-1)
 
 
 def _bias_scale_warnings(g: _Graph) -> list[str]:
@@ -266,7 +258,7 @@ def _replace_by_constant(g: _Graph, node: onnx.NodeProto, value: np.ndarray) -> 
     g.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
 
 
-def _bypass(g: _Graph, node: onnx.NodeProto, source: str, new_nodes: list) -> None:
+def _bypass(g: _Graph, node: onnx.NodeProto, source: str, appended: list) -> None:
     """The readers of the DQ's output read `source`; a graph output keeps its name (Identity)."""
     y = node.output[0]
     for reader in g.readers.get(y, []):
@@ -275,7 +267,7 @@ def _bypass(g: _Graph, node: onnx.NodeProto, source: str, new_nodes: list) -> No
                 reader.input[k] = source
         g.readers.setdefault(source, []).append(reader)
     if y in g.outputs:
-        new_nodes.append(helper.make_node("Identity", [source], [y], name=f"{y}_qdq_identity"))
+        appended.append(helper.make_node("Identity", [source], [y], name=f"{y}_qdq_identity"))
 
 
 def apply_qdq_ranges(model: Model, found: QdqRanges) -> int:

@@ -61,10 +61,9 @@ def fuse_binary_into_following_affine(model: Model) -> bool:
         if op.fused_activation != "NONE" or len(op.inputs) != 2:
             continue
         y = op.outputs[0]
-        readers = model.consumers(y)
-        if len(readers) != 1 or not model.is_discardable(y):
+        if not model.is_discardable(y):  # one reader, not a graph output
             continue
-        affine = readers[0]
+        affine = model.consumers(y)[0]
         if affine.type not in AFFINE or affine.inputs[0] != y:
             continue
         for side in (0, 1):
