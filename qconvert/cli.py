@@ -1,6 +1,6 @@
 """Command line: qconvert IN.onnx OUT.tflite [options]. '-' reads stdin / writes stdout.
-Also `qconvert verify IN.onnx OUT.tflite` (qconvert/verify.py) and `qconvert inspect FILE.tflite`
-(qconvert/inspect_tflite.py).
+Also `qconvert verify IN.onnx OUT.tflite` (qconvert/verify.py), `qconvert inspect FILE.tflite`
+(qconvert/inspect_tflite.py) and `qconvert fakequant IN.onnx OUT.onnx` (qconvert/qdq/fakequant.py).
 
 Exit codes:
   0  success: one summary line on stderr (and the JSON report on stdout with --json).
@@ -42,6 +42,7 @@ variables that were used, since the command line alone does not show them.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import logging
@@ -583,10 +584,54 @@ def inspect_cli(path, as_json, debug):
     print_stdout(json.dumps(report, indent=2) if as_json else format_text(report))
 
 
+# The conversion's options that decide where and how the int8 model quantizes, shared with cli.
+FAKEQUANT_OPTIONS = ("input_shapes", "calibration", "calibration_samples", "calibration_method",
+                     "default_range", "per_tensor_fc", "keep_float", "as_json", "verbose", "debug")
+
+
+@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("source", metavar="IN.onnx")
+@click.argument("dest", metavar="OUT.onnx")
+def fakequant_cli(source, dest, input_shapes, calibration, calibration_samples, calibration_method,
+                  default_range, per_tensor_fc, keep_float, as_json, verbose, debug):
+    """Write OUT.onnx: IN.onnx with QuantizeLinear/DequantizeLinear pairs exactly where
+    `qconvert IN.onnx OUT.tflite --quantize` with the same options quantizes, holding the params it
+    chooses (int8 weights per channel, int32 biases). onnxruntime runs it: measure the int8
+    model's accuracy in your own evaluation loop. `qconvert OUT.onnx X.tflite --quantize` (no
+    calibration) gives back the same params.
+
+    Exit codes: 0 written, 1 conversion error, 2 usage error, 3 internal error.
+    """
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="qconvert: %(message)s", stream=sys.stderr)
+    arguments = conversion_arguments(
+        input_shapes=input_shapes, quantize=True, calibration=calibration,
+        calibration_samples=calibration_samples, calibration_method=calibration_method,
+        default_range=default_range, per_tensor_fc=per_tensor_fc, keep_float=keep_float)
+    for unused in ("weights", "plan"):
+        del arguments[unused]
+    if as_json and dest == "-":
+        raise click.UsageError("--json prints on stdout, so OUT.onnx cannot be '-' with it")
+    check_distinct_files({"IN.onnx": source, "--calibration": calibration}, {"OUT.onnx": dest})
+    if source != "-":
+        check_input_file(source)
+    output_kind(dest)
+    from .converter import fake_quant
+
+    data = read_stdin() if source == "-" else None
+    written, summary = fake_quant(source, data=data, output_name=dest, progress=True, **arguments)
+    show = (lambda path: print_stdout(json.dumps(summary.as_dict(), indent=2))) if as_json else None
+    write_output(dest, written, show)
+    click.echo(summary.summary(), err=True)
+
+
+# Copies: each command names its own environment variables.
+fakequant_cli.params += [copy.copy(p) for p in cli.params if p.name in FAKEQUANT_OPTIONS]
 _with_environment_variables(cli, "QCONVERT")
 _with_environment_variables(verify_cli, "QCONVERT_VERIFY")
 _with_environment_variables(inspect_cli, "QCONVERT_INSPECT")
-COMMANDS = {"verify": verify_cli, "inspect": inspect_cli}
+_with_environment_variables(fakequant_cli, "QCONVERT_FAKEQUANT")
+COMMANDS = {"verify": verify_cli, "inspect": inspect_cli, "fakequant": fakequant_cli}
 
 
 def _return_freed_memory_to_the_system() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -212,6 +212,17 @@ def calibration_set(calibration: str | Mapping, proto, count: int | None):
     return load_calibration(calibration, model_input_specs(proto), count)
 
 
+@dataclass
+class BuiltModel:
+    """The transformed IR model of a conversion, with what the report says of its quantization
+    or its stored weights, and when the conversion started."""
+
+    model: Model
+    quantization: QuantizationReport | None
+    weights: WeightsReport | None
+    start: float
+
+
 def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None = None,
             io_layout: str = "nhwc", output_name: str = "", quantize: QuantizeOptions | None = None,
             calibration: str | Mapping | None = None, calibration_samples: int | None = None,
@@ -231,6 +242,36 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
     `weights` ("int8": --weight-only, "float16": --float16) only the stored weights change (int8
     from `weight_only_min_elements` elements up). With `plan` (and `quantize` with calibration),
     the precision planner chooses which ops stay float (quantize/planner.py)."""
+    built = build(source, data=data, input_shapes=input_shapes, io_layout=io_layout,
+                  quantize=quantize, calibration=calibration, calibration_samples=calibration_samples,
+                  calibration_method=calibration_method, progress=progress, weights=weights,
+                  weight_only_min_elements=weight_only_min_elements, keep_float=keep_float, plan=plan)
+    model, start = built.model, built.start
+    notes = conversion_notes(model)
+    mark_batch_tensors(model)
+    batch = model.dynamic_batch
+    flatbuffer = serialize(model, DESCRIPTION, release_data=True)
+    counts = collections.Counter(op.type for op in model.operators)
+    report = ConversionReport(
+        input=source, output=output_name, ops=len(model.operators),
+        op_counts=dict(sorted(counts.items())), transposes=counts.get("TRANSPOSE", 0),
+        size_bytes=len(flatbuffer), seconds=round(time.perf_counter() - start, 3),
+        inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
+        quantization=built.quantization, weights=built.weights, notes=notes,
+        batch=None if batch is None else BatchReport(batch.symbol, 1, bool(batch.tensors), note(batch)))
+    return flatbuffer, report
+
+
+def build(source: str, *, data: bytes | None = None, input_shapes: dict | None = None,
+          io_layout: str = "nhwc", quantize: QuantizeOptions | None = None,
+          calibration: str | Mapping | None = None, calibration_samples: int | None = None,
+          calibration_method: CalibrationMethod = MINMAX, progress: bool = False,
+          weights: str | None = None, weight_only_min_elements: int = 1024,
+          keep_float: tuple[str, ...] = (), plan: PlanRequest | None = None,
+          before_quantizing: Callable[[Model], None] | None = None) -> BuiltModel:
+    """convert's first part: the model loaded, calibrated and transformed, ready to write (see
+    convert for the arguments). `before_quantizing` sees the float-transformed model just before
+    the quantize steps run (fakequant keeps its float weights)."""
     start = time.perf_counter()
     onnx_file = read_onnx(source, data)
     qdq = None
@@ -280,6 +321,8 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
                                                plan.runtime)
         del reference
     elif quantize is not None:
+        if before_quantizing is not None:
+            before_quantizing(model)
         run_quantize_pipeline(model, quantize)
     if quantize is not None and qdq:
         for warning in qdq.bias_warnings + changed_params(model, qdq):
@@ -297,16 +340,58 @@ def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None
         weights_report = WeightsReport(
             weights, sorted(n for n in floats if n in model.arrays and model.arrays[n].dtype == stored),
             float_bytes, _constant_bytes(model))
-    notes = conversion_notes(model)
-    mark_batch_tensors(model)
-    batch = model.dynamic_batch
-    flatbuffer = serialize(model, DESCRIPTION, release_data=True)
-    counts = collections.Counter(op.type for op in model.operators)
-    report = ConversionReport(
-        input=source, output=output_name, ops=len(model.operators),
-        op_counts=dict(sorted(counts.items())), transposes=counts.get("TRANSPOSE", 0),
-        size_bytes=len(flatbuffer), seconds=round(time.perf_counter() - start, 3),
-        inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
-        quantization=quantization, weights=weights_report, notes=notes,
-        batch=None if batch is None else BatchReport(batch.symbol, 1, bool(batch.tensors), note(batch)))
-    return flatbuffer, report
+    return BuiltModel(model, quantization, weights_report, start)
+
+
+@dataclass
+class FakeQuantReport:
+    """What `qconvert fakequant` wrote (qdq/fakequant.py)."""
+
+    input: str
+    output: str
+    activations: list[str]  # ONNX tensors with a Q -> DQ pair
+    weights: list[str]  # initializers stored int8 + DequantizeLinear
+    biases: list[str]  # initializers stored int32 + DequantizeLinear
+    float_weights: list[str]  # nodes whose int8 weight the graph holds float (see fakequant.py)
+    uncovered: list[str]  # int8 tensors of the conversion without an ONNX tensor to carry a pair
+    quantization: QuantizationReport
+    size_bytes: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        text = (f"qconvert: {self.input} -> {self.output}: fake-quant pairs on {len(self.activations)} "
+                f"tensors, {len(self.weights)} weights int8, {len(self.biases)} biases int32, "
+                f"{_human_size(self.size_bytes)}, {self.seconds:.2f} s")
+        if self.float_weights:
+            text += f"; {len(self.float_weights)} weights held float (folded across their inputs)"
+        if self.uncovered:
+            text += (f"; {len(self.uncovered)} int8 tensors have no ONNX tensor to carry their pair "
+                     "(their ranges come from --calibration when OUT is converted)")
+        if self.quantization.float_ops:
+            text += f"; {len(self.quantization.float_ops)} ops stay float"
+        return text
+
+
+def fake_quant(source: str, *, quantize: QuantizeOptions, data: bytes | None = None,
+               output_name: str = "", **arguments) -> tuple[bytes, FakeQuantReport]:
+    """`qconvert fakequant`: the ONNX model `source` with QuantizeLinear/DequantizeLinear pairs
+    where its int8 conversion (convert's `arguments`, with `quantize`) quantizes, holding the
+    params that conversion chooses (qdq/fakequant.py). Returns the model's bytes."""
+    from .qdq.fakequant import FloatWeights, insert_fake_quant
+
+    float_weights = FloatWeights()
+    built = build(source, data=data, quantize=quantize, before_quantizing=float_weights, **arguments)
+    proto = read_complete_onnx(source, data)
+    if has_qdq(proto):  # the model's own pairs give way to the conversion's
+        strip_qdq(proto)
+    graph = insert_fake_quant(proto, built.model, float_weights)
+    written = proto.SerializeToString()
+    report = FakeQuantReport(
+        input=source, output=output_name, activations=graph.activations, weights=graph.weights,
+        biases=graph.biases, float_weights=graph.float_weights, uncovered=graph.uncovered,
+        quantization=built.quantization, size_bytes=len(written),
+        seconds=round(time.perf_counter() - built.start, 3))
+    return written, report

@@ -92,9 +92,11 @@ def output_kind(dest: str) -> str:
 
 
 def write_output(dest: str, flatbuffer, check=None) -> None:
-    """Writes the model to `dest` as output_kind says. `check(path)`, if given, is run on the
-    complete file before the model appears at `dest` (renamed into place, or streamed) and may
-    raise to keep it from appearing."""
+    """Writes the model (a writer's Flatbuffer, or bytes) to `dest` as output_kind says.
+    `check(path)`, if given, is run on the complete file before the model appears at `dest`
+    (renamed into place, or streamed) and may raise to keep it from appearing."""
+    if isinstance(flatbuffer, bytes):
+        flatbuffer = _Bytes(flatbuffer)
     if output_kind(dest) == "file":
         def fill(path):
             with open(path, "wb") as f:
@@ -113,6 +115,16 @@ def write_output(dest: str, flatbuffer, check=None) -> None:
             check(path)
             with open(path, "rb") as f:
                 _write_stream(dest, lambda out: shutil.copyfileobj(f, out, 1 << 20))
+
+
+class _Bytes:
+    """Bytes written like a Flatbuffer."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def write_to(self, f) -> None:
+        f.write(self.data)
 
 
 def replace_atomically(path: str, fill) -> None:

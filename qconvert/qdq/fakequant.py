@@ -1,0 +1,306 @@
+"""The fake-quant (eval) graph: the ONNX model with QuantizeLinear -> DequantizeLinear pairs
+exactly where qconvert's int8 conversion of it quantizes, holding the params it chose.
+
+tf.contrib.quantize's create_eval_graph wrote FakeQuant nodes where TOCO's integer graph would
+quantize; here the quantize steps themselves decide (fused activations, same-scale ops,
+fixed-output ops, int32 biases, ops that stay float), and `insert_fake_quant` reads their
+decisions off the quantized IR model:
+
+- an int8 activation of the IR whose ONNX counterpart (report.counterpart: qconvert keeps ONNX
+  names, with suffixes) is a node output or a graph input gets one Q -> DQ pair with its scale
+  and zero point, read by every reader of the tensor. A graph output keeps its name: its producer
+  writes `<name>_fq_float` and the pair's DQ writes the output. A conv's output that TFLite fuses
+  with its ReLU does not exist in the IR, so it gets no pair: exactly the rule.
+- a weight of an int8 CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV or FULLY_CONNECTED becomes its
+  ONNX initializer as int8 + DequantizeLinear per output channel. The IR quantized the weight after
+  folding what follows the ONNX node into it (batch norm, a Mul, a scalar before it), which scales
+  each output channel c by some f_c: the ONNX weight quantized at scale s_c / |f_c| is the same
+  integers, and folded again it is the IR's weight (round(w f / s) = sign(f) round(w |f| / s)).
+  A weight whose relation to the IR's is not such a per-channel factor stays float, listed.
+- a bias that reached the IR unchanged becomes int32 + DequantizeLinear at input scale x weight
+  scale (TFLite's int32 bias); a folded one stays float (its rounding is far below int8's).
+
+Converting the result with `--quantize` and no calibration (qdq/importer.py) gives back the same
+params, tensor by tensor; weight scales up to float32 rounding. Int8 tensors of the IR without
+an ONNX counterpart (a decomposition's intermediates) cannot carry a pair: they are listed, and
+get their ranges from --calibration when the result is converted.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import ConversionError
+from ..ir import Model
+from ..loader import node_names
+from ..quantize.arrays import rule_of
+from ..report import counterpart
+
+# ONNX op -> (weight input, its output-channel axis for the node's attributes)
+_WEIGHT_AXIS = {
+    "Conv": lambda node: 0,
+    "ConvTranspose": lambda node: 1 if _attribute(node, "group", 1) == 1 else None,
+    "Gemm": lambda node: 0 if _attribute(node, "transB", 0) else 1,
+    "MatMul": lambda node: 1,
+}
+PER_AXIS_OPSET = 13  # DequantizeLinear's `axis`
+
+
+@dataclass
+class FakeQuantGraph:
+    """The fake-quant model and what it holds."""
+
+    proto: onnx.ModelProto
+    activations: list[str] = field(default_factory=list)  # ONNX tensors with a Q -> DQ pair
+    weights: list[str] = field(default_factory=list)  # initializers stored int8 + DQ
+    biases: list[str] = field(default_factory=list)  # initializers stored int32 + DQ
+    float_weights: list[str] = field(default_factory=list)  # int8 in the IR, float here
+    uncovered: list[str] = field(default_factory=list)  # int8 IR tensors without an ONNX tensor
+
+
+class FloatWeights:
+    """Called with the model before the quantize steps: keeps each weighted op's float weight and
+    bias (the quantize steps replace the arrays' data, these references stay)."""
+
+    def __init__(self):
+        self.by_op: dict[int, tuple[object, np.ndarray, np.ndarray | None]] = {}
+
+    def __call__(self, model: Model) -> None:
+        for op in model.operators:
+            rule = rule_of(op)
+            if rule is None or rule.weight is None or rule.weight >= len(op.inputs):
+                continue
+            weight = model.constant(op.inputs[rule.weight])
+            if weight is None or weight.dtype.kind != "f":
+                continue
+            bias = None
+            if rule.bias is not None and rule.bias < len(op.inputs):
+                bias = model.constant(op.inputs[rule.bias])
+            self.by_op[id(op)] = (op, weight, bias)  # the op too: its id stays its own
+
+
+def _attribute(node: onnx.NodeProto, name: str, default):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+class _Names:
+    """Fresh tensor and node names: none may clash with the model's."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.used = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+        self.used |= {o.name for o in graph.output}
+        for node in graph.node:
+            self.used.update(node.input)
+            self.used.update(node.output)
+            self.used.add(node.name)
+
+    def fresh(self, hint: str) -> str:
+        name, k = hint, 1
+        while name in self.used:
+            name, k = f"{hint}_{k}", k + 1
+        self.used.add(name)
+        return name
+
+
+def _per_tensor(array) -> tuple[float, int] | None:
+    q = array.quant
+    if q is None or q.axis is not None or q.scale.size != 1:
+        return None
+    return float(q.scale.reshape(-1)[0]), int(q.zero_point.reshape(-1)[0])
+
+
+def activation_params(model: Model, onnx_names: set[str]) -> tuple[dict[str, tuple[float, int]], list[str]]:
+    """{ONNX tensor: (scale, zero point)} of the IR's int8 activations, and the int8 activations
+    that have no ONNX counterpart. A tensor the IR holds twice (channels-last, or converted) takes
+    the params of its first int8 holder in execution order, its producer's."""
+    params: dict[str, tuple[float, int]] = {}
+    uncovered = []
+    ordered = list(model.inputs) + [o for op in model.operators for o in op.outputs]
+    for name in ordered:
+        array = model.arrays.get(name)
+        if array is None or array.is_constant or array.dtype != np.int8:
+            continue
+        found = counterpart(name, onnx_names, {})
+        chosen = _per_tensor(array)
+        if found is None or chosen is None:
+            uncovered.append(name)
+            continue
+        params.setdefault(found[0], chosen)
+    return params, uncovered
+
+
+def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: FloatWeights) -> FakeQuantGraph:
+    """Rewrites `proto` (the float ONNX model `model` was converted from, with its weights) in
+    place into the fake-quant graph of the quantized IR `model` (see the module docstring)."""
+    graph = proto.graph
+    _require_opset(proto)
+    names = _Names(graph)
+    onnx_names = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
+    params, uncovered = activation_params(model, onnx_names)
+    result = FakeQuantGraph(proto, uncovered=uncovered)
+    weight_nodes = _fake_quantize_weights(proto, model, float_weights, names, result)
+    outputs = {o.name for o in graph.output}
+    inputs = [i.name for i in graph.input if i.name in params]
+    inputs_set = set(inputs)
+    pairs: dict[str, list[onnx.NodeProto]] = {}  # tensor -> its Q, DQ nodes
+    writes: dict[str, str] = {}  # a graph output -> what its producer writes now
+    for tensor in [*inputs, *(o for node in graph.node for o in node.output)]:
+        if tensor not in params or tensor in pairs:
+            continue
+        scale, zero = params[tensor]
+        source, target = tensor, names.fresh(f"{tensor}_fq")
+        if tensor in outputs:
+            source, target = names.fresh(f"{tensor}_fq_float"), tensor
+            writes[tensor] = source
+        pairs[tensor] = _pair(graph, names, tensor, source, target, scale, zero)
+        result.activations.append(tensor)
+    readers_of = {t: pair[1].output[0] for t, pair in pairs.items() if t not in outputs}
+    nodes = weight_nodes + [n for t in inputs for n in pairs[t]]
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in readers_of:
+                node.input[k] = readers_of[name]
+        nodes.append(node)
+        for k, name in enumerate(node.output):
+            if name in writes:
+                node.output[k] = writes[name]
+            if name in pairs and name not in inputs_set:
+                nodes.extend(pairs[name])
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return result
+
+
+def _require_opset(proto: onnx.ModelProto) -> None:
+    for opset in proto.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version < PER_AXIS_OPSET:
+            raise ConversionError(f"the model imports ONNX opset {opset.version}; the fake-quant graph's "
+                                  f"per-channel DequantizeLinear needs opset {PER_AXIS_OPSET} or later "
+                                  "(onnx.version_converter.convert_version updates a model)")
+
+
+def _initializer(graph: onnx.GraphProto, names: _Names, hint: str, value: np.ndarray) -> str:
+    name = names.fresh(hint)
+    graph.initializer.append(numpy_helper.from_array(value, name))
+    return name
+
+
+def _pair(graph, names: _Names, tensor: str, source: str, target: str, scale: float, zero: int):
+    """Q(source) -> DQ -> target at (scale, zero) on the int8 grid."""
+    s = _initializer(graph, names, f"{tensor}_fq_scale", np.array(scale, np.float32))
+    z = _initializer(graph, names, f"{tensor}_fq_zero_point", np.array(zero, np.int8))
+    quantized = names.fresh(f"{tensor}_fq_int8")
+    return [helper.make_node("QuantizeLinear", [source, s, z], [quantized],
+                             name=names.fresh(f"{tensor}_fq_q")),
+            helper.make_node("DequantizeLinear", [quantized, s, z], [target],
+                             name=names.fresh(f"{tensor}_fq_dq"))]
+
+
+def _fake_quantize_weights(proto: onnx.ModelProto, model: Model, float_weights: FloatWeights,
+                           names: _Names, result: FakeQuantGraph) -> list[onnx.NodeProto]:
+    """Each int8 weight (and unchanged bias) of the IR onto its ONNX initializer as integers +
+    DequantizeLinear; returns the DQ nodes, which read only constants (first in the graph)."""
+    graph = proto.graph
+    nodes_by_name = dict(zip(node_names(proto), graph.node))
+    initializers = {i.name: i for i in graph.initializer}
+    reads = collections.Counter(name for node in graph.node for name in node.input)
+    ops_of_node = collections.Counter(op.source for op, _, _ in float_weights.by_op.values())
+
+    def own_initializer(name: str):
+        """The initializer `name` if only one input of one node reads it (else None)."""
+        return initializers.get(name) if reads[name] == 1 else None
+
+    dequantize, dropped = [], set()
+    for op, ir_weight, ir_bias in float_weights.by_op.values():
+        rule = rule_of(op)
+        weight = model.arrays[op.inputs[rule.weight]]
+        if weight.dtype != np.int8 or weight.quant is None:
+            continue  # the op stayed float
+        node = nodes_by_name.get(op.source)
+        axis = _WEIGHT_AXIS[node.op_type](node) if node is not None and node.op_type in _WEIGHT_AXIS else None
+        init = own_initializer(node.input[1]) if axis is not None and len(node.input) > 1 else None
+        if init is None or ops_of_node[op.source] != 1:
+            result.float_weights.append(op.source)
+            continue
+        w = numpy_helper.to_array(init)
+        factor = _channel_factor(w, axis, ir_weight, rule.weight_axis % ir_weight.ndim)
+        scales = None if factor is None else _onnx_scales(weight.quant, factor)
+        if scales is None:
+            result.float_weights.append(op.source)
+            continue
+        q = np.clip(np.rint(w / _along(scales, w.ndim, axis)), -127, 127).astype(np.int8)
+        dequantize.append(_constant_dq(graph, names, init.name, q, scales, np.int8, axis))
+        dropped.add(init.name)
+        result.weights.append(init.name)
+        # The bias as TFLite's int32, where the IR's is the ONNX one (nothing folded into it).
+        bias = own_initializer(node.input[2]) if len(node.input) > 2 and node.op_type != "MatMul" else None
+        quantized_bias = model.arrays[op.inputs[rule.bias]] if ir_bias is not None else None
+        if (bias is not None and quantized_bias is not None and quantized_bias.dtype == np.int32
+                and np.all(factor == 1) and np.array_equal(numpy_helper.to_array(bias), ir_bias)):
+            dequantize.append(_constant_dq(graph, names, bias.name, quantized_bias.data,
+                                           quantized_bias.quant.scale.astype(np.float32), np.int32, 0))
+            dropped.add(bias.name)
+            result.biases.append(bias.name)
+    kept = [i for i in graph.initializer if i.name not in dropped]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    return dequantize
+
+
+def _onnx_scales(quant, factor: np.ndarray) -> np.ndarray | None:
+    """The scales that quantize the ONNX weight to the IR's integers: the IR's over |f_c|. Per
+    tensor (--per-tensor-fc) only when every channel has the same factor."""
+    scales = np.broadcast_to(quant.scale.astype(np.float64), factor.shape) / factor
+    if quant.axis is None:
+        if not np.allclose(scales, scales[0], rtol=1e-6, atol=0):
+            return None
+        scales = scales[:1]
+    return scales.astype(np.float32)
+
+
+def _channel_factor(w: np.ndarray, axis: int, ir: np.ndarray, ir_axis: int) -> np.ndarray | None:
+    """|f_c| with the IR weight's output channel c = f_c x the ONNX weight's, or None when they
+    are not related so (another factor along the input channels, another shape)."""
+    channels = w.shape[axis]
+    if ir.ndim == 0 or ir.shape[ir_axis] != channels or ir.size != w.size:
+        return None
+    onnx_abs = np.abs(np.moveaxis(w, axis, 0).reshape(channels, -1)).astype(np.float64)
+    ir_abs = np.abs(np.moveaxis(ir, ir_axis, 0).reshape(channels, -1)).astype(np.float64)
+    onnx_max, ir_max = onnx_abs.max(1), ir_abs.max(1)
+    if np.any((onnx_max == 0) != (ir_max == 0)):
+        return None
+    factor = np.where(onnx_max > 0, ir_max / np.where(onnx_max > 0, onnx_max, 1), 1.0)
+    # The sum of magnitudes scales with the channel too: a factor along another axis breaks it.
+    if not np.allclose(ir_abs.sum(1), factor * onnx_abs.sum(1), rtol=1e-4, atol=0):
+        return None
+    return factor
+
+
+def _along(values: np.ndarray, rank: int, axis: int) -> np.ndarray:
+    shape = [1] * rank
+    shape[axis] = values.size
+    return values.reshape(shape) if values.size > 1 else values.reshape(())
+
+
+def _constant_dq(graph, names: _Names, target: str, values: np.ndarray, scales: np.ndarray,
+                 zero_type, axis: int) -> onnx.NodeProto:
+    """DequantizeLinear(integer initializer) -> `target` (what the readers read): per slice along
+    `axis`, or per tensor for a single scale."""
+    zeros = np.zeros(scales.shape, zero_type)
+    per_axis = scales.size > 1
+    if not per_axis:
+        scales, zeros = scales.reshape(()), zeros.reshape(())
+    q = _initializer(graph, names, f"{target}_quantized", values)
+    s = _initializer(graph, names, f"{target}_scale", scales)
+    z = _initializer(graph, names, f"{target}_zero_point", zeros)
+    attributes = {"axis": axis} if per_axis else {}
+    return helper.make_node("DequantizeLinear", [q, s, z], [target], name=names.fresh(f"{target}_dq"),
+                            **attributes)

@@ -1,0 +1,188 @@
+"""`qconvert fakequant` (qconvert/qdq/fakequant.py): the ONNX model with Q/DQ pairs where the int8
+conversion quantizes. The pairs sit exactly where the rules put them (the tensor list is asserted);
+onnxruntime runs the result like LiteRT runs the int8 .tflite; converting it back with --quantize
+and no calibration gives the params of `--quantize --calibration`, tensor by tensor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.converter import fake_quant
+from qconvert.transforms.pipeline import QuantizeOptions
+from tests.harness import convert_proto, output_steps, run_onnxruntime, run_tflite
+from tests.qdq.test_qdq_import import SAMPLES, residual_cnn
+
+C = 8
+
+
+def folded_cnn() -> onnx.ModelProto:
+    """What the float steps fold before quantizing: batch norms into a conv and a depthwise conv,
+    a Clip(0, 6) fused as RELU6; then a concatenation, an average pool (lowered to a depthwise
+    conv), a HardSwish (decomposed), and a MatMul + Add (a FULLY_CONNECTED with bias)."""
+    rng = np.random.default_rng(0)
+
+    def init(name, shape, scale=1.0, offset=0.0):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale + offset).astype(np.float32), name)
+
+    def variance(name):
+        return numpy_helper.from_array(rng.uniform(0.5, 2, C).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Mul", ["x", "s0"], ["xs"], name="prescale"),
+        helper.make_node("Conv", ["xs", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("BatchNormalization", ["c1", "g1", "be1", "m1", "v1"], ["n1"], name="bn1"),
+        helper.make_node("Clip", ["n1", "lo", "hi"], ["r1"], name="relu6"),
+        helper.make_node("Conv", ["r1", "wd"], ["d1"], pads=[1, 1, 1, 1], group=C, name="dw"),
+        helper.make_node("BatchNormalization", ["d1", "g2", "be2", "m2", "v2"], ["n2"], name="bn2"),
+        helper.make_node("Relu", ["n2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["x", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], name="side"),
+        helper.make_node("Concat", ["r2", "c3"], ["cat"], axis=1, name="cat"),
+        helper.make_node("AveragePool", ["cat"], ["ap"], kernel_shape=[2, 2], strides=[2, 2], name="avg"),
+        helper.make_node("HardSwish", ["ap"], ["hs"], name="hswish"),
+        helper.make_node("GlobalAveragePool", ["hs"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "wm"], ["mm"], name="matmul"),
+        helper.make_node("Add", ["mm", "bm"], ["y"], name="bias"),
+    ]
+    inits = [numpy_helper.from_array(np.array(1.7, np.float32), "s0"),
+             init("w1", (C, 3, 3, 3), .3), init("b1", C, .1), init("g1", C, .5, 1), init("be1", C, .2),
+             init("m1", C, .1), variance("v1"),
+             numpy_helper.from_array(np.array(0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6, np.float32), "hi"),
+             init("wd", (C, 1, 3, 3), .5), init("g2", C, .5, -0.2), init("be2", C, .2), init("m2", C, .1),
+             variance("v2"), init("w3", (4, 3, 3, 3), 2.0), init("b3", 4, .5),
+             init("wm", (C + 4, 5), .5), init("bm", 5, .1)]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+
+
+MODELS = {"residual": residual_cnn, "folded": folded_cnn}
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("fakequant") / "calibration.npz"
+    np.savez(path, x=SAMPLES[:16, 0])
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def converted(request, calibration):
+    """(float model, fake-quant model and its report, the int8 .tflite of the float model)."""
+    model = MODELS[request.param]()
+    written, report = fake_quant("<test>", data=model.SerializeToString(), quantize=QuantizeOptions(),
+                                 calibration=calibration)
+    tflite, tflite_report = convert_proto(model, quantize=QuantizeOptions(), calibration=calibration)
+    return model, onnx.load_from_string(written), report, tflite, tflite_report
+
+
+def _pairs(model: onnx.ModelProto) -> dict[str, tuple[float, int]]:
+    """{tensor a QuantizeLinear reads: (scale, zero point)}."""
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    return {n.input[0].removesuffix("_fq_float"): (float(constants[n.input[1]]), int(constants[n.input[2]]))
+            for n in model.graph.node if n.op_type == "QuantizeLinear"}
+
+
+def test_pairs_sit_where_the_int8_graph_quantizes(calibration):
+    """The rule list on a CNN with a residual Add and fused ReLUs: the input; a conv's output after
+    the ReLU fused into it (c1 has none); the bypass Add's inputs (c2, r1) and its output after
+    the ReLU fused into the ADD (a has none); a max pool's and a flatten's outputs at their inputs'
+    params (same-scale ops); weights int8 per channel, biases int32; the graph output."""
+    written, report = fake_quant("<test>", data=residual_cnn().SerializeToString(),
+                                 quantize=QuantizeOptions(), calibration=calibration)
+    model = onnx.load_from_string(written)
+    pairs = _pairs(model)
+    assert report.activations == ["x", "r1", "c2", "r2", "p", "g", "f", "y"]
+    assert list(pairs) == report.activations
+    assert pairs["p"] == pairs["r2"] and pairs["f"] == pairs["g"]
+    assert report.weights == ["w1", "w2", "wg"] and report.biases == ["b1", "b2", "bg"]
+    assert report.uncovered == [] and report.float_weights == []
+    dequantized = {n.output[0]: n for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for weight in report.weights:
+        node = dequantized[weight]
+        assert constants[node.input[0]].dtype == np.int8 and np.abs(constants[node.input[0]]).max() == 127
+        assert not constants[node.input[2]].any()  # symmetric
+    for bias in report.biases:
+        assert constants[dequantized[bias].input[0]].dtype == np.int32
+    onnx.checker.check_model(model)
+
+
+def test_onnxruntime_runs_it_as_litert_runs_the_int8_model(converted):
+    model, fake, _, tflite, tflite_report = converted
+    step = output_steps(tflite)["y"]
+    for sample in SAMPLES[16:]:
+        feeds = {"x": sample}
+        expected = run_tflite(tflite, tflite_report, feeds)["y"]
+        got = run_onnxruntime(fake, feeds)["y"]
+        assert np.abs(got - expected).max() <= 2 * step
+        float_error = np.abs(run_onnxruntime(model, feeds)["y"] - expected).max()
+        assert np.abs(got - expected).max() < float_error  # the pairs model the int8 rounding
+
+
+def _tensors(flatbuffer: bytes) -> dict[str, tuple[dict, np.ndarray | None]]:
+    interpreter = Interpreter(model_content=flatbuffer)
+    tensors = {}
+    for d in interpreter.get_tensor_details():
+        try:
+            data = interpreter.get_tensor(d["index"]).copy()
+        except ValueError:
+            data = None
+        tensors[d["name"]] = (d["quantization_parameters"], d["dtype"], data)
+    return tensors
+
+
+def test_converting_it_back_gives_the_same_params(converted):
+    """Tensor by tensor: activation scales and zero points equal; weights the same integers, their
+    scales within float32 rounding where a batch norm was folded into them (1e-6)."""
+    _, fake, _, tflite, _ = converted
+    back, report = convert_proto(fake, quantize=QuantizeOptions())
+    assert report.quantization.calibration_samples == 0 and report.quantization.qdq_tensors
+    expected, got = _tensors(tflite), _tensors(back)
+    assert sorted(got) == sorted(expected)
+    for name, (params, dtype, data) in expected.items():
+        got_params, got_dtype, got_data = got[name]
+        assert got_dtype == dtype, name
+        np.testing.assert_array_equal(got_params["zero_points"], params["zero_points"], err_msg=name)
+        np.testing.assert_allclose(got_params["scales"], params["scales"], rtol=1e-6, atol=0, err_msg=name)
+        if dtype == np.int8:
+            if data is not None and got_data is not None:
+                np.testing.assert_array_equal(got_data, data, err_msg=name)
+        if dtype == np.int8 and data is None:  # an activation: exactly
+            np.testing.assert_array_equal(got_params["scales"], params["scales"], err_msg=name)
+
+
+def test_cli_writes_the_model_and_one_summary_line(tmp_path, calibration):
+    source = tmp_path / "float.onnx"
+    onnx.save(folded_cnn(), source)
+    before = source.read_bytes()
+    out = tmp_path / "fq.onnx"
+    run = subprocess.run([sys.executable, "-m", "qconvert", "fakequant", str(source), str(out),
+                          "--calibration", calibration, "--json"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("\n") == 1 and "fake-quant pairs on 11 tensors" in run.stderr
+    report = json.loads(run.stdout)
+    assert report["weights"] == ["w1", "wd", "w3", "wm"] and report["biases"] == ["b3"]
+    assert report["uncovered"]  # the HardSwish decomposition's gate, transposes of x
+    assert source.read_bytes() == before
+    onnx.checker.check_model(onnx.load(out))
+
+
+def test_cli_without_ranges_is_a_usage_error(tmp_path):
+    source = tmp_path / "float.onnx"
+    onnx.save(residual_cnn(), source)
+    out = tmp_path / "fq.onnx"
+    run = subprocess.run([sys.executable, "-m", "qconvert", "fakequant", str(source), str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "--calibration" in run.stderr and run.stderr.count("\n") == 1
+    assert not out.exists()
