@@ -353,7 +353,7 @@ class FakeQuantReport:
     weights: list[str]  # initializers stored int8 + DequantizeLinear
     biases: list[str]  # initializers stored int32 + DequantizeLinear
     float_weights: list[str]  # nodes whose int8 weight the graph holds float (see fakequant.py)
-    uncovered: list[str]  # int8 tensors of the conversion without an ONNX tensor to carry a pair
+    ranges_in_metadata: list[str]  # int8 tensors without an ONNX tensor: their ranges in metadata
     quantization: QuantizationReport
     size_bytes: int
     seconds: float
@@ -367,9 +367,9 @@ class FakeQuantReport:
                 f"{_human_size(self.size_bytes)}, {self.seconds:.2f} s")
         if self.float_weights:
             text += f"; {len(self.float_weights)} weights held float (folded across their inputs)"
-        if self.uncovered:
-            text += (f"; {len(self.uncovered)} int8 tensors have no ONNX tensor to carry their pair "
-                     "(their ranges come from --calibration when OUT is converted)")
+        if self.ranges_in_metadata:
+            text += (f"; {len(self.ranges_in_metadata)} ranges of intermediate tensors in the model's "
+                     "metadata")
         if self.quantization.float_ops:
             text += f"; {len(self.quantization.float_ops)} ops stay float"
         return text
@@ -380,18 +380,19 @@ def fake_quant(source: str, *, quantize: QuantizeOptions, data: bytes | None = N
     """`qconvert fakequant`: the ONNX model `source` with QuantizeLinear/DequantizeLinear pairs
     where its int8 conversion (convert's `arguments`, with `quantize`) quantizes, holding the
     params that conversion chooses (qdq/fakequant.py). Returns the model's bytes."""
-    from .qdq.fakequant import FloatWeights, insert_fake_quant
+    from .qdq.fakequant import FloatWeights, insert_fake_quant, with_per_axis_opset
 
     float_weights = FloatWeights()
     built = build(source, data=data, quantize=quantize, before_quantizing=float_weights, **arguments)
     proto = read_complete_onnx(source, data)
     if has_qdq(proto):  # the model's own pairs give way to the conversion's
         strip_qdq(proto)
+    proto = with_per_axis_opset(proto)
     graph = insert_fake_quant(proto, built.model, float_weights)
     written = proto.SerializeToString()
     report = FakeQuantReport(
         input=source, output=output_name, activations=graph.activations, weights=graph.weights,
-        biases=graph.biases, float_weights=graph.float_weights, uncovered=graph.uncovered,
+        biases=graph.biases, float_weights=graph.float_weights, ranges_in_metadata=graph.ranges_in_metadata,
         quantization=built.quantization, size_bytes=len(written),
         seconds=round(time.perf_counter() - built.start, 3))
     return written, report

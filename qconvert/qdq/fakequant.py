@@ -20,26 +20,32 @@ decisions off the quantized IR model:
 - a bias that reached the IR unchanged becomes int32 + DequantizeLinear at input scale x weight
   scale (TFLite's int32 bias); a folded one stays float (its rounding is far below int8's).
 
+- an int8 tensor of the IR without an ONNX counterpart (a decomposition's intermediate: a
+  HardSigmoid's clamp before its upper bound, a HardSwish's gate) cannot carry a pair; its
+  params' range goes into the model's metadata (RANGES_KEY, by the name the loader gives it),
+  which the importer reads back. onnxruntime does not round there: the only difference between
+  the fake-quant graph's arithmetic and the int8 model's, besides kernels' own rounding.
+
 Converting the result with `--quantize` and no calibration (qdq/importer.py) gives back the same
-params, tensor by tensor; weight scales up to float32 rounding. Int8 tensors of the IR without
-an ONNX counterpart (a decomposition's intermediates) cannot carry a pair: they are listed, and
-get their ranges from --calibration when the result is converted.
+params, tensor by tensor; weight scales up to float32 rounding where a factor was folded in.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper, numpy_helper, version_converter
 
 from ..errors import ConversionError
 from ..ir import Model
 from ..loader import node_names
 from ..quantize.arrays import rule_of
-from ..report import counterpart
+from ..report import LAYOUT_SUFFIX, TYPE_SUFFIXES, counterpart
+from .importer import RANGES_KEY
 
 # ONNX op -> (weight input, its output-channel axis for the node's attributes)
 _WEIGHT_AXIS = {
@@ -60,7 +66,8 @@ class FakeQuantGraph:
     weights: list[str] = field(default_factory=list)  # initializers stored int8 + DQ
     biases: list[str] = field(default_factory=list)  # initializers stored int32 + DQ
     float_weights: list[str] = field(default_factory=list)  # int8 in the IR, float here
-    uncovered: list[str] = field(default_factory=list)  # int8 IR tensors without an ONNX tensor
+    # Int8 tensors of the IR without an ONNX tensor (by their loader names): ranges in metadata.
+    ranges_in_metadata: list[str] = field(default_factory=list)
 
 
 class FloatWeights:
@@ -117,57 +124,110 @@ def _per_tensor(array) -> tuple[float, int] | None:
     return float(q.scale.reshape(-1)[0]), int(q.zero_point.reshape(-1)[0])
 
 
-def activation_params(model: Model, onnx_names: set[str]) -> tuple[dict[str, tuple[float, int]], list[str]]:
-    """{ONNX tensor: (scale, zero point)} of the IR's int8 activations, and the int8 activations
-    that have no ONNX counterpart. A tensor the IR holds twice (channels-last, or converted) takes
-    the params of its first int8 holder in execution order, its producer's."""
-    params: dict[str, tuple[float, int]] = {}
-    uncovered = []
+def _loader_name(name: str) -> str:
+    """The name the loader gave the array an IR tensor holds (TYPE_SUFFIXES and LAYOUT_SUFFIX
+    are added later, by the quantize and layout steps)."""
+    for suffix in TYPE_SUFFIXES:
+        if name.endswith(suffix) and name[:-len(suffix)]:
+            name = name[:-len(suffix)]
+            break
+    while name.endswith(LAYOUT_SUFFIX) and name[:-len(LAYOUT_SUFFIX)]:
+        name = name[:-len(LAYOUT_SUFFIX)]
+    return name
+
+
+@dataclass
+class _Pair:
+    """The params of an ONNX tensor's pair, and which of its ONNX readers read through it (None:
+    all of them)."""
+
+    scale: float
+    zero_point: int
+    readers: set[str] | None = None
+
+
+def activation_params(model: Model, onnx_names: set[str]):
+    """{ONNX tensor: _Pair} for the IR's int8 activations, and {IR tensor by its loader name:
+    [min, max]} for the ranges no pair carries: the params' span of an int8 tensor without an ONNX
+    counterpart, and the range of a float one (the quantize steps' decisions read those too).
+
+    The first holder of a tensor in execution order is its producer's output. When that is int8,
+    the pair takes its params and every reader reads through it (a float reader reads it
+    DEQUANTIZEd: the same values). When it is float and some reader has an int8 copy (a QUANTIZE
+    to it), only the ONNX nodes of the ops reading a copy read through the pair."""
+    pairs: dict[str, _Pair] = {}
+    first: dict[str, bool] = {}  # ONNX tensor -> whether its producer's holder is int8
+    ranges: dict[str, list[float]] = {}
     ordered = list(model.inputs) + [o for op in model.operators for o in op.outputs]
     for name in ordered:
         array = model.arrays.get(name)
-        if array is None or array.is_constant or array.dtype != np.int8:
+        if array is None or array.is_constant or array.dtype.kind not in "fi":
             continue
+        chosen = _per_tensor(array) if array.dtype == np.int8 else None
         found = counterpart(name, onnx_names, {})
-        chosen = _per_tensor(array)
-        if found is None or chosen is None:
-            uncovered.append(name)
+        if found is None:
+            if chosen is not None:
+                ranges.setdefault(_loader_name(name), _span(*chosen))
+            elif array.minmax is not None and array.dtype.kind == "f":
+                ranges.setdefault(_loader_name(name), [array.minmax.min, array.minmax.max])
             continue
-        params.setdefault(found[0], chosen)
-    return params, uncovered
+        tensor = found[0]
+        producer_int8 = first.setdefault(tensor, chosen is not None)
+        if chosen is None:
+            if array.minmax is not None and array.dtype.kind == "f":
+                ranges.setdefault(tensor, [array.minmax.min, array.minmax.max])
+            continue
+        pair = pairs.setdefault(tensor, _Pair(*chosen, None if producer_int8 else set()))
+        if pair.readers is not None:
+            pair.readers.update(op.source for op in model.consumers(name))
+    for tensor, pair in list(pairs.items()):
+        if pair.readers is not None and not pair.readers:  # no ONNX node reads a copy
+            del pairs[tensor]
+        else:
+            ranges.pop(tensor, None)  # the pair gives it
+    return pairs, ranges
+
+
+def _span(scale: float, zero_point: int) -> list[float]:
+    """The real range an int8 (scale, zero point) grid spans."""
+    return [float(scale) * (-128 - zero_point), float(scale) * (127 - zero_point)]  # as the importer
 
 
 def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: FloatWeights) -> FakeQuantGraph:
     """Rewrites `proto` (the float ONNX model `model` was converted from, with its weights) in
     place into the fake-quant graph of the quantized IR `model` (see the module docstring)."""
     graph = proto.graph
-    _require_opset(proto)
     names = _Names(graph)
     onnx_names = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
-    params, uncovered = activation_params(model, onnx_names)
-    result = FakeQuantGraph(proto, uncovered=uncovered)
-    weight_nodes = _fake_quantize_weights(proto, model, float_weights, names, result)
+    wanted, ranges = activation_params(model, onnx_names)
+    result = FakeQuantGraph(proto, ranges_in_metadata=list(ranges))
+    _set_metadata(proto, RANGES_KEY, json.dumps(ranges))
+    own_names = node_names(proto)  # before any node changes: the IR ops' sources
+    weight_nodes, replaced = _fake_quantize_weights(graph, dict(zip(own_names, graph.node)), model,
+                                                    float_weights, names, result)
     outputs = {o.name for o in graph.output}
-    inputs = [i.name for i in graph.input if i.name in params]
+    inputs = [i.name for i in graph.input if i.name in wanted]
     inputs_set = set(inputs)
     pairs: dict[str, list[onnx.NodeProto]] = {}  # tensor -> its Q, DQ nodes
     writes: dict[str, str] = {}  # a graph output -> what its producer writes now
     for tensor in [*inputs, *(o for node in graph.node for o in node.output)]:
-        if tensor not in params or tensor in pairs:
+        pair = wanted.get(tensor)
+        if pair is None or tensor in pairs:
             continue
-        scale, zero = params[tensor]
         source, target = tensor, names.fresh(f"{tensor}_fq")
-        if tensor in outputs:
+        if tensor in outputs and pair.readers is None:  # the output itself is int8 in TFLite
             source, target = names.fresh(f"{tensor}_fq_float"), tensor
             writes[tensor] = source
-        pairs[tensor] = _pair(graph, names, tensor, source, target, scale, zero)
+        pairs[tensor] = _pair(graph, names, tensor, source, target, pair.scale, pair.zero_point)
         result.activations.append(tensor)
-    readers_of = {t: pair[1].output[0] for t, pair in pairs.items() if t not in outputs}
+    through = {t: pair[1].output[0] for t, pair in pairs.items() if pair[1].output[0] != t}
     nodes = weight_nodes + [n for t in inputs for n in pairs[t]]
-    for node in graph.node:
+    for node, node_name in zip(graph.node, own_names):
+        if node.op_type == "Constant" and node.output[0] in replaced:
+            continue
         for k, name in enumerate(node.input):
-            if name in readers_of:
-                node.input[k] = readers_of[name]
+            if name in through and (wanted[name].readers is None or node_name in wanted[name].readers):
+                node.input[k] = through[name]
         nodes.append(node)
         for k, name in enumerate(node.output):
             if name in writes:
@@ -179,12 +239,26 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     return result
 
 
-def _require_opset(proto: onnx.ModelProto) -> None:
-    for opset in proto.opset_import:
-        if opset.domain in ("", "ai.onnx") and opset.version < PER_AXIS_OPSET:
-            raise ConversionError(f"the model imports ONNX opset {opset.version}; the fake-quant graph's "
-                                  f"per-channel DequantizeLinear needs opset {PER_AXIS_OPSET} or later "
-                                  "(onnx.version_converter.convert_version updates a model)")
+def _set_metadata(proto: onnx.ModelProto, key: str, value: str) -> None:
+    kept = [p for p in proto.metadata_props if p.key != key]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    proto.metadata_props.add(key=key, value=value)
+
+
+def with_per_axis_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """`proto`, or the same model converted to opset PER_AXIS_OPSET when it imports an older one
+    (per-channel DequantizeLinear needs `axis`); a ConversionError if onnx cannot convert it."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), PER_AXIS_OPSET)
+    if opset >= PER_AXIS_OPSET:
+        return proto
+    try:
+        return version_converter.convert_version(proto, PER_AXIS_OPSET)
+    except Exception as e:  # the converter raises bare RuntimeErrors and ValueErrors
+        raise ConversionError(f"the model imports ONNX opset {opset}; the fake-quant graph's per-channel "
+                              f"DequantizeLinear needs opset {PER_AXIS_OPSET}, and onnx's version "
+                              f"converter could not convert it: {str(e).splitlines()[0] if str(e) else e!r}"
+                              ) from None
 
 
 def _initializer(graph: onnx.GraphProto, names: _Names, hint: str, value: np.ndarray) -> str:
@@ -204,13 +278,17 @@ def _pair(graph, names: _Names, tensor: str, source: str, target: str, scale: fl
                              name=names.fresh(f"{tensor}_fq_dq"))]
 
 
-def _fake_quantize_weights(proto: onnx.ModelProto, model: Model, float_weights: FloatWeights,
-                           names: _Names, result: FakeQuantGraph) -> list[onnx.NodeProto]:
-    """Each int8 weight (and unchanged bias) of the IR onto its ONNX initializer as integers +
-    DequantizeLinear; returns the DQ nodes, which read only constants (first in the graph)."""
-    graph = proto.graph
-    nodes_by_name = dict(zip(node_names(proto), graph.node))
+def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx.NodeProto], model: Model,
+                           float_weights: FloatWeights, names: _Names, result: FakeQuantGraph):
+    """Each int8 weight (and unchanged bias) of the IR onto its ONNX initializer (or Constant
+    node) as integers + DequantizeLinear. Returns the DQ nodes, which read only constants (first
+    in the graph), and the names they now write: the initializers are gone, the Constant nodes
+    writing them are for the caller to drop."""
+    # Weights are initializers, or Constant nodes' values (PaddlePaddle's exporter writes those).
     initializers = {i.name: i for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+            initializers.setdefault(node.output[0], node.attribute[0].t)
     reads = collections.Counter(name for node in graph.node for name in node.input)
     ops_of_node = collections.Counter(op.source for op, _, _ in float_weights.by_op.values())
 
@@ -237,22 +315,22 @@ def _fake_quantize_weights(proto: onnx.ModelProto, model: Model, float_weights: 
             result.float_weights.append(op.source)
             continue
         q = np.clip(np.rint(w / _along(scales, w.ndim, axis)), -127, 127).astype(np.int8)
-        dequantize.append(_constant_dq(graph, names, init.name, q, scales, np.int8, axis))
-        dropped.add(init.name)
-        result.weights.append(init.name)
+        dequantize.append(_constant_dq(graph, names, node.input[1], q, scales, np.int8, axis))
+        dropped.add(node.input[1])
+        result.weights.append(node.input[1])
         # The bias as TFLite's int32, where the IR's is the ONNX one (nothing folded into it).
         bias = own_initializer(node.input[2]) if len(node.input) > 2 and node.op_type != "MatMul" else None
         quantized_bias = model.arrays[op.inputs[rule.bias]] if ir_bias is not None else None
         if (bias is not None and quantized_bias is not None and quantized_bias.dtype == np.int32
                 and np.all(factor == 1) and np.array_equal(numpy_helper.to_array(bias), ir_bias)):
-            dequantize.append(_constant_dq(graph, names, bias.name, quantized_bias.data,
+            dequantize.append(_constant_dq(graph, names, node.input[2], quantized_bias.data,
                                            quantized_bias.quant.scale.astype(np.float32), np.int32, 0))
-            dropped.add(bias.name)
-            result.biases.append(bias.name)
+            dropped.add(node.input[2])
+            result.biases.append(node.input[2])
     kept = [i for i in graph.initializer if i.name not in dropped]
     del graph.initializer[:]
     graph.initializer.extend(kept)
-    return dequantize
+    return dequantize, dropped
 
 
 def _onnx_scales(quant, factor: np.ndarray) -> np.ndarray | None:

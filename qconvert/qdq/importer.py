@@ -17,11 +17,13 @@ int32 -> DequantizeLinear. TOCO read its ranges from FakeQuant nodes the same wa
   requantizes to the same int32 at input scale x weight scale.
 Per-axis activation params, int16 grids and DequantizeLinear of a graph input are refused, naming
 the node (not built yet). The graph stays valid ONNX throughout: a DQ output that is a graph output
-becomes an Identity of x.
+becomes an Identity of x. Ranges `qconvert fakequant` keeps in the metadata (RANGES_KEY) for
+intermediate tensors the loader creates are read back too.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,10 +32,13 @@ from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
 from ..ir import MinMax, Model
-from ..quantize.arrays import fill_across_same_scale_ops, params_for_range
+from ..quantize.arrays import QDQ_SOURCE, fill_across_same_scale_ops, params_for_range
 from ..report import counterpart
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+# Metadata `qconvert fakequant` writes (qdq/fakequant.py): {IR array name: [min, max]} for the int8
+# tensors that have no ONNX tensor to carry a pair (a decomposition's intermediates).
+RANGES_KEY = "qconvert.fakequant.ranges"
 # zero point dtype -> the integer grid (qmin, qmax)
 _GRIDS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
@@ -204,7 +209,32 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     kept = [in_place.get(id(n), n) for n in graph.node if id(n) not in removed or id(n) in in_place]
     del graph.node[:]
     graph.node.extend(kept + appended)
+    for name, span in _metadata_ranges(proto).items():
+        found.activations.setdefault(name, span)
     return found
+
+
+def _metadata_ranges(proto: onnx.ModelProto) -> dict[str, tuple[float, float]]:
+    """The ranges `qconvert fakequant` left in the metadata (RANGES_KEY); malformed ones are a
+    ConversionError naming the key."""
+    text = next((p.value for p in proto.metadata_props if p.key == RANGES_KEY), None)
+    if text is None:
+        return {}
+    try:
+        ranges = json.loads(text)
+    except ValueError:
+        ranges = None
+    if not isinstance(ranges, dict):
+        raise ConversionError(f"metadata {RANGES_KEY!r}: expected a JSON object of tensor: [min, max]")
+    spans = {}
+    for name, span in ranges.items():
+        if not (isinstance(span, list) and len(span) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in span)
+                and np.isfinite(span).all() and span[0] <= span[1]):
+            raise ConversionError(f"metadata {RANGES_KEY!r}: tensor {name!r} has {span!r}, not a "
+                                  "finite [min, max] range")
+        spans[name] = (float(span[0]), float(span[1]))
+    return spans
 
 
 def _dq_scale(g: _Graph, name: str, constant: bool) -> np.ndarray | None:
@@ -277,7 +307,7 @@ def apply_qdq_ranges(model: Model, found: QdqRanges) -> int:
     for name, (low, high) in found.activations.items():
         array = model.arrays.get(name)
         if array is not None and array.dtype.kind == "f":
-            array.minmax = MinMax(low, high, "qdq")
+            array.minmax = MinMax(low, high, QDQ_SOURCE)
             count += 1
     # As after calibration: a CONV_2D's NHWC output takes its range across the TRANSPOSE back to
     # the ONNX tensor while both still exist.
@@ -306,6 +336,8 @@ def changed_params(model: Model, found: QdqRanges) -> list[str]:
         low, high = found.activations[match[0]]
         new_low, new_high = (-128 - zero) * scale, (127 - zero) * scale
         producer = model.producer(name)
+        if producer is not None and producer.type == "QUANTIZE":
+            continue  # a copy requantized for a reader (a concatenation's): the tensor keeps its own
         why = f" as TFLite's {producer.type} requires" if producer is not None else ""
         warnings.append(f"tensor {match[0]!r}: the model's QDQ params (scale {want_scale:.6g}, zero "
                         f"point {want_zero}) are written as (scale {scale:.6g}, zero point {zero})"

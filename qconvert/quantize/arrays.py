@@ -31,6 +31,9 @@ INT16 = np.dtype(np.int16)
 # The activation type of each kind of quantized kernel (Operator.quantized).
 ACTIVATION_TYPES = {"int8": INT8, "int16": INT16}
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# MinMax.source of a range the model's own QuantizeLinear/DequantizeLinear pair gave
+# (qdq/importer.py): the model's params, which the steps keep where TFLite allows.
+QDQ_SOURCE = "qdq"
 # Ops the quantize steps insert; they are the boundary, not ops to quantize.
 BOUNDARY_OPS = ("QUANTIZE", "DEQUANTIZE")
 

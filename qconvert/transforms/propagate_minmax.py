@@ -12,7 +12,9 @@ kernels' same-scale and fixed-output rules (TOCO's HardcodeMinMax, plus concat u
    For a multi-input op (CONCATENATION, MAXIMUM) the union is pushed back to every input whose
    producer chooses its output range freely, so those inputs need no requantize; an input whose
    producer's params are tied (a fixed-output LOGISTIC, another same-scale op) is requantized
-   later by insert_quantize_dequantize.
+   later by insert_quantize_dequantize. A multi-input op whose output range is the model's own
+   (a QDQ pair's, QDQ_SOURCE) keeps it, and so do its inputs with their own: TFLite's kernel
+   takes the model's params, and inputs at other params are requantized to them.
 4. A fixed-output op's output (SOFTMAX, LOGISTIC, TANH, ...) gets the range its int8 params
    represent; not one to run its 16x8 kernel, whose output keeps its calibrated range for int8
    readers to requantize to.
@@ -28,6 +30,7 @@ from ..ir import MinMax, Model, Operator
 from ..quantize.arrays import (
     BOUNDARY_OPS,
     FLOAT32,
+    QDQ_SOURCE,
     Int16Choice,
     fill_across_same_scale_ops,
     fixed_range,
@@ -81,15 +84,20 @@ def _unify(model: Model, op: Operator, int16: Int16Choice) -> list[str]:
     ranges = [r for r in ranges if r is not None]
     if not ranges:
         return []
-    union = MinMax(min(r.min for r in ranges), max(r.max for r in ranges),
-                   "union of a same-scale op's inputs")
+    declared = outputs[0].minmax if len(inputs) > 1 else None
+    if declared is not None and declared.source == QDQ_SOURCE:
+        union = declared  # the model's own params for the output: inputs requantize to them
+    else:
+        union = MinMax(min(r.min for r in ranges), max(r.max for r in ranges),
+                       "union of a same-scale op's inputs")
     changed = [a.name for a in outputs if _set(a, union)]
     if len(inputs) == 1:
         return changed
     for array in inputs:
         producer = model.producer(array.name)
         producer_rule = rule_of(producer) if producer is not None else None
-        if producer_rule is not None and producer_rule.output == "free" and _set(array, union):
+        own = array.minmax is not None and array.minmax.source == QDQ_SOURCE
+        if producer_rule is not None and producer_rule.output == "free" and not own and _set(array, union):
             changed.append(array.name)
     return changed
 

@@ -106,7 +106,7 @@ def test_pairs_sit_where_the_int8_graph_quantizes(calibration):
     assert list(pairs) == report.activations
     assert pairs["p"] == pairs["r2"] and pairs["f"] == pairs["g"]
     assert report.weights == ["w1", "w2", "wg"] and report.biases == ["b1", "b2", "bg"]
-    assert report.uncovered == [] and report.float_weights == []
+    assert report.ranges_in_metadata == [] and report.float_weights == []
     dequantized = {n.output[0]: n for n in model.graph.node if n.op_type == "DequantizeLinear"}
     constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     for weight in report.weights:
@@ -173,7 +173,7 @@ def test_cli_writes_the_model_and_one_summary_line(tmp_path, calibration):
     assert run.stderr.count("\n") == 1 and "fake-quant pairs on 11 tensors" in run.stderr
     report = json.loads(run.stdout)
     assert report["weights"] == ["w1", "wd", "w3", "wm"] and report["biases"] == ["b3"]
-    assert report["uncovered"]  # the HardSwish decomposition's gate, transposes of x
+    assert "hs_nhwc_gate" in report["ranges_in_metadata"]  # the HardSwish decomposition's gate
     assert source.read_bytes() == before
     onnx.checker.check_model(onnx.load(out))
 
@@ -186,3 +186,44 @@ def test_cli_without_ranges_is_a_usage_error(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 2 and "--calibration" in run.stderr and run.stderr.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_float_op_s_output_gets_its_pair_only_on_the_edges_to_int8_readers(tmp_path, calibration):
+    """A kept-float LOGISTIC whose output is a graph output and a conv's input: TFLite quantizes
+    it for the conv only, so only the conv reads through the pair, the output stays as it was."""
+    model = residual_cnn()
+    graph = model.graph
+    relu = next(n for n in graph.node if n.name == "relu1")
+    relu.op_type, relu.name = "Sigmoid", "sigmoid"
+    graph.output.append(helper.make_tensor_value_info("r1", TensorProto.FLOAT, None))
+    written, report = fake_quant("<test>", data=model.SerializeToString(), quantize=QuantizeOptions(),
+                                 calibration=calibration, keep_float=("sigmoid",))
+    fake = onnx.load_from_string(written)
+    readers = {n.name: list(n.input) for n in fake.graph.node}
+    assert "r1" in report.activations
+    assert readers["conv2"][0] == "r1_fq" and readers["add"][1] == "r1_fq"
+    assert [o.name for o in fake.graph.output] == ["y", "r1"]
+    assert next(n for n in fake.graph.node if n.name == "sigmoid").output[0] == "r1"
+    assert report.quantization.float_ops[0].op == "LOGISTIC"
+    tflite, _ = convert_proto(model, quantize=QuantizeOptions(), calibration=calibration,
+                              keep_float=("sigmoid",))
+    back, _ = convert_proto(fake, quantize=QuantizeOptions(), keep_float=("sigmoid",))
+    expected, got = _tensors(tflite), _tensors(back)
+    assert sorted(got) == sorted(expected)
+    for name, (params, dtype, _) in expected.items():
+        assert got[name][1] == dtype, name
+        np.testing.assert_array_equal(got[name][0]["scales"], params["scales"], err_msg=name)
+
+
+def test_malformed_metadata_ranges_are_one_line_naming_the_key(tmp_path, calibration):
+    written, _ = fake_quant("<test>", data=folded_cnn().SerializeToString(), quantize=QuantizeOptions(),
+                            calibration=calibration)
+    fake = onnx.load_from_string(written)
+    entry = next(p for p in fake.metadata_props if p.key == "qconvert.fakequant.ranges")
+    entry.value = json.dumps({"hs_nhwc_gate": [1.0, float("nan")]}).replace("NaN", "1e999")
+    path = tmp_path / "bad.onnx"
+    onnx.save(fake, path)
+    run = subprocess.run([sys.executable, "-m", "qconvert", str(path), str(tmp_path / "x.tflite"),
+                          "--quantize"], capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr.count("\n") == 1
+    assert "metadata 'qconvert.fakequant.ranges'" in run.stderr and "hs_nhwc_gate" in run.stderr
