@@ -100,6 +100,9 @@ def _params(g: _Graph, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, in
     if zero is None:
         raise ConversionError(f"{_label(node)}: its zero point {node.input[2]!r} is not a constant")
     axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+    if scale.ndim > 1 or (zero.ndim > 0 and zero.shape != scale.shape):
+        raise ConversionError(f"{_label(node)}: scale of shape {list(scale.shape)} and zero point of "
+                              f"shape {list(zero.shape)}: ONNX wants one shape, a scalar or a vector")
     if not np.all(np.isfinite(scale)) or not np.all(scale > 0):
         raise ConversionError(f"{_label(node)}: scale {scale.tolist() if scale.size < 9 else scale.shape} "
                               "must be finite and positive")
@@ -263,6 +266,8 @@ def _bias_scale_warnings(g: _Graph) -> list[str]:
         weight_scale = _dq_scale(g, node.input[1], constant=True)
         if bias_scale is None or input_scale is None or weight_scale is None:
             continue
+        if input_scale.size != 1 or bias_scale.size not in (1, weight_scale.size):
+            continue  # params that fit no tensor: the rewrite refuses them, naming the node
         expected = (input_scale * weight_scale).astype(np.float32)
         if bias_scale.shape != np.broadcast_shapes(bias_scale.shape, expected.shape) or not np.allclose(
                 bias_scale, expected, rtol=1e-5, atol=0):

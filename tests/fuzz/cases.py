@@ -12,12 +12,14 @@ and the case's index, so a failure is reproduced by its id:
 Kinds (counts in KINDS): byte-level corruption of the seed models (models.py), structural
 mutations of their protos, hostile calibration files, command-line and output-path abuse, real
 file descriptors (closed stdin/stdout, /dev/full, FIFOs, devices: run in a subprocess), and
-corrupted .tflite files for `qconvert inspect` / `qconvert verify`.
+corrupted .tflite files for `qconvert inspect` / `qconvert verify`, and fake-quant graphs whose
+Q/DQ params or metadata lie (QDQ import).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import stat
@@ -1209,6 +1211,79 @@ def tflite_corrupt(rng, j, d):
     return Run(["verify", MODEL, "model.tflite", "--samples", "2"], out=None, inputs=model_inputs(d))
 
 
+# --- QDQ models: a seed's fake-quant graph with hostile params --------------------------------------
+def _fake_quant_seed(seed: str) -> onnx.ModelProto:
+    """The seed model's `qconvert fakequant` graph (written in-process, --default-range -2,2)."""
+    from qconvert.converter import fake_quant
+    from qconvert.transforms.pipeline import QuantizeOptions
+
+    quant = QuantizeOptions(io_type="float", per_tensor_fc=False, default_range=(-2.0, 2.0),
+                            activations="int8")
+    written, _ = fake_quant("<seed>", data=M.seed_model(seed).SerializeToString(), quantize=quant)
+    return onnx.ModelProto.FromString(written)
+
+
+_BAD_SCALES = [0.0, -1.0, float("nan"), float("inf"), 1e-45, 1e38, 2.0 ** -70, 2.0 ** 70]
+_RANGE_KEY = "qconvert.fakequant.ranges"
+
+
+def qdq_model(rng, j, d):
+    """QDQ import (qdq/importer.py) of a fake-quant graph whose pairs, weights or metadata lie:
+    non-positive, tiny, huge or NaN scales, zero points of other types or out of their grid,
+    per-axis params on an activation, an axis out of range, a Q without its DQ, garbage in the
+    metadata's ranges; converted with --quantize (and sometimes --calibration)."""
+    seed = _seed_for(j)
+    model = _fake_quant_seed(seed)
+    inits = {t.name: t for t in model.graph.initializer}
+    qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    victim = qdq[int(rng.integers(len(qdq)))]
+    how = j % 8
+    if how == 0:  # a bad scale (per tensor or per axis: every element)
+        scale = inits[victim.input[1]]
+        value = numpy_helper.to_array(scale).astype(np.float32)
+        scale.CopyFrom(numpy_helper.from_array(np.full_like(value, _pick(rng, _BAD_SCALES)), scale.name))
+    elif how == 1:  # a zero point of another type, or at the edge of its grid
+        zero = inits[victim.input[2]]
+        value = numpy_helper.to_array(zero)
+        dtype = _pick(rng, [np.int16, np.uint16, np.int32, np.uint8, np.int8])
+        info = np.iinfo(value.dtype)
+        fill = _pick(rng, [info.min, info.max, 0])
+        zero.CopyFrom(numpy_helper.from_array(np.full(value.shape, fill).astype(dtype), zero.name))
+    elif how == 2:  # per-axis params where there were per-tensor ones
+        for k in (1, 2):
+            t = inits[victim.input[k]]
+            t.CopyFrom(numpy_helper.from_array(np.repeat(numpy_helper.to_array(t).reshape(-1), 3), t.name))
+        set_attr(victim, helper.make_attribute("axis", int(rng.integers(-6, 6))))
+    elif how == 3:  # an axis anywhere
+        set_attr(victim, helper.make_attribute("axis", int(_pick(rng, [-100, -5, 4, 7, 2**31 - 1]))))
+    elif how == 4:  # a Q whose DQ is gone: its readers read the integers
+        quantizers = [n for n in qdq if n.op_type == "QuantizeLinear"]
+        q = quantizers[int(rng.integers(len(quantizers)))]
+        dq = next(n for n in model.graph.node
+                  if n.op_type == "DequantizeLinear" and n.input[0] == q.output[0])
+        for n in model.graph.node:
+            for k, name in enumerate(n.input):
+                if name == dq.output[0]:
+                    n.input[k] = q.output[0]
+        model.graph.node.remove(dq)
+    else:  # the metadata's ranges
+        entry = next(p for p in model.metadata_props if p.key == _RANGE_KEY) if any(
+            p.key == _RANGE_KEY for p in model.metadata_props) else model.metadata_props.add(key=_RANGE_KEY)
+        names = [n.output[0] for n in model.graph.node] + ["nowhere", ""]
+        wide = [-(10.0 ** int(rng.integers(0, 60))), 10.0 ** int(rng.integers(-60, 60))]
+        entry.value = _pick(rng, [
+            "", "[", "null", "[1, 2]", '{"x": 1}', '{"x": [1]}', '{"x": [2, 1]}', '{"x": ["a", "b"]}',
+            '{"x": [true, false]}', '{"x": [-1e999, 1e999]}', '{"x": [NaN, 1]}',
+            "{" + '"a": [0, 1], ' * 3000 + "}", json.dumps({_pick(rng, names): wide}),
+            json.dumps({name: [0.0, 0.0] for name in names})])
+    write_proto(model, d / MODEL)
+    flags = ["--quantize"]
+    if rng.random() < 0.3:
+        np.savez(d / "calib.npz", **M.calibration_arrays(seed, samples=3))
+        flags += ["--calibration", "calib.npz"]
+    return Run([MODEL, OUT, *flags], inputs=model_inputs(d))
+
+
 # --- the list -------------------------------------------------------------------------------------
 KINDS: list[tuple[str, Callable, int]] = [
     ("bytes_flip", bytes_flip, 90),
@@ -1243,6 +1318,7 @@ KINDS: list[tuple[str, Callable, int]] = [
     ("cli_paths", cli_paths, 40),
     ("cli_stdio", cli_stdio, 28),
     ("tflite_corrupt", tflite_corrupt, 48),
+    ("qdq_model", qdq_model, 48),
 ]
 BUILDERS = {kind: builder for kind, builder, _ in KINDS}
 
