@@ -1,7 +1,8 @@
 """qconvert: convert float ONNX models to TFLite flatbuffers, float32 or quantized.
 
 Command line: `qconvert IN.onnx OUT.tflite [options]` (qconvert/cli.py). Python:
-`qconvert.convert(model, ...)` below, with the command line's conversion options as keywords and
+`qconvert.convert(model, ...)` below (and `qconvert.fake_quant(model, ...)`, the fake-quant ONNX
+graph of `qconvert fakequant`), with the command line's conversion options as keywords and
 its errors as exceptions (ConversionError: exit 1, UsageError: exit 2). Importing qconvert stays
 light: onnx, onnxruntime and LiteRT are imported when convert runs.
 """
@@ -15,7 +16,8 @@ from typing import Any, NamedTuple
 from .errors import BelowThreshold, ConversionError, UsageError
 
 __version__ = "0.1.0"
-__all__ = ["BelowThreshold", "Conversion", "ConversionError", "UsageError", "convert", "__version__"]
+__all__ = ["BelowThreshold", "Conversion", "ConversionError", "FakeQuant", "UsageError", "convert",
+           "fake_quant", "__version__"]
 
 
 class Conversion(NamedTuple):
@@ -51,29 +53,62 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
     contradictory arguments and ConversionError when the model or the data cannot be converted,
     with the messages the command line prints.
     """
-    import click
-
-    from . import cli
     from .converter import convert as convert_source
 
     source, data = _model_source(model)
+    arguments = _arguments(
+        input_shapes=input_shapes, io_layout=io_layout, quantize=quantize, calibration=calibration,
+        calibration_samples=calibration_samples, calibration_method=calibration_method,
+        default_range=default_range, io_type=io_type, activations=activations,
+        per_tensor_fc=per_tensor_fc, weight_only=weight_only,
+        weight_only_min_elements=weight_only_min_elements, float16=float16, keep_float=keep_float,
+        target_sqnr=target_sqnr, target=target)
+    flatbuffer, report = convert_source(source, data=data, output_name="<bytes>", **arguments)
+    return Conversion(bytes(flatbuffer), report)
+
+
+class FakeQuant(NamedTuple):
+    """What fake_quant returns (unpacks as `onnx_bytes, report = qconvert.fake_quant(...)`)."""
+
+    onnx: bytes  # the fake-quant ONNX model, as an .onnx file holds it
+    report: Any  # converter.FakeQuantReport: .as_dict() is the CLI's --json, .summary() its line
+
+
+def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
+               calibration_samples: int | None = None, calibration_method: str | None = None,
+               default_range=None, per_tensor_fc: bool = False, keep_float=()) -> FakeQuant:
+    """The fake-quant ONNX model, as `qconvert fakequant IN.onnx OUT.onnx` writes it: Q/DQ pairs
+    where the int8 conversion with these options quantizes, holding its params (qdq/fakequant.py).
+    Arguments as convert's with quantize=True."""
+    from .converter import fake_quant as fake_quant_source
+
+    source, data = _model_source(model)
+    arguments = _arguments(input_shapes=input_shapes, quantize=True, calibration=calibration,
+                           calibration_samples=calibration_samples, calibration_method=calibration_method,
+                           default_range=default_range, per_tensor_fc=per_tensor_fc, keep_float=keep_float)
+    del arguments["weights"], arguments["plan"]
+    written, report = fake_quant_source(source, data=data, output_name="<bytes>", **arguments)
+    return FakeQuant(written, report)
+
+
+def _arguments(*, input_shapes, calibration, calibration_samples, default_range, keep_float,
+               **flags) -> dict:
+    """converter.convert's keyword arguments for the API's keywords, checked as the command
+    line checks its flags (click's usage errors become UsageError)."""
+    import click
+
+    from . import cli
+
     if calibration is not None:
         calibration = _calibration_source(calibration, calibration_samples)
     try:
-        flags = cli.typed_like_flags(dict(
-            io_layout=io_layout, quantize=quantize, calibration_samples=calibration_samples,
-            calibration_method=calibration_method, io_type=io_type, activations=activations,
-            per_tensor_fc=per_tensor_fc, weight_only=weight_only,
-            weight_only_min_elements=weight_only_min_elements, float16=float16,
-            target_sqnr=target_sqnr, target=target))
-        arguments = cli.conversion_arguments(
+        flags = cli.typed_like_flags(dict(calibration_samples=calibration_samples, **flags))
+        return cli.conversion_arguments(
             input_shapes=_shape_flags(input_shapes), calibration=calibration,
             default_range=_range_flag(default_range),
             keep_float=(keep_float,) if isinstance(keep_float, str) else tuple(keep_float), **flags)
     except click.UsageError as e:
         raise UsageError(e.format_message()) from None
-    flatbuffer, report = convert_source(source, data=data, output_name="<bytes>", **arguments)
-    return Conversion(bytes(flatbuffer), report)
 
 
 def _model_source(model) -> tuple[str, bytes | None]:

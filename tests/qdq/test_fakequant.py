@@ -227,3 +227,18 @@ def test_malformed_metadata_ranges_are_one_line_naming_the_key(tmp_path, calibra
                           "--quantize"], capture_output=True, text=True)
     assert run.returncode == 1 and run.stderr.count("\n") == 1
     assert "metadata 'qconvert.fakequant.ranges'" in run.stderr and "hs_nhwc_gate" in run.stderr
+
+
+def test_python_api_gives_the_cli_s_graph(tmp_path, calibration):
+    import qconvert
+
+    source = tmp_path / "float.onnx"
+    onnx.save(residual_cnn(), source)
+    out = tmp_path / "fq.onnx"
+    subprocess.run([sys.executable, "-m", "qconvert", "fakequant", str(source), str(out), "--calibration",
+                    calibration], check=True, capture_output=True)
+    written, report = qconvert.fake_quant(residual_cnn(), calibration={"x": SAMPLES[:16, 0]})
+    assert written == out.read_bytes()  # deterministic, and the same from a dict of arrays
+    assert report.activations == ["x", "r1", "c2", "r2", "p", "g", "f", "y"]
+    with pytest.raises(qconvert.UsageError, match="--calibration"):
+        qconvert.fake_quant(residual_cnn())
