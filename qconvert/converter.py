@@ -283,6 +283,9 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
         raise UsageError("--quantize needs --calibration PATH (or --default-range MIN,MAX for a "
                          "speed study without data), unless the model carries its ranges in "
                          "QuantizeLinear/DequantizeLinear pairs")
+    if quantize is not None and qdq and qdq.int16_nodes:  # the model's int16 pairs: 16x8 kernels
+        quantize = replace(quantize, int16_nodes={
+            **dict.fromkeys(qdq.int16_nodes, "its output's QDQ pair is int16"), **quantize.int16_nodes})
     if keep_float:
         quantize = replace(quantize, keep_float=dict.fromkeys(
             nodes_matching(onnx_file.proto, keep_float), KEPT_FLOAT))
@@ -325,7 +328,7 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
             before_quantizing(model)
         run_quantize_pipeline(model, quantize)
     if quantize is not None and qdq:
-        for warning in qdq.bias_warnings + changed_params(model, qdq):
+        for warning in qdq.warnings + changed_params(model, qdq):
             log.warning("warning: %s", warning)
     if quantize is not None:
         quantization = _quantization_report(model, quantize, len(samples) if samples else 0,

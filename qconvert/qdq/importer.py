@@ -15,7 +15,10 @@ int32 -> DequantizeLinear. TOCO read its ranges from FakeQuant nodes the same wa
   values the model computes with. Weights quantized symmetric per channel onto [-127, 127] (what
   onnxruntime, PyTorch and TFLite write) requantize to the same integers and scales; a bias
   requantizes to the same int32 at input scale x weight scale.
-Per-axis activation params, int16 grids and DequantizeLinear of a graph input are refused, naming
+An int16 pair gives its range the same way (symmetric: a zero point is widened away, with a
+warning), and the nodes writing and reading the tensor run their 16x8 kernels where TFLite has one
+(int16_nodes).
+Per-axis activation params and DequantizeLinear of a graph input are refused, naming
 the node (not built yet). The graph stays valid ONNX throughout: a DQ output that is a graph output
 becomes an Identity of x. Ranges `qconvert fakequant` keeps in the metadata (RANGES_KEY) for
 intermediate tensors the loader creates are read back too.
@@ -32,6 +35,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
 from ..ir import MinMax, Model
+from ..loader import node_names
 from ..quantize.arrays import QDQ_SOURCE, fill_across_same_scale_ops, params_for_range
 from ..report import counterpart
 
@@ -50,8 +54,11 @@ class QdqRanges:
 
     activations: dict[str, tuple[float, float]] = field(default_factory=dict)
     constants: dict[str, str] = field(default_factory=dict)
-    # Biases whose scale is not input scale x weight scale (TFLite's int32 bias): requantized.
-    bias_warnings: list[str] = field(default_factory=list)
+    # What TFLite makes the importer change, one line each: a bias not at input scale x weight
+    # scale (requantized to it), an int16 pair with a zero point (made symmetric).
+    warnings: list[str] = field(default_factory=list)
+    # Nodes that write a tensor with an int16 pair or read one: their 16x8 kernels.
+    int16_nodes: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.activations or self.constants)
@@ -79,6 +86,7 @@ class _Graph:
             for i in n.input:
                 self.readers.setdefault(i, []).append(n)
         self.outputs = {o.name for o in graph.output}
+        self.inputs = {i.name for i in graph.input}
 
     def constant(self, name: str) -> np.ndarray | None:
         if name in self.initializers:
@@ -156,8 +164,9 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     uint8 grid starting at 0), and the float model must still clip. Only the rounding is lost."""
     graph = proto.graph
     g = _Graph(graph)
-    found = QdqRanges(bias_warnings=_bias_scale_warnings(g))
+    found = QdqRanges(warnings=_bias_scale_warnings(g))
     removed: set[int] = set()
+    int16_nodes: list[onnx.NodeProto] = []  # to run 16x8 kernels: around int16 pairs
     in_place: dict[int, onnx.NodeProto] = {}  # a removed DQ's Clip, written where the DQ was
     appended: list[onnx.NodeProto] = []  # Identity nodes, last (their sources come before)
     for node in list(graph.node):
@@ -184,15 +193,35 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
                 if scale.size != 1 or zero.size != 1:
                     raise ConversionError(f"{_label(node)}: per-axis params on activation {source!r} "
                                           "are not supported (TFLite quantizes activations per tensor)")
-                if zero.dtype not in _GRIDS:
-                    raise ConversionError(f"{_label(node)}: a {zero.dtype} grid on {source!r} is not "
-                                          "supported yet (int8 and uint8 are)")
-                low, high = _GRIDS[zero.dtype]
                 s, z = float(scale.reshape(())), int(zero.reshape(()))
-                span = ((low - z) * s, (high - z) * s)
+                if zero.dtype == np.int16:
+                    # What TFLite's symmetric int16 chooser maps back to s (zero point 0); a
+                    # symmetric pair's -32768 is not a value the kernels use.
+                    grid = ((-32768 - z) * s, (32767 - z) * s) if z else (-32767 * s, 32767 * s)
+                    bound = max(-grid[0], grid[1])
+                    span = (-bound, bound)
+                    if z != 0:
+                        found.warnings.append(
+                            f"tensor {source!r}: its int16 QDQ pair has zero point {z}; TFLite's 16x8 "
+                            f"kernels take zero point 0, so it is written symmetric over the pair's "
+                            f"range: step {s:.3g} -> {bound / 32767:.3g}")
+                    int16_nodes.extend(g.readers.get(y, []))
+                    if source in g.producer:
+                        int16_nodes.append(g.producer[source])
+                elif zero.dtype in _GRIDS:
+                    low, high = _GRIDS[zero.dtype]
+                    grid = span = ((low - z) * s, (high - z) * s)
+                else:
+                    raise ConversionError(f"{_label(node)}: a {zero.dtype} grid on {source!r} is not "
+                                          "supported (int8, uint8 and int16 are)")
                 found.activations.setdefault(source, span)
-                if clip:  # before the DQ output's readers, as the DQ was
-                    in_place[id(node)] = _clip(proto, source, y, span)
+                # A wider range than the grid (int16 made symmetric) loses the grid's clipping,
+                # which may stand for a dropped Relu: a Clip keeps it, as in a float conversion.
+                if clip or grid != span:  # before the DQ output's readers, as the DQ was
+                    in_place[id(node)] = _clip(proto, source, y, grid)
+                    found.activations.setdefault(y, span)
+                    if zero.dtype == np.int16:
+                        int16_nodes.append(in_place[id(node)])
                 else:
                     if y in g.outputs:  # kept as Identity(source): the same values
                         found.activations.setdefault(y, span)
@@ -209,9 +238,14 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     if leftover is not None:
         raise ConversionError(f"{_label(leftover)}: a QuantizeLinear without a DequantizeLinear after "
                               "it (an integer graph output) is not supported yet")
-    kept = [in_place.get(id(n), n) for n in graph.node if id(n) not in removed or id(n) in in_place]
+    final = [in_place.get(id(n), n) for n in graph.node if id(n) not in removed or id(n) in in_place]
+    final += appended
+    marked = {id(n) for n in int16_nodes}
+    places = [k for k, n in enumerate(final) if id(n) in marked]
     del graph.node[:]
-    graph.node.extend(kept + appended)
+    graph.node.extend(final)  # copies
+    names = node_names(proto)  # as the loader will name them
+    found.int16_nodes = [names[k] for k in places]
     for name, span in _metadata_ranges(proto).items():
         found.activations.setdefault(name, span)
     return found

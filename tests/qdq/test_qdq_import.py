@@ -192,3 +192,67 @@ def test_a_bias_off_input_times_weight_scale_is_requantized_with_a_warning(qdq_m
         convert_proto(model, quantize=QuantizeOptions())
     warnings = [r.getMessage() for r in caplog.records if "bias" in r.getMessage()]
     assert len(warnings) == 1 and "node 'conv1'" in warnings[0] and "'b1'" in warnings[0], warnings
+
+
+def _int16_qdq(tmp_path, symmetric: bool) -> onnx.ModelProto:
+    """onnxruntime's int16-activation QDQ model of the residual CNN (opset 21: int16 pairs)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.samples = iter({"x": s} for s in SAMPLES[:16])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    model = residual_cnn()
+    model.opset_import[0].version, model.ir_version = 21, 10
+    onnx.save(model, tmp_path / "float.onnx")
+    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq16.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QInt16,
+                    weight_type=QuantType.QInt8, extra_options={"ActivationSymmetric": symmetric})
+    return onnx.load(tmp_path / "qdq16.onnx")
+
+
+def test_int16_pairs_run_16x8_kernels_with_their_params(tmp_path):
+    """Every op between int16 pairs runs its 16x8 kernel; LiteRT is within 2 int16 steps of
+    onnxruntime running the QDQ model; the int16 tensors carry the pairs' scales, zero point 0."""
+    qdq = _int16_qdq(tmp_path, symmetric=True)
+    flatbuffer, report = convert_proto(qdq, quantize=QuantizeOptions())
+    assert report.quantization.int8_ops == 0 and report.quantization.int16_ops == 7
+    params = _qdq_params(qdq)
+    step = float(params["y_QuantizeLinear_Input"][0])
+    for sample in SAMPLES[16:]:
+        feeds = {"x": sample}
+        np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["y"],
+                                   run_onnxruntime(qdq, feeds)["y"], rtol=0, atol=2 * step)
+    (tmp_path / "m.tflite").write_bytes(flatbuffer)
+    tensors = {t["name"]: t for t in inspect_file(str(tmp_path / "m.tflite"))["subgraphs"][0]["tensors"]}
+    checked = 0
+    for name in ("x", "r1", "c2", "r2", "p", "g", "f"):
+        scale, zero = params[name]
+        assert zero.dtype == np.int16 and zero == 0
+        match = next(tensors[c] for c in (name + "_int16", name + "_nhwc", name) if c in tensors)
+        assert match["dtype"] == "INT16", name
+        quantization = match["quantization"]
+        assert quantization["scales"] == [float(scale)] and quantization["zero_points"] == [0]
+        checked += 1
+    assert checked == 7
+
+
+def test_int16_pairs_with_a_zero_point_become_symmetric_with_a_warning_each(tmp_path, caplog):
+    """onnxruntime's default int16 pairs are asymmetric; TFLite's 16x8 kernels are not: each pair
+    with a zero point is widened to a symmetric range with one warning, and a Clip to its grid keeps
+    the clipping the grid did (onnxruntime dropped the Relus a grid from 0 does)."""
+    qdq = _int16_qdq(tmp_path, symmetric=False)
+    with_zero = [n for n, (_, z) in _qdq_params(qdq).items() if z.dtype == np.int16 and z != 0]
+    with caplog.at_level("WARNING", logger="qconvert"):
+        flatbuffer, report = convert_proto(qdq, quantize=QuantizeOptions())
+    warnings = [r.getMessage() for r in caplog.records if "int16 QDQ pair" in r.getMessage()]
+    assert len(warnings) == len(with_zero) > 0
+    assert all(any(f"tensor {n!r}" in w for w in warnings) for n in with_zero)
+    assert report.quantization.int8_ops == 0 and not report.quantization.float_ops  # Clips in int16 too
+    step = max(float(s) for s, z in _qdq_params(qdq).values() if z.dtype == np.int16)
+    feeds = {"x": SAMPLES[20]}
+    np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["y"], run_onnxruntime(qdq, feeds)["y"],
+                               rtol=0, atol=8 * step)
