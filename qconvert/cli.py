@@ -459,8 +459,9 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
     Exit codes: 0 success, 1 conversion error, 2 usage error, 3 internal error, 4 verification
     below --min-sqnr. Also: qconvert verify IN.onnx OUT.tflite, qconvert inspect FILE.tflite,
-    qconvert fakequant IN.onnx OUT.onnx (see their --help). Every option can also be set by the environment variable shown with it
-    (a flag given here wins; a repeatable option takes space-separated values).
+    qconvert fakequant IN.onnx OUT.onnx (see their --help). Every option can also be set by the
+    environment variable shown with it (a flag given here wins; a repeatable option takes
+    space-separated values).
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="qconvert: %(message)s", stream=sys.stderr)
