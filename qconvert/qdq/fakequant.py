@@ -10,21 +10,23 @@ decisions off the quantized IR model:
   names, with suffixes) is a node output or a graph input gets one Q -> DQ pair with its scale
   and zero point, read by every reader of the tensor. A graph output keeps its name: its producer
   writes `<name>_fq_float` and the pair's DQ writes the output. A conv's output that TFLite fuses
-  with its ReLU does not exist in the IR, so it gets no pair: exactly the rule.
+  with its ReLU does not exist in the IR, so it gets no pair: exactly the rule. A float op's
+  output that int8 ops read through a QUANTIZE gets its pair on the edges to those ops only.
 - a weight of an int8 CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV or FULLY_CONNECTED becomes its
-  ONNX initializer as int8 + DequantizeLinear per output channel. The IR quantized the weight after
-  folding what follows the ONNX node into it (batch norm, a Mul, a scalar before it), which scales
-  each output channel c by some f_c: the ONNX weight quantized at scale s_c / |f_c| is the same
-  integers, and folded again it is the IR's weight (round(w f / s) = sign(f) round(w |f| / s)).
-  A weight whose relation to the IR's is not such a per-channel factor stays float, listed.
+  ONNX initializer (or Constant node) as int8 + DequantizeLinear per output channel. The IR
+  quantized the weight after folding what follows the ONNX node into it (batch norm, a Mul, a
+  scalar before it), which scales each output channel c by some f_c: the ONNX weight quantized at
+  scale s_c / |f_c| is the same integers, and folded again it is the IR's weight
+  (round(w f / s) = sign(f) round(w |f| / s)). A weight whose relation to the IR's is not such a
+  per-channel factor stays float, listed.
 - a bias that reached the IR unchanged becomes int32 + DequantizeLinear at input scale x weight
   scale (TFLite's int32 bias); a folded one stays float (its rounding is far below int8's).
-
-- an int8 tensor of the IR without an ONNX counterpart (a decomposition's intermediate: a
-  HardSigmoid's clamp before its upper bound, a HardSwish's gate) cannot carry a pair; its
-  params' range goes into the model's metadata (RANGES_KEY, by the name the loader gives it),
-  which the importer reads back. onnxruntime does not round there: the only difference between
-  the fake-quant graph's arithmetic and the int8 model's, besides kernels' own rounding.
+- what no pair can carry goes into the model's metadata (RANGES_KEY, by the name the loader gives
+  the tensor), which the importer reads back: the params' range of an int8 tensor without an
+  ONNX counterpart (a decomposition's intermediate: a HardSigmoid's clamp before its upper bound),
+  and the range of a float tensor (rules such as keep_mixed_concatenation_float read it).
+  onnxruntime does not round at those intermediates: the only difference between the fake-quant
+  graph's arithmetic and the int8 model's, besides the kernels' own rounding.
 
 Converting the result with `--quantize` and no calibration (qdq/importer.py) gives back the same
 params, tensor by tensor; weight scales up to float32 rounding where a factor was folded in.
@@ -47,7 +49,7 @@ from ..quantize.arrays import rule_of
 from ..report import LAYOUT_SUFFIX, TYPE_SUFFIXES, counterpart
 from .importer import RANGES_KEY
 
-# ONNX op -> (weight input, its output-channel axis for the node's attributes)
+# ONNX op with its weight at input 1 -> that weight's output-channel axis (None: not one axis)
 _WEIGHT_AXIS = {
     "Conv": lambda node: 0,
     "ConvTranspose": lambda node: 1 if _attribute(node, "group", 1) == 1 else None,
@@ -165,21 +167,18 @@ def activation_params(model: Model, onnx_names: set[str]):
             continue
         chosen = _per_tensor(array) if array.dtype == np.int8 else None
         found = counterpart(name, onnx_names, {})
-        if found is None:
-            if chosen is not None:
-                ranges.setdefault(_loader_name(name), _span(*chosen))
-            elif array.minmax is not None and array.dtype.kind == "f":
-                ranges.setdefault(_loader_name(name), [array.minmax.min, array.minmax.max])
-            continue
-        tensor = found[0]
-        producer_int8 = first.setdefault(tensor, chosen is not None)
-        if chosen is None:
+        key = found[0] if found is not None else _loader_name(name)
+        if chosen is None:  # float: its range, for the rules that read it
             if array.minmax is not None and array.dtype.kind == "f":
-                ranges.setdefault(tensor, [array.minmax.min, array.minmax.max])
-            continue
-        pair = pairs.setdefault(tensor, _Pair(*chosen, None if producer_int8 else set()))
-        if pair.readers is not None:
-            pair.readers.update(op.source for op in model.consumers(name))
+                ranges.setdefault(key, [array.minmax.min, array.minmax.max])
+            first.setdefault(key, False)
+        elif found is None:
+            ranges.setdefault(key, _span(*chosen))
+        else:
+            producer_int8 = first.setdefault(key, True)
+            pair = pairs.setdefault(key, _Pair(*chosen, None if producer_int8 else set()))
+            if pair.readers is not None:
+                pair.readers.update(op.source for op in model.consumers(name))
     for tensor, pair in list(pairs.items()):
         if pair.readers is not None and not pair.readers:  # no ONNX node reads a copy
             del pairs[tensor]
