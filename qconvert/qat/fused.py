@@ -89,7 +89,10 @@ class FusedLayer(nn.Module):
         axes = [0] + list(range(2, x.ndim))
         mean = unscaled.mean(axes)
         var = unscaled.var(axes, unbiased=False)
-        self._update_moving_statistics(mean.detach(), unscaled.detach(), axes)
+        # The moving mean is the layer's output's, bias included (the float BatchNorm2d sees it).
+        bias = self.layer.bias
+        moving = mean.detach() if bias is None else mean.detach() + bias.detach()
+        self._update_moving_statistics(moving, unscaled.detach(), axes)
         gamma = self.bn.weight if self.bn.affine else torch.ones_like(var)
         scale = self._along_channels(gamma / torch.sqrt(var + self.bn.eps), x.ndim)
         y = ((unscaled - self._along_channels(mean, x.ndim)) * scale
