@@ -173,3 +173,72 @@ def tflite_logits(flatbuffer: bytes, images: np.ndarray, input_name: str = INPUT
 
 def accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
     return float((outputs.argmax(axis=1) == labels).mean())
+
+
+COLUMNS = ["model", "float accuracy", "PTQ int8 accuracy", "QAT int8 accuracy (LiteRT)",
+           "QAT = fake-quant (1 step)", "int8 .tflite (KB)", "status"]
+HEADER = """
+QAT (bench/qat_digits.py, the model class of tests/qat): a classifier fed raw 0..255 pixels whose
+stem concatenates an un-normalized 1x1 projection of its input with batch-normed features (one
+int8 scale for both). Trained here (float {float_steps} steps, then {qat_steps} QAT steps with
+qconvert.qat.prepare_qat), scored on {eval} samples made here.
+float: the torch model; PTQ int8: `qconvert --quantize` calibrated on {calibration} other samples, in
+LiteRT; QAT int8: qconvert.qat.export's QDQ model converted with `--quantize` and no calibration, in
+LiteRT; QAT = fake-quant: the share of its logits within one int8 output step of the fake-quant
+torch model (eval mode); size: the QAT .tflite.
+"""
+
+
+def header() -> str:
+    return HEADER.format(float_steps=FLOAT_STEPS, qat_steps=QAT_STEPS,
+                         eval=EVAL_SAMPLES, calibration=CALIBRATION_SAMPLES)
+
+
+def bench_rows(out_dir) -> tuple[list[dict], list[str]]:
+    """The QAT table's row and note line; conversions run in this process (qconvert.convert),
+    a failure becomes the row's status."""
+    from pathlib import Path
+
+    import qconvert
+
+    row = dict.fromkeys(COLUMNS, "-")
+    row.update(model="qat-digits")
+    try:
+        images, labels = samples(EVAL_SAMPLES, EVAL_SEED)
+        calibration, _ = samples(CALIBRATION_SAMPLES, CALIBRATION_SEED)
+        start = time.perf_counter()
+        model = build()
+        train(model, FLOAT_STEPS, FLOAT_LR, TRAIN_SEED)
+        float_seconds = time.perf_counter() - start
+        ptq, _ = qconvert.convert(float_onnx(model), quantize=True, calibration={INPUT: calibration[:, None]})
+        prepared, qat_seconds = qat_model(model)
+        qdq = qat_onnx(prepared)
+        qat, _ = qconvert.convert(qdq, quantize=True)
+        Path(out_dir, "qat-digits.qdq.onnx").write_bytes(qdq)
+        Path(out_dir, "qat-digits.int8.tflite").write_bytes(qat)
+        fake_quant, litert = logits(prepared, images), tflite_logits(qat, images)
+        step = _output_step(qat)
+        row.update({"float accuracy": f"{accuracy(logits(model, images), labels):.3f}",
+                    "PTQ int8 accuracy": f"{accuracy(tflite_logits(ptq, images), labels):.3f}",
+                    "QAT int8 accuracy (LiteRT)": f"{accuracy(litert, labels):.3f}",
+                    "QAT = fake-quant (1 step)":
+                        f"{(np.abs(litert - fake_quant) <= step * 1.001).mean() * 100:.1f} %",
+                    "int8 .tflite (KB)": f"{len(qat) / 1024:.1f}", "status": "ok"})
+        note = (f"- qat-digits: float training {float_seconds:.0f} s, QAT fine-tuning {qat_seconds:.0f} s "
+                f"(1 torch thread); QAT torch fake-quant accuracy {accuracy(fake_quant, labels):.3f}")
+    except Exception as e:  # training, export, conversion or a run: a row, never a crash
+        row["status"] = f"{type(e).__name__}: {e}".splitlines()[0]
+        note = "- qat-digits: failed"
+    return [row], [note]
+
+
+def _output_step(flatbuffer: bytes) -> float:
+    """The scale of the int8 tensor the output's DEQUANTIZE reads (the logits' int8 step)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=flatbuffer)
+    details = {d["index"]: d for d in interpreter.get_tensor_details()}
+    for op in interpreter._get_ops_details():
+        if op["op_name"] == "DEQUANTIZE" and details[op["outputs"][0]]["name"] == OUTPUT:
+            return float(details[op["inputs"][0]]["quantization_parameters"]["scales"][0])
+    raise RuntimeError("no DEQUANTIZE writes the output")
