@@ -266,7 +266,7 @@ def fake_quant_sites(prepared: fx.GraphModule) -> list[str]:
 
 
 def weight_sites(prepared: fx.GraphModule) -> list[str]:
-    """The fused layers whose weights are fake-quantized, in execution order, by their output's
-    site name."""
+    """The fused layers whose weights are fake-quantized, in execution order, by their submodule
+    names: "qat_" and the site name of their output."""
     return [n.target for n in prepared.graph.nodes
             if n.op == "call_module" and isinstance(prepared.get_submodule(n.target), FusedLayer)]
