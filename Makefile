@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,qat]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,7 +30,7 @@ browser:
 
 # The bench extra (torch, Pillow) only for the benchmark: its trained-model table trains with them.
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,qat,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

@@ -26,8 +26,12 @@ the task metric (accuracy, exact lines, mask IoU, box recall) of the float ONNX 
 onnxruntime, of the float and the int8 .tflite in LiteRT, the int8 verification's SQNR, the ops
 its report blames first, latencies and XNNPACK's delegation.
 
+QAT table (qat_digits.py), one row: the model class of tests/qat/ where post-training int8 loses
+accuracy, trained here; float, post-training int8 and QAT int8 (qconvert.qat, converted without
+calibration) accuracy in LiteRT, agreement with the fake-quant torch model, the int8 file size.
+
     .venv/bin/python bench/bench.py [--models resnet50,squeezenet]
-        [--tables float,int8,weights,scaling,trained] [--int8-samples 100] [--held-out 20]
+        [--tables float,int8,weights,scaling,trained,qat] [--int8-samples 100] [--held-out 20]
         [--no-peer] [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer]
         [--trained-models yolov8-shapes,ppocr-rec] [--out DIR]
 
@@ -59,10 +63,11 @@ import onnx
 from qconvert.quantize.calibration_data import model_input_specs
 
 if __package__:
-    from . import int8, models, runners, scaling, trained, weights
+    from . import int8, models, qat_digits, runners, scaling, trained, weights
 else:  # run as a script: bench/ is on sys.path
     import int8
     import models
+    import qat_digits
     import runners
     import scaling
     import trained
@@ -72,7 +77,7 @@ COLUMNS = ["model", "convert (s)", "peak RSS (MB)", "weights (MB)", ".tflite (MB
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
 LIGHT_TABLES = ("float", "int8", "weights")  # the tables of the --models
-TABLES = LIGHT_TABLES + ("scaling", "trained")
+TABLES = LIGHT_TABLES + ("scaling", "trained", "qat")
 
 
 def machine_line() -> str:
@@ -302,6 +307,9 @@ def main(argv=None) -> int:
             scaled = scaling.bench_scaling(out_dir, args)
         if "trained" in args.tables:
             trained_rows = trained.bench_trained(out_dir, args)
+        if "qat" in args.tables:
+            print("bench: qat-digits ...", file=sys.stderr, flush=True)
+            qat_rows = qat_digits.bench_rows(out_dir)
     print(machine_line())
     print(source_line(start_commit))
     if "float" in args.tables:
@@ -329,6 +337,10 @@ def main(argv=None) -> int:
         print("\n" + "\n".join(trained_rows[1]))
         print(trained.MODES_HEADER.format(target=trained.PLAN_TARGET))
         print(markdown_table(trained_rows[2], trained.MODE_COLUMNS))
+    if "qat" in args.tables:
+        print(qat_digits.header())
+        print(markdown_table(qat_rows[0], qat_digits.COLUMNS))
+        print("\n" + "\n".join(qat_rows[1]))
     return 0
 
 
