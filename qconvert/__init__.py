@@ -76,7 +76,8 @@ class FakeQuant(NamedTuple):
 
 def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
                calibration_samples: int | None = None, calibration_method: str | None = None,
-               default_range=None, per_tensor_fc: bool = False, keep_float=()) -> FakeQuant:
+               default_range=None, activations: str | None = None, per_tensor_fc: bool = False,
+               keep_float=()) -> FakeQuant:
     """The fake-quant ONNX model, as `qconvert fakequant IN.onnx OUT.onnx` writes it: Q/DQ pairs
     where the int8 conversion with these options quantizes, holding its params (qdq/fakequant.py).
     Arguments as convert's with quantize=True."""
@@ -85,7 +86,8 @@ def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
     source, data = _model_source(model)
     arguments = _arguments(input_shapes=input_shapes, quantize=True, calibration=calibration,
                            calibration_samples=calibration_samples, calibration_method=calibration_method,
-                           default_range=default_range, per_tensor_fc=per_tensor_fc, keep_float=keep_float)
+                           default_range=default_range, activations=activations,
+                           per_tensor_fc=per_tensor_fc, keep_float=keep_float)
     del arguments["weights"], arguments["plan"]
     written, report = fake_quant_source(source, data=data, output_name="<bytes>", **arguments)
     return FakeQuant(written, report)

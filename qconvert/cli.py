@@ -587,17 +587,19 @@ def inspect_cli(path, as_json, debug):
 
 # The conversion's options that decide where and how the int8 model quantizes, shared with cli.
 FAKEQUANT_OPTIONS = ("input_shapes", "calibration", "calibration_samples", "calibration_method",
-                     "default_range", "per_tensor_fc", "keep_float", "as_json", "verbose", "debug")
+                     "default_range", "activations", "per_tensor_fc", "keep_float", "as_json", "verbose",
+                     "debug")
 
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", metavar="IN.onnx")
 @click.argument("dest", metavar="OUT.onnx")
 def fakequant_cli(source, dest, input_shapes, calibration, calibration_samples, calibration_method,
-                  default_range, per_tensor_fc, keep_float, as_json, verbose, debug):
+                  default_range, activations, per_tensor_fc, keep_float, as_json, verbose, debug):
     """Write OUT.onnx: IN.onnx with QuantizeLinear/DequantizeLinear pairs exactly where
     `qconvert IN.onnx OUT.tflite --quantize` with the same options quantizes, holding the params it
-    chooses (int8 weights per channel, int32 biases). onnxruntime runs it: measure the int8
+    chooses (int8 weights per channel, int32 biases; int16 pairs for --activations int16, opset 21).
+    onnxruntime runs it: measure the int8
     model's accuracy in your own evaluation loop. `qconvert OUT.onnx X.tflite --quantize` (no
     calibration) gives back the same params.
 
@@ -608,7 +610,8 @@ def fakequant_cli(source, dest, input_shapes, calibration, calibration_samples, 
     arguments = conversion_arguments(
         input_shapes=input_shapes, quantize=True, calibration=calibration,
         calibration_samples=calibration_samples, calibration_method=calibration_method,
-        default_range=default_range, per_tensor_fc=per_tensor_fc, keep_float=keep_float)
+        default_range=default_range, activations=activations, per_tensor_fc=per_tensor_fc,
+        keep_float=keep_float)
     for unused in ("weights", "plan"):
         del arguments[unused]
     if as_json and dest == "-":

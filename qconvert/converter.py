@@ -286,6 +286,8 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
     if quantize is not None and qdq and qdq.int16_nodes:  # the model's int16 pairs: 16x8 kernels
         quantize = replace(quantize, int16_nodes={
             **dict.fromkeys(qdq.int16_nodes, "its output's QDQ pair is int16"), **quantize.int16_nodes})
+    if quantize is not None and qdq and qdq.activations_type == "int16":  # `fakequant --activations int16`
+        quantize = replace(quantize, activations="int16")
     if keep_float:
         quantize = replace(quantize, keep_float=dict.fromkeys(
             nodes_matching(onnx_file.proto, keep_float), KEPT_FLOAT))
@@ -383,15 +385,15 @@ def fake_quant(source: str, *, quantize: QuantizeOptions, data: bytes | None = N
     """`qconvert fakequant`: the ONNX model `source` with QuantizeLinear/DequantizeLinear pairs
     where its int8 conversion (convert's `arguments`, with `quantize`) quantizes, holding the
     params that conversion chooses (qdq/fakequant.py). Returns the model's bytes."""
-    from .qdq.fakequant import FloatWeights, insert_fake_quant, with_per_axis_opset
+    from .qdq.fakequant import INT16_OPSET, PER_AXIS_OPSET, FloatWeights, insert_fake_quant, with_opset
 
     float_weights = FloatWeights()
     built = build(source, data=data, quantize=quantize, before_quantizing=float_weights, **arguments)
     proto = read_complete_onnx(source, data)
     if has_qdq(proto):  # the model's own pairs give way to the conversion's
         strip_qdq(proto)
-    proto = with_per_axis_opset(proto)
-    graph = insert_fake_quant(proto, built.model, float_weights)
+    proto = with_opset(proto, INT16_OPSET if built.quantization.int16_ops else PER_AXIS_OPSET)
+    graph = insert_fake_quant(proto, built.model, float_weights, quantize.activations)
     written = proto.SerializeToString()
     report = FakeQuantReport(
         input=source, output=output_name, activations=graph.activations, weights=graph.weights,

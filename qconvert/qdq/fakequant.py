@@ -47,7 +47,7 @@ from ..ir import Model
 from ..loader import node_names
 from ..quantize.arrays import rule_of
 from ..report import LAYOUT_SUFFIX, TYPE_SUFFIXES, counterpart
-from .importer import RANGES_KEY
+from .importer import ACTIVATIONS_KEY, RANGES_KEY
 
 # ONNX op with its weight at input 1 -> that weight's output-channel axis (None: not one axis)
 _WEIGHT_AXIS = {
@@ -57,6 +57,7 @@ _WEIGHT_AXIS = {
     "MatMul": lambda node: 1,
 }
 PER_AXIS_OPSET = 13  # DequantizeLinear's `axis`
+INT16_OPSET = 21  # QuantizeLinear/DequantizeLinear on int16
 
 
 @dataclass
@@ -119,11 +120,15 @@ class _Names:
         return name
 
 
-def _per_tensor(array) -> tuple[float, int] | None:
+QUANTIZED = (np.dtype(np.int8), np.dtype(np.int16))  # activation types a pair can stand for
+
+
+def _per_tensor(array) -> tuple[float, int, np.dtype] | None:
+    """(scale, zero point, type) of a per-tensor quantized activation; None otherwise."""
     q = array.quant
-    if q is None or q.axis is not None or q.scale.size != 1:
+    if q is None or q.axis is not None or q.scale.size != 1 or array.dtype not in QUANTIZED:
         return None
-    return float(q.scale.reshape(-1)[0]), int(q.zero_point.reshape(-1)[0])
+    return float(q.scale.reshape(-1)[0]), int(q.zero_point.reshape(-1)[0]), array.dtype
 
 
 def _loader_name(name: str) -> str:
@@ -145,6 +150,7 @@ class _Pair:
 
     scale: float
     zero_point: int
+    dtype: np.dtype  # int8, or int16 (a 16x8 kernel's activation)
     readers: set[str] | None = None
 
 
@@ -158,14 +164,14 @@ def activation_params(model: Model, onnx_names: set[str]):
     DEQUANTIZEd: the same values). When it is float and some reader has an int8 copy (a QUANTIZE
     to it), only the ONNX nodes of the ops reading a copy read through the pair."""
     pairs: dict[str, _Pair] = {}
-    first: dict[str, bool] = {}  # ONNX tensor -> whether its producer's holder is int8
+    first: dict[str, bool] = {}  # ONNX tensor -> whether its producer's holder is quantized
     ranges: dict[str, list[float]] = {}
     ordered = list(model.inputs) + [o for op in model.operators for o in op.outputs]
     for name in ordered:
         array = model.arrays.get(name)
         if array is None or array.is_constant or array.dtype.kind not in "fi":
             continue
-        chosen = _per_tensor(array) if array.dtype == np.int8 else None
+        chosen = _per_tensor(array)
         found = counterpart(name, onnx_names, {})
         key = found[0] if found is not None else _loader_name(name)
         if chosen is None:  # float: its range, for the rules that read it
@@ -175,8 +181,8 @@ def activation_params(model: Model, onnx_names: set[str]):
         elif found is None:
             ranges.setdefault(key, _span(*chosen))
         else:
-            producer_int8 = first.setdefault(key, True)
-            pair = pairs.setdefault(key, _Pair(*chosen, None if producer_int8 else set()))
+            producer_quantized = first.setdefault(key, True)
+            pair = pairs.setdefault(key, _Pair(*chosen, None if producer_quantized else set()))
             if pair.readers is not None:
                 pair.readers.update(op.source for op in model.consumers(name))
     for tensor, pair in list(pairs.items()):
@@ -187,20 +193,29 @@ def activation_params(model: Model, onnx_names: set[str]):
     return pairs, ranges
 
 
-def _span(scale: float, zero_point: int) -> list[float]:
-    """The real range an int8 (scale, zero point) grid spans."""
-    return [float(scale) * (-128 - zero_point), float(scale) * (127 - zero_point)]  # as the importer
+def _span(scale: float, zero_point: int, dtype: np.dtype) -> list[float]:
+    """The real range a grid spans, as the importer reads a pair's (int16: symmetric, 32767 steps
+    either side, what TFLite's int16 chooser maps back to the scale)."""
+    if dtype == np.int16:
+        return [-32767 * float(scale), 32767 * float(scale)]
+    return [float(scale) * (-128 - zero_point), float(scale) * (127 - zero_point)]
 
 
-def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: FloatWeights) -> FakeQuantGraph:
+def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: FloatWeights,
+                      activations: str = "int8") -> FakeQuantGraph:
     """Rewrites `proto` (the float ONNX model `model` was converted from, with its weights) in
-    place into the fake-quant graph of the quantized IR `model` (see the module docstring)."""
+    place into the fake-quant graph of the quantized IR `model` (see the module docstring).
+    `activations`: the conversion's --activations; "int16" is kept in the metadata
+    (ACTIVATIONS_KEY), so that converting the graph runs every op with a 16x8 kernel in it, as
+    the conversion did, not only those next to an int16 pair."""
     graph = proto.graph
     names = _Names(graph)
     onnx_names = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
     wanted, ranges = activation_params(model, onnx_names)
     result = FakeQuantGraph(proto, ranges_in_metadata=list(ranges))
     _set_metadata(proto, RANGES_KEY, json.dumps(ranges))
+    if activations == "int16":
+        _set_metadata(proto, ACTIVATIONS_KEY, activations)
     own_names = node_names(proto)  # before any node changes: the IR ops' sources
     weight_nodes, replaced = _fake_quantize_weights(graph, dict(zip(own_names, graph.node)), model,
                                                     float_weights, names, result)
@@ -217,7 +232,7 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
         if tensor in outputs and pair.readers is None:  # the output itself is int8 in TFLite
             source, target = names.fresh(f"{tensor}_fq_float"), tensor
             writes[tensor] = source
-        pairs[tensor] = _pair(graph, names, tensor, source, target, pair.scale, pair.zero_point)
+        pairs[tensor] = _pair(graph, names, tensor, source, target, pair)
         result.activations.append(tensor)
     through = {t: pair[1].output[0] for t, pair in pairs.items() if pair[1].output[0] != t}
     nodes = weight_nodes + [n for t in inputs for n in pairs[t]]
@@ -245,19 +260,20 @@ def _set_metadata(proto: onnx.ModelProto, key: str, value: str) -> None:
     proto.metadata_props.add(key=key, value=value)
 
 
-def with_per_axis_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """`proto`, or the same model converted to opset PER_AXIS_OPSET when it imports an older one
-    (per-channel DequantizeLinear needs `axis`); a ConversionError if onnx cannot convert it."""
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), PER_AXIS_OPSET)
-    if opset >= PER_AXIS_OPSET:
+def with_opset(proto: onnx.ModelProto, needed: int) -> onnx.ModelProto:
+    """`proto`, or the same model converted to opset `needed` when it imports an older one (per-
+    channel DequantizeLinear needs PER_AXIS_OPSET, int16 pairs INT16_OPSET); a ConversionError if
+    onnx cannot convert it."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), needed)
+    if opset >= needed:
         return proto
     try:
-        return version_converter.convert_version(proto, PER_AXIS_OPSET)
+        return version_converter.convert_version(proto, needed)
     except Exception as e:  # the converter raises bare RuntimeErrors and ValueErrors
-        raise ConversionError(f"the model imports ONNX opset {opset}; the fake-quant graph's per-channel "
-                              f"DequantizeLinear needs opset {PER_AXIS_OPSET}, and onnx's version "
-                              f"converter could not convert it: {str(e).splitlines()[0] if str(e) else e!r}"
-                              ) from None
+        raise ConversionError(f"the model imports ONNX opset {opset}; the fake-quant graph needs opset "
+                              f"{needed} (per-channel DequantizeLinear, int16 pairs from 21), and onnx's "
+                              f"version converter could not convert it: "
+                              f"{str(e).splitlines()[0] if str(e) else repr(e)}") from None
 
 
 def _initializer(graph: onnx.GraphProto, names: _Names, hint: str, value: np.ndarray) -> str:
@@ -266,11 +282,11 @@ def _initializer(graph: onnx.GraphProto, names: _Names, hint: str, value: np.nda
     return name
 
 
-def _pair(graph, names: _Names, tensor: str, source: str, target: str, scale: float, zero: int):
-    """Q(source) -> DQ -> target at (scale, zero) on the int8 grid."""
-    s = _initializer(graph, names, f"{tensor}_fq_scale", np.array(scale, np.float32))
-    z = _initializer(graph, names, f"{tensor}_fq_zero_point", np.array(zero, np.int8))
-    quantized = names.fresh(f"{tensor}_fq_int8")
+def _pair(graph, names: _Names, tensor: str, source: str, target: str, pair: _Pair):
+    """Q(source) -> DQ -> target with the pair's params, on its type's grid."""
+    s = _initializer(graph, names, f"{tensor}_fq_scale", np.array(pair.scale, np.float32))
+    z = _initializer(graph, names, f"{tensor}_fq_zero_point", np.array(pair.zero_point, pair.dtype))
+    quantized = names.fresh(f"{tensor}_fq_{pair.dtype.name}")
     return [helper.make_node("QuantizeLinear", [source, s, z], [quantized],
                              name=names.fresh(f"{tensor}_fq_q")),
             helper.make_node("DequantizeLinear", [quantized, s, z], [target],

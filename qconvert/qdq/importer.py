@@ -43,6 +43,8 @@ QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 # Metadata `qconvert fakequant` writes (qdq/fakequant.py): {IR array name: [min, max]} for the int8
 # tensors that have no ONNX tensor to carry a pair (a decomposition's intermediates).
 RANGES_KEY = "qconvert.fakequant.ranges"
+# ... and "int16" when it was written for --activations int16 (every op with a 16x8 kernel).
+ACTIVATIONS_KEY = "qconvert.fakequant.activations"
 # zero point dtype -> the integer grid (qmin, qmax)
 _GRIDS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
@@ -59,6 +61,7 @@ class QdqRanges:
     warnings: list[str] = field(default_factory=list)
     # Nodes that write a tensor with an int16 pair or read one: their 16x8 kernels.
     int16_nodes: list[str] = field(default_factory=list)
+    activations_type: str = "int8"  # "int16": a fake-quant graph of --activations int16 (metadata)
 
     def __bool__(self) -> bool:
         return bool(self.activations or self.constants)
@@ -248,6 +251,10 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     found.int16_nodes = [names[k] for k in places]
     for name, span in _metadata_ranges(proto).items():
         found.activations.setdefault(name, span)
+    mode = next((p.value for p in proto.metadata_props if p.key == ACTIVATIONS_KEY), "int8")
+    if mode not in ("int8", "int16"):
+        raise ConversionError(f"metadata {ACTIVATIONS_KEY!r}: {mode[:40]!r}, expected int8 or int16")
+    found.activations_type = mode
     return found
 
 
