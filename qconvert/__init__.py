@@ -77,7 +77,7 @@ class FakeQuant(NamedTuple):
 def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
                calibration_samples: int | None = None, calibration_method: str | None = None,
                default_range=None, activations: str | None = None, per_tensor_fc: bool = False,
-               keep_float=()) -> FakeQuant:
+               keep_float=(), target_sqnr: float | None = None, target: str | None = None) -> FakeQuant:
     """The fake-quant ONNX model, as `qconvert fakequant IN.onnx OUT.onnx` writes it: Q/DQ pairs
     where the int8 conversion with these options quantizes, holding its params (qdq/fakequant.py).
     Arguments as convert's with quantize=True."""
@@ -87,8 +87,9 @@ def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
     arguments = _arguments(input_shapes=input_shapes, quantize=True, calibration=calibration,
                            calibration_samples=calibration_samples, calibration_method=calibration_method,
                            default_range=default_range, activations=activations,
-                           per_tensor_fc=per_tensor_fc, keep_float=keep_float)
-    del arguments["weights"], arguments["plan"]
+                           per_tensor_fc=per_tensor_fc, keep_float=keep_float, target_sqnr=target_sqnr,
+                           target=target)
+    del arguments["weights"]
     written, report = fake_quant_source(source, data=data, output_name="<bytes>", **arguments)
     return FakeQuant(written, report)
 

@@ -587,18 +587,20 @@ def inspect_cli(path, as_json, debug):
 
 # The conversion's options that decide where and how the int8 model quantizes, shared with cli.
 FAKEQUANT_OPTIONS = ("input_shapes", "calibration", "calibration_samples", "calibration_method",
-                     "default_range", "activations", "per_tensor_fc", "keep_float", "as_json", "verbose",
-                     "debug")
+                     "default_range", "activations", "per_tensor_fc", "keep_float", "target_sqnr", "target",
+                     "as_json", "verbose", "debug")
 
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", metavar="IN.onnx")
 @click.argument("dest", metavar="OUT.onnx")
 def fakequant_cli(source, dest, input_shapes, calibration, calibration_samples, calibration_method,
-                  default_range, activations, per_tensor_fc, keep_float, as_json, verbose, debug):
+                  default_range, activations, per_tensor_fc, keep_float, target_sqnr, target, as_json,
+                  verbose, debug):
     """Write OUT.onnx: IN.onnx with QuantizeLinear/DequantizeLinear pairs exactly where
     `qconvert IN.onnx OUT.tflite --quantize` with the same options quantizes, holding the params it
-    chooses (int8 weights per channel, int32 biases; int16 pairs for --activations int16, opset 21).
+    chooses (int8 weights per channel, int32 biases; int16 pairs for --activations int16, opset 21);
+    the ops kept float or promoted (--keep-float, --target-sqnr) are named in its metadata.
     onnxruntime runs it: measure the int8
     model's accuracy in your own evaluation loop. `qconvert OUT.onnx X.tflite --quantize` (no
     calibration) gives back the same params.
@@ -611,9 +613,8 @@ def fakequant_cli(source, dest, input_shapes, calibration, calibration_samples, 
         input_shapes=input_shapes, quantize=True, calibration=calibration,
         calibration_samples=calibration_samples, calibration_method=calibration_method,
         default_range=default_range, activations=activations, per_tensor_fc=per_tensor_fc,
-        keep_float=keep_float)
-    for unused in ("weights", "plan"):
-        del arguments[unused]
+        keep_float=keep_float, target_sqnr=target_sqnr, target=target)
+    del arguments["weights"]
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.onnx cannot be '-' with it")
     check_distinct_files({"IN.onnx": source, "--calibration": calibration}, {"OUT.onnx": dest})

@@ -221,6 +221,7 @@ class BuiltModel:
     quantization: QuantizationReport | None
     weights: WeightsReport | None
     start: float
+    options: QuantizeOptions | None = None  # the quantize options in effect (--keep-float resolved)
 
 
 def convert(source: str, *, data: bytes | None = None, input_shapes: dict | None = None,
@@ -271,7 +272,7 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
           before_quantizing: Callable[[Model], None] | None = None) -> BuiltModel:
     """convert's first part: the model loaded, calibrated and transformed, ready to write (see
     convert for the arguments). `before_quantizing` sees the float-transformed model just before
-    the quantize steps run (fakequant keeps its float weights)."""
+    the quantize steps (or the precision planner) run (fakequant keeps its float weights)."""
     start = time.perf_counter()
     onnx_file = read_onnx(source, data)
     qdq = None
@@ -288,6 +289,8 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
             **dict.fromkeys(qdq.int16_nodes, "its output's QDQ pair is int16"), **quantize.int16_nodes})
     if quantize is not None and qdq and qdq.activations_type == "int16":  # `fakequant --activations int16`
         quantize = replace(quantize, activations="int16")
+    if quantize is not None and qdq and qdq.float_nodes:  # fakequant's float ops (kept, planned)
+        quantize = replace(quantize, keep_float={**qdq.float_nodes, **quantize.keep_float})
     if keep_float:
         quantize = replace(quantize, keep_float=dict.fromkeys(
             nodes_matching(onnx_file.proto, keep_float), KEPT_FLOAT))
@@ -316,6 +319,8 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
     convert_model(model, io_layout)
     float_bytes = _constant_bytes(model)
     quantization = weights_report = precision_plan = None
+    if quantize is not None and before_quantizing is not None:
+        before_quantizing(model)
     if quantize is not None and plan is not None and calibration is not None:
         from .quantize.planner import plan_precision
 
@@ -326,8 +331,6 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
                                                plan.runtime)
         del reference
     elif quantize is not None:
-        if before_quantizing is not None:
-            before_quantizing(model)
         run_quantize_pipeline(model, quantize)
     if quantize is not None and qdq:
         for warning in qdq.warnings + changed_params(model, qdq):
@@ -345,7 +348,7 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
         weights_report = WeightsReport(
             weights, sorted(n for n in floats if n in model.arrays and model.arrays[n].dtype == stored),
             float_bytes, _constant_bytes(model))
-    return BuiltModel(model, quantization, weights_report, start)
+    return BuiltModel(model, quantization, weights_report, start, quantize)
 
 
 @dataclass
@@ -358,7 +361,7 @@ class FakeQuantReport:
     weights: list[str]  # initializers stored int8 + DequantizeLinear
     biases: list[str]  # initializers stored int32 + DequantizeLinear
     float_weights: list[str]  # nodes whose int8 weight the graph holds float (see fakequant.py)
-    ranges_in_metadata: list[str]  # int8 tensors without an ONNX tensor: their ranges in metadata
+    ranges_in_metadata: list[str]  # tensors whose range no pair carries (qdq/fakequant.py): metadata
     quantization: QuantizationReport
     size_bytes: int
     seconds: float
@@ -373,8 +376,7 @@ class FakeQuantReport:
         if self.float_weights:
             text += f"; {len(self.float_weights)} weights held float (folded across their inputs)"
         if self.ranges_in_metadata:
-            text += (f"; {len(self.ranges_in_metadata)} ranges of intermediate tensors in the model's "
-                     "metadata")
+            text += f"; {len(self.ranges_in_metadata)} ranges in the model's metadata"
         if self.quantization.float_ops:
             text += f"; {len(self.quantization.float_ops)} ops stay float"
         return text
@@ -385,7 +387,14 @@ def fake_quant(source: str, *, quantize: QuantizeOptions, data: bytes | None = N
     """`qconvert fakequant`: the ONNX model `source` with QuantizeLinear/DequantizeLinear pairs
     where its int8 conversion (convert's `arguments`, with `quantize`) quantizes, holding the
     params that conversion chooses (qdq/fakequant.py). Returns the model's bytes."""
-    from .qdq.fakequant import INT16_OPSET, PER_AXIS_OPSET, FloatWeights, insert_fake_quant, with_opset
+    from .qdq.fakequant import (
+        INT16_OPSET,
+        PER_AXIS_OPSET,
+        FloatWeights,
+        Precision,
+        insert_fake_quant,
+        with_opset,
+    )
 
     float_weights = FloatWeights()
     built = build(source, data=data, quantize=quantize, before_quantizing=float_weights, **arguments)
@@ -393,7 +402,14 @@ def fake_quant(source: str, *, quantize: QuantizeOptions, data: bytes | None = N
     if has_qdq(proto):  # the model's own pairs give way to the conversion's
         strip_qdq(proto)
     proto = with_opset(proto, INT16_OPSET if built.quantization.int16_ops else PER_AXIS_OPSET)
-    graph = insert_fake_quant(proto, built.model, float_weights, quantize.activations)
+    options, plan = built.options, built.quantization.plan
+    promoted = {p.node: p.reason for p in plan.promotions} if plan is not None else {}
+    to_int16 = plan is not None and plan.promoted_to == "int16"
+    precision = Precision(  # what no pair says: the ops kept float or promoted, by ONNX node
+        float_nodes={**options.keep_float, **({} if to_int16 else promoted)},
+        int16_nodes={**options.int16_nodes, **(promoted if to_int16 else {})},
+        activations=options.activations)
+    graph = insert_fake_quant(proto, built.model, float_weights, precision)
     written = proto.SerializeToString()
     report = FakeQuantReport(
         input=source, output=output_name, activations=graph.activations, weights=graph.weights,

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,7 +48,7 @@ from ..ir import Model
 from ..loader import node_names
 from ..quantize.arrays import rule_of
 from ..report import LAYOUT_SUFFIX, TYPE_SUFFIXES, counterpart
-from .importer import ACTIVATIONS_KEY, RANGES_KEY
+from .importer import ACTIVATIONS_KEY, PRECISION_KEY, RANGES_KEY
 
 # ONNX op with its weight at input 1 -> that weight's output-channel axis (None: not one axis)
 _WEIGHT_AXIS = {
@@ -69,16 +70,18 @@ class FakeQuantGraph:
     weights: list[str] = field(default_factory=list)  # initializers stored int8 + DQ
     biases: list[str] = field(default_factory=list)  # initializers stored int32 + DQ
     float_weights: list[str] = field(default_factory=list)  # int8 in the IR, float here
-    # Int8 tensors of the IR without an ONNX tensor (by their loader names): ranges in metadata.
+    # Tensors whose range no pair carries (by their loader names): the metadata's RANGES_KEY.
     ranges_in_metadata: list[str] = field(default_factory=list)
 
 
 class FloatWeights:
     """Called with the model before the quantize steps: keeps each weighted op's float weight and
-    bias (the quantize steps replace the arrays' data, these references stay)."""
+    bias (the quantize steps replace the arrays' data, these references stay), by the op's ONNX
+    node and type (the planner quantizes copies of the model, and the quantize steps rename
+    outputs); a node with two such ops of one type is left out (None)."""
 
     def __init__(self):
-        self.by_op: dict[int, tuple[object, np.ndarray, np.ndarray | None]] = {}
+        self.by_op: dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None] | None] = {}
 
     def __call__(self, model: Model) -> None:
         for op in model.operators:
@@ -91,7 +94,8 @@ class FloatWeights:
             bias = None
             if rule.bias is not None and rule.bias < len(op.inputs):
                 bias = model.constant(op.inputs[rule.bias])
-            self.by_op[id(op)] = (op, weight, bias)  # the op too: its id stays its own
+            key = (op.source, op.type)
+            self.by_op[key] = None if key in self.by_op else (weight, bias)
 
 
 def _attribute(node: onnx.NodeProto, name: str, default):
@@ -188,8 +192,10 @@ def activation_params(model: Model, onnx_names: set[str]):
     for tensor, pair in list(pairs.items()):
         if pair.readers is not None and not pair.readers:  # no ONNX node reads a copy
             del pairs[tensor]
-        else:
+        elif pair.readers is None:
             ranges.pop(tensor, None)  # the pair gives it
+        # A float tensor keeps its range in the metadata beside its pair: its copies (int8 and
+        # int16 ones may differ) all take their params from that range.
     return pairs, ranges
 
 
@@ -201,21 +207,35 @@ def _span(scale: float, zero_point: int, dtype: np.dtype) -> list[float]:
     return [float(scale) * (-128 - zero_point), float(scale) * (127 - zero_point)]
 
 
+@dataclass(frozen=True)
+class Precision:
+    """The conversion's precision decisions no pair states, kept in the metadata (PRECISION_KEY,
+    ACTIVATIONS_KEY) for the conversion of the fake-quant graph to make them again: the ONNX
+    nodes kept float (--keep-float, the planner's float promotions) with why, the nodes to run
+    16x8 (the planner's int16 promotions), and --activations (int16: every op with a 16x8 kernel,
+    not only those next to an int16 pair)."""
+
+    float_nodes: Mapping[str, str] = field(default_factory=dict)
+    int16_nodes: Mapping[str, str] = field(default_factory=dict)
+    activations: str = "int8"
+
+
 def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: FloatWeights,
-                      activations: str = "int8") -> FakeQuantGraph:
+                      precision: Precision = Precision()) -> FakeQuantGraph:
     """Rewrites `proto` (the float ONNX model `model` was converted from, with its weights) in
-    place into the fake-quant graph of the quantized IR `model` (see the module docstring).
-    `activations`: the conversion's --activations; "int16" is kept in the metadata
-    (ACTIVATIONS_KEY), so that converting the graph runs every op with a 16x8 kernel in it, as
-    the conversion did, not only those next to an int16 pair."""
+    place into the fake-quant graph of the quantized IR `model` (see the module docstring), with
+    `precision` in its metadata."""
     graph = proto.graph
     names = _Names(graph)
     onnx_names = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
     wanted, ranges = activation_params(model, onnx_names)
     result = FakeQuantGraph(proto, ranges_in_metadata=list(ranges))
     _set_metadata(proto, RANGES_KEY, json.dumps(ranges))
-    if activations == "int16":
-        _set_metadata(proto, ACTIVATIONS_KEY, activations)
+    if precision.activations == "int16":
+        _set_metadata(proto, ACTIVATIONS_KEY, precision.activations)
+    if precision.float_nodes or precision.int16_nodes:
+        _set_metadata(proto, PRECISION_KEY, json.dumps({"float": dict(precision.float_nodes),
+                                                        "int16": sorted(precision.int16_nodes)}))
     own_names = node_names(proto)  # before any node changes: the IR ops' sources
     weight_nodes, replaced = _fake_quantize_weights(graph, dict(zip(own_names, graph.node)), model,
                                                     float_weights, names, result)
@@ -305,14 +325,19 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
         if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
             initializers.setdefault(node.output[0], node.attribute[0].t)
     reads = collections.Counter(name for node in graph.node for name in node.input)
-    ops_of_node = collections.Counter(op.source for op, _, _ in float_weights.by_op.values())
+    weighted = []  # (op, its float weight, its float bias)
+    for op in model.operators:
+        kept = float_weights.by_op.get((op.source, op.type))
+        if kept is not None:
+            weighted.append((op, *kept))
+    ops_of_node = collections.Counter(op.source for op, _, _ in weighted)
 
     def own_initializer(name: str):
         """The initializer `name` if only one input of one node reads it (else None)."""
         return initializers.get(name) if reads[name] == 1 else None
 
     dequantize, dropped = [], set()
-    for op, ir_weight, ir_bias in float_weights.by_op.values():
+    for op, ir_weight, ir_bias in weighted:
         rule = rule_of(op)
         weight = model.arrays[op.inputs[rule.weight]]
         if weight.dtype != np.int8 or weight.quant is None:

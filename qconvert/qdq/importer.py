@@ -43,8 +43,11 @@ QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 # Metadata `qconvert fakequant` writes (qdq/fakequant.py): {IR array name: [min, max]} for the int8
 # tensors that have no ONNX tensor to carry a pair (a decomposition's intermediates).
 RANGES_KEY = "qconvert.fakequant.ranges"
-# ... and "int16" when it was written for --activations int16 (every op with a 16x8 kernel).
+# ... and "int16" when it was written for --activations int16 (every op with a 16x8 kernel), and
+# {"float": {node: why}, "int16": [node]}: the nodes the conversion kept float or ran 16x8 by
+# request (--keep-float, the precision planner), which no pair says.
 ACTIVATIONS_KEY = "qconvert.fakequant.activations"
+PRECISION_KEY = "qconvert.fakequant.precision"
 # zero point dtype -> the integer grid (qmin, qmax)
 _GRIDS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
@@ -62,6 +65,7 @@ class QdqRanges:
     # Nodes that write a tensor with an int16 pair or read one: their 16x8 kernels.
     int16_nodes: list[str] = field(default_factory=list)
     activations_type: str = "int8"  # "int16": a fake-quant graph of --activations int16 (metadata)
+    float_nodes: dict[str, str] = field(default_factory=dict)  # node -> why it stays float (metadata)
 
     def __bool__(self) -> bool:
         return bool(self.activations or self.constants)
@@ -249,13 +253,37 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     graph.node.extend(final)  # copies
     names = node_names(proto)  # as the loader will name them
     found.int16_nodes = [names[k] for k in places]
-    for name, span in _metadata_ranges(proto).items():
-        found.activations.setdefault(name, span)
+    # qconvert's own fake-quant graph: its metadata's ranges are the conversion's own (they win
+    # over a pair's grid, which they contain), and its metadata says which nodes run 16x8.
+    written_by_fakequant = any(p.key == RANGES_KEY for p in proto.metadata_props)
+    found.activations.update(_metadata_ranges(proto))
     mode = next((p.value for p in proto.metadata_props if p.key == ACTIVATIONS_KEY), "int8")
     if mode not in ("int8", "int16"):
         raise ConversionError(f"metadata {ACTIVATIONS_KEY!r}: {mode[:40]!r}, expected int8 or int16")
     found.activations_type = mode
+    found.float_nodes, int16 = _metadata_precision(proto)
+    if written_by_fakequant:
+        found.int16_nodes = int16
     return found
+
+
+def _metadata_precision(proto: onnx.ModelProto) -> tuple[dict[str, str], list[str]]:
+    """The float and int16 nodes `qconvert fakequant` left in the metadata (PRECISION_KEY);
+    malformed ones are a ConversionError naming the key."""
+    text = next((p.value for p in proto.metadata_props if p.key == PRECISION_KEY), None)
+    if text is None:
+        return {}, []
+    try:
+        precision = json.loads(text)
+    except ValueError:
+        precision = None
+    float_nodes = precision.get("float", {}) if isinstance(precision, dict) else None
+    int16 = precision.get("int16", []) if isinstance(precision, dict) else None
+    if not (isinstance(float_nodes, dict) and all(isinstance(v, str) for v in float_nodes.values())
+            and isinstance(int16, list) and all(isinstance(n, str) for n in int16)):
+        raise ConversionError(f"metadata {PRECISION_KEY!r}: expected {{\"float\": {{node: reason}}, "
+                              "\"int16\": [node]}")
+    return float_nodes, int16
 
 
 def _metadata_ranges(proto: onnx.ModelProto) -> dict[str, tuple[float, float]]:

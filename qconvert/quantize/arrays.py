@@ -260,6 +260,8 @@ def _fill_across(model: Model, op: Operator, concat_pieces: bool) -> list[str]:
             return []
         filled = [a for a in [inputs[0], *outputs] if a.minmax is None and not a.is_constant]
         source = known[0]
+    # A model's own (QDQ) range stays the model's: the steps keep those where TFLite allows.
+    how = source.source if source.source == QDQ_SOURCE else "shared with a same-scale neighbour"
     for array in filled:
-        array.minmax = MinMax(source.min, source.max, "shared with a same-scale neighbour")
+        array.minmax = MinMax(source.min, source.max, how)
     return [a.name for a in filled]

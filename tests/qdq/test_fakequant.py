@@ -16,6 +16,7 @@ from ai_edge_litert.interpreter import Interpreter
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.converter import fake_quant
+from qconvert.transforms.keep_requested_float import KEPT_FLOAT
 from qconvert.transforms.pipeline import QuantizeOptions
 from tests.harness import convert_proto, output_steps, run_onnxruntime, run_tflite
 from tests.qdq.test_qdq_import import SAMPLES, residual_cnn
@@ -106,7 +107,7 @@ def test_pairs_sit_where_the_int8_graph_quantizes(calibration):
     assert list(pairs) == report.activations
     assert pairs["p"] == pairs["r2"] and pairs["f"] == pairs["g"]
     assert report.weights == ["w1", "w2", "wg"] and report.biases == ["b1", "b2", "bg"]
-    assert report.ranges_in_metadata == [] and report.float_weights == []
+    assert report.ranges_in_metadata == ["x"] and report.float_weights == []  # the float input's
     dequantized = {n.output[0]: n for n in model.graph.node if n.op_type == "DequantizeLinear"}
     constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     for weight in report.weights:
@@ -194,7 +195,8 @@ def test_cli_without_ranges_is_a_usage_error(tmp_path):
 
 def test_a_float_op_s_output_gets_its_pair_only_on_the_edges_to_int8_readers(tmp_path, calibration):
     """A kept-float LOGISTIC whose output is a graph output and a conv's input: TFLite quantizes
-    it for the conv only, so only the conv reads through the pair, the output stays as it was."""
+    it for the conv only, so only the conv reads through the pair, the output stays as it was; the
+    conversion of the graph keeps it float without --keep-float (the metadata names it)."""
     model = residual_cnn()
     graph = model.graph
     relu = next(n for n in graph.node if n.name == "relu1")
@@ -211,8 +213,31 @@ def test_a_float_op_s_output_gets_its_pair_only_on_the_edges_to_int8_readers(tmp
     assert report.quantization.float_ops[0].op == "LOGISTIC"
     tflite, _ = convert_proto(model, quantize=QuantizeOptions(), calibration=calibration,
                               keep_float=("sigmoid",))
-    back, _ = convert_proto(fake, quantize=QuantizeOptions(), keep_float=("sigmoid",))
+    back, report = convert_proto(fake, quantize=QuantizeOptions())  # the metadata keeps it float
+    assert [(f.op, f.reason) for f in report.quantization.float_ops] == [("LOGISTIC", KEPT_FLOAT)]
     assert_same_params(tflite, back)
+
+
+def test_the_planner_s_promotions_come_back_from_the_metadata(calibration):
+    """--target-sqnr: the planner's promoted nodes (float, or int16 with --target integer) are in
+    the metadata, and the conversion of the graph makes the same model."""
+    from qconvert.converter import PlanRequest
+
+    model = folded_cnn()
+    for runtime in ("cpu", "integer"):
+        plan = PlanRequest(60.0, runtime=runtime)
+        written, report = fake_quant("<test>", data=model.SerializeToString(), quantize=QuantizeOptions(),
+                                     calibration=calibration, plan=plan)
+        promotions = report.quantization.plan.promotions
+        assert promotions, runtime
+        fake = onnx.load_from_string(written)
+        precision = json.loads(next(p.value for p in fake.metadata_props
+                                    if p.key == "qconvert.fakequant.precision"))
+        listed = set(precision["float"]) if runtime == "cpu" else set(precision["int16"])
+        assert listed == {p.node for p in promotions}
+        tflite, _ = convert_proto(model, quantize=QuantizeOptions(), calibration=calibration, plan=plan)
+        back, _ = convert_proto(fake, quantize=QuantizeOptions())
+        assert_same_params(tflite, back)
 
 
 def test_malformed_metadata_ranges_are_one_line_naming_the_key(tmp_path, calibration):
