@@ -234,8 +234,8 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     if precision.activations == "int16":
         _set_metadata(proto, ACTIVATIONS_KEY, precision.activations)
     if precision.float_nodes or precision.int16_nodes:
-        _set_metadata(proto, PRECISION_KEY, json.dumps({"float": dict(precision.float_nodes),
-                                                        "int16": sorted(precision.int16_nodes)}))
+        _set_metadata(proto, PRECISION_KEY, json.dumps(  # sorted: the same bytes every run
+            {"float": dict(sorted(precision.float_nodes.items())), "int16": sorted(precision.int16_nodes)}))
     own_names = node_names(proto)  # before any node changes: the IR ops' sources
     weight_nodes, replaced = _fake_quantize_weights(graph, dict(zip(own_names, graph.node)), model,
                                                     float_weights, names, result)

@@ -1225,6 +1225,8 @@ def _fake_quant_seed(seed: str) -> onnx.ModelProto:
 
 _BAD_SCALES = [0.0, -1.0, float("nan"), float("inf"), 1e-45, 1e38, 2.0 ** -70, 2.0 ** 70]
 _RANGE_KEY = "qconvert.fakequant.ranges"
+_PRECISION_KEY = "qconvert.fakequant.precision"
+_ACTIVATIONS_KEY = "qconvert.fakequant.activations"
 
 
 def qdq_model(rng, j, d):
@@ -1266,16 +1268,26 @@ def qdq_model(rng, j, d):
                 if name == dq.output[0]:
                     n.input[k] = q.output[0]
         model.graph.node.remove(dq)
-    else:  # the metadata's ranges
-        entry = next(p for p in model.metadata_props if p.key == _RANGE_KEY) if any(
-            p.key == _RANGE_KEY for p in model.metadata_props) else model.metadata_props.add(key=_RANGE_KEY)
+    else:  # the metadata: ranges, precision decisions, activation type
+        key = _pick(rng, [_RANGE_KEY, _RANGE_KEY, _PRECISION_KEY, _ACTIVATIONS_KEY])
+        kept = [p for p in model.metadata_props if p.key != key]
+        del model.metadata_props[:]
+        model.metadata_props.extend(kept)
+        entry = model.metadata_props.add(key=key)
         names = [n.output[0] for n in model.graph.node] + ["nowhere", ""]
+        nodes = [n.name for n in model.graph.node] + ["nowhere", ""]
         wide = [-(10.0 ** int(rng.integers(0, 60))), 10.0 ** int(rng.integers(-60, 60))]
-        entry.value = _pick(rng, [
-            "", "[", "null", "[1, 2]", '{"x": 1}', '{"x": [1]}', '{"x": [2, 1]}', '{"x": ["a", "b"]}',
-            '{"x": [true, false]}', '{"x": [-1e999, 1e999]}', '{"x": [NaN, 1]}',
-            "{" + '"a": [0, 1], ' * 3000 + "}", json.dumps({_pick(rng, names): wide}),
-            json.dumps({name: [0.0, 0.0] for name in names})])
+        entry.value = _pick(rng, {
+            _RANGE_KEY: [
+                "", "[", "null", "[1, 2]", '{"x": 1}', '{"x": [1]}', '{"x": [2, 1]}', '{"x": ["a", "b"]}',
+                '{"x": [true, false]}', '{"x": [-1e999, 1e999]}', '{"x": [NaN, 1]}',
+                "{" + '"a": [0, 1], ' * 3000 + "}", json.dumps({_pick(rng, names): wide}),
+                json.dumps({name: [0.0, 0.0] for name in names})],
+            _PRECISION_KEY: [
+                "", "[]", '{"float": []}', '{"int16": {}}', '{"float": {"x": 1}}',
+                json.dumps({"float": {_pick(rng, nodes): "why"}}), json.dumps({"int16": nodes}),
+                json.dumps({"float": dict.fromkeys(nodes, "all"), "int16": nodes})],
+            _ACTIVATIONS_KEY: ["", "int4", "int16", "INT16", "int8" * 1000]}[key])
     write_proto(model, d / MODEL)
     flags = ["--quantize"]
     if rng.random() < 0.3:

@@ -300,3 +300,19 @@ def test_int16_activations_give_int16_pairs_and_the_same_16x8_model_back(calibra
         np.testing.assert_allclose(session.run(["y"], {"x": sample})[0],
                                    run_tflite(tflite, tflite_report, {"x": sample})["y"], rtol=0,
                                    atol=4 * step)
+
+
+def test_the_same_bytes_every_run(tmp_path, calibration):
+    """Byte for byte, whatever Python's hash seed (the --keep-float node set is a set)."""
+    import os
+
+    source = tmp_path / "float.onnx"
+    onnx.save(folded_cnn(), source)
+    written = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"fq{seed}.onnx"
+        subprocess.run([sys.executable, "-m", "qconvert", "fakequant", str(source), str(out), "--calibration",
+                        calibration, "--keep-float", "Conv"], check=True, capture_output=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed})
+        written.append(out.read_bytes())
+    assert written[0] == written[1]
