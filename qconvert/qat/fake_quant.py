@@ -168,3 +168,28 @@ class FakeQuant(nn.Module):
 
     def extra_repr(self) -> str:
         return f"site={self.site!r}"
+
+
+class FixedFakeQuant(nn.Module):
+    """The fake-quant of an op whose int8 kernel fixes its output params (LOGISTIC: 1/256 and
+    -128, TANH: 1/128 and 0, SOFTMAX, LOG_SOFTMAX: qconvert's QuantRule.fixed_params): no range
+    to learn, the same rounding as the kernel's from the first step (after `quant_delay`)."""
+
+    def __init__(self, site: str, scale: float, zero_point: int, quant_delay: int = 0):
+        super().__init__()
+        self.site, self.scale, self.zero_point = site, float(np.float32(scale)), int(zero_point)
+        self.quant_delay = quant_delay
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.steps += 1
+            if int(self.steps) <= self.quant_delay:
+                return x
+        if export_sites() is not None:
+            return mark(x, {"kind": "activation", "name": self.site, "scale": self.scale,
+                            "zero_point": self.zero_point})
+        return torch.fake_quantize_per_tensor_affine(x, self.scale, self.zero_point, QMIN, QMAX)
+
+    def extra_repr(self) -> str:
+        return f"site={self.site!r}, scale={self.scale:g}, zero_point={self.zero_point}"

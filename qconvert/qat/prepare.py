@@ -25,8 +25,10 @@ left as it was. The rules, each what qconvert's conversion does with the exporte
 - Every other op producing a float tensor (average pooling, which qconvert runs as a
   DEPTHWISE_CONV_2D with its own output params; mean; a ReLU that is not fused; a standalone batch
   norm; mul...) gets one fake-quant after it.
-- Ops whose int8 kernel fixes its output params (sigmoid, tanh, softmax, log-softmax, hard
-  sigmoid) are refused for now, naming the node.
+- Ops whose int8 kernel fixes its output params (sigmoid, tanh, softmax, log-softmax) get a
+  fake-quant at those params (LOGISTIC's 1/256 and -128...), nothing to learn; none when the op
+  writes a model output, which qconvert keeps float (its fixed step would cost precision). SiLU is x *
+  sigmoid(x), as qconvert writes it: the sigmoid's fixed fake-quant, then the product's own.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.nn import functional as F
 
-from .fake_quant import FakeQuant, RangeObserver
+from ..ops.registry import TFLITE_OPS
+from .fake_quant import FakeQuant, FixedFakeQuant, RangeObserver
 from .fused import FusedLayer
 
 _RELU = {nn.ReLU: "relu", nn.ReLU6: "relu6", F.relu: "relu", torch.relu: "relu", F.relu6: "relu6",
@@ -50,10 +53,14 @@ _SAME_FUNCTIONS = {F.max_pool2d, torch.flatten, torch.reshape, torch.squeeze, to
 _SAME_METHODS = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
                  "contiguous"}
 _MAX_POOL = (nn.MaxPool2d, F.max_pool2d)
-_FIXED_MODULES = (nn.Sigmoid, nn.Tanh, nn.Softmax, nn.LogSoftmax, nn.Hardsigmoid)
-_FIXED_FUNCTIONS = {torch.sigmoid, torch.tanh, F.sigmoid, F.tanh, F.softmax, F.log_softmax,
-                    torch.softmax, torch.log_softmax, F.hardsigmoid}
-_FIXED_METHODS = {"sigmoid", "tanh", "softmax", "log_softmax"}
+# Ops whose int8 kernel fixes its output params -> that TFLite op (its QuantRule.fixed_params).
+_FIXED_MODULES = {nn.Sigmoid: "LOGISTIC", nn.Tanh: "TANH", nn.Softmax: "SOFTMAX",
+                  nn.LogSoftmax: "LOG_SOFTMAX"}
+_FIXED_FUNCTIONS = {torch.sigmoid: "LOGISTIC", F.sigmoid: "LOGISTIC", torch.tanh: "TANH", F.tanh: "TANH",
+                    F.softmax: "SOFTMAX", torch.softmax: "SOFTMAX", F.log_softmax: "LOG_SOFTMAX",
+                    torch.log_softmax: "LOG_SOFTMAX"}
+_FIXED_METHODS = {"sigmoid": "LOGISTIC", "tanh": "TANH", "softmax": "SOFTMAX", "log_softmax": "LOG_SOFTMAX"}
+_SILU = (nn.SiLU, F.silu)
 _ADDS = {operator.add, torch.add}
 
 
@@ -106,13 +113,22 @@ class _Graph:
         return target in _MAX_POOL if node.op == "call_function" else (
             node.op == "call_module" and issubclass(target, _MAX_POOL[0]))
 
-    def is_fixed(self, node: fx.Node) -> bool:
+    def fixed_op(self, node: fx.Node) -> str | None:
+        """The TFLite op with fixed output params the node is (LOGISTIC, TANH...), or None."""
         target = self.target(node)
         if node.op == "call_module":
-            return issubclass(target, _FIXED_MODULES)
-        if node.op == "call_method":
-            return target in _FIXED_METHODS
-        return node.op == "call_function" and target in _FIXED_FUNCTIONS
+            return next((op for kind, op in _FIXED_MODULES.items() if issubclass(target, kind)), None)
+        table = _FIXED_METHODS if node.op == "call_method" else _FIXED_FUNCTIONS
+        try:
+            return table.get(target) if node.op in ("call_method", "call_function") else None
+        except TypeError:  # an unhashable target
+            return None
+
+    def is_silu(self, node: fx.Node) -> bool:
+        target = self.target(node)
+        if node.op == "call_module":
+            return issubclass(target, _SILU[0])
+        return node.op == "call_function" and target is _SILU[1]
 
     def is_add(self, node: fx.Node) -> bool:
         tensors = [a for a in node.args if isinstance(a, fx.Node) and self.is_float_tensor(a)]
@@ -142,6 +158,7 @@ def prepare_qat(module: nn.Module, example_inputs, quant_delay: int = 0, ema_dec
     with torch.no_grad():  # shapes and dtypes only: eval mode, so no batch norm statistics move
         ShapeProp(gm).propagate(*inputs)
     g = _Graph(gm)
+    _decompose_silu(g)
     _fuse_layers(g, quant_delay, freeze_bn_delay)
     observers = _insert_fake_quants(g, ema_decay, quant_delay)
     _share_concatenation_ranges(g, observers, ema_decay, quant_delay)
@@ -181,6 +198,22 @@ def _fuse_layers(g: _Graph, quant_delay: int, freeze_bn_delay: int | None) -> No
             g.graph.erase_node(old)
 
 
+def _decompose_silu(g: _Graph) -> None:
+    """SiLU becomes x * sigmoid(x), as qconvert writes it (LOGISTIC, then MUL): the sigmoid's
+    output then gets its fixed-params fake-quant and the product its own."""
+    for node in list(g.graph.nodes):
+        if not g.is_silu(node):
+            continue
+        x = node.args[0] if node.args else node.kwargs["input"]
+        with g.graph.inserting_after(node):
+            sigmoid = g.graph.call_function(torch.sigmoid, (x,))
+        with g.graph.inserting_after(sigmoid):
+            product = g.graph.call_function(operator.mul, (x, sigmoid))
+        sigmoid.meta, product.meta = dict(node.meta), dict(node.meta)
+        node.replace_all_uses_with(product)
+        g.graph.erase_node(node)
+
+
 def _site(node: fx.Node) -> str:
     return node.meta.get("qat_site", node.name)
 
@@ -191,15 +224,19 @@ def _insert_fake_quants(g: _Graph, decay: float, quant_delay: int) -> dict[str, 
     for node in list(g.graph.nodes):
         if node.op in ("output", "get_attr") or not g.is_float_tensor(node):
             continue
-        if g.is_fixed(node):
-            raise NotImplementedError(f"prepare_qat: {node.format_node()}: ops whose int8 kernel fixes "
-                                      "the output params (sigmoid, tanh, softmax) are not supported yet")
         if node.op != "placeholder" and _needs_no_fake_quant(g, node):
             continue
         site = _site(node)
         name = f"fake_quant_{site}"
-        observers[name] = RangeObserver(decay, quant_delay)
-        g.gm.add_submodule(name, FakeQuant(site, observers[name]))
+        fixed = g.fixed_op(node)
+        if fixed is not None and all(user.op == "output" for user in node.users):
+            continue  # a model output: qconvert keeps the op float (its fixed step would cost)
+        if fixed is not None:  # the kernel's own params, nothing to observe
+            scale, zero_point = TFLITE_OPS[fixed].quant.fixed_params
+            g.gm.add_submodule(name, FixedFakeQuant(site, scale, zero_point, quant_delay))
+        else:
+            observers[name] = RangeObserver(decay, quant_delay)
+            g.gm.add_submodule(name, FakeQuant(site, observers[name]))
         with g.graph.inserting_after(node):
             fq = g.graph.call_module(name, (node,))
         fq.meta = dict(node.meta)
@@ -262,7 +299,8 @@ def fake_quant_sites(prepared: fx.GraphModule) -> list[str]:
     """The tensors the prepared module fake-quantizes, in execution order, by their node names in
     the traced module (a fused layer's by its last node: the ReLU, or the batch norm)."""
     return [prepared.get_submodule(n.target).site for n in prepared.graph.nodes
-            if n.op == "call_module" and isinstance(prepared.get_submodule(n.target), FakeQuant)]
+            if n.op == "call_module"
+            and isinstance(prepared.get_submodule(n.target), (FakeQuant, FixedFakeQuant))]
 
 
 def weight_sites(prepared: fx.GraphModule) -> list[str]:

@@ -247,3 +247,55 @@ def test_the_base_package_never_imports_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+class SiluNet(nn.Module):
+    """A detector-style stem and head: Conv+BN -> SiLU (TFLite: LOGISTIC then MUL), a Conv, and a
+    sigmoid score."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.act = nn.SiLU()
+        self.conv2 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return torch.sigmoid(self.conv2(self.act(self.bn1(self.conv1(x)))))
+
+
+def test_fixed_output_ops_take_the_kernel_params_and_silu_splits_as_qconvert_writes_it():
+    """A sigmoid's fake-quant has LOGISTIC's params (1/256, -128) from the start; SiLU becomes
+    sigmoid then product, each with its fake-quant; the sigmoid writing the model output has none
+    (qconvert keeps it float); the export converts without calibration, LiteRT within one step of
+    1/256 of the fake-quant module on >= 99 % of outputs."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    prepared = prepare_qat(SiluNet(), torch.zeros(1, 3, 8, 8))
+    sites = fake_quant_sites(prepared)
+    assert len(sites) == 5, sites  # input, bn1 (the conv's output), sigmoid, product, conv2
+    fixed = [m for m in prepared.modules() if type(m).__name__ == "FixedFakeQuant"]
+    assert [(m.scale, m.zero_point) for m in fixed] == [(1 / 256, -128)]
+    optimizer = torch.optim.SGD(prepared.parameters(), 0.05)
+    for _ in range(20):
+        loss = (prepared(torch.randn(16, 3, 8, 8)) - 0.3).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    prepared.eval()
+    proto = export(prepared, None, torch.zeros(1, 3, 8, 8))
+    types = [n.op_type for n in proto.graph.node if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    assert types == ["Conv", "Sigmoid", "Mul", "Conv", "Sigmoid"], types
+    tflite, report = qconvert.convert(proto, quantize=True)
+    assert [f.op for f in report.quantization.float_ops] == ["LOGISTIC"]  # the output's
+    assert report.quantization.int8_ops == 4 and report.quantization.qdq_tensors
+    images = torch.randn(32, 3, 8, 8)
+    with torch.no_grad():
+        expected = prepared(images).numpy()
+    from ai_edge_litert.interpreter import Interpreter
+
+    runner = Interpreter(model_content=tflite).get_signature_runner()
+    got = np.concatenate([runner(**{report.inputs[0].name: np.transpose(x[None], (0, 2, 3, 1))})[
+        report.outputs[0].name] for x in images.numpy()])
+    got = np.transpose(got, (0, 3, 1, 2)) if got.shape != expected.shape else got
+    assert (np.abs(got - expected) <= 1 / 256 * 1.001).mean() >= 0.99
