@@ -16,7 +16,7 @@ from .errors import UsageError
 from .ir import Model
 from .loader import load, nodes_matching
 from .onnx_file import read_complete_onnx, read_onnx
-from .qdq.importer import apply_qdq_ranges, changed_params, has_qdq, strip_qdq
+from .qdq.importer import apply_qdq_ranges, changed_params, has_qdq, strip_qdq, with_model_precision
 from .quantize.calibration_methods import MINMAX, CalibrationMethod
 from .quantize.planner import Plan
 from .report import ConversionNotes
@@ -284,13 +284,8 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
         raise UsageError("--quantize needs --calibration PATH (or --default-range MIN,MAX for a "
                          "speed study without data), unless the model carries its ranges in "
                          "QuantizeLinear/DequantizeLinear pairs")
-    if quantize is not None and qdq and qdq.int16_nodes:  # the model's int16 pairs: 16x8 kernels
-        quantize = replace(quantize, int16_nodes={
-            **dict.fromkeys(qdq.int16_nodes, "its output's QDQ pair is int16"), **quantize.int16_nodes})
-    if quantize is not None and qdq and qdq.activations_type == "int16":  # `fakequant --activations int16`
-        quantize = replace(quantize, activations="int16")
-    if quantize is not None and qdq and qdq.float_nodes:  # fakequant's float ops (kept, planned)
-        quantize = replace(quantize, keep_float={**qdq.float_nodes, **quantize.keep_float})
+    if quantize is not None and qdq:
+        quantize = with_model_precision(quantize, qdq)
     if keep_float:
         quantize = replace(quantize, keep_float=dict.fromkeys(
             nodes_matching(onnx_file.proto, keep_float), KEPT_FLOAT))

@@ -27,7 +27,7 @@ intermediate tensors the loader creates are read back too.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -372,6 +372,20 @@ def _bypass(g: _Graph, node: onnx.NodeProto, source: str, appended: list) -> Non
         g.readers.setdefault(source, []).append(reader)
     if y in g.outputs:
         appended.append(helper.make_node("Identity", [source], [y], name=f"{y}_qdq_identity"))
+
+
+def with_model_precision(options, found: QdqRanges):
+    """The QuantizeOptions with the precision the model states beyond its ranges: the nodes its
+    int16 pairs (or its metadata) ask to run 16x8, --activations int16 and the nodes kept float
+    from `qconvert fakequant`'s metadata. The command line's own choices win."""
+    if found.int16_nodes:
+        options = replace(options, int16_nodes={
+            **dict.fromkeys(found.int16_nodes, "its QDQ pairs are int16"), **options.int16_nodes})
+    if found.activations_type == "int16":
+        options = replace(options, activations="int16")
+    if found.float_nodes:
+        options = replace(options, keep_float={**found.float_nodes, **options.keep_float})
+    return options
 
 
 def apply_qdq_ranges(model: Model, found: QdqRanges) -> int:
