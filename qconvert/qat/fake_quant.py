@@ -142,11 +142,13 @@ class RangeObserver(nn.Module):
 
 class FakeQuant(nn.Module):
     """The fake-quant of one activation tensor, named after the tensor (`site`) it follows in the
-    traced model; `observer` holds its range (shared with the other sites of a concatenation)."""
+    traced model; `observer` holds its range (shared with the other sites of a concatenation).
+    One that is not `exported` models a requantization TFLite inserts itself (a concatenation's
+    input whose params are tied elsewhere): the export writes no pair for it."""
 
-    def __init__(self, site: str, observer: RangeObserver):
+    def __init__(self, site: str, observer: RangeObserver, exported: bool = True):
         super().__init__()
-        self.site, self.observer = site, observer
+        self.site, self.observer, self.exported = site, observer, exported
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
@@ -162,12 +164,14 @@ class FakeQuant(nn.Module):
                 return x
             scale, zero_point = self.observer.params()
         if export_sites() is not None:
+            if not self.exported:
+                return x
             return mark(x, {"kind": "activation", "name": self.site, "scale": scale,
                             "zero_point": zero_point})
         return torch.fake_quantize_per_tensor_affine(x, scale, zero_point, QMIN, QMAX)
 
     def extra_repr(self) -> str:
-        return f"site={self.site!r}"
+        return f"site={self.site!r}" + ("" if self.exported else ", not exported")
 
 
 class FixedFakeQuant(nn.Module):

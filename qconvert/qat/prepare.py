@@ -16,11 +16,14 @@ left as it was. The rules, each what qconvert's conversion does with the exporte
   params; qconvert gives the union of the inputs' ranges to the output and to every input's
   producer, transforms/propagate_minmax.py). The inputs' fake-quants become sites of one shared
   RangeObserver, and the output gets one more site of it (on the grid already: it changes
-  nothing, and the export writes the output's params too). An input must come from an op that
-  chooses its own output params (not a model input or a same-scale op, whose params qconvert
-  would keep and requantize).
+  nothing, and the export writes the output's params too). An input whose params are tied
+  elsewhere (a model input, a same-scale op's or a fixed-output op's output: a split, a max pool,
+  a sigmoid) keeps them, and a fake-quant on its edge into the concatenation, a site of the shared
+  range, models the QUANTIZE qconvert inserts there (the export writes no pair for it: the
+  concatenation's own pair makes qconvert requantize).
 - Same-scale ops move int8 values without changing their params, so they get no fake-quant: max
-  pooling (and a ReLU after it, which qconvert fuses into MAX_POOL_2D), flatten, reshape, view,
+  pooling (and a ReLU after it, which qconvert fuses into MAX_POOL_2D), nearest upsampling
+  (nn.Upsample), flatten, reshape, view,
   squeeze, unsqueeze, permute, transpose, dropout, identity, slicing.
 - Every other op producing a float tensor (average pooling, which qconvert runs as a
   DEPTHWISE_CONV_2D with its own output params; mean; a ReLU that is not fused; a standalone batch
@@ -103,7 +106,11 @@ class _Graph:
     def is_same_scale(self, node: fx.Node) -> bool:
         target = self.target(node)
         if node.op == "call_module":
-            return issubclass(target, _SAME_MODULES)
+            module = self.module(node)
+            # Nearest upsampling moves values (TFLite's nearest resize, or the DEPTH_TO_SPACE
+            # qconvert lowers it to, keeps its input's params).
+            nearest = isinstance(module, nn.Upsample) and module.mode == "nearest"
+            return issubclass(target, _SAME_MODULES) or nearest
         if node.op == "call_method":
             return target in _SAME_METHODS
         return node.op == "call_function" and target in _SAME_FUNCTIONS
@@ -271,15 +278,23 @@ def _share_concatenation_ranges(g: _Graph, observers: dict[str, RangeObserver], 
         pieces = node.args[0] if node.args else node.kwargs.get("tensors")
         shared = RangeObserver(decay, quant_delay)
         members: list[FakeQuant] = []
-        for piece in pieces:
+        for k, piece in enumerate(pieces):
             fq = g.module(piece)
             source = piece.meta.get("qat_source")
-            if not isinstance(fq, FakeQuant) or source is None or source.op == "placeholder":
-                raise NotImplementedError(
-                    f"prepare_qat: {node.format_node()}: input {piece.name!r} does not come from an "
-                    "op with its own output params (a conv, linear, add, pool...); qconvert would "
-                    "requantize it in front of the concatenation")
-            members.extend(sites_of.pop(id(fq.observer), []))
+            if isinstance(fq, FakeQuant) and source is not None and source.op != "placeholder":
+                members.extend(sites_of.pop(id(fq.observer), []))
+                continue
+            # Params tied elsewhere (a model input, a same-scale op's or a fixed-output op's
+            # output): the piece keeps them, and TFLite requantizes it to the concatenation's
+            # (a QUANTIZE qconvert inserts, no pair of its own in the export).
+            requantize = FakeQuant(f"{node.name}_input_{k}", shared, exported=False)
+            name = f"fake_quant_{node.name}_input_{k}"
+            g.gm.add_submodule(name, requantize)
+            with g.graph.inserting_before(node):
+                edge = g.graph.call_module(name, (piece,))
+            edge.meta = dict(piece.meta)
+            node.replace_input_with(piece, edge)
+            members.append(requantize)
         name = f"fake_quant_{node.name}"
         output = FakeQuant(node.name, shared)
         g.gm.add_submodule(name, output)
