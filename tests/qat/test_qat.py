@@ -249,6 +249,30 @@ def test_the_base_package_never_imports_torch():
     assert result.returncode == 0, result.stderr
 
 
+def _fit(prepared, inputs, target: float, lr: float, steps: int = 20):
+    """A few SGD steps pulling the outputs towards `target` (ranges and weights move), then eval."""
+    optimizer = torch.optim.SGD(prepared.parameters(), lr)
+    for _ in range(steps):
+        loss = (prepared(inputs()) - target).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return prepared.eval()
+
+
+def _module_and_litert(prepared, tflite: bytes, report, images):
+    """(the fake-quant module's outputs, LiteRT's) on NCHW `images`, one by one in LiteRT (its
+    input and output channels-last)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    with torch.no_grad():
+        expected = prepared(images).numpy()
+    runner = Interpreter(model_content=tflite).get_signature_runner()
+    got = np.concatenate([runner(**{report.inputs[0].name: np.transpose(x[None], (0, 2, 3, 1))})[
+        report.outputs[0].name] for x in images.numpy()])
+    return expected, np.transpose(got, (0, 3, 1, 2))
+
+
 class SiluNet(nn.Module):
     """A detector-style stem and head: Conv+BN -> SiLU (TFLite: LOGISTIC then MUL), a Conv, and a
     sigmoid score."""
@@ -276,28 +300,14 @@ def test_fixed_output_ops_take_the_kernel_params_and_silu_splits_as_qconvert_wri
     assert len(sites) == 5, sites  # input, bn1 (the conv's output), sigmoid, product, conv2
     fixed = [m for m in prepared.modules() if type(m).__name__ == "FixedFakeQuant"]
     assert [(m.scale, m.zero_point) for m in fixed] == [(1 / 256, -128)]
-    optimizer = torch.optim.SGD(prepared.parameters(), 0.05)
-    for _ in range(20):
-        loss = (prepared(torch.randn(16, 3, 8, 8)) - 0.3).square().mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    prepared.eval()
+    _fit(prepared, lambda: torch.randn(16, 3, 8, 8), 0.3, 0.05)
     proto = export(prepared, None, torch.zeros(1, 3, 8, 8))
     types = [n.op_type for n in proto.graph.node if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]
     assert types == ["Conv", "Sigmoid", "Mul", "Conv", "Sigmoid"], types
     tflite, report = qconvert.convert(proto, quantize=True)
     assert [f.op for f in report.quantization.float_ops] == ["LOGISTIC"]  # the output's
     assert report.quantization.int8_ops == 4 and report.quantization.qdq_tensors
-    images = torch.randn(32, 3, 8, 8)
-    with torch.no_grad():
-        expected = prepared(images).numpy()
-    from ai_edge_litert.interpreter import Interpreter
-
-    runner = Interpreter(model_content=tflite).get_signature_runner()
-    got = np.concatenate([runner(**{report.inputs[0].name: np.transpose(x[None], (0, 2, 3, 1))})[
-        report.outputs[0].name] for x in images.numpy()])
-    got = np.transpose(got, (0, 3, 1, 2)) if got.shape != expected.shape else got
+    expected, got = _module_and_litert(prepared, tflite, report, torch.randn(32, 3, 8, 8))
     assert (np.abs(got - expected) <= 1 / 256 * 1.001).mean() >= 0.99
 
 
@@ -337,26 +347,12 @@ def test_concatenations_of_tied_inputs_requantize_as_tflite_does(caplog):
     prepared = prepare_qat(C2fSppfNet(), torch.zeros(1, 3, 8, 8))
     assert sum(s.endswith(("_input_0", "_input_1", "_input_2", "_input_3"))
                for s in fake_quant_sites(prepared)) == 2 + 3  # split halves a, b; pools y1, y2, y3
-    optimizer = torch.optim.SGD(prepared.parameters(), 0.02)
-    for _ in range(20):
-        loss = (prepared(torch.rand(16, 3, 8, 8)) - 0.5).square().mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    prepared.eval()
+    _fit(prepared, lambda: torch.rand(16, 3, 8, 8), 0.5, 0.02)
     proto = export(prepared, None, torch.zeros(1, 3, 8, 8))
     with caplog.at_level("WARNING", logger="qconvert"):
         tflite, report = qconvert.convert(proto, quantize=True)
     assert not [r for r in caplog.records if r.name == "qconvert"], caplog.text
     assert report.quantization.float_ops == []
-    images = torch.rand(32, 3, 8, 8)
-    with torch.no_grad():
-        expected = prepared(images).numpy()
-    from ai_edge_litert.interpreter import Interpreter
-
-    runner = Interpreter(model_content=tflite).get_signature_runner()
-    got = np.concatenate([runner(**{report.inputs[0].name: np.transpose(x[None], (0, 2, 3, 1))})[
-        report.outputs[0].name] for x in images.numpy()])
-    got = np.transpose(got, (0, 3, 1, 2))
+    expected, got = _module_and_litert(prepared, tflite, report, torch.rand(32, 3, 8, 8))
     step = _activation_pairs(proto)[_output_site(proto)][0]
     assert (np.abs(got - expected) <= step * 1.001).mean() >= 0.99
