@@ -249,8 +249,8 @@ def quantize_options_from_flags(quantize: bool, calibration, calibration_samples
         raise click.UsageError("--calibration-samples needs --calibration")
     if activations == "int16" and io_type == "uint8":
         raise click.UsageError("--activations int16 takes --io-type float or int8")
-    return QuantizeOptions(io_type=io_type or "float", per_tensor_fc=per_tensor_fc,
-                           default_range=None if default_range is None else parse_default_range(default_range),
+    default = None if default_range is None else parse_default_range(default_range)
+    return QuantizeOptions(io_type=io_type or "float", per_tensor_fc=per_tensor_fc, default_range=default,
                            activations=activations or "int8")
 
 
@@ -544,6 +544,11 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug):
     check_input_file(tflite)
     if report_path is not None and output_kind(report_path) != "file":
         raise ConversionError(f"{report_path}: --report writes a regular file")
+    from .inspect_tflite import litert_crash
+
+    crash = litert_crash(tflite)  # any tool's file: LiteRT tries it in a child process first
+    if crash is not None:
+        raise ConversionError(f"{tflite}: {crash}; it cannot be verified")
     stdin = read_stdin() if source == "-" else None
     result = check_written(source, stdin, tflite, data, samples, min_sqnr, report_path)
     print_stdout(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))

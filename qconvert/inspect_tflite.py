@@ -432,5 +432,46 @@ def format_text(report: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # litert_partitions' child process
-    print(json.dumps(_child_partitions(sys.argv[1])))
+def litert_crash(path: str) -> str | None:
+    """Why running the .tflite at `path` would take this process down, or None: LiteRT loads,
+    allocates and invokes it once on zeros, with its default delegate and without, in a child
+    process; a signal or a hang there is the answer. (A file LiteRT refuses with an exception is
+    not a crash: the caller meets that exception itself.) `qconvert verify` asks before it runs a
+    file in-process that any tool may have written."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
+    try:
+        child = subprocess.run([sys.executable, "-m", "qconvert.inspect_tflite", "--run", path],
+                               capture_output=True, env=env, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"LiteRT did not run the file within {CHILD_TIMEOUT_S} s"
+    if child.returncode < 0:
+        return f"LiteRT crashed running the file ({signal.Signals(-child.returncode).name})"
+    return None
+
+
+def _child_run(path: str) -> None:
+    """In the child process: load, allocate and invoke on zeros, with and without the default
+    delegate; an exception ends the child normally (only a crash matters to the parent)."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    for resolver in (OpResolverType.AUTO, OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES):
+        try:
+            with quiet_native_stderr():
+                interpreter = Interpreter(model_path=path, num_threads=1,
+                                          experimental_op_resolver_type=resolver)
+                interpreter.allocate_tensors()
+                for detail in interpreter.get_input_details():
+                    interpreter.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+                interpreter.invoke()
+        except Exception:  # refused or failed without crashing: the parent runs into it itself
+            return
+
+
+if __name__ == "__main__":  # the child process of litert_partitions, or of litert_crash (--run)
+    if sys.argv[1] == "--run":
+        _child_run(sys.argv[2])
+    else:
+        print(json.dumps(_child_partitions(sys.argv[1])))

@@ -3,11 +3,15 @@ interpreter and onnxruntime on the same inputs, and compare."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.converter import convert
 from qconvert.quantize.calibration_data import model_input_specs
@@ -213,3 +217,21 @@ def assert_int8_matches_onnxruntime(model: onnx.ModelProto, tmp_path, calibratio
         else:
             np.testing.assert_array_equal(actual[name], want, err_msg=name)
     return flatbuffer, report
+
+
+def crashing_tflite(tmp_path, monkeypatch) -> tuple[onnx.ModelProto, Path]:
+    """(an ONNX model, a .tflite of it that crashes LiteRT): requantization multipliers near 1e30
+    abort LiteRT in ADD's prepare; qconvert's check_quantization refuses to write them, so the file
+    is written here without that step. Fails the calling test when LiteRT stops crashing on it."""
+    model = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
+                       {"a": (TensorProto.FLOAT, (1, 8)), "b": (TensorProto.FLOAT, (1, 8))},
+                       {"y": TensorProto.FLOAT})
+    without_quantize_step(monkeypatch, "check_quantization")
+    calibration = {"a": np.full((4, 1, 8), 1e36, np.float32), "b": np.full((4, 1, 8), -1e-3, np.float32)}
+    flatbuffer, _ = convert_quantized(model, calibration, tmp_path)
+    path = tmp_path / "crashes.tflite"
+    path.write_bytes(flatbuffer)
+    crash = subprocess.run([sys.executable, "-c", "from ai_edge_litert.interpreter import Interpreter; "
+                            f"Interpreter(model_path={str(path)!r}).allocate_tensors()"], capture_output=True)
+    assert crash.returncode < 0, "the file no longer crashes LiteRT: find another one for this test"
+    return model, path

@@ -373,19 +373,9 @@ def test_a_file_litert_crashes_on_is_inspected_with_the_delegation_unknown(tmp_p
     """LiteRT aborts (in ADD's prepare) on requantization multipliers near 1e30, which qconvert's
     check_quantization refuses to write; written here without that check, the file must not take
     `inspect` down: LiteRT runs in a child process, and the crash becomes the reason."""
-    from tests.harness import without_quantize_step
+    from tests.harness import crashing_tflite
 
-    model = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
-                       {"a": (TensorProto.FLOAT, (1, 8)), "b": (TensorProto.FLOAT, (1, 8))},
-                       {"y": TensorProto.FLOAT})
-    without_quantize_step(monkeypatch, "check_quantization")
-    calibration = {"a": np.full((4, 1, 8), 1e36, np.float32), "b": np.full((4, 1, 8), -1e-3, np.float32)}
-    flatbuffer, _ = convert_quantized(model, calibration, tmp_path)
-    path = tmp_path / "crashes.tflite"
-    path.write_bytes(flatbuffer)
-    crash = subprocess.run([sys.executable, "-c", "from ai_edge_litert.interpreter import Interpreter; "
-                            f"Interpreter(model_path={str(path)!r}).allocate_tensors()"], capture_output=True)
-    assert crash.returncode < 0, "the file no longer crashes LiteRT: find another one for this test"
+    _, path = crashing_tflite(tmp_path, monkeypatch)
     result = qconvert("inspect", str(path), "--json")
     assert result.returncode == 0, result.stderr
     delegation = json.loads(result.stdout)["delegation"]

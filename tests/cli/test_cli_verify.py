@@ -150,3 +150,16 @@ def test_bad_report_and_keep_float_flags(files, args, code):
     run = qconvert("m.onnx", "u.tflite", *args, cwd=files)
     assert run.returncode == code and run.stderr.count("\n") == 1, run.stderr
     assert not (files / "u.tflite").exists()
+
+
+def test_verify_of_a_file_that_crashes_litert_is_one_line_exit_1(tmp_path, monkeypatch):
+    """`qconvert verify` takes any tool's .tflite: LiteRT tries it in a child process first, so a
+    file it crashes on is an error naming the file and the signal, not a dead qconvert."""
+    from tests.harness import crashing_tflite
+
+    model, path = crashing_tflite(tmp_path, monkeypatch)
+    onnx.save(model, tmp_path / "m.onnx")
+    result = qconvert("verify", "m.onnx", path, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "crashes.tflite: LiteRT crashed running the file (SIG" in lines[0], lines
