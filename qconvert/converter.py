@@ -12,7 +12,7 @@ import numpy as np
 
 from . import __version__
 from .dynamic_batch import mark_batch_tensors, note
-from .errors import UsageError
+from .errors import ConversionError, UsageError
 from .ir import Model
 from .loader import load, nodes_matching
 from .onnx_file import read_complete_onnx, read_onnx
@@ -405,7 +405,10 @@ def fake_quant(source: str, *, quantize: QuantizeOptions, data: bytes | None = N
         int16_nodes={**options.int16_nodes, **(promoted if to_int16 else {})},
         activations=options.activations)
     graph = insert_fake_quant(proto, built.model, float_weights, precision)
-    written = proto.SerializeToString()
+    try:
+        written = proto.SerializeToString()
+    except ValueError as e:  # protobuf's 2 GiB limit (weights written as external data: not yet)
+        raise ConversionError(f"the fake-quant model cannot be written as one protobuf: {e}") from None
     report = FakeQuantReport(
         input=source, output=output_name, activations=graph.activations, weights=graph.weights,
         biases=graph.biases, float_weights=graph.float_weights, ranges_in_metadata=graph.ranges_in_metadata,
