@@ -80,7 +80,7 @@ def quantize_activations(model: Model, float_outputs: bool = True,
             continue
         reason = int8_blocker(op, model) or tails.get(id(op))
         rule = rule_of(op)
-        if reason is None and int16.wants(op) and not rule.has_int16(op):
+        if reason is None and int16.whole_model and not rule.has_int16(op):
             reason = f"TFLite has no 16x8 {op.type} kernel (int16 activations)"
         dtype = INT16 if int16.runs_int16(op) else INT8
         if reason is not None:
