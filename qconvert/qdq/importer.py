@@ -36,7 +36,7 @@ from onnx import helper, numpy_helper
 from ..errors import ConversionError
 from ..ir import MinMax, Model
 from ..loader import node_names
-from ..quantize.arrays import QDQ_SOURCE, fill_across_same_scale_ops, params_for_range
+from ..quantize.arrays import QDQ_SOURCE, params_for_range, set_loaded_ranges
 from ..report import counterpart
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -391,16 +391,7 @@ def with_model_precision(options, found: QdqRanges):
 def apply_qdq_ranges(model: Model, found: QdqRanges) -> int:
     """Sets the recorded ranges on the IR arrays named after their ONNX tensors (the IR fresh
     from the loader, as calibration sets its own); returns how many it set."""
-    count = 0
-    for name, (low, high) in found.activations.items():
-        array = model.arrays.get(name)
-        if array is not None and array.dtype.kind == "f":
-            array.minmax = MinMax(low, high, QDQ_SOURCE)
-            count += 1
-    # As after calibration: a CONV_2D's NHWC output takes its range across the TRANSPOSE back to
-    # the ONNX tensor while both still exist.
-    fill_across_same_scale_ops(model, concat_pieces=False)
-    return count
+    return set_loaded_ranges(model, found.activations, QDQ_SOURCE)
 
 
 def changed_params(model: Model, found: QdqRanges) -> list[str]:

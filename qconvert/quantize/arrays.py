@@ -231,6 +231,21 @@ def sweep_until_stable(model: Model, visit: Callable[[Operator], list[str]]) -> 
     return changed
 
 
+def set_loaded_ranges(model: Model, ranges: Mapping[str, tuple[float, float]], source: str) -> int:
+    """Sets `ranges` ({array name: (min, max)}, from calibration or a model's QDQ pairs) on the
+    float arrays of `model`, fresh from the loader, then spreads them across same-scale ops now,
+    while every CONV_2D's NHWC output still sits next to its TRANSPOSE back to the ONNX tensor;
+    returns how many arrays got one of `ranges`."""
+    count = 0
+    for name, (low, high) in ranges.items():
+        array = model.arrays.get(name)
+        if array is not None and array.dtype.kind == "f":
+            array.minmax = MinMax(low, high, source)
+            count += 1
+    fill_across_same_scale_ops(model, concat_pieces=False)
+    return count
+
+
 def fill_across_same_scale_ops(model: Model, concat_pieces: bool = True) -> bool:
     """Gives arrays without a calibrated range the range across a same-scale op (step 1 of
     transforms/propagate_minmax.py), until none is left to fill; returns whether it filled any.

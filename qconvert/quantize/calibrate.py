@@ -23,10 +23,10 @@ import onnx
 from onnx import helper
 
 from ..errors import ConversionError
-from ..ir import MinMax, Model
+from ..ir import Model
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
-from .arrays import fill_across_same_scale_ops
+from .arrays import set_loaded_ranges
 from .calibration_methods import MINMAX, CalibrationMethod, HistogramRecorder
 
 log = logging.getLogger("qconvert")
@@ -402,12 +402,4 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
         if source in ranges:
             ranges[name] = ranges[source]
     source = "calibration" if method.name == "minmax" else f"calibration ({method})"
-    count = 0
-    for name, (lo, hi) in ranges.items():
-        array = model.arrays.get(name)
-        if array is not None and array.dtype.kind == "f":
-            array.minmax = MinMax(lo, hi, source)
-            count += 1
-    # Now, while every CONV_2D's NHWC output still sits next to its TRANSPOSE back to the ONNX tensor.
-    fill_across_same_scale_ops(model, concat_pieces=False)
-    return count
+    return set_loaded_ranges(model, ranges, source)
