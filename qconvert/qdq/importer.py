@@ -255,28 +255,33 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     found.int16_nodes = [names[k] for k in places]
     # qconvert's own fake-quant graph: its metadata's ranges are the conversion's own (they win
     # over a pair's grid, which they contain), and its metadata says which nodes run 16x8.
-    written_by_fakequant = any(p.key == RANGES_KEY for p in proto.metadata_props)
-    found.activations.update(_metadata_ranges(proto))
-    mode = next((p.value for p in proto.metadata_props if p.key == ACTIVATIONS_KEY), "int8")
+    metadata = {p.key: p.value for p in reversed(proto.metadata_props)}  # a key given twice: the first
+    found.activations.update(_metadata_ranges(metadata))
+    mode = metadata.get(ACTIVATIONS_KEY, "int8")
     if mode not in ("int8", "int16"):
         raise ConversionError(f"metadata {ACTIVATIONS_KEY!r}: {mode[:40]!r}, expected int8 or int16")
     found.activations_type = mode
-    found.float_nodes, int16 = _metadata_precision(proto)
-    if written_by_fakequant:
+    found.float_nodes, int16 = _metadata_precision(metadata)
+    if RANGES_KEY in metadata:  # written by fakequant
         found.int16_nodes = int16
     return found
 
 
-def _metadata_precision(proto: onnx.ModelProto) -> tuple[dict[str, str], list[str]]:
+def _metadata_json(metadata: dict[str, str], key: str, absent):
+    """The JSON value of metadata `key`: `absent` when the model has none, None when it is not
+    JSON (the caller's check names the key)."""
+    if key not in metadata:
+        return absent
+    try:
+        return json.loads(metadata[key])
+    except ValueError:
+        return None
+
+
+def _metadata_precision(metadata: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """The float and int16 nodes `qconvert fakequant` left in the metadata (PRECISION_KEY);
     malformed ones are a ConversionError naming the key."""
-    text = next((p.value for p in proto.metadata_props if p.key == PRECISION_KEY), None)
-    if text is None:
-        return {}, []
-    try:
-        precision = json.loads(text)
-    except ValueError:
-        precision = None
+    precision = _metadata_json(metadata, PRECISION_KEY, {})
     float_nodes = precision.get("float", {}) if isinstance(precision, dict) else None
     int16 = precision.get("int16", []) if isinstance(precision, dict) else None
     if not (isinstance(float_nodes, dict) and all(isinstance(v, str) for v in float_nodes.values())
@@ -286,16 +291,10 @@ def _metadata_precision(proto: onnx.ModelProto) -> tuple[dict[str, str], list[st
     return float_nodes, int16
 
 
-def _metadata_ranges(proto: onnx.ModelProto) -> dict[str, tuple[float, float]]:
+def _metadata_ranges(metadata: dict[str, str]) -> dict[str, tuple[float, float]]:
     """The ranges `qconvert fakequant` left in the metadata (RANGES_KEY); malformed ones are a
     ConversionError naming the key."""
-    text = next((p.value for p in proto.metadata_props if p.key == RANGES_KEY), None)
-    if text is None:
-        return {}
-    try:
-        ranges = json.loads(text)
-    except ValueError:
-        ranges = None
+    ranges = _metadata_json(metadata, RANGES_KEY, {})
     if not isinstance(ranges, dict):
         raise ConversionError(f"metadata {RANGES_KEY!r}: expected a JSON object of tensor: [min, max]")
     spans = {}
