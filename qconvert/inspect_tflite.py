@@ -228,12 +228,8 @@ def litert_partitions(path: str, op_count: int) -> list[list[int]]:
     LiteRT runs in a child process (`_child_partitions`): inspect takes any .tflite, also a
     hostile one, and a file LiteRT crashes on (a SIGSEGV in allocate_tensors, a heap abort) must
     end in "the delegation is unknown, LiteRT crashed", not take qconvert down with it."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
     try:
-        child = subprocess.run([sys.executable, "-m", "qconvert.inspect_tflite", path],
-                               capture_output=True, env=env, timeout=CHILD_TIMEOUT_S)
+        child = _child(path)
     except subprocess.TimeoutExpired:
         raise DelegationUnknown(f"LiteRT did not load the file within {CHILD_TIMEOUT_S} s") from None
     if child.returncode < 0:
@@ -249,6 +245,16 @@ def litert_partitions(path: str, op_count: int) -> list[list[int]]:
         raise DelegationUnknown(f"LiteRT lists {answer['listed']} ops in the main subgraph, the file "
                                 f"has {op_count}")
     return answer["partitions"]
+
+
+def _child(*args: str) -> subprocess.CompletedProcess:
+    """`python -m qconvert.inspect_tflite ARGS` (this module's child process) with this qconvert
+    importable, its output captured; TimeoutExpired after CHILD_TIMEOUT_S."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run([sys.executable, "-m", "qconvert.inspect_tflite", *args],
+                          capture_output=True, env=env, timeout=CHILD_TIMEOUT_S)
 
 
 def _child_partitions(path: str) -> dict:
@@ -438,12 +444,8 @@ def litert_crash(path: str) -> str | None:
     process; a signal or a hang there is the answer. (A file LiteRT refuses with an exception is
     not a crash: the caller meets that exception itself.) `qconvert verify` asks before it runs a
     file in-process that any tool may have written."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
     try:
-        child = subprocess.run([sys.executable, "-m", "qconvert.inspect_tflite", "--run", path],
-                               capture_output=True, env=env, timeout=CHILD_TIMEOUT_S)
+        child = _child("--run", path)
     except subprocess.TimeoutExpired:
         return f"LiteRT did not run the file within {CHILD_TIMEOUT_S} s"
     if child.returncode < 0:
