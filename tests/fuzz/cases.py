@@ -313,11 +313,16 @@ INT_ATTRS = {"convnet": [("conv1", "kernel_shape"), ("conv1", "pads"), ("conv1",
              "dense": [("concat", "axis"), ("transpose", "perm")]}
 
 
-def attr_ints_extreme(rng, j, d):
-    seed = "convnet" if j % 4 else "dense"
+def _int_attribute(rng, seed: str):
+    """(a fresh seed model, one of its nodes, the name of an integer attribute of it)."""
     m = M.seed_model(seed)
     name, attr = _pick(rng, INT_ATTRS[seed])
-    n = node(m, name)
+    return m, node(m, name), attr
+
+
+def attr_ints_extreme(rng, j, d):
+    seed = "convnet" if j % 4 else "dense"
+    m, n, attr = _int_attribute(rng, seed)
     a = next(a for a in n.attribute if a.name == attr)
     value = EXTREME_INTS[j % len(EXTREME_INTS)]
     if a.type == onnx.AttributeProto.INTS:
@@ -330,9 +335,7 @@ def attr_ints_extreme(rng, j, d):
 def attr_type(rng, j, d):
     """An attribute of the wrong type (a Conv group as a string, 0, UNDEFINED...)."""
     seed = "convnet" if j % 4 else "dense"
-    m = M.seed_model(seed)
-    name, attr = _pick(rng, INT_ATTRS[seed])
-    n = node(m, name)
+    m, n, attr = _int_attribute(rng, seed)
     kind = j % 9
     if kind == 0:
         new = helper.make_attribute(attr, "2")
@@ -359,9 +362,7 @@ def attr_type(rng, j, d):
 
 def attr_dup_unknown(rng, j, d):
     seed = "convnet" if j % 3 else "dense"
-    m = M.seed_model(seed)
-    name, attr = _pick(rng, INT_ATTRS[seed])
-    n = node(m, name)
+    m, n, attr = _int_attribute(rng, seed)
     op = j % 3
     if op == 0:  # the same attribute twice, different values
         a = next(a for a in n.attribute if a.name == attr)
