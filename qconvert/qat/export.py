@@ -29,6 +29,7 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
+from ..qdq.names import FreshNames, tensor_names
 from .fake_quant import exporting
 from .fused import FusedLayer
 
@@ -71,19 +72,10 @@ def export(module: torch.fx.GraphModule, path, example_inputs, input_names=None,
 def _write_pairs(proto: onnx.ModelProto, sites: list[dict]) -> None:
     """Replaces every qconvert::FakeQuant marker by its site's Q/DQ pair (module docstring)."""
     graph = proto.graph
-    taken = {t.name for t in graph.initializer} | {i.name for i in graph.input}
-    taken |= {name for node in graph.node for name in list(node.input) + list(node.output)}
+    unique = FreshNames(tensor_names(graph)).fresh
     # Graph inputs, outputs and initializers keep their names.
     fixed = ({i.name for i in graph.input} | {t.name for t in graph.initializer}
              | {o.name for o in graph.output})
-
-    def unique(name: str) -> str:
-        candidate, k = name, 1
-        while candidate in taken:
-            candidate, k = f"{name}_{k}", k + 1
-        taken.add(candidate)
-        return candidate
-
     renamed: dict[str, str] = {}
     nodes, initializers = [], []
     for node in graph.node:

@@ -49,6 +49,7 @@ from ..loader import node_names
 from ..quantize.arrays import rule_of
 from ..report import LAYOUT_SUFFIX, TYPE_SUFFIXES, counterpart
 from .importer import ACTIVATIONS_KEY, PRECISION_KEY, RANGES_KEY
+from .names import FreshNames, tensor_names
 
 # ONNX op with its weight at input 1 -> that weight's output-channel axis (None: not one axis)
 _WEIGHT_AXIS = {
@@ -103,25 +104,6 @@ def _attribute(node: onnx.NodeProto, name: str, default):
         if a.name == name:
             return helper.get_attribute_value(a)
     return default
-
-
-class _Names:
-    """Fresh tensor and node names: none may clash with the model's."""
-
-    def __init__(self, graph: onnx.GraphProto):
-        self.used = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-        self.used |= {o.name for o in graph.output}
-        for node in graph.node:
-            self.used.update(node.input)
-            self.used.update(node.output)
-            self.used.add(node.name)
-
-    def fresh(self, hint: str) -> str:
-        name, k = hint, 1
-        while name in self.used:
-            name, k = f"{hint}_{k}", k + 1
-        self.used.add(name)
-        return name
 
 
 QUANTIZED = (np.dtype(np.int8), np.dtype(np.int16))  # activation types a pair can stand for
@@ -226,7 +208,7 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     place into the fake-quant graph of the quantized IR `model` (see the module docstring), with
     `precision` in its metadata."""
     graph = proto.graph
-    names = _Names(graph)
+    names = FreshNames(tensor_names(graph) | {node.name for node in graph.node})  # node names too
     onnx_names = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
     wanted, ranges = activation_params(model, onnx_names)
     result = FakeQuantGraph(proto, ranges_in_metadata=list(ranges))
@@ -296,13 +278,13 @@ def with_opset(proto: onnx.ModelProto, needed: int) -> onnx.ModelProto:
                               f"{str(e).splitlines()[0] if str(e) else repr(e)}") from None
 
 
-def _initializer(graph: onnx.GraphProto, names: _Names, hint: str, value: np.ndarray) -> str:
+def _initializer(graph: onnx.GraphProto, names: FreshNames, hint: str, value: np.ndarray) -> str:
     name = names.fresh(hint)
     graph.initializer.append(numpy_helper.from_array(value, name))
     return name
 
 
-def _pair(graph, names: _Names, tensor: str, source: str, target: str, pair: _Pair):
+def _pair(graph, names: FreshNames, tensor: str, source: str, target: str, pair: _Pair):
     """Q(source) -> DQ -> target with the pair's params, on its type's grid."""
     s = _initializer(graph, names, f"{tensor}_fq_scale", np.array(pair.scale, np.float32))
     z = _initializer(graph, names, f"{tensor}_fq_zero_point", np.array(pair.zero_point, pair.dtype))
@@ -314,7 +296,7 @@ def _pair(graph, names: _Names, tensor: str, source: str, target: str, pair: _Pa
 
 
 def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx.NodeProto], model: Model,
-                           float_weights: FloatWeights, names: _Names, result: FakeQuantGraph):
+                           float_weights: FloatWeights, names: FreshNames, result: FakeQuantGraph):
     """Each int8 weight (and unchanged bias) of the IR onto its ONNX initializer (or Constant
     node) as integers + DequantizeLinear. Returns the DQ nodes, which read only constants (first
     in the graph), and the names they now write: the initializers are gone, the Constant nodes
@@ -408,7 +390,7 @@ def _along(values: np.ndarray, rank: int, axis: int) -> np.ndarray:
     return values.reshape(shape) if values.size > 1 else values.reshape(())
 
 
-def _constant_dq(graph, names: _Names, target: str, values: np.ndarray, scales: np.ndarray,
+def _constant_dq(graph, names: FreshNames, target: str, values: np.ndarray, scales: np.ndarray,
                  zero_type, axis: int) -> onnx.NodeProto:
     """DequantizeLinear(integer initializer) -> `target` (what the readers read): per slice along
     `axis`, or per tensor for a single scale."""
