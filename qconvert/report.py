@@ -52,14 +52,20 @@ class ConversionNotes:
 CHANNELS_LAST = "channels-last"
 
 
+def without_type_suffix(name: str) -> str:
+    """`name` without the one TYPE_SUFFIXES suffix qconvert may have added (`x_nhwc_int8`:
+    `x_nhwc`)."""
+    for suffix in TYPE_SUFFIXES:
+        if name.endswith(suffix) and name[:-len(suffix)]:
+            return name[:-len(suffix)]
+    return name
+
+
 def counterpart(name: str, onnx_names: set[str], io_layouts: dict[str, tuple[int, ...]]):
     """(ONNX tensor, its layout in the .tflite) that the .tflite tensor `name` holds, or None.
     The layout is None (the ONNX one), CHANNELS_LAST, or a graph input's or output's
     permutation from `io_layouts` (ONNX axes in the file's order)."""
-    for suffix in TYPE_SUFFIXES:
-        if name.endswith(suffix) and name[:-len(suffix)]:
-            name = name[:-len(suffix)]
-            break
+    name = without_type_suffix(name)
     if name in onnx_names:
         return name, io_layouts.get(name)
     if name.endswith(LAYOUT_SUFFIX) and name[:-len(LAYOUT_SUFFIX)] in onnx_names:

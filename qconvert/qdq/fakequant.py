@@ -47,7 +47,7 @@ from ..errors import ConversionError
 from ..ir import Model
 from ..loader import node_names
 from ..quantize.arrays import rule_of
-from ..report import LAYOUT_SUFFIX, TYPE_SUFFIXES, counterpart
+from ..report import LAYOUT_SUFFIX, counterpart, without_type_suffix
 from .importer import ACTIVATIONS_KEY, PRECISION_KEY, RANGES_KEY
 from .names import FreshNames, tensor_names
 
@@ -120,10 +120,7 @@ def _per_tensor(array) -> tuple[float, int, np.dtype] | None:
 def _loader_name(name: str) -> str:
     """The name the loader gave the array an IR tensor holds (TYPE_SUFFIXES and LAYOUT_SUFFIX
     are added later, by the quantize and layout steps)."""
-    for suffix in TYPE_SUFFIXES:
-        if name.endswith(suffix) and name[:-len(suffix)]:
-            name = name[:-len(suffix)]
-            break
+    name = without_type_suffix(name)
     while name.endswith(LAYOUT_SUFFIX) and name[:-len(LAYOUT_SUFFIX)]:
         name = name[:-len(LAYOUT_SUFFIX)]
     return name
