@@ -63,7 +63,6 @@ _FIXED_FUNCTIONS = {torch.sigmoid: "LOGISTIC", F.sigmoid: "LOGISTIC", torch.tanh
                     F.softmax: "SOFTMAX", torch.softmax: "SOFTMAX", F.log_softmax: "LOG_SOFTMAX",
                     torch.log_softmax: "LOG_SOFTMAX"}
 _FIXED_METHODS = {"sigmoid": "LOGISTIC", "tanh": "TANH", "softmax": "SOFTMAX", "log_softmax": "LOG_SOFTMAX"}
-_SILU = (nn.SiLU, F.silu)
 _ADDS = {operator.add, torch.add}
 
 
@@ -132,10 +131,9 @@ class _Graph:
             return None
 
     def is_silu(self, node: fx.Node) -> bool:
-        target = self.target(node)
         if node.op == "call_module":
-            return issubclass(target, _SILU[0])
-        return node.op == "call_function" and target is _SILU[1]
+            return isinstance(self.module(node), nn.SiLU)
+        return node.op == "call_function" and node.target is F.silu
 
     def is_add(self, node: fx.Node) -> bool:
         tensors = [a for a in node.args if isinstance(a, fx.Node) and self.is_float_tensor(a)]
