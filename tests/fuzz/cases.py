@@ -170,50 +170,50 @@ def _target_file(rng, d: Path, seed: str) -> Path:
     return d / MODEL
 
 
-def bytes_flip(rng, j, d):
+def _corrupted_seed(rng, j, d, corrupt) -> Run:
+    """Seed model j % 3 written, its file (or its external data) replaced by corrupt(its bytes),
+    converted in some mode."""
     seed = M.SEED_MODELS[j % 3]
     write_seed(seed, d)
     target = _target_file(rng, d, seed)
-    data = bytearray(target.read_bytes())
-    for _ in range(int(rng.integers(1, 9))):
-        data[int(rng.integers(len(data)))] ^= int(rng.integers(1, 256))
-    target.write_bytes(bytes(data))
+    target.write_bytes(corrupt(target.read_bytes()))
     return model_run(rng, d, None, seed)
+
+
+def bytes_flip(rng, j, d):
+    def corrupt(data: bytes) -> bytes:
+        data = bytearray(data)
+        for _ in range(int(rng.integers(1, 9))):
+            data[int(rng.integers(len(data)))] ^= int(rng.integers(1, 256))
+        return bytes(data)
+
+    return _corrupted_seed(rng, j, d, corrupt)
 
 
 def bytes_truncate(rng, j, d):
-    seed = M.SEED_MODELS[j % 3]
-    write_seed(seed, d)
-    target = _target_file(rng, d, seed)
-    data = target.read_bytes()
-    cut = 0 if j < 3 else int(rng.integers(len(data)))
-    target.write_bytes(data[:cut])
-    return model_run(rng, d, None, seed)
+    return _corrupted_seed(rng, j, d, lambda data: data[:0 if j < 3 else int(rng.integers(len(data)))])
 
 
 def bytes_splice(rng, j, d):
-    seed = M.SEED_MODELS[j % 3]
-    write_seed(seed, d)
-    target = _target_file(rng, d, seed)
-    data = target.read_bytes()
-    a, b = sorted(int(v) for v in rng.integers(0, len(data), 2))
-    op = j // 3 % 6
-    if op == 0:  # delete a chunk
-        data = data[:a] + data[b:]
-    elif op == 1:  # duplicate a chunk
-        data = data[:b] + data[a:b] + data[b:]
-    elif op == 2:  # insert random bytes
-        data = data[:a] + rng.integers(0, 256, int(rng.integers(1, 64)), dtype=np.uint8).tobytes() + data[a:]
-    elif op == 3:  # the head of this model, the tail of another
-        other = M.seed_model(M.SEED_MODELS[(j + 1) % 2]).SerializeToString()
-        data = data[:a] + other[int(rng.integers(len(other))):]
-    elif op == 4:  # garbage appended
-        data = data + rng.integers(0, 256, int(rng.integers(1, 200)), dtype=np.uint8).tobytes()
-    else:  # a run of 0xff / 0x80 (varints that never end, huge lengths)
-        run = bytes([_pick(rng, [0xFF, 0x80])]) * int(rng.integers(1, 12))
-        data = data[:a] + run + data[a + len(run):]
-    target.write_bytes(data)
-    return model_run(rng, d, None, seed)
+    def corrupt(data: bytes) -> bytes:
+        a, b = sorted(int(v) for v in rng.integers(0, len(data), 2))
+        op = j // 3 % 6
+        if op == 0:  # delete a chunk
+            return data[:a] + data[b:]
+        if op == 1:  # duplicate a chunk
+            return data[:b] + data[a:b] + data[b:]
+        if op == 2:  # insert random bytes
+            inserted = rng.integers(0, 256, int(rng.integers(1, 64)), dtype=np.uint8).tobytes()
+            return data[:a] + inserted + data[a:]
+        if op == 3:  # the head of this model, the tail of another
+            other = M.seed_model(M.SEED_MODELS[(j + 1) % 2]).SerializeToString()
+            return data[:a] + other[int(rng.integers(len(other))):]
+        if op == 4:  # garbage appended
+            return data + rng.integers(0, 256, int(rng.integers(1, 200)), dtype=np.uint8).tobytes()
+        run = bytes([_pick(rng, [0xFF, 0x80])]) * int(rng.integers(1, 12))  # varints that never end
+        return data[:a] + run + data[a + len(run):]
+
+    return _corrupted_seed(rng, j, d, corrupt)
 
 
 # --- structural mutations -------------------------------------------------------------------------
