@@ -132,6 +132,10 @@ class Model:
         # The dynamic batch the loader set to 1 (None: the model had none, or --input-shape).
         self.dynamic_batch: DynamicBatch | None = None
         self._suffix = 0  # the next number unique_name appends
+        # Names that belong to the source model (every ONNX value, in every subgraph), reserved
+        # before any importer makes a name of its own: unique_name never hands one out, so a
+        # constant qconvert creates can never shadow a model tensor the loader adds later.
+        self.reserved: set[str] = set()
         # Execution order as a doubly linked list, and its snapshot until the next edit.
         self._prev: dict[Operator, Operator | None] = {}
         self._next: dict[Operator, Operator | None] = {}
@@ -145,8 +149,9 @@ class Model:
 
     # --- arrays -------------------------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
+        """`hint`, or `hint_N`: a name no array has and the source model does not reserve."""
         name = hint
-        while name in self.arrays or not name:
+        while name in self.arrays or name in self.reserved or not name:
             name = f"{hint}_{self._suffix}"
             self._suffix += 1
         return name
@@ -162,6 +167,7 @@ class Model:
         other.io_permutation = dict(self.io_permutation)
         other.dynamic_batch = self.dynamic_batch  # immutable
         other._suffix = self._suffix
+        other.reserved = self.reserved  # fixed once the model is loaded
         for op in self.operators:
             other.add_operator(dataclasses.replace(op, inputs=list(op.inputs), outputs=list(op.outputs),
                                                    options=copy.deepcopy(op.options)))
@@ -169,7 +175,13 @@ class Model:
 
     def add_array(self, hint: str, shape, dtype, data: np.ndarray | None = None) -> str:
         """Creates an array under a fresh name derived from `hint` and returns that name."""
-        name = self.unique_name(hint)
+        return self.add_named_array(self.unique_name(hint), shape, dtype, data)
+
+    def add_named_array(self, name: str, shape, dtype, data: np.ndarray | None = None) -> str:
+        """Creates the array of a source-model tensor under its own name (reserved or not), which
+        no array may hold yet."""
+        if not name or name in self.arrays:
+            raise ValueError(f"array {name!r} exists already")
         self.arrays[name] = Array(name, np.dtype(dtype), tuple(int(d) for d in shape), data)
         return name
 

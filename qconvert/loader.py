@@ -503,6 +503,30 @@ def nodes_matching(proto: onnx.ModelProto, patterns: tuple[str, ...]) -> frozens
     return frozenset(picked)
 
 
+def onnx_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name of `graph` and of the subgraphs in its nodes' attributes (If, Loop,
+    Scan): inputs, outputs, initializers, value_info, node inputs and outputs."""
+    names: set[str] = set()
+    graphs = [graph]
+    while graphs:
+        g = graphs.pop()
+        names.update(v.name for v in g.input)
+        names.update(v.name for v in g.output)
+        names.update(v.name for v in g.value_info)
+        names.update(t.name for t in g.initializer)
+        names.update(t.values.name for t in g.sparse_initializer)
+        for node in g.node:
+            names.update(node.input)
+            names.update(node.output)
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(a.graphs)
+    names.discard("")
+    return names
+
+
 def _settle(graph: _Graph) -> None:
     """Shape inference and load-time folding, alternated until folding finds nothing new."""
     for _ in range(20):
@@ -538,6 +562,9 @@ def load(source: OnnxFile | onnx.ModelProto,
                          graph.dtypes)
 
     model = Model()
+    # The model's names first: a constant an importer creates (PRelu's "slope", HardSigmoid's
+    # "c") must never take the name of a model tensor the loader adds later.
+    model.reserved = onnx_names(proto.graph)
     if probe is not None:
         model.dynamic_batch = DynamicBatch(graph.batch, dynamic_batch.onnx_blocker(graph, probe, _settle))
         del probe
@@ -549,7 +576,7 @@ def load(source: OnnxFile | onnx.ModelProto,
             return
         if name in graph.constants:
             value = narrow(graph.constants[name], f"tensor {name!r}")
-            model.add_array(name, value.shape, value.dtype, value)
+            model.add_named_array(name, value.shape, value.dtype, value)
             return
         if name not in graph.shapes:
             if name not in consumed:
@@ -558,13 +585,13 @@ def load(source: OnnxFile | onnx.ModelProto,
                                   f"inference; {graph.why_no_shape()}")
         check_tensor_size(graph.shapes[name], f"tensor {name!r} ({node_label})")
         check_activation_dtype(graph.dtypes[name], f"tensor {name!r} ({node_label})")
-        model.add_array(name, graph.shapes[name], internal_dtype(graph.dtypes[name]))
+        model.add_named_array(name, graph.shapes[name], internal_dtype(graph.dtypes[name]))
 
     # Graph inputs keep the ONNX name and dtype; a narrowed dtype goes through a CAST.
     for i in graph.inputs:
         dtype = graph.dtypes[i.name]
         check_activation_dtype(dtype, f"input {i.name!r}")
-        model.add_array(i.name, graph.shapes[i.name], dtype)
+        model.add_named_array(i.name, graph.shapes[i.name], dtype)
         model.inputs.append(i.name)
         inner_dtype = internal_dtype(dtype)
         if inner_dtype != dtype:
@@ -596,7 +623,7 @@ def load(source: OnnxFile | onnx.ModelProto,
             if inner == name:  # free the ONNX name for the graph output tensor
                 inner = model.unique_name(name + "_value")
                 model.rename_tensor(name, inner)
-            model.add_array(name, model.arrays[inner].shape, onnx_dtype)
+            model.add_named_array(name, model.arrays[inner].shape, onnx_dtype)
             model.add_operator(Operator("CAST", [inner], [name],
                                         _cast_options(model.arrays[inner].dtype, onnx_dtype),
                                         source=f"output {name}"))
