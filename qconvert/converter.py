@@ -20,7 +20,7 @@ from .qdq.importer import apply_qdq_ranges, changed_params, has_qdq, strip_qdq, 
 from .quantize.calibration_methods import MINMAX, CalibrationMethod
 from .quantize.planner import Plan
 from .report import ConversionNotes
-from .tflite.writer import Flatbuffer, serialize
+from .tflite.writer import Flatbuffer, serialize, stored_bytes
 from .transforms.keep_requested_float import KEPT_FLOAT
 from .transforms.pipeline import (
     QuantizeOptions,
@@ -185,10 +185,6 @@ def _write_candidate(model: Model, path: str) -> None:
         serialize(model, DESCRIPTION, release_data=False).write_to(f)
 
 
-def _constant_bytes(model: Model) -> int:
-    return sum(a.data.nbytes for a in model.arrays.values() if a.is_constant)
-
-
 def _quantization_report(model: Model, options: QuantizeOptions, samples: int, seconds: float,
                          float_bytes: int, method: str) -> QuantizationReport:
     return QuantizationReport(
@@ -198,7 +194,7 @@ def _quantization_report(model: Model, options: QuantizeOptions, samples: int, s
         int16_ops=sum(op.quantized == "int16" for op in model.operators),
         float_ops=[FloatOp(op.type, op.source, op.float_reason) for op in model.operators
                    if op.float_reason],
-        weights_bytes_float=float_bytes, weights_bytes=_constant_bytes(model))
+        weights_bytes_float=float_bytes, weights_bytes=stored_bytes(model))
 
 
 def calibration_set(calibration: str | Mapping, proto, count: int | None):
@@ -312,7 +308,7 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
     if quantize is not None and qdq:
         qdq_tensors = apply_qdq_ranges(model, qdq)  # over calibration's: the model's own params win
     convert_model(model, io_layout)
-    float_bytes = _constant_bytes(model)
+    float_bytes = stored_bytes(model) if quantize is not None or weights is not None else 0
     quantization = weights_report = precision_plan = None
     if quantize is not None and before_quantizing is not None:
         before_quantizing(model)
@@ -342,7 +338,7 @@ def build(source: str, *, data: bytes | None = None, input_shapes: dict | None =
         stored = np.dtype(np.int8) if weights == "int8" else np.dtype(np.float16)
         weights_report = WeightsReport(
             weights, sorted(n for n in floats if n in model.arrays and model.arrays[n].dtype == stored),
-            float_bytes, _constant_bytes(model))
+            float_bytes, stored_bytes(model))
     return BuiltModel(model, quantization, weights_report, start, quantize)
 
 

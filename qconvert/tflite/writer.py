@@ -115,6 +115,48 @@ def _digest(data: np.ndarray) -> bytes:
     return hashlib.blake2b(_bytes_of(data), digest_size=16).digest()
 
 
+class DistinctBuffers:
+    """Constant data kept once per distinct byte string, numbered from 1 as the file's buffers are
+    (buffer 0 is the empty one). A byte length met once keeps its buffer in `unhashed` (big weights
+    rarely share a length, and are then never hashed); from the second buffer of a length on, its
+    buffers are hashed and looked up by (length, hash), so each constant is read at most twice."""
+
+    def __init__(self) -> None:
+        self.data: list[np.ndarray | None] = []
+        self.unhashed: dict[int, int] = {}
+        self.hashed_lengths: set[int] = set()
+        self.by_hash: dict[tuple[int, bytes], list[int]] = {}
+
+    def number(self, data: np.ndarray) -> int:
+        """The number of the buffer holding exactly these bytes, adding one if none does."""
+        length = data.nbytes
+        if length in self.unhashed:
+            first = self.unhashed.pop(length)
+            self.by_hash[(length, _digest(self.data[first - 1]))] = [first]
+            self.hashed_lengths.add(length)
+        key = (length, _digest(data)) if length in self.hashed_lengths else None
+        for index in self.by_hash.get(key, ()):
+            if _same_bytes(data, self.data[index - 1]):
+                return index
+        self.data.append(data)
+        index = len(self.data)
+        if key is None:
+            self.unhashed[length] = index
+        else:
+            self.by_hash.setdefault(key, []).append(index)
+        return index
+
+
+def stored_bytes(model: Model) -> int:
+    """The bytes of the model's constant data as the file stores it: a weight shared by several
+    tensors (equal bytes: an unrolled LSTM's per-step copies) counts once."""
+    buffers = DistinctBuffers()
+    for array in model.arrays.values():
+        if array.is_constant and array.data.size:
+            buffers.number(_storable(array.data))
+    return sum(data.nbytes for data in buffers.data)
+
+
 class _Writer:
     def __init__(self, model: Model, description: str, release_data: bool):
         self.model = model
@@ -122,13 +164,8 @@ class _Writer:
         self.release_data = release_data
         self.tensor_index: dict[str, int] = {}
         self.buffer_of: dict[str, int] = {}
-        self.buffer_data: list[np.ndarray | None] = []  # index i+1 in the file's buffer list
-        # De-duplication: a byte length met once keeps its buffer in `unhashed` (big weights rarely
-        # share a length, and are then never hashed); from the second buffer of a length on, its
-        # buffers are hashed and looked up by (length, hash).
-        self.unhashed: dict[int, int] = {}
-        self.hashed_lengths: set[int] = set()
-        self.by_hash: dict[tuple[int, bytes], list[int]] = {}
+        self.buffers = DistinctBuffers()
+        self.buffer_data = self.buffers.data  # index i+1 in the file's buffer list
         self.opcode_index: dict[tuple[str, int], int] = {}  # (op type, version) -> code index
         self.op_code: list[int] = []  # each operator's code index, in execution order
         # Written once, referred to by every tensor that has them: per-channel zero points (all
@@ -148,30 +185,10 @@ class _Writer:
             self.tensor_index[name] = len(self.tensor_index)
             array = model.arrays[name]
             if array.is_constant and array.data.size:
-                self.buffer_of[name] = self._buffer_for(_storable(array.data))
+                self.buffer_of[name] = self.buffers.number(_storable(array.data))
         for op in model.operators:
             key = (op.type, TFLITE_OPS[op.type].version(op, model))
             self.op_code.append(self.opcode_index.setdefault(key, len(self.opcode_index)))
-
-    def _buffer_for(self, data: np.ndarray) -> int:
-        """The buffer index holding exactly these bytes, adding a buffer if none does. Bytes are
-        compared only on equal length and hash, so each constant is read at most twice."""
-        length = data.nbytes
-        if length in self.unhashed:
-            first = self.unhashed.pop(length)
-            self.by_hash[(length, _digest(self.buffer_data[first - 1]))] = [first]
-            self.hashed_lengths.add(length)
-        key = (length, _digest(data)) if length in self.hashed_lengths else None
-        for index in self.by_hash.get(key, ()):
-            if _same_bytes(data, self.buffer_data[index - 1]):
-                return index
-        self.buffer_data.append(data)
-        index = len(self.buffer_data)
-        if key is None:
-            self.unhashed[length] = index
-        else:
-            self.by_hash.setdefault(key, []).append(index)
-        return index
 
     def build(self) -> Flatbuffer:
         self.number_everything()

@@ -47,3 +47,34 @@ def test_written_out_once_with_the_same_bytes(tmp_path):
     assert out.getvalue() == expected and len(flatbuffer) == len(expected) == report.size_bytes
     with pytest.raises(RuntimeError, match="released"):  # convert() lets each array go once written
         flatbuffer.write_to(io.BytesIO())
+
+
+def unrolled_recurrence(steps: int = 6, width: int = 64):
+    """h = tanh(h @ W + x_k) unrolled over `steps`, every step reading the one initializer W
+    (each MatMul's FULLY_CONNECTED weight is its own transposed copy until the file dedups it)."""
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((width, width)) * 0.2).astype(np.float32)
+    nodes, h = [], "x"
+    for k in range(steps):
+        nodes += [helper.make_node("MatMul", [h, "W"], [f"m{k}"]),
+                  helper.make_node("Add", [f"m{k}", "x"], [f"a{k}"]),
+                  helper.make_node("Tanh", [f"a{k}"], [f"h{k}"])]
+        h = f"h{k}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+                              [helper.make_tensor_value_info(h, TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), w
+
+
+def test_the_weight_size_counts_a_shared_weight_once(tmp_path):
+    """The report's weight bytes are the stored buffers, a weight that six steps share once: before
+    quantization W's float bytes, after it W's int8 bytes (and no more than the file holds)."""
+    from tests.harness import calibration_set, convert_proto, convert_quantized
+
+    model, w = unrolled_recurrence()
+    flatbuffer, report = convert_quantized(model, calibration_set(model, count=4), tmp_path)
+    q = report.quantization
+    assert q.weights_bytes_float == w.nbytes
+    assert w.size <= q.weights_bytes <= w.size + 1024 < len(flatbuffer)
+    _, report = convert_proto(model, weights="int8", weight_only_min_elements=16)
+    assert (report.weights.weights_bytes_float, report.weights.weights_bytes) == (w.nbytes, w.size)
