@@ -14,6 +14,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.converter import convert
+from qconvert.quantize.calibrate import session_options
 from qconvert.quantize.calibration_data import model_input_specs
 from qconvert.tflite.reader import read as read_tflite
 
@@ -100,9 +101,10 @@ def run_tflite(flatbuffer: bytes, report, feeds: dict[str, np.ndarray],
 
 
 def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    options = ort.SessionOptions()
+    """The model's outputs in onnxruntime, one thread; a graph with Q/DQ pairs runs unoptimized, the
+    same on every CPU (qconvert.quantize.calibrate.session_options says why)."""
+    options = session_options(model)
     options.intra_op_num_threads = 1
-    options.log_severity_level = 3
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds)))

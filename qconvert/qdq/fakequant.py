@@ -13,12 +13,21 @@ decisions off the quantized IR model:
   with its ReLU does not exist in the IR, so it gets no pair: exactly the rule. A float op's
   output that int8 ops read through a QUANTIZE gets its pair on the edges to those ops only.
 - a weight of an int8 CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV or FULLY_CONNECTED becomes its
-  ONNX initializer (or Constant node) as int8 + DequantizeLinear per output channel. The IR
-  quantized the weight after folding what follows the ONNX node into it (batch norm, a Mul, a
-  scalar before it), which scales each output channel c by some f_c: the ONNX weight quantized at
-  scale s_c / |f_c| is the same integers, and folded again it is the IR's weight
+  ONNX initializer (or Constant node) as the IR's int8 integers q + DequantizeLinear per output
+  channel. The IR quantized the weight after folding what follows the ONNX node into it (batch
+  norm, a Mul, a scalar before it), which scales each output channel c by some f_c: the ONNX
+  weight is sign(f_c) q at scale s_c / |f_c|, and folded again it is the IR's weight
   (round(w f / s) = sign(f) round(w |f| / s)). A weight whose relation to the IR's is not such a
   per-channel factor stays float, listed.
+  The integers are stored as uint8 q + 128 with zero point 128: the same grid and the same values,
+  for onnxruntime's default graph optimizations. Those fuse a DQ'd weight, its op and the pairs
+  around it into an integer kernel (QLinearConv, QGemm, QLinearMatMul); with a signed weight
+  its x86 u8 x s8 path (VPMADDUBSW) saturates 16-bit sums on CPUs without VNNI, 12 to 20 output
+  steps off on the test CNNs. With an unsigned weight the kernel is u8 x u8, which widens to 16
+  bits first and is exact on every CPU, or nothing is fused (an int8 input with a uint8 weight
+  matches no kernel). Float weights on the grid would not do: onnxruntime's
+  WeightBiasQuantization quantizes a float Conv or Gemm weight behind a DQ'd input again, per
+  tensor (2 to 11 steps off).
 - a bias that reached the IR unchanged becomes int32 + DequantizeLinear at input scale x weight
   scale (TFLite's int32 bias); a folded one stays float (its rounding is far below int8's).
 - what no pair can carry goes into the model's metadata (RANGES_KEY, by the name the loader gives
@@ -68,7 +77,7 @@ class FakeQuantGraph:
 
     proto: onnx.ModelProto
     activations: list[str] = field(default_factory=list)  # ONNX tensors with a Q -> DQ pair
-    weights: list[str] = field(default_factory=list)  # initializers stored int8 + DQ
+    weights: list[str] = field(default_factory=list)  # initializers stored uint8 q + 128 + DQ
     biases: list[str] = field(default_factory=list)  # initializers stored int32 + DQ
     float_weights: list[str] = field(default_factory=list)  # int8 in the IR, float here
     # Tensors whose range no pair carries (by their loader names): the metadata's RANGES_KEY.
@@ -328,13 +337,15 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
             result.float_weights.append(op.source)
             continue
         w = numpy_helper.to_array(init)
-        factor = _channel_factor(w, axis, ir_weight, rule.weight_axis % ir_weight.ndim)
+        ir_axis = rule.weight_axis % ir_weight.ndim
+        factor = _channel_factor(w, axis, ir_weight, ir_axis)
         scales = None if factor is None else _onnx_scales(weight.quant, factor)
-        if scales is None:
+        if scales is None or weight.data is None or weight.data.shape != ir_weight.shape:
             result.float_weights.append(op.source)
             continue
-        q = np.clip(np.rint(w / _along(scales, w.ndim, axis)), -127, 127).astype(np.int8)
-        dequantize.append(_constant_dq(graph, names, node.input[1], q, scales, np.int8, axis))
+        q = _onnx_integers(w, axis, factor, ir_weight, weight.data, ir_axis)
+        dequantize.append(_constant_dq(graph, names, node.input[1], (q + 128).astype(np.uint8), scales,
+                                       np.uint8(128), axis))
         dropped.add(node.input[1])
         result.weights.append(node.input[1])
         # The bias as TFLite's int32, where the IR's is the ONNX one (nothing folded into it).
@@ -343,7 +354,7 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
         if (bias is not None and quantized_bias is not None and quantized_bias.dtype == np.int32
                 and np.all(factor == 1) and np.array_equal(numpy_helper.to_array(bias), ir_bias)):
             dequantize.append(_constant_dq(graph, names, node.input[2], quantized_bias.data,
-                                           quantized_bias.quant.scale.astype(np.float32), np.int32, 0))
+                                           quantized_bias.quant.scale.astype(np.float32), np.int32(0), 0))
             dropped.add(node.input[2])
             result.biases.append(node.input[2])
     kept = [i for i in graph.initializer if i.name not in dropped]
@@ -381,17 +392,34 @@ def _channel_factor(w: np.ndarray, axis: int, ir: np.ndarray, ir_axis: int) -> n
     return factor
 
 
-def _along(values: np.ndarray, rank: int, axis: int) -> np.ndarray:
-    shape = [1] * rank
-    shape[axis] = values.size
-    return values.reshape(shape) if values.size > 1 else values.reshape(())
+def _onnx_integers(w: np.ndarray, axis: int, factor: np.ndarray, ir: np.ndarray, ir_q: np.ndarray,
+                   ir_axis: int) -> np.ndarray:
+    """The IR's integers `ir_q` (of its float weight `ir`) in the layout of the ONNX weight `w`, taken
+    from the IR rather than computed again: TFLite's quantizer multiplies by 127 / max|w| in
+    float32, and w / s rounds the other way at near-ties (1 weight in 9216 of a test conv).
+
+    Along an output channel c the IR's float weight is the ONNX one rearranged and multiplied by
+    f_c (|f_c| = `factor`: folds multiply output channels), so the k-th smallest ONNX value is the
+    k-th smallest IR value times sign(f_c), and its integer is sign(f_c) times that value's
+    integer. sign(f_c) is the one that lines the sorted values up."""
+    channels = w.shape[axis]
+    rows = np.moveaxis(w, axis, 0).reshape(channels, -1).astype(np.float64)
+    ir_rows = np.moveaxis(ir, ir_axis, 0).reshape(channels, -1).astype(np.float64)
+    ir_q_rows = np.moveaxis(ir_q, ir_axis, 0).reshape(channels, -1).astype(np.int64)
+    ranked, ir_ranked = np.sort(rows, 1) * factor[:, None], np.sort(ir_rows, 1)
+    sign = np.where(np.abs(ir_ranked + ranked[:, ::-1]).max(1) < np.abs(ir_ranked - ranked).max(1), -1, 1)
+    order = np.argsort(ir_rows * sign[:, None], 1, kind="stable")
+    q_rows = np.empty_like(ir_q_rows)
+    np.put_along_axis(q_rows, np.argsort(rows, 1, kind="stable"),
+                      np.take_along_axis(ir_q_rows, order, 1) * sign[:, None], 1)
+    return np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
 
 
 def _constant_dq(graph, names: FreshNames, target: str, values: np.ndarray, scales: np.ndarray,
-                 zero_type, axis: int) -> onnx.NodeProto:
-    """DequantizeLinear(integer initializer) -> `target` (what the readers read): per slice along
-    `axis`, or per tensor for a single scale."""
-    zeros = np.zeros(scales.shape, zero_type)
+                 zero_point: np.generic, axis: int) -> onnx.NodeProto:
+    """DequantizeLinear(integer initializer `values`, at `zero_point`) -> `target` (what the readers
+    read): per slice along `axis`, or per tensor for a single scale."""
+    zeros = np.full(scales.shape, zero_point, zero_point.dtype)
     per_axis = scales.size > 1
     if not per_axis:
         scales, zeros = scales.reshape(()), zeros.reshape(())

@@ -114,12 +114,38 @@ def _copy_without_data(model: onnx.ModelProto, out: onnx.ModelProto) -> None:
         out.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
 
 
+def session_options(model: onnx.ModelProto, float_level=None):
+    """onnxruntime's SessionOptions for running `model` as a reference: quiet (errors only), and
+    with graph optimizations off (ORT_DISABLE_ALL) when the graph holds QuantizeLinear or
+    DequantizeLinear (qdq/importer.py's has_qdq); a float graph gets `float_level` (an
+    ort.GraphOptimizationLevel; None: onnxruntime's default).
+
+    Why: from the extended level on, onnxruntime fuses Q/DQ around Conv, Gemm and MatMul into
+    integer kernels (QLinearConv, QGemm, QLinearMatMul) whose x86 u8 x s8 path (VPMADDUBSW)
+    saturates 16-bit sums on CPUs without VNNI: the reference would depend on the CPU (20 output
+    steps off on a QDQ test CNN). The basic level does not fuse them, but its WeightBiasQuantization
+    requantizes a float weight read by a Conv or Gemm behind a DequantizeLinear per tensor. Unfused,
+    Q and DQ are float ops computing exactly what the pairs say, on every CPU."""
+    import onnxruntime as ort
+
+    from ..qdq.importer import has_qdq
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if has_qdq(model):
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    elif float_level is not None:
+        options.graph_optimization_level = float_level
+    return options
+
+
 class CalibrationRun:
     """An onnxruntime session over a copy of `model` with the tensors to calibrate exposed as
     outputs. Build it while the ONNX model still holds its weights (the loader frees them); the
     session keeps its own copy. `tensor_names` None means every float tensor that is a graph input
     or a node output; "all" every graph input and node output (fetch numeric ones only); otherwise
-    those tensors (of any numeric type)."""
+    those tensors (of any numeric type). A graph with Q/DQ pairs (a reference for verification)
+    runs unoptimized, a float one at onnxruntime's basic level (session_options)."""
 
     def __init__(self, model: onnx.ModelProto, tensor_names: list[str] | str | None = None):
         import onnxruntime as ort
@@ -155,9 +181,7 @@ class CalibrationRun:
                     outputs.append(helper.make_tensor_value_info(name, types[name], None))
                 else:
                     outputs.add().name = name
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        options.log_severity_level = 3
+        options = session_options(model, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
         providers = ["CPUExecutionProvider"]
         try:
             if model.ByteSize() < _PROTO_LIMIT:

@@ -30,6 +30,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from qconvert.quantize.calibrate import session_options
 from qconvert.tflite.reader import buffer_data
 from qconvert.tflite.reader import read as read_tflite
 from tests.harness import calibration_set, convert_quantized, random_feeds, run_tflite
@@ -100,9 +101,8 @@ def sqnr_db(want: list[np.ndarray], got: list[np.ndarray]) -> float:
 
 def onnxruntime_outputs(model, feeds_list) -> list[dict[str, np.ndarray]]:
     """The float model's outputs per sample, from one session (serializing VGG-19 takes seconds)."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model.SerializeToString(), session_options(model),
+                                   providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return [dict(zip(names, session.run(names, feeds))) for feeds in feeds_list]
 
