@@ -129,6 +129,45 @@ def test_without_quantize_the_pairs_become_clips(qdq_model):
                                    run_onnxruntime(qdq_model, feeds)["y"], rtol=0, atol=3 * float(y_scale))
 
 
+def _with_float_weights(qdq: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the QDQ model with each constant under a DequantizeLinear (weights, biases) replaced
+    by the float values it dequantizes to, on its grid: only the activations keep pairs."""
+    model = onnx.ModelProto()
+    model.CopyFrom(qdq)
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    kept = []
+    for node in model.graph.node:
+        if node.op_type != "DequantizeLinear" or node.input[0] not in constants:
+            kept.append(node)
+            continue
+        q, scale, zero = (constants[name].astype(np.float64) for name in node.input)
+        if scale.ndim:  # per channel, along the node's axis
+            shape = [1] * q.ndim
+            shape[next((a.i for a in node.attribute if a.name == "axis"), 1)] = -1
+            scale, zero = scale.reshape(shape), zero.reshape(shape)
+        model.graph.initializer.append(numpy_helper.from_array(((q - zero) * scale).astype(np.float32),
+                                                               node.output[0]))
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model
+
+
+def test_verification_runs_the_pairs_as_written(qdq_model, tmp_path):
+    """qconvert's verification (verify.run_both's session) runs a graph with pairs unoptimized. With
+    float weights on their per-channel grid and pairs on the activations, the .tflite computes what
+    the graph says: 0 steps off. onnxruntime's basic level would requantize each float weight of a
+    Conv or Gemm behind a DequantizeLinear per tensor (WeightBiasQuantization), 2 output steps off
+    here; the default level fuses integer kernels whose results depend on the CPU (VNNI or not)."""
+    from qconvert.verify import verify
+
+    model = _with_float_weights(qdq_model)
+    flatbuffer, _ = convert_proto(model, quantize=QuantizeOptions())
+    path = tmp_path / "m.tflite"
+    path.write_bytes(flatbuffer)
+    check = verify(model, str(path), samples=[{"x": sample} for sample in SAMPLES[16:]]).outputs[0]
+    assert check.max_abs_error <= 0.001 * output_steps(flatbuffer)["y"]
+
+
 def test_params_tflite_must_change_are_changed_with_one_warning_each(qdq_model, caplog):
     """The pooled tensor 'p' given its own scale: MAX_POOL_2D's output must have its input's
     params, so 'p' is written with r2's, and one warning names 'p' with both params."""
