@@ -204,18 +204,10 @@ def read_stdin() -> bytes:
     """Standard input's bytes (IN '-'), at most limits.MODEL_BYTES of them."""
     if sys.stdin is None:
         raise ConversionError("-: standard input is closed")
-    limit = MODEL_BYTES.value()
-    chunks, size = [], 0
     try:
-        while size <= limit and (chunk := sys.stdin.buffer.read(min(1 << 24, limit + 1 - size))):
-            chunks.append(chunk)
-            size += len(chunk)
+        return MODEL_BYTES.read(sys.stdin.buffer, "<stdin>")
     except OSError as e:
         raise ConversionError(f"-: cannot read standard input: {e.strerror}") from None
-    if size > limit:
-        raise ConversionError(f"<stdin>: more than the limit of {limit:,} {MODEL_BYTES.what} "
-                              f"(set {MODEL_BYTES.variable} to raise it)")
-    return b"".join(chunks)
 
 
 def fill_closed_standard_fds() -> None:

@@ -42,6 +42,21 @@ class Limit:
                                   f"(set {self.variable} to raise it)")
 
 
+    def read(self, stream, where: str, chunk: int = 1 << 24) -> bytes:
+        """All of a binary stream's bytes (a pipe, a device, an empty file) in chunks, at most
+        the limit of them: the stream may never end, and one read of the limit's size would
+        allocate that much up front (4 GiB: a MemoryError under an address-space limit)."""
+        limit = self.value()
+        chunks, size = [], 0
+        while size <= limit and (block := stream.read(min(chunk, limit + 1 - size))):
+            chunks.append(block)
+            size += len(block)
+        if size > limit:
+            raise ConversionError(f"{where}: more than the limit of {limit:,} {self.what} "
+                                  f"(set {self.variable} to raise it)")
+        return b"".join(chunks)
+
+
 CALIBRATION_SAMPLES = Limit("calibration samples", "QCONVERT_MAX_CALIBRATION_SAMPLES", 100_000)
 # Decompressed size of a calibration file's arrays (an .npz member may inflate 1000x).
 CALIBRATION_BYTES = Limit("bytes of calibration data", "QCONVERT_MAX_CALIBRATION_BYTES", 4 << 30)

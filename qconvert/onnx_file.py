@@ -98,8 +98,7 @@ def read_onnx(path: str, data: bytes | None = None) -> OnnxFile:
                     view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                 except (ValueError, OSError):  # empty, or not a regular file (a FIFO)
                     view = None
-                    # Read no more than the limit allows: a pipe or device may never end.
-                    data = f.read(limits.MODEL_BYTES.value() + 1)
+                    data = limits.MODEL_BYTES.read(f, shown)
             if view is not None:
                 file_bytes = len(view)
                 with view:

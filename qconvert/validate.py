@@ -370,6 +370,18 @@ def _node_on_a_cycle(graph: onnx.GraphProto, producer: dict[str, int]) -> int | 
     return k
 
 
+def _checked_opsets(proto: onnx.ModelProto) -> dict[str, int]:
+    """{domain: version} of the model's opset imports, each version within int32 and not negative
+    (what onnx's schema lookup and shape inference take: a larger one ends in their TypeError)."""
+    opsets = {}
+    for o in proto.opset_import:
+        if not 0 <= o.version <= _INT32_MAX:
+            raise ConversionError(f"opset import {o.domain or 'ai.onnx'!r} has version {o.version}, "
+                                  f"not an opset (0 to {_INT32_MAX:,})")
+        opsets[o.domain] = o.version
+    return opsets
+
+
 def check_model(proto: onnx.ModelProto, stored: Mapping[str, int] | None = None) -> None:
     """The checks of the module docstring on the top-level graph; `stored` maps initializer names
     to the length of the raw data that onnx_file left in the file."""
@@ -394,7 +406,7 @@ def check_model(proto: onnx.ModelProto, stored: Mapping[str, int] | None = None)
                                       "converts tensor inputs)")
             if v.type.HasField("tensor_type") and (v.type.tensor_type.elem_type or real_input):
                 check_data_type(v.type.tensor_type.elem_type, f"graph {kind} {v.name!r}")
-    opsets = {o.domain: o.version for o in proto.opset_import}
+    opsets = _checked_opsets(proto)
     labels = [_label(node, k) for k, node in enumerate(graph.node)]
     # producer: -1 for graph inputs and initializers, else the index of the node writing it.
     producer = dict.fromkeys([v.name for v in graph.input] + [t.name for t in graph.initializer], -1)

@@ -161,6 +161,8 @@ CASES = {
                              ["graph input 'x'", "UNDEFINED"]),
     "input_without_type": (_edit(_add(), lambda m: m.graph.input[0].ClearField("type")),
                            ["graph input 'x'", "no tensor type"]),
+    "opset_beyond_int32": (_edit(_add(), lambda m: setattr(m.opset_import[0], "version", 2**40)),
+                           ["opset import 'ai.onnx'", "version 1099511627776"]),
     "gemm_empty_input": (_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="gemm")],
                                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 3])],
                                 inits=[numpy_helper.from_array(np.ones((3, 2), np.float32), "w"),
@@ -342,7 +344,32 @@ def test_non_regular_input_is_read_within_the_limit(tmp_path, monkeypatch):
     writer = threading.Thread(target=write)
     writer.start()
     monkeypatch.setenv("QCONVERT_MAX_MODEL_BYTES", "1000")
-    with pytest.raises(ConversionError, match="1,001 bytes of ONNX model exceed the limit of 1,000 "
+    with pytest.raises(ConversionError, match="more than the limit of 1,000 bytes of ONNX model "
                                               r"\(set QCONVERT_MAX_MODEL_BYTES"):
         read_onnx(str(fifo))
     writer.join()
+
+
+@pytest.mark.parametrize("via_stdin", [False, True])
+def test_an_empty_model_is_refused_under_an_address_space_limit(tmp_path, via_stdin):
+    """A file that cannot be memory-mapped (empty) or stdin is read in chunks: one read of
+    QCONVERT_MAX_MODEL_BYTES (4 GiB) would be allocated up front, a MemoryError under `ulimit -v`
+    4 GiB (as a hostile-input harness runs every case)."""
+    import resource
+    import subprocess
+    import sys
+
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    out = tmp_path / "out.tflite"
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    command = [sys.executable, "-m", "qconvert", "-" if via_stdin else str(empty), str(out)]
+    with open(empty, "rb") as stdin:
+        result = subprocess.run(command, stdin=stdin, capture_output=True, text=True,
+                                preexec_fn=limit_memory)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().endswith("not an ONNX model (no IR version or empty graph)")
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
