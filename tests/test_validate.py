@@ -74,6 +74,16 @@ def _unsorted(m):
     m.graph.output[0].name = "z"
 
 
+def _product(op: str, w_shape, declared=(1, 10), x_shape=(1, 1, 8, 8), **attrs) -> onnx.ModelProto:
+    """Flatten then a Gemm or MatMul whose weight is `w_shape`, the output declared `declared`
+    (an exporter's declaration: shape inference keeps it when the product cannot be inferred)."""
+    nodes = [helper.make_node("Flatten", ["x"], ["flat"], name="flatten"),
+             helper.make_node(op, ["flat", "w"], ["y"], name="fc", **attrs)]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(declared))],
+                  [numpy_helper.from_array(np.ones(w_shape, np.float32), "w")])
+
+
 def _cast(to) -> onnx.ModelProto:
     return _model([helper.make_node("Cast", ["x"], ["y"], name="cast", to=to)])
 
@@ -161,6 +171,11 @@ CASES = {
                              ["graph input 'x'", "UNDEFINED"]),
     "input_without_type": (_edit(_add(), lambda m: m.graph.input[0].ClearField("type")),
                            ["graph input 'x'", "no tensor type"]),
+    "gemm_inner_mismatch": (_product("Gemm", (10, 65), transB=1),
+                            ["node 'fc' (Gemm)", "'flat' [1, 64] has 64 features", "'w' [10, 65] "
+                             "(transB) expects 65"]),
+    "matmul_inner_mismatch": (_product("MatMul", (65, 10)),
+                              ["node 'fc' (MatMul)", "64 features, 'w' [65, 10] expects 65"]),
     "opset_beyond_int32": (_edit(_add(), lambda m: setattr(m.opset_import[0], "version", 2**40)),
                            ["opset import 'ai.onnx'", "version 1099511627776"]),
     "gemm_empty_input": (_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="gemm")],
@@ -279,6 +294,14 @@ def _declared_output_contradicts() -> onnx.ModelProto:
     wins (LiteRT computes it too)."""
     return _model([helper.make_node("Relu", ["x"], ["y"])],
                   outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 9])])
+
+
+def test_an_input_shape_that_changes_a_flattened_size_names_both_sizes(tmp_path):
+    """--input-shape x:1,1,4096,4096 on an 8x8 model whose Gemm weight fixes the flattened size."""
+    model = _product("Gemm", (10, 64), transB=1)
+    result, source, out = _convert(tmp_path, model, "--input-shape", "x:1,1,4096,4096")
+    _assert_refused(result, source, model.SerializeToString(), out,
+                    ["node 'fc' (Gemm)", "'flat' [1, 16777216] has 16,777,216 features", "expects 64"])
 
 
 @pytest.mark.parametrize("build, reference", [

@@ -73,6 +73,34 @@ tflite_op("BATCH_MATMUL", options="BatchMatMulOptions", version=_batch_matmul_ve
           evaluate=_evaluate_batch_matmul)
 
 
+def check_product(ctx, a, a_shape, b_shape, y, b_name: str, shown: str = "") -> None:
+    """The shapes of y = a @ b (matrices in the last two axes, batch axes broadcast; a 1-D
+    operand as a row or a column, as numpy and ONNX take it) agree: a's columns are b's rows and
+    y has the product's shape. A weight that does not fit its input (a bit flip in its dims, an
+    --input-shape that changes a flattened size) is refused here, naming both sizes, instead of
+    ending in a reshape error or a wrong model. `shown` describes b in messages (default: its
+    name and shape)."""
+    shown = shown or f"{b_name!r} {list(b_shape)}"
+    a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
+    b2 = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
+    if a2[-1] != b2[-2]:
+        raise ctx.error(f"input {a!r} {list(a_shape)} has {a2[-1]:,} features, {shown} "
+                        f"expects {b2[-2]:,}")
+    try:
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        raise ctx.error(f"the batch axes of {a!r} {list(a_shape)} and {shown} do not "
+                        "broadcast") from None
+    product = tuple(batch) + (a2[-2], b2[-1])
+    if len(a_shape) == 1:
+        product = product[:-2] + product[-1:]
+    if len(b_shape) == 1:
+        product = product[:-1]
+    if product != tuple(ctx.shape(y)):
+        raise ctx.error(f"{a!r} {list(a_shape)} times {shown} is {list(product)}, not the "
+                        f"output's shape {list(ctx.shape(y))}")
+
+
 def _fully_connected(ctx, a, w, bias, y, bias_name=""):
     """y = a @ w.T + bias over the last axis of `a`; w is a constant [out, in] matrix."""
     out_features = w.shape[0]
@@ -102,6 +130,11 @@ def import_gemm(node, ctx):
         a_t = ctx.tensor(a + "_t", ctx.shape(a)[::-1], ctx.dtype(a))
         ctx.add_op("TRANSPOSE", [a, ctx.constant("perm", np.array([1, 0], np.int32))], [a_t])
         a = a_t
+    b_shape = ctx.shape(b)
+    if node.attr("transB", 0):
+        check_product(ctx, a, ctx.shape(a), b_shape[::-1], y, b, f"{b!r} {list(b_shape)} (transB)")
+    else:
+        check_product(ctx, a, ctx.shape(a), b_shape, y, b)
     w = ctx.const(b)
     bias = ctx.const(c) if c else None
     if w is not None and (not c or bias is not None):
@@ -141,6 +174,7 @@ def import_matmul(node, ctx):
     a, b = node.inputs[:2]
     y = node.outputs[0]
     ctx.check_not_empty(a)
+    check_product(ctx, a, ctx.shape(a), ctx.shape(b), y, b)
     w = ctx.const(b)
     if w is not None and w.ndim == 2 and ctx.rank(a) >= 1:
         _fully_connected(ctx, a, np.ascontiguousarray(w.T), None, y)
