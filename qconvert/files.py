@@ -71,6 +71,8 @@ def output_kind(dest: str) -> str:
     is a ConversionError naming `dest`."""
     if dest == "-":
         return "-"
+    if dest.endswith(os.sep):  # `out.tflite/`: a directory was meant, or the name is a typo
+        raise ConversionError(f"{dest}: ends in {os.sep!r}, a directory; OUT names a file")
     target = os.path.realpath(dest)
     try:
         mode = os.stat(target).st_mode

@@ -130,6 +130,7 @@ IN_PROCESS_BAD_CASES = {
     "same_input_twice": (["{m}/dynamic.onnx", "{out}", "--input-shape", "x:1,3,8,8",
                           "--input-shape", "x:2,3,8,8"], None, 2, ["given twice"]),
     "output_is_directory": (["{m}/conv.onnx", "{dir}"], None, 1, ["is a directory"]),
+    "output_ends_in_slash": (["{m}/conv.onnx", "{out}/"], None, 1, ["ends in '/'", "OUT names a file"]),
     "unknown_option": (["{m}/conv.onnx", "{out}", "--bogus"], None, 2, ["--bogus"]),
 }
 
