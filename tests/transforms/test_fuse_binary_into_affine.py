@@ -48,3 +48,17 @@ def test_an_affine_output_read_twice_does_not_fold():
     model = fc_then("MUL", np.float32(2.0))
     model.outputs.append("f")
     check(model, ["FULLY_CONNECTED", "MUL"])
+
+
+def test_a_damaged_models_arithmetic_prints_no_numpy_warning():
+    """An infinite weight times a zero scale is NaN, as in any runtime; the steps compute it
+    under the engine's np.errstate, so numpy's RuntimeWarning never reaches stderr."""
+    import warnings
+
+    model = fc_then("MUL", np.array([0, 1, 2, 3, 4], np.float32))
+    model.arrays["w"].data = np.full((5, 4), np.inf, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_to_fixed_point(model, [("fuse", fuse_binary_into_affine)])
+    assert op_types(model) == ["FULLY_CONNECTED"]
+    assert np.isnan(model.constant(model.operators[0].inputs[1])[0]).all()
