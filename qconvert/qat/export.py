@@ -29,7 +29,8 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
-from ..qdq.names import FreshNames, tensor_names
+from ..loader import onnx_names
+from ..qdq.names import FreshNames
 from .fake_quant import exporting
 from .fused import FusedLayer
 
@@ -72,7 +73,7 @@ def export(module: torch.fx.GraphModule, path, example_inputs, input_names=None,
 def _write_pairs(proto: onnx.ModelProto, sites: list[dict]) -> None:
     """Replaces every qconvert::FakeQuant marker by its site's Q/DQ pair (module docstring)."""
     graph = proto.graph
-    unique = FreshNames(tensor_names(graph)).fresh
+    unique = FreshNames(onnx_names(graph)).fresh
     # Graph inputs, outputs and initializers keep their names.
     fixed = ({i.name for i in graph.input} | {t.name for t in graph.initializer}
              | {o.name for o in graph.output})

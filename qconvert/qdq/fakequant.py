@@ -54,11 +54,11 @@ from onnx import helper, numpy_helper, version_converter
 
 from ..errors import ConversionError
 from ..ir import Model
-from ..loader import node_names
+from ..loader import node_names, onnx_names
 from ..quantize.arrays import rule_of
 from ..report import LAYOUT_SUFFIX, counterpart, without_type_suffix
 from .importer import ACTIVATIONS_KEY, PRECISION_KEY, RANGES_KEY
-from .names import FreshNames, tensor_names
+from .names import FreshNames
 
 # ONNX op with its weight at input 1 -> that weight's output-channel axis (None: not one axis)
 _WEIGHT_AXIS = {
@@ -146,7 +146,7 @@ class _Pair:
     readers: set[str] | None = None
 
 
-def activation_params(model: Model, onnx_names: set[str]):
+def activation_params(model: Model, values: set[str]):
     """{ONNX tensor: _Pair} for the IR's int8 activations, and {IR tensor by its loader name:
     [min, max]} for the ranges no pair carries: the params' span of an int8 tensor without an ONNX
     counterpart, and the range of a float one (the quantize steps' decisions read those too).
@@ -164,7 +164,7 @@ def activation_params(model: Model, onnx_names: set[str]):
         if array is None or array.is_constant or array.dtype.kind not in "fi":
             continue
         chosen = _per_tensor(array)
-        found = counterpart(name, onnx_names, {})
+        found = counterpart(name, values, {})
         key = found[0] if found is not None else _loader_name(name)
         if chosen is None:  # float: its range, for the rules that read it
             if array.minmax is not None and array.dtype.kind == "f":
@@ -214,9 +214,9 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     place into the fake-quant graph of the quantized IR `model` (see the module docstring), with
     `precision` in its metadata."""
     graph = proto.graph
-    names = FreshNames(tensor_names(graph) | {node.name for node in graph.node})  # node names too
-    onnx_names = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
-    wanted, ranges = activation_params(model, onnx_names)
+    names = FreshNames(onnx_names(graph) | {node.name for node in graph.node})  # node names too
+    values = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
+    wanted, ranges = activation_params(model, values)
     result = FakeQuantGraph(proto, ranges_in_metadata=list(ranges))
     _set_metadata(proto, RANGES_KEY, json.dumps(ranges))
     if precision.activations == "int16":

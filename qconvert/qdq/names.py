@@ -1,18 +1,7 @@
-"""Fresh names for what a rewrite adds to an ONNX graph (Q/DQ pairs and their params)."""
+"""Fresh names for what a rewrite adds to an ONNX graph (Q/DQ pairs and their params); the names
+a graph already uses are loader.onnx_names."""
 
 from __future__ import annotations
-
-import onnx
-
-
-def tensor_names(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor name the graph uses: inputs, outputs, initializers, node inputs and outputs."""
-    names = {i.name for i in graph.input} | {o.name for o in graph.output}
-    names |= {t.name for t in graph.initializer}
-    for node in graph.node:
-        names.update(node.input)
-        names.update(node.output)
-    return names
 
 
 class FreshNames:
