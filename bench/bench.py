@@ -1,10 +1,12 @@
 """Benchmark: convert the onnx package's light architectures (random weights) and measure.
 
-Float table, one markdown row per model: conversion wall time and peak RSS (of a fresh
-`qconvert IN OUT --json` process), weight and output sizes, operator and TRANSPOSE counts read
-back from the .tflite, median latency in ai-edge-litert's interpreter (1 thread) and in
-onnxruntime (1 thread), and the largest absolute difference of their outputs on the same random
-input. A model that fails to convert, or whose .tflite crashes the interpreter, gets a row with
+Float table, one markdown row per model: conversion wall time and peak RSS of a fresh
+`qconvert IN OUT --json --no-verify` process (the conversion alone) and of the default
+`qconvert IN OUT --json`, which verifies itself (the float check, one sample: verify.py), with
+the check's worst output error in float32 steps (ulps) of the output's scale; weight and output
+sizes, operator and TRANSPOSE counts read back from the .tflite, median latency in
+ai-edge-litert's interpreter (1 thread) and in onnxruntime (1 thread), and the largest absolute
+difference of their outputs on the same random input. A model that fails to convert, or whose .tflite crashes the interpreter, gets a row with
 the one-line error.
 
 Int8 table (int8.py), two rows per model: `qconvert --quantize` calibrated on --int8-samples
@@ -73,7 +75,8 @@ else:  # run as a script: bench/ is on sys.path
     import trained
     import weights
 
-COLUMNS = ["model", "convert (s)", "peak RSS (MB)", "weights (MB)", ".tflite (MB)", "ops",
+COLUMNS = ["model", "convert (s)", "verified (s)", "verify share", "peak RSS (MB)",
+           "verified RSS (MB)", "float check (ulps)", "weights (MB)", ".tflite (MB)", "ops",
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
 LIGHT_TABLES = ("float", "int8", "weights")  # the tables of the --models
@@ -177,9 +180,12 @@ def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Count
         row["ORT (ms)"] = f"{ort['ms']:.1f}"
 
     dest = out_dir / f"{name}.tflite"
-    converted = runners.run_qconvert(source, dest, args.timeout, args.work)
+    converted = runners.run_qconvert(source, dest, args.timeout, args.work, ("--no-verify",))
     if not runners.record_measured(row, converted, "convert (s)", 2):
         return row, None, floats
+    if timed:
+        record_verified(row, runners.run_qconvert(source, dest, args.timeout, args.work),
+                        converted["seconds"])
     counts = count_operators(dest)
     floats["tflite"] = dest
     floats["report"] = converted["report"]
@@ -198,6 +204,28 @@ def bench_model(name: str, out_dir: Path, args) -> tuple[dict, collections.Count
     row["max abs diff"] = f"{max_abs_diff(ort['outputs'], tfl['outputs']):.2e}"
     row["status"] = "ok"
     return row, counts, floats
+
+
+def record_verified(row: dict, verified: dict, unverified_seconds: float) -> None:
+    """The default conversion's columns: its wall time and peak RSS, the verification's share of
+    the wall time, the float check's worst output in ulps of its scale (or the failure)."""
+    if "seconds" in verified:
+        row["verified (s)"] = f"{verified['seconds']:.2f}"
+        row["verified RSS (MB)"] = f"{verified['rss_mb']:.0f}"
+        share = 1 - unverified_seconds / verified["seconds"] if verified["seconds"] else 0.0
+        row["verify share"] = f"{max(share, 0.0):.0%}"
+    if "error" in verified:
+        row["float check (ulps)"] = verified["error"]
+        return
+    check = verified["report"].get("verify") or {}
+    ulps = [o["ulps"] for o in check.get("outputs", []) if o.get("ulps") is not None]
+    mismatches = sum(o.get("mismatches") or 0 for o in check.get("outputs", []))
+    if not check:
+        row["float check (ulps)"] = "not verified"
+    elif mismatches:
+        row["float check (ulps)"] = f"{mismatches} integer values differ"
+    else:
+        row["float check (ulps)"] = f"{max(ulps):.0f}" if ulps else "equal"
 
 
 def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:

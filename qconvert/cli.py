@@ -12,8 +12,9 @@ Exit codes:
      --input-shape x:1,a, missing argument, contradictory options, OUT that is IN).
   3  internal error: a bug in qconvert (rerun with --debug for the traceback; --debug keeps
      every exit code, it only adds the traceback).
-  4  verification below --min-sqnr: an output (or an output's slice) of the written model is
-     further from onnxruntime's than asked; a conversion then leaves no file.
+  4  verification failed: a float conversion whose written model does not compute what the ONNX
+     model computes in onnxruntime (verify.py's float check), or an output (or an output's
+     slice) below --min-sqnr; a conversion then leaves no file.
 
 Every error is exactly one line on stderr starting with "qconvert: error:" (internal errors:
 "qconvert: internal error:"), never a traceback unless --debug.
@@ -279,22 +280,35 @@ def _verification_samples(proto, path: str | None, count: int):
 
 def check_written(source: str, data: bytes | None, path: str, data_path: str | None, count: int,
                   min_sqnr: float | None, report_path: str | None = None, notes=None,
-                  warn: bool = False):
+                  warn: bool = False, float_check: bool = False):
     """Verifies the .tflite at `path` against the ONNX model and writes the per-tensor report to
     `report_path` if asked; with `warn`, prints a warning line when an output is below
-    WARN_BELOW_DB and there is no threshold. Returns the Verification (see require_passed)."""
-    from .onnx_file import read_complete_onnx
-    from .verify import verify
+    WARN_BELOW_DB and there is no threshold. `float_check`: a float conversion, judged by the
+    float check (verify.py) unless the model has Q/DQ pairs on activations, whose rounding a
+    float conversion drops (then by SQNR, as a quantized one). Returns the Verification (see
+    require_passed).
 
-    proto = read_complete_onnx(source, data)
+    The ONNX file is parsed without its big weights (onnx_file.read_onnx), enough for the
+    samples and the float check's rules; onnxruntime reads the file itself when it can
+    (verify.reads_file), else gets the model with its weights from here."""
+    from .onnx_file import read_onnx
+    from .verify import reads_file, rounding_dropped, verify
+
+    onnx_file = read_onnx(source, data)
+    proto = onnx_file.proto
+    float_check = float_check and not rounding_dropped(proto)
+    direct = data is None and report_path is None and reads_file(proto)
+    if not direct:
+        onnx_file.restore_weights()
     samples = _verification_samples(proto, data_path, count)
-    result = verify(proto, path, samples, count, min_sqnr, data=data_path or "generated")
+    result = verify(proto, path, samples, count, min_sqnr, data=data_path or "generated",
+                    float_check=float_check, onnx_path=source if direct else None)
     if report_path is not None:
         from .report import build_report, write_report
 
         content = build_report(proto, path, samples, count, notes)
         replace_atomically(report_path, lambda tmp: write_report(content, tmp))
-    low = result.below(WARN_BELOW_DB) if warn and min_sqnr is None else []
+    low = result.below(WARN_BELOW_DB) if warn and min_sqnr is None and result.check != "float" else []
     if low:
         advice = (f"see {report_path}" if report_path else
                   "--report FILE.html shows where the error comes from")
@@ -304,29 +318,48 @@ def check_written(source: str, data: bytes | None, path: str, data_path: str | N
 
 
 def require_passed(result) -> None:
-    """BelowThreshold (exit 4) when an output or slice missed the verification's --min-sqnr."""
-    if not result.passed:
-        raise BelowThreshold(f"verify: {', '.join(result.below(result.min_sqnr))} below "
-                             f"--min-sqnr {result.min_sqnr:g} dB")
+    """BelowThreshold (exit 4) when the float check failed (a float conversion that does not
+    compute what the ONNX model does) or an output or slice missed the verification's --min-sqnr."""
+    if result.passed:
+        return
+    parts = []
+    failures = result.float_failures()
+    if failures:
+        parts.append(f"float conversion does not match onnxruntime: {'; '.join(failures)}")
+    low = result.below(result.min_sqnr) if result.min_sqnr is not None else []
+    if low:
+        parts.append(f"{', '.join(low)} below --min-sqnr {result.min_sqnr:g} dB")
+    raise BelowThreshold(f"verify: {'; '.join(parts)}")
 
 
 def _verification_request(verify_flag, no_verify, quantize_options, calibration, weights,
                           verify_samples, verify_data, min_sqnr, report) -> bool:
-    """Whether the conversion verifies itself (--report asks for it too); contradictions are
-    usage errors."""
-    if no_verify and (verify_flag or report):
-        raise click.UsageError(f"{'--verify' if verify_flag else '--report'} and --no-verify "
-                               "contradict each other")
-    stored = quantize_options is not None and calibration is not None or weights is not None
-    wanted = (stored and not no_verify) or verify_flag or report is not None
-    if not wanted:
-        used = [flag for flag, value in (("--verify-samples", verify_samples),
-                                         ("--verify-data", verify_data),
-                                         ("--min-sqnr", min_sqnr)) if value is not None]
-        if used:
-            raise click.UsageError(f"{used[0]} needs a verified conversion (--quantize with "
-                                   "--calibration, --weight-only, --float16, --verify or --report)")
+    """Whether the conversion verifies itself: every one does (--no-verify skips it) but
+    --quantize without --calibration (--default-range, or the model's Q/DQ ranges), which
+    verifies with --verify or --report. Contradictions are usage errors."""
+    given = [flag for flag, value in (("--verify", verify_flag or None), ("--report", report),
+                                      ("--verify-samples", verify_samples),
+                                      ("--verify-data", verify_data), ("--min-sqnr", min_sqnr))
+             if value is not None]
+    if no_verify:
+        if given:
+            raise click.UsageError(f"{given[0]} and --no-verify contradict each other")
+        return False
+    wanted = quantize_options is None or calibration is not None or verify_flag or report is not None
+    if not wanted and given:
+        raise click.UsageError(f"{given[0]} needs a verified conversion: --quantize without "
+                               "--calibration verifies only with --verify or --report")
     return wanted
+
+
+def verification_samples(verify_samples: int | None, verify_data: str | None, calibration,
+                         float_conversion: bool) -> int:
+    """How many samples a conversion's verification runs: --verify-samples, else one generated
+    sample for a float conversion (its check is exact: one sample shows a wrong conversion), else
+    8 (a quantized conversion's error is statistical; data files give their first 8)."""
+    if verify_samples is not None:
+        return verify_samples
+    return 1 if float_conversion and verify_data is None and calibration is None else 8
 
 
 def _plan_request(target_sqnr, quantize_options, calibration, verify_samples, verify_data, runtime):
@@ -421,16 +454,20 @@ def typed_like_flags(values: dict) -> dict:
               help="With --weight-only: quantize weights of at least N elements [default: 1024].")
 @_option("--float16", is_flag=True, help="Store every float weight as float16.")
 @_option("--verify", "verify_flag", is_flag=True,
-              help="Verify a float conversion too (quantized ones verify themselves).")
-@_option("--no-verify", is_flag=True, help="Skip the verification of a quantized conversion.")
+              help="Verify the conversion: the default, but for --quantize without --calibration.")
+@_option("--no-verify", is_flag=True,
+              help="Skip the verification every conversion runs: float ones must match onnxruntime "
+                   "(exit 4 otherwise), quantized ones report their SQNR.")
 @_option("--verify-samples", type=click.IntRange(min=1), metavar="N",
-              help="Samples the verification runs [default: 8].")
+              help="Samples the verification runs [default: 1 for a float conversion on generated "
+                   "inputs, else 8].")
 @_option("--verify-data", metavar="PATH",
               help="Verification inputs in the calibration-data format [default: the calibration "
                    "data, else seeded standard normal inputs].")
 @_option("--min-sqnr", type=float, metavar="DB",
               help="Exit 4 and write nothing when an output (or an output's slice) of the "
-                   "written model is below DB dB SQNR against onnxruntime.")
+                   "written model is below DB dB SQNR against onnxruntime (a float conversion: "
+                   "besides its float check).")
 @_option("--report", metavar="FILE",
               help="Write the per-tensor report, FILE.json or FILE.html (a page with a plot): "
                    "every tensor and op of the written model against onnxruntime's values.")
@@ -458,10 +495,10 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
 
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
     Exit codes: 0 success, 1 conversion error, 2 usage error, 3 internal error, 4 verification
-    below --min-sqnr. Also: qconvert verify IN.onnx OUT.tflite, qconvert inspect FILE.tflite,
-    qconvert fakequant IN.onnx OUT.onnx (see their --help). Every option can also be set by the
-    environment variable shown with it (a flag given here wins; a repeatable option takes
-    space-separated values).
+    failed (a float conversion that does not match onnxruntime, or below --min-sqnr). Also:
+    qconvert verify IN.onnx OUT.tflite, qconvert inspect FILE.tflite, qconvert fakequant IN.onnx
+    OUT.onnx (see their --help). Every option can also be set by the environment variable shown
+    with it (a flag given here wins; a repeatable option takes space-separated values).
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="qconvert: %(message)s", stream=sys.stderr)
@@ -473,6 +510,9 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
         weight_only_min_elements=weight_only_min_elements, float16=float16, keep_float=keep_float,
         target_sqnr=target_sqnr, target=target, verify_samples=verify_samples, verify_data=verify_data)
     report_path = _report_path(report)
+    float_conversion = arguments["quantize"] is None and arguments["weights"] is None
+    asked_to_verify = any(value is not None for value in (
+        verify_flag or None, verify_samples, verify_data, min_sqnr, report_path))
     verifying = _verification_request(verify_flag, no_verify, arguments["quantize"], calibration,
                                       arguments["weights"], verify_samples, verify_data, min_sqnr,
                                       report_path)
@@ -499,10 +539,9 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
         """Verification (and the --report file), then the JSON report: a failure of either
         leaves nothing at OUT. The report stays when only the threshold failed: it says why."""
         if verifying:
-            summary.verify = check_written(source, data, path, verify_data or calibration,
-                                           verify_samples or 8, min_sqnr, report_path,
-                                           summary.notes, warn=True)
-            require_passed(summary.verify)
+            summary.verify = verify_written(path)
+            if summary.verify is not None:
+                require_passed(summary.verify)
         if as_json:
             try:
                 print_stdout(json.dumps(summary.as_dict(), indent=2))
@@ -510,6 +549,24 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
                 if report_path is not None and verifying:
                     os.unlink(os.path.realpath(report_path))
                 raise
+
+    def verify_written(path):
+        """The Verification; None when onnxruntime, not the conversion, failed on a float
+        conversion that verifies by default (written unverified, with a warning; when the
+        verification was asked for, that is an error)."""
+        try:
+            return check_written(
+                source, data, path, verify_data or calibration,
+                verification_samples(verify_samples, verify_data, calibration, float_conversion),
+                min_sqnr, report_path, summary.notes, warn=True, float_check=float_conversion)
+        except ConversionError as e:
+            if not str(e).startswith("onnxruntime"):
+                raise
+            if not float_conversion or asked_to_verify:
+                raise ConversionError(f"{e} (the verification runs the model in onnxruntime; "
+                                      "--no-verify converts without it)") from None
+            click.echo(f"qconvert: warning: not verified: {_one_line(e)}", err=True)
+            return None
 
     write_output(dest, flatbuffer, before_the_output_appears if verifying or as_json else None)
     click.echo(summary.summary(), err=True)

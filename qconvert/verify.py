@@ -14,6 +14,13 @@ lowest one named, so that a collapsed score channel inside a tensor that box coo
 shows. In a slice, differences within SLICE_TOLERANCE of the output's largest magnitude do not
 count: two float runtimes differ by that much from summation order alone, and a slice of small
 values would otherwise look broken in a faithful float conversion.
+
+The float check (a float conversion's verification, Verification.check "float") judges what float
+means instead: per output, the largest |tflite - onnxruntime| over the output's scale (its largest
+magnitude over the samples, at least the range of a bounded function that produces it, see
+output_rules) must stay within FLOAT_TOLERANCE; integer and boolean outputs must be equal, but for
+near-ties of the step that makes them (an argmax over two values within the tolerance, a Floor or a
+comparison of a value within it of the boundary), found from that step's inputs in onnxruntime.
 """
 
 from __future__ import annotations
@@ -34,6 +41,31 @@ from .tflite.writer import IO_LAYOUT_METADATA
 
 INTEGER_INPUT_HIGH = 10  # generated integer inputs are uniform in [0, 10)
 SLICE_TOLERANCE = 2.0 ** -16  # relative to the output's largest magnitude (128 float32 steps)
+FLOAT32_EPS = 2.0 ** -23  # one float32 step (ulp) at 1
+# The float check: an output's largest error over its scale. Exact conversions of the onnx
+# package's light architectures, PP-OCR and YOLOX models and generated graphs measured at most
+# 9.1e-6 (76 ulps, 8 samples), the node conformance cases 2.7e-6: 13 times below. One weight of
+# the .tflite negated failed 40 of the 43 cases it changed the outputs of, at 1.3e-4 and up
+# (README, Verification).
+FLOAT_TOLERANCE = 2.0 ** -13  # 1.2e-4, 1024 ulps of the scale
+
+# Functions whose values lie within [-r, r]: an output they produce is judged against a scale of
+# at least r. Their kernels are accurate to about a float32 step of r, not of the value: LiteRT's
+# logistic gives 6e-7 where onnxruntime gives 5e-7 (a saturated sigmoid), a 20 % relative error.
+BOUNDED_OPS = {"Sigmoid": 1.0, "HardSigmoid": 1.0, "Tanh": 1.0, "Softsign": 1.0, "Softmax": 1.0,
+               "Erf": 1.0, "Sin": 1.0, "Cos": 1.0}
+# Ops whose output holds values of their data input (input 0; Concat: every input), moved,
+# repeated or selected: a bounded function's range carries through them.
+MOVING_OPS = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Slice", "Split",
+              "Gather", "GatherElements", "GatherND", "Identity", "Dropout", "Expand", "Tile", "Pad",
+              "DepthToSpace", "SpaceToDepth", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin"}
+# Ops that keep their input's elements in order (a step's near-ties map through them).
+ORDER_KEEPING_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
+# Steps: an input within rounding of a boundary may land on either side in two float runtimes.
+STEP_OPS = {"ArgMax", "ArgMin", "Floor", "Ceil", "Round", "Greater", "Less", "GreaterOrEqual",
+            "LessOrEqual", "Equal", "Cast"}
+_FLOAT_ELEM_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                     onnx.TensorProto.BFLOAT16}
 
 
 @dataclass
@@ -48,6 +80,27 @@ class OutputCheck:
     mean_abs_error: float
     cosine: float
     top1_agreement: float | None  # None: not classifier-shaped
+    # The float check's view (see the module docstring); computed for every verification.
+    scale: float | None = None  # float output: its largest magnitude, at least its bounded_by's range
+    bounded_by: str | None = None  # the bounded function whose range floors the scale
+    relative_error: float | None = None  # float output: max_abs_error (near-ties aside) / scale
+    ulps: float | None = None  # relative_error in float32 steps of the scale
+    mismatches: int | None = None  # integer or boolean output: values that differ (near-ties aside)
+    near_ties: int = 0  # values that differ at a near-tie of the step that makes them
+
+    def float_failure(self, tolerance: float) -> str | None:
+        """How the output misses the float check, or None."""
+        if self.mismatches:
+            return f"output {self.name!r}: {self.mismatches} values differ from onnxruntime's"
+        if self.relative_error is not None and not self.relative_error <= tolerance:
+            return (f"output {self.name!r} max error {self.max_abs_error:.2g} is "
+                    f"{self.relative_error:.1e} of its scale {self.scale:.3g} ({_ulps(self.ulps)}), "
+                    f"above the float tolerance {tolerance:.1e} ({tolerance / FLOAT32_EPS:.0f} ulps)")
+        return None
+
+
+def _ulps(value: float) -> str:
+    return "inf ulps" if not math.isfinite(value) else f"{value:.3g} ulps"
 
 
 @dataclass
@@ -57,10 +110,24 @@ class Verification:
     min_sqnr: float | None = None
     passed: bool = True
     data: str = "generated"  # where the inputs came from
+    check: str = "sqnr"  # "float": a float conversion, judged by the float check; "sqnr": by SQNR
+    tolerance: float | None = None  # the float check's FLOAT_TOLERANCE
 
     @property
     def worst(self) -> OutputCheck:
         return min(self.outputs, key=lambda o: o.sqnr_db)
+
+    @property
+    def worst_float(self) -> OutputCheck | None:
+        """The float output with the largest relative error (None: no float output)."""
+        floats = [o for o in self.outputs if o.relative_error is not None]
+        return max(floats, key=lambda o: o.relative_error) if floats else None
+
+    def float_failures(self) -> list[str]:
+        """The float check's failures, described (none unless check is "float")."""
+        if self.check != "float":
+            return []
+        return [f for f in (o.float_failure(self.tolerance) for o in self.outputs) if f]
 
     @property
     def worst_slice(self) -> OutputCheck | None:
@@ -78,13 +145,30 @@ class Verification:
         return low
 
     def summary(self) -> str:
-        """`verify: worst output 'y' 41.2 dB, worst slice 'y' axis 1, index 4 22.0 dB (8 samples)`."""
+        """`verify: worst output 'y' 41.2 dB, worst slice 'y' axis 1, index 4 22.0 dB (8 samples)`,
+        for the float check `verify: float, worst output 'y' max error 2.1e-07 of its scale 1 (1.8
+        ulps) (1 sample)`."""
+        count = f"({self.samples} sample{'s' if self.samples != 1 else ''})"
+        if self.check == "float":
+            failures = self.float_failures()
+            if failures:
+                return f"verify: float, {'; '.join(failures)} {count}"
+            worst = self.worst_float
+            if worst is None:
+                text = "verify: float, every output equal"
+            else:
+                text = (f"verify: float, worst output {worst.name!r} max error "
+                        f"{worst.max_abs_error:.2g} of its scale {worst.scale:.3g} ({_ulps(worst.ulps)})")
+            ties = sum(o.near_ties for o in self.outputs)
+            if ties:
+                text += f", {ties} near-tie{'s' if ties != 1 else ''}"
+            return f"{text} {count}"
         worst = self.worst
         text = f"verify: worst output {worst.name!r} {_db(worst.sqnr_db)}"
         sliced = self.worst_slice
         if sliced is not None:
             text += f", worst slice {sliced.name!r} {sliced.worst_slice} {_db(sliced.worst_slice_sqnr_db)}"
-        return text + f" ({self.samples} samples)"
+        return f"{text} {count}"
 
     def as_dict(self) -> dict:
         result = asdict(self)
@@ -134,10 +218,15 @@ def feature_axis(shape: tuple[int, ...]) -> int | None:
     return min(reversed(axes), key=lambda a: shape[a]) if len(axes) >= 2 else None
 
 
-def check_output(name: str, reference: np.ndarray, actual: np.ndarray) -> OutputCheck:
+def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
+                 rule: OutputRule | None = None, step_inputs: list | None = None) -> OutputCheck:
     """The metrics of one output; both are [samples, *shape] in the ONNX layout. Where the
     reference itself is not finite (onnxruntime overflowed), there is nothing to compare: those
-    values count as matching; a non-finite value of the .tflite elsewhere is an infinite error."""
+    values count as matching; a non-finite value of the .tflite elsewhere is an infinite error.
+    `rule` (output_rules) gives the float check's scale floor and the step that makes the output;
+    `step_inputs` that step's inputs in onnxruntime, [samples, *shape] each, to find near-ties."""
+    rule = rule or OutputRule()
+    integral = reference.dtype.kind in "iub"
     ref = reference.astype(np.float64)
     got = actual.astype(np.float64)
     if ref.shape != got.shape:
@@ -169,7 +258,245 @@ def check_output(name: str, reference: np.ndarray, actual: np.ndarray) -> Output
         if slices:
             worst, index = min(slices)
             check.worst_slice_sqnr_db, check.worst_slice = worst, f"axis {axis}, index {index}"
+    _float_view(check, ref, got, error, integral, rule, step_inputs)
     return check
+
+
+def _float_view(check: OutputCheck, ref: np.ndarray, got: np.ndarray, error: np.ndarray,
+                integral: bool, rule: OutputRule, step_inputs: list | None) -> None:
+    """Fills the float check's fields of `check` (see the module docstring)."""
+    differs = error > 0
+    if rule.step is not None and step_inputs is not None and differs.any():
+        ties = near_ties(rule.step, step_inputs, ref, got)
+        if ties is not None:
+            ties &= differs
+            check.near_ties = int(ties.sum())
+            error = np.where(ties, 0.0, error)
+            differs &= ~ties
+    if integral:
+        check.mismatches = int(differs.sum())
+        return
+    largest = float(np.abs(ref).max(initial=0.0))
+    check.scale = max(largest, rule.floor)
+    if rule.floor > largest:
+        check.bounded_by = rule.bounded_by
+    worst = float(error.max(initial=0.0))
+    check.relative_error = 0.0 if worst == 0 else worst / check.scale if check.scale else math.inf
+    check.ulps = check.relative_error / FLOAT32_EPS
+
+
+# --- what the ONNX graph says of its outputs ----------------------------------------------------
+@dataclass
+class OutputRule:
+    """How the float check reads one graph output: the floor of its scale (the range of the
+    bounded function that produces it, 0: none) and the step op that makes its values (through
+    ops that keep the order of its elements), whose near-ties may differ."""
+
+    floor: float = 0.0
+    bounded_by: str | None = None
+    step: onnx.NodeProto | None = None
+
+
+def _plain(node: onnx.NodeProto) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def _attribute(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+class _Constants:
+    """The graph's constants by name, converted when asked for: initializers that hold their data
+    (read_onnx leaves big ones in the file) and Constant nodes' values."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.tensors = {t.name: t for t in graph.initializer}
+        self.nodes = {n.output[0]: n for n in graph.node
+                      if n.op_type == "Constant" and _plain(n) and n.output}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors or name in self.nodes
+
+    def get(self, name: str) -> np.ndarray | None:
+        from onnx import numpy_helper
+
+        tensor = self.tensors.get(name)
+        if tensor is None and name in self.nodes:
+            node = self.nodes[name]
+            tensor = _attribute(node, "value")
+            if _attribute(node, "value_float") is not None:
+                return np.array(_attribute(node, "value_float"), np.float32)
+        if not isinstance(tensor, onnx.TensorProto) or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            return None
+        count = int(np.prod(tensor.dims)) if tensor.dims else 1
+        if count and not tensor.raw_data and not any(getattr(tensor, f) for f in (
+                "float_data", "int32_data", "int64_data", "double_data", "uint64_data")):
+            return None  # its bytes stayed in the file
+        try:
+            return numpy_helper.to_array(tensor)
+        except (ValueError, TypeError):
+            return None
+
+
+def output_rules(proto: onnx.ModelProto) -> dict[str, OutputRule]:
+    """Each graph output's OutputRule, read from the ONNX graph (its weights are not needed)."""
+    graph = proto.graph
+    producer = {o: node for node in graph.node for o in node.output if o}
+    constants = _Constants(graph)
+    floors: dict[str, tuple[float, str | None]] = {}
+
+    def floor(name: str, depth: int = 0) -> tuple[float, str | None]:
+        if name in floors:
+            return floors[name]
+        floors[name] = (0.0, None)  # while it is worked out (a cycle is no model)
+        node = producer.get(name)
+        found = (0.0, None)
+        if node is not None and _plain(node) and depth < 500:
+            kind = node.op_type
+            if kind in BOUNDED_OPS:
+                found = (BOUNDED_OPS[kind], kind)
+            elif kind == "Clip":
+                found = _clip_range(node, constants)
+            elif kind in MOVING_OPS or kind == "Cast" and _attribute(node, "to") in _FLOAT_ELEM_TYPES:
+                sources = [i for i in node.input if i] if kind == "Concat" else node.input[:1]
+                parts = [floor(i, depth + 1) for i in sources]
+                if parts and all(p[0] > 0 for p in parts):
+                    found = max(parts, key=lambda p: p[0])
+        floors[name] = found
+        return found
+
+    def step(name: str, depth: int = 0) -> onnx.NodeProto | None:
+        node = producer.get(name)
+        while node is not None and _plain(node) and depth < 500:
+            if node.op_type in ORDER_KEEPING_OPS:
+                node, depth = producer.get(node.input[0]), depth + 1
+            elif node.op_type == "Cast":
+                to = _attribute(node, "to")
+                inner = step(node.input[0], depth + 1)
+                if inner is not None or to in _FLOAT_ELEM_TYPES:
+                    return inner  # Cast from a step keeps its values; to float, no step
+                return node  # to an integer or bool: truncates (at run time: if its input is float)
+            else:
+                return node if node.op_type in STEP_OPS else None
+        return None
+
+    rules = {}
+    for value in graph.output:
+        bound, by = floor(value.name)
+        rules[value.name] = OutputRule(bound, by, step(value.name))
+    return rules
+
+
+def _clip_range(node: onnx.NodeProto, constants: _Constants) -> tuple[float, str | None]:
+    """A Clip with both bounds constant is bounded by the larger magnitude of the two."""
+    bounds = [_attribute(node, "min"), _attribute(node, "max")]
+    for k, name in enumerate(node.input[1:3]):
+        if name:
+            value = constants.get(name)
+            bounds[k] = None if value is None or value.size != 1 else float(value.reshape(()))
+    if any(b is None or not math.isfinite(b) for b in bounds):
+        return 0.0, None
+    return max(abs(bounds[0]), abs(bounds[1])), "Clip"
+
+
+def step_fetches(proto: onnx.ModelProto, rules: dict[str, OutputRule]) -> list[str]:
+    """The tensors onnxruntime must give besides the outputs for the near-ties: the steps'
+    inputs that are not constants."""
+    constants = _Constants(proto.graph)
+    names = []
+    for rule in rules.values():
+        if rule.step is not None:
+            names += [i for i in _step_operands(rule.step) if i not in constants]
+    return list(dict.fromkeys(names))
+
+
+def _step_operands(node: onnx.NodeProto) -> list[str]:
+    return [i for i in node.input[:2 if node.op_type in _COMPARISONS else 1] if i]
+
+
+_COMPARISONS = {"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"}
+
+
+def step_values(proto: onnx.ModelProto, rules: dict[str, OutputRule],
+                fetched: dict[str, np.ndarray]) -> dict[str, list[np.ndarray] | None]:
+    """Per output with a step: its operands [samples, *shape] (None: one is missing)."""
+    constants = _Constants(proto.graph)
+    result = {}
+    for name, rule in rules.items():
+        if rule.step is None:
+            continue
+        operands = []
+        for operand in _step_operands(rule.step):
+            value = fetched[operand] if operand in fetched else constants.get(operand)
+            if value is None:
+                operands = None
+                break
+            operands.append(value if operand in fetched else np.asarray(value)[None])
+        result[name] = operands
+    return result
+
+
+def near_ties(node: onnx.NodeProto, operands: list[np.ndarray], ref: np.ndarray,
+              got: np.ndarray) -> np.ndarray | None:
+    """Where the output's values ([samples, *shape], through ops that keep the order) may differ
+    because the step `node` saw operands ([samples or 1, *shape] each) within FLOAT_TOLERANCE of
+    their scale from a boundary: ArgMax/ArgMin, the .tflite's index holding a value that close to
+    the one at onnxruntime's; Floor, Ceil, Cast to an integer, an integer that close (Round: a
+    half-integer; Cast to bool: zero); a comparison, its two operands that close. None: no float
+    operands, or shapes that do not tell."""
+    if not operands or any(np.asarray(o).dtype.kind != "f" or not np.size(o) for o in operands):
+        return None
+    rank = max(np.ndim(o) for o in operands) - 1
+    operands = [np.asarray(o, np.float64) for o in operands]
+    operands = [o.reshape((len(o),) + (1,) * (rank + 1 - o.ndim) + o.shape[1:]) for o in operands]
+    scale = max(float(np.abs(np.where(np.isfinite(o), o, 0.0)).max()) for o in operands)
+    margin = FLOAT_TOLERANCE * scale
+    kind = node.op_type
+    if kind in ("ArgMax", "ArgMin"):
+        (x,) = operands
+        axis = _attribute(node, "axis", 0)
+        axis = axis + rank if axis < 0 else axis
+        if not 0 <= axis < rank or len(x) != len(ref):
+            return None
+        shape = x.shape[:axis + 1] + (1,) + x.shape[axis + 2:]
+        if ref.size != int(np.prod(shape)):
+            return None
+        ours, theirs = ref.reshape(shape).astype(np.int64), got.reshape(shape).astype(np.int64)
+        inside = (theirs >= 0) & (theirs < x.shape[axis + 1])
+        at_ours = np.take_along_axis(x, np.clip(ours, 0, x.shape[axis + 1] - 1), axis + 1)
+        at_theirs = np.take_along_axis(x, np.where(inside, theirs, 0), axis + 1)
+        return (inside & (np.abs(at_theirs - at_ours) <= margin)).reshape(ref.shape)
+    x = operands[0]
+    if kind in _COMPARISONS:
+        try:
+            gap = np.abs(x - operands[1])
+        except ValueError:
+            return None
+    elif kind == "Round":
+        gap = np.abs(x - np.floor(x) - 0.5)
+    elif kind == "Cast" and _attribute(node, "to") == onnx.TensorProto.BOOL:
+        gap = np.abs(x)
+    else:  # Floor, Ceil, Cast to an integer
+        gap = np.abs(x - np.round(x))
+    if len(gap) == 1 and len(ref) > 1:
+        gap = np.broadcast_to(gap, (len(ref),) + gap.shape[1:])
+    if gap.size != ref.size:
+        return None
+    return (gap <= margin).reshape(ref.shape)
+
+
+def rounding_dropped(proto: onnx.ModelProto) -> bool:
+    """Whether a float conversion of the model drops rounding that onnxruntime keeps: a
+    QuantizeLinear of a tensor that is not a constant (a pair on an activation; qdq/importer.py
+    makes it a Clip)."""
+    graph = proto.graph
+    constants = {t.name for t in graph.initializer}
+    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    return any(n.op_type == "QuantizeLinear" and _plain(n) and n.input and n.input[0] not in constants
+               for n in graph.node)
 
 
 # --- the two runtimes ------------------------------------------------------------------------
@@ -236,12 +563,16 @@ class TFLiteModel:
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """ONNX-layout float feeds by ONNX name -> ONNX-layout float outputs by ONNX name."""
         interpreter = self.interpreter
-        for port in self.inputs:
-            value = np.asarray(feeds[port.onnx_name])
-            if port.permutation is not None:
-                value = np.transpose(value, port.permutation)
-            interpreter.set_tensor(port.index, np.ascontiguousarray(_to_file(value, port)))
-        interpreter.invoke()
+        try:
+            for port in self.inputs:
+                value = np.asarray(feeds[port.onnx_name])
+                if port.permutation is not None:
+                    value = np.transpose(value, port.permutation)
+                # np.require, not np.ascontiguousarray: that makes a scalar one-dimensional.
+                interpreter.set_tensor(port.index, np.require(_to_file(value, port), requirements="C"))
+            interpreter.invoke()
+        except (ValueError, RuntimeError) as e:
+            raise ConversionError(f"{self.path}: LiteRT cannot run it: {_first_line(e)}") from None
         outputs = {}
         for port in self.outputs:
             value = _from_file(interpreter.get_tensor(port.index), port)
@@ -304,16 +635,25 @@ def _ports(details: dict[str, dict], layouts: dict[str, list[int]]) -> list[Port
 
 def _layout_metadata(path: str) -> dict[str, dict[str, list[int]]]:
     """The permutations qconvert recorded in the file, {"inputs": {...}, "outputs": {...}}."""
+    import mmap
+
     from .tflite import schema_generated as S
 
-    with open(path, "rb") as f:
-        data = f.read()
-    model = S.Model.GetRootAs(data, 0)
-    for i in range(model.MetadataLength()):
-        entry = model.Metadata(i)
-        if entry.Name() and entry.Name().decode() == IO_LAYOUT_METADATA:
-            raw = model.Buffers(entry.Buffer()).DataAsNumpy()
-            return json.loads(bytes(raw).decode())
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        # Mapped, not read: only the pages of the header and the metadata are touched (a
+        # model's weights are most of the file).
+        model = S.Model.GetRootAs(data, 0)
+        for i in range(model.MetadataLength()):
+            entry = model.Metadata(i)
+            if entry.Name() and entry.Name().decode() == IO_LAYOUT_METADATA:
+                buffer = model.Buffers(entry.Buffer())
+                start = buffer._tab.Offset(4)
+                if start:
+                    start = buffer._tab.Vector(start)
+                    raw = bytes(data[start:start + buffer.DataLength()])
+                else:  # stored after the flatbuffer (a model over 2 GB): offset and size
+                    raw = bytes(data[buffer.Offset():buffer.Offset() + buffer.Size()])
+                return json.loads(raw.decode())
     return {"inputs": {}, "outputs": {}}
 
 
@@ -350,17 +690,17 @@ def _shown(shape: tuple | None) -> str:
 
 def _permutation(onnx_shape: tuple | None, tflite_shape: tuple[int, ...]) -> tuple[int, ...] | None:
     """The axes of the ONNX tensor in the .tflite tensor's order that the shapes allow: identity
-    first, then channels-last, then the first that fits (None: none). Symbolic ONNX dims, and an
-    ONNX shape the model does not give, fit anything."""
+    first, then channels-last, then the first that fits (None: none). Symbolic ONNX dims (also
+    0 and -1), and an ONNX shape the model does not give, fit anything."""
     rank = len(tflite_shape)
     if onnx_shape is None:
         return tuple(range(rank))
     if len(onnx_shape) != rank:
         return None
 
-    def fits(perm) -> bool:
-        return all(not isinstance(onnx_shape[p], int) or onnx_shape[p] in (tflite_shape[k], 0)
-                   for k, p in enumerate(perm))
+    def fits(perm) -> bool:  # 0 and -1 (Paddle's exports) are dynamic too
+        return all(not isinstance(onnx_shape[p], int) or onnx_shape[p] <= 0
+                   or onnx_shape[p] == tflite_shape[k] for k, p in enumerate(perm))
 
     candidates = [tuple(range(rank))]
     if rank >= 3:
@@ -381,10 +721,11 @@ class OnnxValue:
 
 
 def onnx_values(proto: onnx.ModelProto, outputs: bool = False) -> list[OnnxValue]:
-    """The graph's inputs (not initializers) or outputs."""
+    """The graph's inputs (not initializers, nor an old exporter's input that a node computes:
+    the loader drops those) or outputs."""
     graph = proto.graph
-    initializers = {t.name for t in graph.initializer}
-    values = graph.output if outputs else [i for i in graph.input if i.name not in initializers]
+    skipped = {t.name for t in graph.initializer} | _produced(graph) if not outputs else set()
+    values = graph.output if outputs else [i for i in graph.input if i.name not in skipped]
     result = []
     for value in values:
         tensor = value.type.tensor_type
@@ -417,26 +758,94 @@ def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
     return samples
 
 
-def run_both(proto: onnx.ModelProto, model: TFLiteModel, samples: list[dict[str, np.ndarray]],
-             extra: list[str] = ()):
-    """For each sample: (onnxruntime's values of the graph outputs and of the `extra` tensors by
-    ONNX name, the .tflite's outputs by ONNX name). `model`'s inputs are paired; its outputs are
-    paired on the first sample, whose reference gives their shapes when the model does not."""
-    from .quantize.calibrate import CalibrationRun
+class Reference:
+    """onnxruntime's side of a verification: one session over the ONNX model that gives its graph
+    outputs and the `extra` tensors (graph inputs or node outputs). With `path`, the file `proto`
+    was read from, onnxruntime reads the model itself (`proto`'s weights may then be missing);
+    that takes a model whose `extra` are all graph outputs (see reads_file). Otherwise the session is made from `proto` (CalibrationRun), which must hold its
+    weights."""
 
-    outputs = onnx_values(proto, outputs=True)
-    names = list(dict.fromkeys([value.name for value in outputs] + list(extra)))
-    run = CalibrationRun(proto, names)
-    for k, sample in enumerate(samples):
-        feeds = {port.onnx_name: sample[port.onnx_name] for port in model.inputs}
+    def __init__(self, proto: onnx.ModelProto, extra=(), path: str | None = None):
+        outputs = [value.name for value in onnx_values(proto, outputs=True)]
+        names = list(dict.fromkeys(outputs + list(extra)))
+        if path is not None and set(names) <= set(outputs) and _no_computed_inputs(proto):
+            graph_inputs = {value.name for value in onnx_values(proto)}
+            self.session = _session_from_file(path, proto)
+            self.from_feeds = [n for n in names if n in graph_inputs]
+            self.fetched = [n for n in names if n not in graph_inputs]
+        else:
+            from .quantize.calibrate import CalibrationRun
+
+            graph = proto.graph
+            produced = _produced(graph)
+            inputs = list(graph.input)
+            try:  # onnxruntime refuses a graph input that a node computes: the model without it
+                if any(i.name in produced for i in inputs):
+                    del graph.input[:]
+                    graph.input.extend(i for i in inputs if i.name not in produced)
+                run = CalibrationRun(proto, names)
+            finally:
+                if len(graph.input) != len(inputs):
+                    del graph.input[:]
+                    graph.input.extend(inputs)
+            self.session, self.fetched, self.from_feeds = run.session, run.fetched, run.from_feeds
+
+    def run(self, feeds: dict[str, np.ndarray], k: int = 0) -> dict[str, np.ndarray]:
+        """The values by name on one sample (`k`: its number, for the error message)."""
         try:
-            reference = dict(zip(run.fetched, run.session.run(run.fetched, feeds)))
+            values = dict(zip(self.fetched, self.session.run(self.fetched, feeds)))
         except Exception as e:  # onnxruntime raises its own exception types
             raise ConversionError(f"onnxruntime failed on sample {k}: {_first_line(e)}") from None
-        reference.update((name, feeds[name]) for name in run.from_feeds)
+        values.update((name, feeds[name]) for name in self.from_feeds)
+        return values
+
+
+def reads_file(proto: onnx.ModelProto) -> bool:
+    """Whether Reference can read the model from its file: no near-ties to look into (no tensor
+    but the outputs to fetch), no graph input that a node computes (onnxruntime refuses it)."""
+    return not step_fetches(proto, output_rules(proto)) and _no_computed_inputs(proto)
+
+
+def _no_computed_inputs(proto: onnx.ModelProto) -> bool:
+    produced = _produced(proto.graph)
+    return not any(i.name in produced for i in proto.graph.input)
+
+
+def _produced(graph: onnx.GraphProto) -> set[str]:
+    return {o for node in graph.node for o in node.output if o}
+
+
+def _session_from_file(path: str, proto: onnx.ModelProto):
+    """An onnxruntime session reading the model file (and its external data) itself, with the
+    options CalibrationRun gives the model (calibrate.session_options: the basic level for a
+    float graph, none for one with Q/DQ pairs)."""
+    import onnxruntime as ort
+
+    from .quantize.calibrate import session_options
+
+    options = session_options(proto, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    options.log_severity_level = 4  # fatal only: a model it refuses is one line from qconvert
+    try:
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own exception types
+        raise ConversionError(f"onnxruntime cannot load the model for verification: "
+                              f"{_first_line(e)}") from None
+
+
+def run_both(proto: onnx.ModelProto, model: TFLiteModel, samples: list[dict[str, np.ndarray]],
+             extra: list[str] = (), reference: Reference | None = None):
+    """For each sample: (onnxruntime's values of the graph outputs and of the `extra` tensors by
+    ONNX name, the .tflite's outputs by ONNX name). `model`'s inputs are paired; its outputs are
+    paired on the first sample, whose reference gives their shapes when the model does not.
+    `reference` (made from `proto` and `extra` when None) runs the ONNX model."""
+    outputs = onnx_values(proto, outputs=True)
+    reference = reference or Reference(proto, extra)
+    for k, sample in enumerate(samples):
+        feeds = {port.onnx_name: sample[port.onnx_name] for port in model.inputs}
+        values = reference.run(feeds, k)
         if k == 0:
-            model.pair(outputs=[OnnxValue(v.name, np.shape(reference[v.name]), v.dtype) for v in outputs])
-        yield reference, model.run(feeds)
+            model.pair(outputs=[OnnxValue(v.name, np.shape(values[v.name]), v.dtype) for v in outputs])
+        yield values, model.run(feeds)
 
 
 def prepare(proto: onnx.ModelProto, tflite_path: str, samples, count: int,
@@ -449,33 +858,53 @@ def prepare(proto: onnx.ModelProto, tflite_path: str, samples, count: int,
 
 
 class OutputStacks:
-    """Both models' outputs gathered sample by sample (run_both's pairs), then compared."""
+    """Both models' outputs gathered sample by sample (run_both's pairs), then compared; with
+    them, onnxruntime's values of the steps' operands (step_fetches) when it gave them."""
 
-    def __init__(self, proto: onnx.ModelProto):
+    def __init__(self, proto: onnx.ModelProto, rules: dict[str, OutputRule] | None = None):
+        self.proto = proto
+        self.rules = output_rules(proto) if rules is None else rules
         self.names = [value.name for value in onnx_values(proto, outputs=True)]
+        self.step_names = step_fetches(proto, self.rules)
         self.expected: dict[str, list] = {name: [] for name in self.names}
         self.actual: dict[str, list] = {name: [] for name in self.names}
+        self.operands: dict[str, list] = {name: [] for name in self.step_names}
 
     def add(self, reference: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> None:
         for name in self.names:
             self.expected[name].append(reference[name])
             self.actual[name].append(outputs[name])
+        for name in self.step_names:
+            if name in reference:
+                self.operands[name].append(reference[name])
 
     def verification(self, samples: int, min_sqnr: float | None = None,
-                     data: str = "generated") -> Verification:
-        checks = [check_output(name, np.stack(self.expected[name]), np.stack(self.actual[name]))
+                     data: str = "generated", float_check: bool = False) -> Verification:
+        """The comparison; with `float_check`, judged by the float check (and `min_sqnr` when
+        given), else by `min_sqnr` alone."""
+        fetched = {name: np.stack(values) for name, values in self.operands.items()
+                   if values and len(values) == samples}
+        operands = step_values(self.proto, self.rules, fetched)
+        checks = [check_output(name, np.stack(self.expected[name]), np.stack(self.actual[name]),
+                               self.rules.get(name), operands.get(name))
                   for name in self.names]
-        result = Verification(checks, samples, min_sqnr, data=data)
-        result.passed = min_sqnr is None or not result.below(min_sqnr)
+        result = Verification(checks, samples, min_sqnr, data=data,
+                              check="float" if float_check else "sqnr",
+                              tolerance=FLOAT_TOLERANCE if float_check else None)
+        result.passed = (min_sqnr is None or not result.below(min_sqnr)) and not result.float_failures()
         return result
 
 
 def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]] | None = None,
-           count: int = 8, min_sqnr: float | None = None, data: str = "generated") -> Verification:
+           count: int = 8, min_sqnr: float | None = None, data: str = "generated",
+           float_check: bool = False, onnx_path: str | None = None) -> Verification:
     """Runs both models on `samples` (ONNX-layout inputs by name; None: `count` generated ones)
-    and compares every output. `proto` must hold its weights."""
+    and compares every output; `float_check` judges them by the float check (see the module
+    docstring). `proto` must hold its weights, unless `onnx_path` is the file it was read from
+    and reads_file(proto): onnxruntime then reads that file."""
     model, samples = prepare(proto, tflite_path, samples, count)
     stacks = OutputStacks(proto)
-    for reference, outputs in run_both(proto, model, samples):
-        stacks.add(reference, outputs)
-    return stacks.verification(len(samples), min_sqnr, data)
+    reference = Reference(proto, stacks.step_names, onnx_path)
+    for values, outputs in run_both(proto, model, samples, reference=reference):
+        stacks.add(values, outputs)
+    return stacks.verification(len(samples), min_sqnr, data, float_check)

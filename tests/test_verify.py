@@ -133,3 +133,80 @@ def test_int8_inputs_and_outputs_are_quantized_and_dequantized(tmp_path):
                  calibration=str(calibration))
     result = verify(model, path, samples)
     assert 30 < result.worst.sqnr_db < 60  # int8 rounding, not garbage and not float
+
+
+# --- the float check ---------------------------------------------------------------------------
+def test_output_rules_read_bounded_functions_through_data_movement():
+    from qconvert.verify import output_rules
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Flatten", ["t"], ["scores"]),  # Sigmoid's range: 1
+             helper.make_node("Clip", ["c", "lo", "hi"], ["clipped"]),  # Clip(-6, 2): 6
+             helper.make_node("Concat", ["s", "clipped"], ["both"], axis=1),  # the larger: 6
+             helper.make_node("Concat", ["s", "c"], ["mixed"], axis=1),  # c is unbounded: none
+             helper.make_node("ArgMax", ["c"], ["a"], axis=1),
+             helper.make_node("Cast", ["a"], ["labels"], to=TensorProto.INT32)]  # ArgMax's step
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 3, 4, 4))},
+                       {n: TensorProto.FLOAT for n in ("scores", "both", "mixed", "c")} | {"labels": TensorProto.INT32},
+                       {"w": RNG.standard_normal((2, 3, 1, 1)).astype(np.float32),
+                        "lo": np.float32(-6), "hi": np.float32(2)})
+    rules = output_rules(model)
+    assert (rules["scores"].floor, rules["scores"].bounded_by) == (1.0, "Sigmoid")
+    assert (rules["both"].floor, rules["both"].bounded_by) == (6.0, "Clip")
+    assert rules["mixed"].floor == 0 and rules["c"].floor == 0 and rules["c"].step is None
+    assert rules["labels"].step.op_type == "ArgMax"
+
+
+def test_the_float_check_by_hand():
+    from qconvert.verify import FLOAT32_EPS, OutputRule
+
+    reference = np.array([[5e-7, 4e-7, 6e-7]])
+    actual = reference + np.array([[1.2e-7, 0, -1e-7]])  # a saturated sigmoid in LiteRT
+    plain = check_output("y", reference, actual)
+    assert plain.scale == pytest.approx(6e-7) and plain.relative_error == pytest.approx(0.2)
+    assert plain.sqnr_db < 20 and plain.bounded_by is None
+    floored = check_output("y", reference, actual, OutputRule(1.0, "Sigmoid"))
+    assert (floored.scale, floored.bounded_by) == (1.0, "Sigmoid")
+    assert floored.relative_error == pytest.approx(1.2e-7)
+    assert floored.ulps == pytest.approx(1.2e-7 / FLOAT32_EPS)
+    assert check_output("y", np.zeros((1, 3)), np.zeros((1, 3))).relative_error == 0
+    assert check_output("y", np.zeros((1, 3)), np.full((1, 3), 1e-30)).relative_error == math.inf
+    labels = check_output("labels", np.array([[1, 2, 3]]), np.array([[1, 2, 4]]))
+    assert labels.mismatches == 1 and labels.relative_error is None
+
+
+def test_near_ties_of_an_argmax_and_a_comparison():
+    """An index that differs counts when the value onnxruntime computed at the .tflite's index is
+    within FLOAT_TOLERANCE of the scale from the one at its own; a comparison, when its operands
+    are that close."""
+    from qconvert.verify import FLOAT_TOLERANCE, OutputRule, near_ties
+
+    x = np.array([[[1.0, 1.0 + FLOAT_TOLERANCE / 2, 0.5], [0.0, 2.0, 1.0]]])  # [1 sample, 2, 3]
+    argmax = helper.make_node("ArgMax", ["x"], ["a"], axis=-1, keepdims=0)
+    ours = np.array([[1, 1]])
+    assert near_ties(argmax, [x], ours, np.array([[0, 1]])).tolist() == [[True, True]]
+    assert near_ties(argmax, [x], ours, np.array([[2, 0]])).tolist() == [[False, False]]
+    check = check_output("a", ours, np.array([[0, 1]]), OutputRule(step=argmax), [x])
+    assert (check.mismatches, check.near_ties) == (0, 1)
+    check = check_output("a", ours, np.array([[0, 0]]), OutputRule(step=argmax), [x])
+    assert (check.mismatches, check.near_ties) == (1, 1)
+    greater = helper.make_node("Greater", ["x", "t"], ["g"])
+    threshold = np.array([[1.0]])  # a constant: [1, *shape], broadcast like the ONNX op
+    ties = near_ties(greater, [x, threshold], x > 1.0, x <= 1.0)
+    assert ties.tolist() == [[[True, True, False], [False, False, True]]]
+
+
+def test_a_corrupted_float_file_fails_the_float_check(tmp_path):
+    good = detector_model(1.0)
+    result = verify(good, write(good, tmp_path / "good.tflite"), count=1, float_check=True)
+    assert result.passed and result.check == "float" and not result.float_failures()
+    assert result.summary().startswith("verify: float, worst output 'output0' max error ")
+    assert result.summary().endswith(" (1 sample)")
+    wrong = verify(good, write(detector_model(0.5), tmp_path / "wrong.tflite"), count=1,
+                   float_check=True)
+    assert not wrong.passed
+    (failure,) = wrong.float_failures()
+    assert failure.startswith("output 'output0' max error ") and "above the float tolerance" in failure
+    assert verify(good, str(tmp_path / "wrong.tflite"), count=1).passed  # SQNR, no threshold

@@ -13,11 +13,13 @@ import onnx
 import pytest
 
 from qconvert.tflite.reader import read
+from qconvert.verify import FLOAT_TOLERANCE
 from tests.harness import small_classifier
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")
 KEYS = {"name", "sqnr_db", "worst_slice_sqnr_db", "max_abs_error", "mean_abs_error", "cosine",
         "top1_agreement"}
+FLOAT_KEYS = {"scale", "bounded_by", "relative_error", "ulps", "mismatches", "near_ties"}
 
 
 def qconvert(*args, cwd):
@@ -94,11 +96,35 @@ def test_conversion_verifies_itself_and_reports_it(files):
     float_run = qconvert("m.onnx", "f.tflite", "--verify", "--json", cwd=files)
     sqnr = json.loads(float_run.stdout)["verify"]["outputs"][0]["sqnr_db"]
     assert sqnr == "inf" or sqnr > 60
-    plain = qconvert("m.onnx", "f.tflite", "--json", cwd=files)
-    assert json.loads(plain.stdout)["verify"] is None and "verify" not in plain.stderr
     skipped = qconvert("m.onnx", "q.tflite", "--quantize", "--calibration", "cal.npz", "--no-verify",
                        cwd=files)
     assert skipped.returncode == 0 and "verify" not in skipped.stderr
+
+
+def test_a_float_conversion_verifies_itself_on_one_sample(files):
+    """The float check: every output's largest error over its scale, within FLOAT_TOLERANCE."""
+    run = qconvert("m.onnx", "f.tflite", "--json", cwd=files)
+    assert run.returncode == 0, run.stderr
+    verified = json.loads(run.stdout)["verify"]
+    assert (verified["check"], verified["samples"], verified["passed"]) == ("float", 1, True)
+    assert verified["tolerance"] == FLOAT_TOLERANCE and verified["data"] == "generated"
+    (output,) = verified["outputs"]
+    assert KEYS | FLOAT_KEYS <= output.keys()
+    assert output["relative_error"] <= FLOAT_TOLERANCE and output["mismatches"] is None
+    assert output["ulps"] == pytest.approx(output["relative_error"] / 2 ** -23)
+    assert output["scale"] > 0 and output["bounded_by"] is None  # a Gemm: its own magnitude
+    (line,) = run.stderr.splitlines()
+    assert "; verify: float, worst output 'y' max error " in line and line.endswith(" (1 sample)")
+    more = qconvert("m.onnx", "f.tflite", "--json", "--verify-samples", "3", cwd=files)
+    assert json.loads(more.stdout)["verify"]["samples"] == 3
+    data = qconvert("m.onnx", "f.tflite", "--json", "--verify-data", "cal.npz", cwd=files)
+    assert json.loads(data.stdout)["verify"]["samples"] == 8  # a data file: its first 8
+
+
+def test_no_verify_skips_the_float_check(files):
+    run = qconvert("m.onnx", "n.tflite", "--json", "--no-verify", cwd=files)
+    assert run.returncode == 0 and json.loads(run.stdout)["verify"] is None
+    assert "verify" not in run.stderr and (files / "n.tflite").exists()
 
 
 def test_a_poor_conversion_warns(files):
@@ -111,8 +137,9 @@ def test_a_poor_conversion_warns(files):
     assert summary.startswith("qconvert: m.onnx -> q.tflite")
 
 
-@pytest.mark.parametrize("args", [["--min-sqnr", "30"], ["--verify", "--no-verify"],
-                                  ["--verify-samples", "3"],
+@pytest.mark.parametrize("args", [["--no-verify", "--min-sqnr", "30"], ["--verify", "--no-verify"],
+                                  ["--verify-samples", "3", "--no-verify"],
+                                  ["--no-verify", "--verify-data", "cal.npz"],
                                   ["--quantize", "--default-range", "-1,1", "--min-sqnr", "3"]])
 def test_contradictory_verification_flags(files, args):
     run = qconvert("m.onnx", "u.tflite", *args, cwd=files)
@@ -163,3 +190,153 @@ def test_verify_of_a_file_that_crashes_litert_is_one_line_exit_1(tmp_path, monke
     assert result.returncode == 1, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "crashes.tflite: LiteRT crashed running the file (SIG" in lines[0], lines
+
+
+# --- the float check ---------------------------------------------------------------------------
+def _invoke(*args):
+    """The command in this process (CliRunner): a test can then change a converter step."""
+    from click.testing import CliRunner
+
+    from qconvert.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def _corrupting_serialize(monkeypatch):
+    """converter.serialize, but one weight of the written model negated first: the largest
+    magnitude of the largest float constant. The .tflite then differs from the ONNX model."""
+    import qconvert.converter as converter
+
+    real = converter.serialize
+
+    def corrupting(model, *args, **kwargs):
+        weights = max((a for a in model.arrays.values() if a.is_constant and a.dtype.kind == "f"),
+                      key=lambda a: a.data.size)
+        data = weights.data.copy()
+        k = int(np.abs(data).argmax())
+        data.flat[k] = -data.flat[k]
+        weights.data = data
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(converter, "serialize", corrupting)
+
+
+def test_a_wrong_float_conversion_exits_4_and_writes_nothing(files, monkeypatch):
+    _corrupting_serialize(monkeypatch)
+    out = files / "wrong.tflite"
+    result = _invoke(files / "m.onnx", out, "--json")
+    assert result.exit_code == 4, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("qconvert: error: verify: float conversion does not match onnxruntime: "
+                           "output 'y' max error "), line
+    assert "of its scale" in line and "above the float tolerance" in line
+    assert result.stdout == "" and not out.exists() and not list(files.glob(".qconvert-*"))
+    skipped = _invoke(files / "m.onnx", out, "--no-verify")  # the same wrong file, unchecked
+    assert skipped.exit_code == 0 and out.exists()
+    out.unlink()
+
+
+def saturated_sigmoid(bias: float) -> onnx.ModelProto:
+    """x [1, 16] -> MatMul (small weights) -> Add bias -> Sigmoid: pre-activations about `bias`,
+    so every output is about sigmoid(bias) (5e-7 at -14.5), where LiteRT's logistic is accurate
+    to a float32 step of 1, not of the value (a text detector's background map)."""
+    from onnx import TensorProto, helper
+
+    from tests.harness import make_model
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["p"]),
+             helper.make_node("Sigmoid", ["p"], ["s"]),
+             helper.make_node("Reshape", ["s", "shape"], ["y"])]  # the range carries through
+    inits = {"w": (rng.standard_normal((16, 8)) * 0.02).astype(np.float32),
+             "b": np.full(8, bias, np.float32), "shape": np.array([1, 2, 4], np.int64)}
+    return make_model(nodes, {"x": (TensorProto.FLOAT, (1, 16))}, {"y": TensorProto.FLOAT}, inits)
+
+
+@pytest.mark.parametrize("bias", [-14.5, -15.5])
+def test_a_saturated_sigmoid_passes_without_a_warning(tmp_path, bias):
+    onnx.save(saturated_sigmoid(bias), tmp_path / "s.onnx")
+    run = qconvert("s.onnx", "s.tflite", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert len(run.stderr.splitlines()) == 1 and "warning" not in run.stderr
+    (output,) = json.loads(run.stdout)["verify"]["outputs"]
+    assert (output["scale"], output["bounded_by"]) == (1.0, "Sigmoid")
+    assert output["max_abs_error"] < 2 ** -20 and output["relative_error"] < 2 ** -20
+    if bias == -15.5:  # as SQNR, LiteRT's exact logistic looks like a loss
+        assert output["sqnr_db"] < 20
+
+
+def test_the_float_check_runs_one_session_and_reads_no_weights(files, monkeypatch):
+    """onnxruntime reads the model file itself, once; qconvert parses the ONNX file twice (the
+    conversion, then the verification's graph, without its big weights) and never joins the
+    weights into a message (read_complete_onnx)."""
+    import onnxruntime
+
+    import qconvert.onnx_file as onnx_file
+
+    sessions, reads = [], []
+    real_session, real_read = onnxruntime.InferenceSession, onnx_file.read_onnx
+
+    def session(model, *args, **kwargs):
+        sessions.append(model)
+        return real_session(model, *args, **kwargs)
+
+    def read_complete(*args, **kwargs):
+        raise AssertionError("read_complete_onnx called")
+
+    def read(*args, **kwargs):
+        reads.append(args[0])
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", session)
+    monkeypatch.setattr(onnx_file, "read_complete_onnx", read_complete)
+    monkeypatch.setattr(onnx_file, "read_onnx", read)
+    result = _invoke(files / "m.onnx", files / "one.tflite", "--verify-samples", "3")
+    assert result.exit_code == 0, result.stderr
+    assert sessions == [str(files / "m.onnx")] and reads == [str(files / "m.onnx")]
+
+
+def test_a_float_conversion_of_qdq_pairs_is_judged_by_sqnr(tmp_path):
+    """A float conversion drops the rounding of pairs on activations (onnxruntime keeps it):
+    no float check, SQNR as for a quantized conversion."""
+    from onnx import TensorProto, helper
+
+    from tests.harness import make_model
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("Relu", ["d"], ["y"])]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 8))}, {"y": TensorProto.FLOAT},
+                       {"s": np.float32(0.05), "z": np.int8(0)})
+    onnx.save(model, tmp_path / "qdq.onnx")
+    run = qconvert("qdq.onnx", "f.tflite", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    verified = json.loads(run.stdout)["verify"]
+    assert verified["check"] == "sqnr" and verified["samples"] == 1 and verified["tolerance"] is None
+    assert 20 < verified["outputs"][0]["sqnr_db"] < 60  # the rounding, 0.05 steps
+    assert "; verify: worst output 'y' " in run.stderr
+
+
+def test_a_model_onnxruntime_refuses_is_written_unverified_with_a_warning(tmp_path):
+    """A batchwise LSTM (layout 1) converts, but onnxruntime has no kernel for it: the default
+    float check cannot run, so the file is written with a one-line warning; a verification that
+    was asked for (--verify, --verify-samples...) is exit 1 instead."""
+    from onnx import TensorProto, helper
+
+    from tests.harness import make_model
+
+    rng = np.random.default_rng(0)
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=2, layout=1)
+    model = make_model([node], {"x": (TensorProto.FLOAT, (1, 3, 4))}, {"y": TensorProto.FLOAT},
+                       {"w": rng.standard_normal((1, 8, 4)).astype(np.float32),
+                        "r": rng.standard_normal((1, 8, 2)).astype(np.float32)}, opset=14)
+    onnx.save(model, tmp_path / "lstm.onnx")
+    run = qconvert("lstm.onnx", "l.tflite", "--json", cwd=tmp_path)
+    assert run.returncode == 0 and json.loads(run.stdout)["verify"] is None
+    warning, summary = run.stderr.splitlines()
+    assert warning.startswith("qconvert: warning: not verified: onnxruntime cannot load the model")
+    assert summary.startswith("qconvert: lstm.onnx -> l.tflite: ") and "verify" not in summary
+    asked = qconvert("lstm.onnx", "a.tflite", "--verify-samples", "2", cwd=tmp_path)
+    assert asked.returncode == 1 and not (tmp_path / "a.tflite").exists()
+    (line,) = asked.stderr.splitlines()
+    assert line.startswith("qconvert: error: onnxruntime cannot load") and "--no-verify" in line
