@@ -154,14 +154,15 @@ class Verification:
             if failures:
                 return f"verify: float, {'; '.join(failures)} {count}"
             worst = self.worst_float
+            ties = sum(o.near_ties for o in self.outputs)
+            plural = "s" if ties != 1 else ""
             if worst is None:
-                text = "verify: float, every output equal"
+                text = "verify: float, every output equal" + (f" but for {ties} near-tie{plural}"
+                                                              if ties else "")
             else:
                 text = (f"verify: float, worst output {worst.name!r} max error "
                         f"{worst.max_abs_error:.2g} of its scale {worst.scale:.3g} ({_ulps(worst.ulps)})")
-            ties = sum(o.near_ties for o in self.outputs)
-            if ties:
-                text += f", {ties} near-tie{'s' if ties != 1 else ''}"
+                text += f", {ties} near-tie{plural}" if ties else ""
             return f"{text} {count}"
         worst = self.worst
         text = f"verify: worst output {worst.name!r} {_db(worst.sqnr_db)}"
