@@ -560,6 +560,8 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
                 verification_samples(verify_samples, verify_data, calibration, float_conversion),
                 min_sqnr, report_path, summary.notes, warn=True, float_check=float_conversion)
         except ConversionError as e:
+            if path in str(e):  # the temporary file is nobody's business: the message names OUT
+                raise ConversionError(str(e).replace(path, f"{dest} (not written)")) from None
             if not str(e).startswith("onnxruntime"):
                 raise
             if not float_conversion or asked_to_verify:

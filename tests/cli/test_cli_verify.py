@@ -340,3 +340,22 @@ def test_a_model_onnxruntime_refuses_is_written_unverified_with_a_warning(tmp_pa
     assert asked.returncode == 1 and not (tmp_path / "a.tflite").exists()
     (line,) = asked.stderr.splitlines()
     assert line.startswith("qconvert: error: onnxruntime cannot load") and "--no-verify" in line
+
+
+def test_a_written_file_litert_cannot_load_is_named_as_out_not_as_the_temporary_file(tmp_path, monkeypatch):
+    """The conversion's own check loads the written file from a temporary name beside OUT; when
+    LiteRT refuses it, the one-line error names OUT (not written), never the temporary file."""
+    from click.testing import CliRunner
+
+    import qconvert.converter
+    from qconvert.cli import cli
+
+    source, out = tmp_path / "m.onnx", tmp_path / "m.tflite"
+    onnx.save(small_classifier(np.random.default_rng(0)), source)
+    monkeypatch.setattr(qconvert.converter, "serialize", lambda *args, **kwargs: b"\0" * 64)
+    result = CliRunner().invoke(cli, [str(source), str(out)])
+    assert result.exit_code == 1, result.output
+    message = result.stderr.strip()
+    assert message.startswith(f"qconvert: error: {out} (not written): LiteRT cannot load it"), message
+    assert ".qconvert-" not in message and not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
