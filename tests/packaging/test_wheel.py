@@ -7,6 +7,11 @@ Nothing of the test's own environment leaks in: the commands run the fresh venv'
 console script and Python with PYTHONPATH removed, from a temporary folder, so they import the
 installed wheel, never this tree. The wheel is built from a copy of the tree, so the build leaves no
 build/ or .egg-info here. Without a reachable package index the test skips, saying so.
+
+Every test that runs the installed wheel runs twice: in a venv with the newest dependencies pip
+picks, and in one installed with the constraints file floors.txt beside this file, which pins each
+dependency at the lower bound pyproject.toml declares (a test checks that the two agree), so the
+floors are versions that ran, not a guess.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +35,11 @@ from onnx import helper, numpy_helper
 pytestmark = pytest.mark.packaging
 
 ROOT = Path(__file__).resolve().parents[2]
+FLOORS = Path(__file__).with_name("floors.txt")
 SAMPLES = 16
+# numpy's floor (1.24.0) has no wheel for Python 3.12 or newer (nor onnxruntime's, 1.19.0, for
+# 3.13): there pip resolves newer versions, and the floors' variant skips.
+FLOORS_PYTHONS = ((3, 10), (3, 11))
 
 # What pip prints when it cannot reach the index (offline machine): the test skips on these only;
 # any other install failure (a dependency that does not resolve) fails it.
@@ -99,17 +109,20 @@ def _build_wheel(dest: Path) -> Path:
     return wheel
 
 
-def _install(dest: Path) -> tuple[Path, Path]:
-    """(wheel, venv folder): the wheel built and installed into a new venv. Raises
-    pytest.skip.Exception when the package index cannot be reached."""
-    wheel = _build_wheel(dest)
+def _make_venv(wheel: Path, dest: Path, variant: str) -> Path:
+    """The venv folder: a new venv with the wheel installed, its dependencies the newest pip
+    picks ("newest") or pinned at floors.txt ("floors", wheels only: a floor that has no wheel
+    for this Python must not start a source build). Raises pytest.skip.Exception when the package
+    index cannot be reached."""
     env_dir = dest / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
+    pins = ["-c", str(FLOORS), "--only-binary=:all:"] if variant == "floors" else []
     # Not -q: pip says "Could not fetch URL" (an unreachable index) on stdout only without it.
-    run = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", str(wheel)],
+    run = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", *pins, str(wheel)],
                          capture_output=True, text=True, env=_clean_env(), cwd=dest)
-    _require_pip_success(run, f"pip install {wheel.name} into a fresh venv")
-    return wheel, env_dir
+    what = f"pip install {wheel.name} into a fresh venv" + (" at the floors" if pins else "")
+    _require_pip_success(run, what)
+    return env_dir
 
 
 def _require_pip_success(run: subprocess.CompletedProcess, what: str) -> None:
@@ -127,21 +140,20 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """(wheel, venv folder), made once per test run: under pytest-xdist the workers share the
-    run's temporary root and a file lock, so the venv is installed once, not once per worker."""
+def _once(tmp_path_factory, name: str, make) -> dict:
+    """make(folder) -> a JSON-able dict, run once per test run: under pytest-xdist the workers
+    share the run's temporary root and a file lock, so the wheel is built and each venv installed
+    once, not once per worker. A skip or a failure is remembered as such for the other workers."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    dest = shared / "qconvert-wheel"
-    with open(shared / "qconvert-wheel.lock", "w") as lock:
+    dest = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         outcome = dest / "outcome.json"
         if not outcome.exists():
             dest.mkdir()
             try:
-                wheel, env_dir = _install(dest)
-                outcome.write_text(json.dumps({"wheel": str(wheel), "venv": str(env_dir)}))
+                outcome.write_text(json.dumps(make(dest)))
             except pytest.skip.Exception as e:
                 outcome.write_text(json.dumps({"skip": str(e.msg)}))
             except BaseException as e:
@@ -151,8 +163,56 @@ def installed(tmp_path_factory):
     if "skip" in result:
         pytest.skip(result["skip"])
     if "fail" in result:
-        pytest.fail(f"installing the wheel failed (in another worker): {result['fail']}")
-    return Path(result["wheel"]), Path(result["venv"])
+        pytest.fail(f"{name} failed (in another worker): {result['fail']}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel built from the tree, once per test run."""
+    return Path(_once(tmp_path_factory, "qconvert-wheel",
+                      lambda dest: {"wheel": str(_build_wheel(dest))})["wheel"])
+
+
+@pytest.fixture(scope="module", params=["newest", "floors"])
+def installed(request, tmp_path_factory) -> Path:
+    """The folder of a fresh venv with the wheel installed, once per test run and variant: its
+    dependencies the newest pip picks, or pinned at their floors (floors.txt)."""
+    variant = request.param
+    if variant == "floors" and sys.version_info[:2] not in FLOORS_PYTHONS:
+        pytest.skip(f"the floors (floors.txt) are for Python 3.10 and 3.11: numpy's has no wheel for "
+                    f"Python {sys.version_info[0]}.{sys.version_info[1]}")
+    wheel = request.getfixturevalue("wheel")
+    return Path(_once(tmp_path_factory, f"qconvert-venv-{variant}",
+                      lambda dest: {"venv": str(_make_venv(wheel, dest, variant))})["venv"])
+
+
+def _floors() -> dict[str, str]:
+    """floors.txt's pins: {distribution name: version}."""
+    pins = {}
+    for line in FLOORS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[_normalized(name)] = version.strip()
+    return pins
+
+
+def _lower_bounds() -> dict[str, str]:
+    """pyproject's base dependencies: {distribution name: the version after >=} (None without
+    one). Read with a pattern rather than tomllib, which Python 3.10 lacks."""
+    text = (ROOT / "pyproject.toml").read_text()
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.M | re.S).group(1)
+    bounds = {}
+    for requirement in re.findall(r'^\s*"([^"]+)"', block, re.M):
+        name = re.match(r"[A-Za-z0-9._-]+", requirement).group(0)
+        floor = re.search(r">=\s*([^,;\s]+)", requirement)
+        bounds[_normalized(name)] = floor.group(1) if floor else None
+    return bounds
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @pytest.fixture(scope="module")
@@ -177,10 +237,19 @@ def _compare(env_dir: Path, folder: Path, tflite: str) -> dict:
     return json.loads(run.stdout)
 
 
-def test_wheel_holds_the_package_only(installed):
+def test_floors_are_pyprojects_lower_bounds():
+    """floors.txt pins every base dependency at exactly the lower bound pyproject.toml declares,
+    and nothing else: the floors the wheel test installs are the ones a user is promised."""
+    bounds = _lower_bounds()
+    assert set(bounds) == {"click", "numpy", "flatbuffers", "onnx", "onnxruntime", "ai-edge-litert"}, bounds
+    assert all(bounds.values()), f"a dependency without a lower bound: {bounds}"
+    assert _floors() == bounds, ("floors.txt and pyproject.toml's lower bounds differ",
+                                 _floors(), bounds)
+
+
+def test_wheel_holds_the_package_only(wheel):
     """The wheel carries qconvert's modules and metadata, not the tests, benchmarks or examples,
     and declares onnxruntime and ai-edge-litert as base requirements (not behind an extra)."""
-    wheel, _ = installed
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
@@ -193,13 +262,17 @@ def test_wheel_holds_the_package_only(installed):
         assert any(r.startswith(dependency) for r in base), (dependency, requires)
 
 
-def test_base_install_has_the_runtimes_and_not_torch(installed, files):
+def test_base_install_has_the_runtimes_and_not_torch(installed, files, request):
     """A plain install brings onnxruntime and ai-edge-litert (calibration and verification need
-    them), and neither torch nor the test extra's packages; qconvert comes from the venv."""
-    _, env_dir = installed
+    them), and neither torch nor the test extra's packages; qconvert comes from the venv. The
+    floors' venv holds exactly the pinned versions."""
+    env_dir = installed
     run = _run(env_dir, ["python", "-m", "pip", "list", "--format=json"], files)
     assert run.returncode == 0, run.stderr.decode()
-    packages = {p["name"].lower().replace("_", "-") for p in json.loads(run.stdout)}
+    versions = {_normalized(p["name"]): p["version"] for p in json.loads(run.stdout)}
+    packages = set(versions)
+    if request.node.callspec.params["installed"] == "floors":
+        assert {name: versions.get(name) for name in _floors()} == _floors()
     assert {"qconvert", "onnxruntime", "ai-edge-litert", "onnx", "numpy"} <= packages, packages
     assert not packages & {"torch", "tensorflow", "tflite-micro", "pytest", "pillow"}, packages
     where = _run(env_dir, ["python", "-c", "import qconvert; print(qconvert.__file__)"], files)
@@ -210,7 +283,7 @@ def test_quantize_in_a_fresh_venv(installed, files, tmp_path):
     """The issue's new user: `qconvert m.onnx m.tflite --quantize --calibration c.npz` exits 0
     and the int8 file, run by the venv's LiteRT, stays within 3 output steps (the output's int8
     step: its range over the samples / 255) of the venv's onnxruntime."""
-    _, env_dir = installed
+    env_dir = installed
     out = tmp_path / "m8.tflite"
     run = _run(env_dir, ["qconvert", "m.onnx", str(out), "--quantize", "--calibration", "c.npz"], files)
     assert run.returncode == 0, run.stderr.decode()
@@ -230,7 +303,7 @@ def test_documented_conversion_modes(installed, files, tmp_path, flags, summary,
     """Each weight mode converts in the fresh venv (exit 0, a summary line saying what it stored)
     and its file runs in the venv's LiteRT within the mode's error of onnxruntime (relative to the
     output's largest magnitude)."""
-    _, env_dir = installed
+    env_dir = installed
     out = tmp_path / "m.tflite"
     run = _run(env_dir, ["qconvert", "m.onnx", str(out), *flags], files)
     assert run.returncode == 0, run.stderr.decode()
@@ -244,7 +317,7 @@ def test_pipe_verify_and_inspect(installed, files, tmp_path):
     """`qconvert - -` converts stdin to stdout, `qconvert verify` compares the file with
     onnxruntime (exit 0, a line for output y) and `qconvert inspect --json` reads it back, all from
     the fresh venv."""
-    _, env_dir = installed
+    env_dir = installed
     piped = _run(env_dir, ["qconvert", "-", "-"], files, stdin=(files / "m.onnx").read_bytes())
     assert piped.returncode == 0, piped.stderr.decode()
     out = tmp_path / "m.tflite"
