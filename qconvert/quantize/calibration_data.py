@@ -104,9 +104,12 @@ def _npz_member_array(path: str, zf: zipfile.ZipFile,
             shape, fortran, dtype = fmt.read_array_header_1_0(fp)
         elif version == (2, 0):
             shape, fortran, dtype = fmt.read_array_header_2_0(fp)
-        else:
-            from numpy.lib import _format_impl
-            shape, fortran, dtype = _format_impl._read_array_header(fp, version)
+        else:  # 3.0 (utf-8 field names); the reader moved in numpy 2.3
+            try:
+                from numpy.lib._format_impl import _read_array_header
+            except ImportError:
+                from numpy.lib.format import _read_array_header
+            shape, fortran, dtype = _read_array_header(fp, version)
         header_size = fp.tell()
     if dtype.hasobject:
         raise ValueError("it holds Python objects, not numbers")
