@@ -5,9 +5,13 @@ permutation from the ONNX tensor is recorded in model.io_permutation.
 Shown here: the output side (the transpose goes, the output holds the channels-last values), a
 rank-3 input ((0, 2, 1)), an input also read by another op staying as it is, and an ONNX Conv ->
 Relu model whose file has channels-last input and output and no TRANSPOSE (two with --io-layout
-onnx, where the step does not run), both files computing what onnxruntime computes."""
+onnx, where the step does not run), both files computing what onnxruntime computes.
+
+A bug, marked xfail: an NCHW output that other ops also read (a Conv's output that a Relu reads
+too) is made NHWC, and those readers are left reading the NHWC values (IR and ONNX cases)."""
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
 from qconvert.transforms.channels_last_io import channels_last_io
@@ -49,6 +53,31 @@ def test_an_input_read_by_another_op_too_stays_nchw():
     run(b.model)
     assert op_types(b.model) == ["TRANSPOSE", "RELU"]
     assert b.model.arrays["x"].shape == (1, 3, 4, 5) and "x" not in b.model.io_permutation
+
+
+OUTPUT_ALSO_READ = ("qconvert bug: an NCHW graph output that other ops also read becomes NHWC, and its "
+                    "other readers then read the NHWC values as if they were NCHW (wrong values; with "
+                    "--io-layout onnx the model is right)")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OUTPUT_ALSO_READ)
+def test_an_nchw_output_also_read_by_another_op_keeps_that_ops_values():
+    b = Builder().input("x", (1, 4, 5, 3)).const("p", np.array([0, 3, 1, 2], np.int32))
+    b.const("flat", np.array([1, 60], np.int32))
+    b.op("RELU", ["x"], "r", (1, 4, 5, 3)).op("TRANSPOSE", ["r", "p"], "y", (1, 3, 4, 5))
+    b.op("RESHAPE", ["y", "flat"], "z", (1, 60)).output("y", "z")
+    x = rng.standard_normal((1, 4, 5, 3)).astype(np.float32)
+    before = evaluate_model(b.model, {"x": x})["z"]
+    run(b.model)
+    np.testing.assert_array_equal(evaluate_model(b.model, {"x": x})["z"], before)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OUTPUT_ALSO_READ)
+def test_onnx_conv_output_also_read_by_a_relu():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = make_model(nodes, {"x": (F, (1, 3, 5, 6))}, {"c": F, "y": F}, {"w": grid_weights((4, 3, 3, 3))})
+    assert_matches_onnxruntime(model)
 
 
 def test_onnx_image_model_has_channels_last_io_and_no_transpose():
