@@ -7,8 +7,10 @@ rank-3 input ((0, 2, 1)), an input also read by another op staying as it is, and
 Relu model whose file has channels-last input and output and no TRANSPOSE (two with --io-layout
 onnx, where the step does not run), both files computing what onnxruntime computes.
 
-A bug, marked xfail: an NCHW output that other ops also read (a Conv's output that a Relu reads
-too) is made NHWC, and those readers are left reading the NHWC values (IR and ONNX cases)."""
+Two bugs, marked xfail (IR and ONNX cases each): an NCHW output that other ops also read (a
+Conv's output that a Relu reads too) is made NHWC, and those readers are left reading the NHWC
+values; an input whose transpose to NHWC is itself a graph output is made NHWC while that
+transpose stays, transposing it twice."""
 
 import numpy as np
 import pytest
@@ -77,6 +79,29 @@ def test_onnx_conv_output_also_read_by_a_relu():
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]
     model = make_model(nodes, {"x": (F, (1, 3, 5, 6))}, {"c": F, "y": F}, {"w": grid_weights((4, 3, 3, 3))})
+    assert_matches_onnxruntime(model)
+
+
+INPUT_TRANSPOSED_TO_OUTPUT = ("qconvert bug: a graph input whose NCHW->NHWC transpose writes a graph output "
+                              "becomes NHWC, but that transpose cannot be bypassed (input to output) and "
+                              "stays, transposing the NHWC input a second time")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=INPUT_TRANSPOSED_TO_OUTPUT)
+def test_an_input_transposed_straight_to_an_output_keeps_its_meaning():
+    b = Builder().input("x", (1, 3, 4, 5)).const("p", np.array([0, 2, 3, 1], np.int32))
+    b.op("TRANSPOSE", ["x", "p"], "y", (1, 4, 5, 3)).output("y")
+    x = rng.standard_normal((1, 3, 4, 5)).astype(np.float32)
+    run(b.model)
+    fed = np.transpose(x, b.model.io_permutation.get("x", (0, 1, 2, 3)))  # the file's layout of x
+    y = evaluate_model(b.model, {"x": fed})["y"]
+    np.testing.assert_array_equal(y, np.transpose(x, (0, 2, 3, 1)))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=INPUT_TRANSPOSED_TO_OUTPUT)
+def test_onnx_input_transposed_to_an_output():
+    model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])],
+                       {"x": (F, (1, 3, 4, 5))}, {"y": F})
     assert_matches_onnxruntime(model)
 
 
