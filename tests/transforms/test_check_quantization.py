@@ -40,7 +40,8 @@ def params(scales, zero_point=0, axis=None):
 def quantized_fc():
     """x (int8, 0.01) -> FULLY_CONNECTED(int8 weights, scales 0.02 and 0.03; int32 bias) -> y (int8)."""
     b = Builder().input("x", (1, 3), np.int8)
-    b.const("w", np.array([[1, -2, 3], [127, 0, -127]], np.int8)).const("bias", np.array([2500, -3333], np.int32))
+    b.const("w", np.array([[1, -2, 3], [127, 0, -127]], np.int8))
+    b.const("bias", np.array([2500, -3333], np.int32))
     b.op("FULLY_CONNECTED", ["x", "w", "bias"], "y", (1, 2), np.int8).output("y")
     arrays = b.model.arrays
     arrays["x"].quant, arrays["y"].quant = params(0.01), params(0.1, -5)
@@ -57,7 +58,8 @@ def check(model):
 def test_a_valid_int8_op_passes_unchanged():
     model = quantized_fc().model
     assert check_quantization(model) is False
-    assert op_types(model) == ["FULLY_CONNECTED"] and model.arrays["w"].data.tolist() == [[1, -2, 3], [127, 0, -127]]
+    assert op_types(model) == ["FULLY_CONNECTED"]
+    assert model.arrays["w"].data.tolist() == [[1, -2, 3], [127, 0, -127]]
 
 
 def weights_using_minus_128(b):
@@ -116,8 +118,10 @@ def test_onnx_classifier_is_written_the_same_with_and_without_the_check(tmp_path
 
 
 def test_onnx_add_calibrated_on_1e36_is_refused_naming_the_node(tmp_path):
+    f = TensorProto.FLOAT
     model = make_model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
-                       {"a": (TensorProto.FLOAT, (1, 8)), "b": (TensorProto.FLOAT, (1, 8))}, {"y": TensorProto.FLOAT})
+                       {"a": (f, (1, 8)), "b": (f, (1, 8))}, {"y": f})
     calibration = {"a": np.full((4, 1, 8), 1e36, np.float32), "b": np.full((4, 1, 8), -1e-3, np.float32)}
-    with pytest.raises(ConversionError, match="from ONNX node 'add': tensor 'a_int8' scale 3.92e\\+33 .*outside"):
+    message = "from ONNX node 'add': tensor 'a_int8' scale 3.92e\\+33 .*outside"
+    with pytest.raises(ConversionError, match=message):
         convert_quantized(model, calibration, tmp_path)

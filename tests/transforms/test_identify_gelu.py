@@ -95,7 +95,8 @@ def pow_form():
 @pytest.mark.parametrize("with_step", [True, False])
 def test_onnx_tanh_form_with_pow_is_one_gelu(with_step, monkeypatch):
     if not with_step:
-        monkeypatch.setattr(pipeline, "FLOAT_STEPS", [s for s in pipeline.FLOAT_STEPS if s[0] != "identify_gelu"])
+        monkeypatch.setattr(pipeline, "FLOAT_STEPS",
+                            [s for s in pipeline.FLOAT_STEPS if s[0] != "identify_gelu"])
     _, report = assert_matches_onnxruntime(pow_form(), {"x": X}, rtol=1e-5, atol=2e-6)
     if with_step:
         assert report.op_counts == {"GELU": 1}

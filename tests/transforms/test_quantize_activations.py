@@ -39,7 +39,8 @@ S = (1, 4)
 def chain(tail="SIN", float_outputs=True, int16=Int16Choice(), tail_kept_float=False):
     """x -> FULLY_CONNECTED -> f -> RESHAPE -> r -> LOGISTIC -> s -> `tail` -> y, with ranges;
     `tail` None makes s the graph output."""
-    b = Builder().input("x", (1, 3)).const("w", np.ones((4, 3), np.float32)).const("bias", np.zeros(4, np.float32))
+    b = Builder().input("x", (1, 3)).const("w", np.ones((4, 3), np.float32))
+    b.const("bias", np.zeros(4, np.float32))
     b.const("shape", np.array(S, np.int32))
     b.op("FULLY_CONNECTED", ["x", "w", "bias"], "f", S).op("RESHAPE", ["f", "shape"], "r", S)
     b.op("LOGISTIC", ["r"], "s", S)
@@ -120,7 +121,8 @@ def test_onnx_sigmoid_read_by_a_kept_float_conv_stays_float(tmp_path):
     assert logistic.dtype == "INT8" and (logistic.scales, logistic.zero_points) == ([1 / 256], [-128])
 
     flatbuffer, report = convert_quantized(model, calibration, tmp_path, keep_float=("conv2",))
-    assert [(f.op, f.node) for f in report.quantization.float_ops] == [("LOGISTIC", "sigmoid"), ("CONV_2D", "conv2")]
+    kept = [(f.op, f.node) for f in report.quantization.float_ops]
+    assert kept == [("LOGISTIC", "sigmoid"), ("CONV_2D", "conv2")]
     assert "read by a float CONV_2D" in report.quantization.float_ops[0].reason
     summary = read(flatbuffer)
     assert [op.name for op in summary.operators] == ["QUANTIZE", "CONV_2D", "DEQUANTIZE", "LOGISTIC", "CONV_2D"]

@@ -5,10 +5,11 @@ scales of its own input.
 
 Shown here, with the step alone on hand-quantized IR: the values and params of an int8
 FULLY_CONNECTED's bias and of a 16x8 one's, worked out by hand; a bias shared by two ops whose
-inputs have different scales; a bias left float while the weights are. End to end, two Gemms
-sharing one bias initializer but reading inputs of different ranges get one int32 bias each,
-whose scales are their input scale times their weight scales and whose values are the bias
-divided by them (all read back from the file); the file matches onnxruntime within 2 steps."""
+inputs have different scales; a bias left float while the weights are float. End to end, two
+Gemms sharing one bias initializer (the importer gives each its own copy) but reading inputs of
+different ranges get one int32 bias each, whose scales are their input scale times their weight
+scales and whose values are the bias divided by them (all read back from the file); the file
+matches onnxruntime within 2 steps."""
 
 import numpy as np
 from onnx import TensorProto, helper
@@ -83,7 +84,8 @@ def test_a_bias_beside_float_weights_stays_float():
 
 
 def two_gemms_one_bias():
-    nodes = [helper.make_node("Gemm", ["a", "w1", "b"], ["y1"]), helper.make_node("Gemm", ["c", "w2", "b"], ["y2"])]
+    nodes = [helper.make_node("Gemm", ["a", "w1", "b"], ["y1"]),
+             helper.make_node("Gemm", ["c", "w2", "b"], ["y2"])]
     return make_model(nodes, {"a": (F, (2, 6)), "c": (F, (2, 6))}, {"y1": F, "y2": F},
                       {"w1": grid_weights((6, 5), seed=1, axis=1), "w2": grid_weights((6, 5), seed=2, axis=1),
                        "b": np.array([0.3, -0.7, 1.1, 0.05, -2.0], np.float32)})

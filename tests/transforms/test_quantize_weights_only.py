@@ -37,8 +37,8 @@ def mixed_readers():
     mask = np.zeros(S, np.float32)
     mask[:, ::3] = -np.inf
     b = Builder().input("x", S)
-    b.const("w", rng.standard_normal((4, 32)).astype(np.float32)).const("bias", rng.standard_normal(4).astype(np.float32))
-    b.const("c", rng.standard_normal(S).astype(np.float32)).const("small", rng.standard_normal((1, 32)).astype(np.float32))
+    for name, shape in (("w", (4, 32)), ("bias", (4,)), ("c", S), ("small", (1, 32))):
+        b.const(name, rng.standard_normal(shape).astype(np.float32))
     b.const("mask", mask)
     b.op("FULLY_CONNECTED", ["x", "w", "bias"], "f", (2, 4)).op("ADD", ["x", "c"], "a", S)
     b.op("MUL", ["x", "small"], "m", S).op("ADD", ["x", "mask"], "k", S).output("f", "a", "m", "k")
@@ -69,13 +69,14 @@ def test_hybrid_and_other_readers_of_big_constants():
         assert model.arrays[name].dtype == np.float32 and model.arrays[name].quant is None, name
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="qconvert bug (latent): a constant that is a hybrid op's bias and "
-                   "also another op's big operand is stored as int8 in place, so the bias the hybrid "
-                   "kernel reads becomes int8; the ONNX importers copy biases today, so no ONNX model "
-                   "seen reaches it")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="qconvert bug (latent): a constant that is a hybrid op's bias and also another "
+                   "op's big operand is stored as int8 in place, so the bias the hybrid kernel reads "
+                   "becomes int8; the ONNX importers copy biases today, so no ONNX model seen reaches it")
 def test_a_bias_shared_with_another_reader_stays_float():
     b = Builder().input("x", (1, 4)).input("z", (1, 64))
-    b.const("w", rng.standard_normal((64, 4)).astype(np.float32)).const("c", rng.standard_normal(64).astype(np.float32))
+    b.const("w", rng.standard_normal((64, 4)).astype(np.float32))
+    b.const("c", rng.standard_normal(64).astype(np.float32))
     b.op("FULLY_CONNECTED", ["x", "w", "c"], "f", (1, 64)).op("ADD", ["z", "c"], "y", (1, 64)).output("f", "y")
     run_once(b.model, [("quantize_weights_only", partial(quantize_weights_only, min_elements=64))])
     fc = b.model.operators[0]
@@ -88,8 +89,8 @@ def gemm_then_mask():
     mask[:, ::3] = -np.inf
     nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"]), helper.make_node("Add", ["g", "mask"], ["y"])]
     weights = grid_weights((64, 32), seed=3, axis=1)  # [K, N]: one int8 step per output column
-    return make_model(nodes, {"x": (F, (2, 64))}, {"y": F},
-                      {"w": weights, "b": rng.standard_normal(32).astype(np.float32), "mask": mask}), weights, mask
+    inits = {"w": weights, "b": rng.standard_normal(32).astype(np.float32), "mask": mask}
+    return make_model(nodes, {"x": (F, (2, 64))}, {"y": F}, inits), weights, mask
 
 
 def test_onnx_gemm_reads_int8_weights_and_the_mask_stays_float():

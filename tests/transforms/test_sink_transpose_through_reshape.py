@@ -40,7 +40,8 @@ def test_channel_split_moves_ahead_of_the_layout_transpose():
     before = evaluate_model(model, {"x": x})["y"]
     run(model)
     assert op_types(model) == ["RESHAPE", "TRANSPOSE", "TRANSPOSE"]
-    assert model.operators[0].inputs[0] == "x" and model.arrays[model.operators[0].outputs[0]].shape == (1, 4, 5, 2, 3)
+    split = model.operators[0]
+    assert split.inputs[0] == "x" and model.arrays[split.outputs[0]].shape == (1, 4, 5, 2, 3)
     np.testing.assert_array_equal(evaluate_model(model, {"x": x})["y"], before)
 
 
