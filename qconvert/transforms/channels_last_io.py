@@ -5,6 +5,10 @@ NCHW output is made by a TRANSPOSE(NHWC->NCHW). Making the model's input/output 
 channels-last removes those transposes (what TFLite users expect of an image model). The
 permutation from the ONNX axes is recorded in model.io_permutation for the report. Not run with
 --io-layout onnx.
+
+Only where every transpose can go: an input whose transpose is itself a graph output keeps its
+layout (that transpose would stay and transpose the NHWC input again), and so does an output that
+other ops also read (they read its NCHW values).
 """
 
 from ..ir import Model
@@ -25,7 +29,8 @@ def channels_last_io(model: Model) -> bool:
             continue
         perm = channels_last_perm(rank)
         if not all(op.type == "TRANSPOSE" and op.inputs[0] == name and
-                   transpose_perm(model, op) == perm for op in readers):
+                   transpose_perm(model, op) == perm and op.outputs[0] not in model.outputs
+                   for op in readers):
             continue
         array.shape = permuted(array.shape, perm)
         model.io_permutation[name] = perm
@@ -35,7 +40,8 @@ def channels_last_io(model: Model) -> bool:
     for k, name in enumerate(model.outputs):
         op = model.producer(name)
         rank = len(model.arrays[name].shape)
-        if rank < 3 or name in model.io_permutation or op is None or op.type != "TRANSPOSE":
+        if (rank < 3 or name in model.io_permutation or op is None or op.type != "TRANSPOSE"
+                or model.consumers(name)):
             continue
         perm = channels_last_perm(rank)
         if transpose_perm(model, op) != inverse(perm):

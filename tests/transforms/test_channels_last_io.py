@@ -7,13 +7,12 @@ rank-3 input ((0, 2, 1)), an input also read by another op staying as it is, and
 Relu model whose file has channels-last input and output and no TRANSPOSE (two with --io-layout
 onnx, where the step does not run), both files computing what onnxruntime computes.
 
-Two bugs, marked xfail (IR and ONNX cases each): an NCHW output that other ops also read (a
-Conv's output that a Relu reads too) is made NHWC, and those readers are left reading the NHWC
-values; an input whose transpose to NHWC is itself a graph output is made NHWC while that
-transpose stays, transposing it twice."""
+And the two cases where a transpose cannot go (IR and ONNX each), which keep their layout: an
+NCHW output that other ops also read (a Conv's output that a Relu reads too: made NHWC, its
+readers read NHWC values), and an input whose transpose to NHWC is itself a graph output (made
+NHWC, that transpose would stay and transpose it twice)."""
 
 import numpy as np
-import pytest
 from onnx import TensorProto, helper
 
 from qconvert.transforms.channels_last_io import channels_last_io
@@ -57,12 +56,7 @@ def test_an_input_read_by_another_op_too_stays_nchw():
     assert b.model.arrays["x"].shape == (1, 3, 4, 5) and "x" not in b.model.io_permutation
 
 
-OUTPUT_ALSO_READ = ("qconvert bug: an NCHW graph output that other ops also read becomes NHWC, and its "
-                    "other readers then read the NHWC values as if they were NCHW (wrong values; with "
-                    "--io-layout onnx the model is right)")
 
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OUTPUT_ALSO_READ)
 def test_an_nchw_output_also_read_by_another_op_keeps_that_ops_values():
     b = Builder().input("x", (1, 4, 5, 3)).const("p", np.array([0, 3, 1, 2], np.int32))
     b.const("flat", np.array([1, 60], np.int32))
@@ -74,7 +68,6 @@ def test_an_nchw_output_also_read_by_another_op_keeps_that_ops_values():
     np.testing.assert_array_equal(evaluate_model(b.model, {"x": x})["z"], before)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OUTPUT_ALSO_READ)
 def test_onnx_conv_output_also_read_by_a_relu():
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]
@@ -82,12 +75,7 @@ def test_onnx_conv_output_also_read_by_a_relu():
     assert_matches_onnxruntime(model)
 
 
-INPUT_TRANSPOSED_TO_OUTPUT = ("qconvert bug: a graph input whose NCHW->NHWC transpose writes a graph output "
-                              "becomes NHWC, but that transpose cannot be bypassed (input to output) and "
-                              "stays, transposing the NHWC input a second time")
 
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=INPUT_TRANSPOSED_TO_OUTPUT)
 def test_an_input_transposed_straight_to_an_output_keeps_its_meaning():
     b = Builder().input("x", (1, 3, 4, 5)).const("p", np.array([0, 2, 3, 1], np.int32))
     b.op("TRANSPOSE", ["x", "p"], "y", (1, 4, 5, 3)).output("y")
@@ -98,7 +86,6 @@ def test_an_input_transposed_straight_to_an_output_keeps_its_meaning():
     np.testing.assert_array_equal(y, np.transpose(x, (0, 2, 3, 1)))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=INPUT_TRANSPOSED_TO_OUTPUT)
 def test_onnx_input_transposed_to_an_output():
     model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])],
                        {"x": (F, (1, 3, 4, 5))}, {"y": F})
