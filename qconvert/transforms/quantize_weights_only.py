@@ -64,18 +64,26 @@ def dequantize_for(model: Model, name: str, uses: list[tuple[Operator, int]]) ->
 def quantize_weights_only(model: Model, min_elements: int = 1024) -> bool:
     hybrid = {id(op) for op in model.operators if _runs_hybrid(op, model, min_elements)}
     uses: dict[str, list[tuple[Operator, int]]] = {}
+    read_as_bias: set[str] = set()  # constants some op reads as a float bias
     for op in model.operators:
         companions = TFLITE_OPS[op.type].hybrid.companions if id(op) in hybrid else ()
         for index, name in enumerate(op.inputs):
-            wanted = _is_candidate(model, name, min_elements) or (
-                index in companions and _is_candidate(model, name, 1))
-            if wanted and not _stays_float(op, index):
+            if _stays_float(op, index):
+                read_as_bias.add(name)
+                continue
+            if _is_candidate(model, name, min_elements) or (
+                    index in companions and _is_candidate(model, name, 1)):
                 uses.setdefault(name, []).append((op, index))
     for name, readers in uses.items():
         direct = [(op, i) for op, i in readers if id(op) in hybrid
                   and i in TFLITE_OPS[op.type].hybrid.weights + TFLITE_OPS[op.type].hybrid.companions]
         axes = {TFLITE_OPS[op.type].hybrid.axis for op, _ in direct}
         axis = axes.pop() if len(axes) == 1 else None
+        if name in read_as_bias:  # the bias stays float32: the int8 weight is a copy
+            copy = model.add_array(name + "_int8", model.arrays[name].shape, FLOAT32, model.arrays[name].data)
+            for op, i in readers:
+                model.set_input(op, i, copy)
+            name = copy
         array = model.arrays[name]
         if axis is None:
             q, scale = quantize_weights_per_tensor(array.data)

@@ -12,13 +12,12 @@ mask, no DEQUANTIZE; the file matches onnxruntime: -inf where the mask is, elsew
 hybrid kernel's bound (the weights lie on the int8 grid; each input row is quantized at run time
 with step (max(0, max x) - min(0, min x)) / 255, half a step per element times |w|).
 
-A latent bug, marked xfail: a constant that is both a hybrid op's bias and another op's big
-operand is made int8 under the hybrid op's bias."""
+And a constant that is both a hybrid op's bias and another op's big operand: the bias stays
+float32, the other reader gets an int8 copy."""
 
 from functools import partial
 
 import numpy as np
-import pytest
 from onnx import TensorProto, helper
 
 from qconvert.tflite.reader import read
@@ -69,10 +68,6 @@ def test_hybrid_and_other_readers_of_big_constants():
         assert model.arrays[name].dtype == np.float32 and model.arrays[name].quant is None, name
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="qconvert bug (latent): a constant that is a hybrid op's bias and also another "
-                   "op's big operand is stored as int8 in place, so the bias the hybrid kernel reads "
-                   "becomes int8; the ONNX importers copy biases today, so no ONNX model seen reaches it")
 def test_a_bias_shared_with_another_reader_stays_float():
     b = Builder().input("x", (1, 4)).input("z", (1, 64))
     b.const("w", rng.standard_normal((64, 4)).astype(np.float32))
@@ -82,6 +77,10 @@ def test_a_bias_shared_with_another_reader_stays_float():
     fc = b.model.operators[0]
     assert b.model.arrays[fc.inputs[1]].dtype == np.int8
     assert b.model.arrays[fc.inputs[2]].dtype == np.float32
+    np.testing.assert_array_equal(b.model.constant(fc.inputs[2]), b.model.constant("c"))
+    add = b.model.consumers("z")[0]
+    dequantize = b.model.producer(add.inputs[1])
+    assert dequantize.type == "DEQUANTIZE" and b.model.arrays[dequantize.inputs[0]].dtype == np.int8
 
 
 def gemm_then_mask():
