@@ -441,3 +441,43 @@ class Model:
         if producers != self._producer or readers != self._readers:
             raise AssertionError("the use/def index is out of date: an operator's inputs or "
                                  "outputs were changed without the Model's edit methods")
+
+
+# --- derived names ---------------------------------------------------------------------------
+# A tensor a step derives from another (its channels-last twin, its copy of another type) is
+# named after it. The per-tensor report and the fake-quant graph parse these names back to the
+# source model's tensor (report.counterpart), so they are built and parsed here and only here.
+# unique_name may append `_N` to any of them.
+LAYOUT_SUFFIX = "_nhwc"
+DEQUANTIZED_SUFFIX = "_dequantized"
+TYPE_SUFFIXES = (DEQUANTIZED_SUFFIX, "_int8", "_uint8", "_int16")
+
+
+def channels_last_name(name: str) -> str:
+    """The name hint of `name`'s channels-last (NHWC) twin."""
+    return name + LAYOUT_SUFFIX
+
+
+def typed_name(name: str, dtype) -> str:
+    """The name hint of `name`'s copy stored as `dtype`: x_int8, x_uint8, x_int16."""
+    return f"{name}_{np.dtype(dtype).name}"
+
+
+def dequantized_name(name: str) -> str:
+    """The name hint of `name`'s float32 copy (a DEQUANTIZE's output)."""
+    return name + DEQUANTIZED_SUFFIX
+
+
+def without_type_suffix(name: str) -> str:
+    """`name` without the one type suffix qconvert may have added (`x_nhwc_int8`: `x_nhwc`)."""
+    for suffix in TYPE_SUFFIXES:
+        if name.endswith(suffix) and name[:-len(suffix)]:
+            return name[:-len(suffix)]
+    return name
+
+
+def without_layout_suffix(name: str) -> str | None:
+    """The tensor whose channels-last twin `name` is, or None."""
+    if name.endswith(LAYOUT_SUFFIX) and name[:-len(LAYOUT_SUFFIX)]:
+        return name[:-len(LAYOUT_SUFFIX)]
+    return None

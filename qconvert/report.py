@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 
 from .errors import UsageError
+from .ir import without_layout_suffix, without_type_suffix
 from .loader import node_names
 from .tflite.reader import read
 from .verify import OutputStacks, Verification, _layout_metadata, json_number, prepare, run_both
@@ -36,8 +37,6 @@ SQNR_CEILING = 60.0
 # Ops whose output holds their first input's values rearranged: an output without an ONNX
 # counterpart (a reordered flatten) still has that input's SQNR as its readers' input.
 VALUE_MOVING = {"RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS"}
-TYPE_SUFFIXES = ("_dequantized", "_int8", "_uint8", "_int16")
-LAYOUT_SUFFIX = "_nhwc"
 
 
 @dataclass
@@ -52,15 +51,6 @@ class ConversionNotes:
 CHANNELS_LAST = "channels-last"
 
 
-def without_type_suffix(name: str) -> str:
-    """`name` without the one TYPE_SUFFIXES suffix qconvert may have added (`x_nhwc_int8`:
-    `x_nhwc`)."""
-    for suffix in TYPE_SUFFIXES:
-        if name.endswith(suffix) and name[:-len(suffix)]:
-            return name[:-len(suffix)]
-    return name
-
-
 def counterpart(name: str, onnx_names: set[str], io_layouts: dict[str, tuple[int, ...]]):
     """(ONNX tensor, its layout in the .tflite) that the .tflite tensor `name` holds, or None.
     The layout is None (the ONNX one), CHANNELS_LAST, or a graph input's or output's
@@ -68,8 +58,9 @@ def counterpart(name: str, onnx_names: set[str], io_layouts: dict[str, tuple[int
     name = without_type_suffix(name)
     if name in onnx_names:
         return name, io_layouts.get(name)
-    if name.endswith(LAYOUT_SUFFIX) and name[:-len(LAYOUT_SUFFIX)] in onnx_names:
-        return name[:-len(LAYOUT_SUFFIX)], CHANNELS_LAST
+    twin_of = without_layout_suffix(name)
+    if twin_of in onnx_names:
+        return twin_of, CHANNELS_LAST
     return None
 
 

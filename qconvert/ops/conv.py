@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import channels_last_name
 from .layout import from_channels_last, reshape, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import HybridRule, QuantRule, onnx_op, tflite_op
@@ -117,7 +118,7 @@ def import_conv(node, ctx):
     options = {"padding": padding, "stride_h": strides[0], "stride_w": strides[1],
                "dilation_h_factor": dilations[0], "dilation_w_factor": dilations[1]}
     inner_shape = (out_shape4[0],) + tuple(out_spatial) + (out_channels,)
-    inner = ctx.tensor(y + "_nhwc", inner_shape, ctx.dtype(y))
+    inner = ctx.tensor(channels_last_name(y), inner_shape, ctx.dtype(y))
     w = np.asarray(w, dtype=np.float32)
     if group == 1:
         inputs = [x_nhwc, ctx.constant(w_name, np.transpose(w, (0, 2, 3, 1))),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import channels_last_name
 from .layout import from_channels_last, reshape, to_channels_last
 from .registry import QuantRule, onnx_op, tflite_op
 from .versions import INT8, INT16, input_dtype
@@ -160,7 +161,7 @@ def import_conv_transpose(node, ctx):
         _grouped(ctx, x_nhwc, w, bias, group, options, conv_out, w_name, y)
     inner = conv_out
     if crop is not None:
-        inner = ctx.tensor(y + "_nhwc", (batch,) + tuple(out_spatial) + (out_channels,), ctx.dtype(y))
+        inner = ctx.tensor(channels_last_name(y), (batch,) + tuple(out_spatial) + (out_channels,), ctx.dtype(y))
         begin = np.array([0, crop[0], crop[1], 0], np.int32)
         size = np.array(ctx.shape(inner), np.int32)
         ctx.add_op("SLICE", [conv_out, ctx.constant("begin", begin), ctx.constant("size", size)], [inner])

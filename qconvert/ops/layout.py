@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import channels_last_name
+
 
 def channels_last_perm(rank: int) -> tuple[int, ...]:
     """NCHW... -> NHWC... : (0, 2, 3, ..., 1)."""
@@ -45,7 +47,7 @@ def nhwc_shape(shape) -> tuple[int, ...]:
 
 def channels_last_tensor(ctx, y: str) -> str:
     """A new NHWC tensor for a layout-sensitive op to write; pass it to to_channels_first after."""
-    return ctx.tensor(y + "_nhwc", nhwc_shape(ctx.shape(y)), ctx.dtype(y))
+    return ctx.tensor(channels_last_name(y), nhwc_shape(ctx.shape(y)), ctx.dtype(y))
 
 
 def to_channels_first(ctx, inner: str, y: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import channels_last_name
 from .layout import from_channels_last, reshape, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import SAME16, onnx_op, tflite_op
@@ -68,7 +69,7 @@ def import_pool(node, ctx):
         return
     x_nhwc = to_channels_last(ctx, x)
     if any(d != 1 for d in dilations):
-        inner = ctx.tensor(y + "_nhwc", (y4[0], y4[2], y4[3], y4[1]), ctx.dtype(y))
+        inner = ctx.tensor(channels_last_name(y), (y4[0], y4[2], y4[3], y4[1]), ctx.dtype(y))
         _dilated_pool(ctx, node, x_nhwc, inner, spatial, kernel, strides, dilations, pads, y4[2:])
         from_channels_last(ctx, inner, y)
         return
@@ -84,7 +85,7 @@ def import_pool(node, ctx):
                 # window size / number of real (unpadded) inputs under its window.
                 correction = _exclude_pad_correction(spatial, kernel, strides, pads, y4[2:])
         padding = "VALID"
-    inner = ctx.tensor(y + "_nhwc", (y4[0], y4[2], y4[3], y4[1]), ctx.dtype(y))
+    inner = ctx.tensor(channels_last_name(y), (y4[0], y4[2], y4[3], y4[1]), ctx.dtype(y))
     pooled = inner if correction is None else ctx.tensor(y + "_incl_pad", ctx.shape(inner), ctx.dtype(y))
     ctx.add_op("MAX_POOL_2D" if is_max else "AVERAGE_POOL_2D", [x_nhwc], [pooled],
                {"padding": padding, "stride_h": strides[0], "stride_w": strides[1],

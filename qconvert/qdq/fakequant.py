@@ -53,10 +53,10 @@ import onnx
 from onnx import helper, numpy_helper, version_converter
 
 from ..errors import ConversionError
-from ..ir import Model
+from ..ir import Model, without_layout_suffix, without_type_suffix
 from ..loader import node_names, onnx_names
 from ..quantize.arrays import rule_of
-from ..report import LAYOUT_SUFFIX, counterpart, without_type_suffix
+from ..report import counterpart
 from .importer import ACTIVATIONS_KEY, PRECISION_KEY, RANGES_KEY
 from .names import FreshNames
 
@@ -127,11 +127,11 @@ def _per_tensor(array) -> tuple[float, int, np.dtype] | None:
 
 
 def _loader_name(name: str) -> str:
-    """The name the loader gave the array an IR tensor holds (TYPE_SUFFIXES and LAYOUT_SUFFIX
-    are added later, by the quantize and layout steps)."""
+    """The name the loader gave the array an IR tensor holds (the type and layout suffixes of
+    ir.py's derived names are added later, by the quantize and layout steps)."""
     name = without_type_suffix(name)
-    while name.endswith(LAYOUT_SUFFIX) and name[:-len(LAYOUT_SUFFIX)]:
-        name = name[:-len(LAYOUT_SUFFIX)]
+    while (twin_of := without_layout_suffix(name)) is not None:
+        name = twin_of
     return name
 
 

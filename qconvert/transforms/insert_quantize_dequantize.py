@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Array, MinMax, Model, Operator, QuantParams
+from ..ir import Array, MinMax, Model, Operator, QuantParams, dequantized_name, typed_name
 from ..quantize.arrays import (
     BOUNDARY_OPS,
     FLOAT32,
@@ -57,8 +57,8 @@ class _Boundary:
                (params.scale.tobytes(), params.zero_point.tobytes()))
         if key not in self.made:
             source = self.model.arrays[name]
-            suffix = "_dequantized" if op_type == "DEQUANTIZE" else f"_{np.dtype(dtype).name}"
-            result = self.model.add_array(name + suffix, source.shape, dtype)
+            hint = dequantized_name(name) if op_type == "DEQUANTIZE" else typed_name(name, dtype)
+            result = self.model.add_array(hint, source.shape, dtype)
             self.model.arrays[result].quant = params
             self.model.insert_before(before, Operator(op_type, [name], [result], source=before.source))
             self.made[key] = result
@@ -100,7 +100,7 @@ def _int8_graph_inputs(model: Model, io_type: str) -> None:
             array.dtype, array.quant = INT8, params
             continue
         # uint8: the graph input keeps its name, the int8 tensor after the QUANTIZE gets a new one.
-        inner = model.unique_name(name + "_int8")
+        inner = model.unique_name(typed_name(name, INT8))
         model.rename_tensor(name, inner)
         model.arrays[inner].dtype, model.arrays[inner].quant = INT8, params
         model.arrays[name] = Array(name, UINT8, array.shape, quant=_uint8_params(params))
@@ -113,7 +113,7 @@ def _graph_outputs(model: Model, io_type: str) -> None:
         array = model.arrays[name]
         if array.is_constant or array.dtype not in (INT8, INT16) or (io_type, array.dtype) == ("int8", INT8):
             continue
-        inner = model.unique_name(f"{name}_{array.dtype.name}")
+        inner = model.unique_name(typed_name(name, array.dtype))
         model.rename_tensor(name, inner)
         if io_type != "float":
             params = activation_params(array, INT8)

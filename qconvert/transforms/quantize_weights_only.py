@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Model, Operator, QuantParams
+from ..ir import Model, Operator, QuantParams, dequantized_name, typed_name
 from ..ops.registry import TFLITE_OPS
 from ..quantize.params import quantize_weights_per_channel, quantize_weights_per_tensor
 
@@ -54,7 +54,7 @@ def dequantize_for(model: Model, name: str, uses: list[tuple[Operator, int]]) ->
     read it through one DEQUANTIZE to float32, placed before the first of those ops; returns the
     float tensor."""
     array = model.arrays[name]
-    result = model.add_array(name + "_dequantized", array.shape, FLOAT32)
+    result = model.add_array(dequantized_name(name), array.shape, FLOAT32)
     model.insert_before(uses[0][0], Operator("DEQUANTIZE", [name], [result], source=uses[0][0].source))
     for op, index in uses:
         model.set_input(op, index, result)
@@ -80,7 +80,8 @@ def quantize_weights_only(model: Model, min_elements: int = 1024) -> bool:
         axes = {TFLITE_OPS[op.type].hybrid.axis for op, _ in direct}
         axis = axes.pop() if len(axes) == 1 else None
         if name in read_as_bias:  # the bias stays float32: the int8 weight is a copy
-            copy = model.add_array(name + "_int8", model.arrays[name].shape, FLOAT32, model.arrays[name].data)
+            copy = model.add_array(typed_name(name, np.int8), model.arrays[name].shape, FLOAT32,
+                                  model.arrays[name].data)
             for op, i in readers:
                 model.set_input(op, i, copy)
             name = copy

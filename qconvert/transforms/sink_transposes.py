@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Model, Operator
+from ..ir import Model, Operator, channels_last_name
 from ..ops.registry import TFLITE_OPS
 
 
@@ -101,7 +101,7 @@ def _sink_through(model: Model, op: Operator) -> bool:
     last = op
     for k, out in enumerate(list(op.outputs)):
         array = model.arrays[out]
-        inner = model.add_array_like(out + "_nhwc" if rank >= 3 else out + "_t",
+        inner = model.add_array_like(channels_last_name(out) if rank >= 3 else out + "_t",
                                      permuted(array.shape, inverse(out_perm)), out)
         model.set_output(op, k, inner)
         last = model.insert_after(last, add_transpose(model, inner, out_perm, out, op.source))

@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import qconvert
+from qconvert import ir
 from qconvert.quantize.calibration_data import model_input_specs
 from tests.harness import (
     calibration_set,
@@ -53,8 +54,8 @@ def _templates(node: ast.expr) -> list[str]:
 
 
 def created_name_templates() -> list[str]:
-    """Every name template qconvert's source gives a naming call, and what unique_name makes of a
-    taken literal (`slope_0`, `c_1`)."""
+    """Every name template qconvert's source gives a naming call, ir.py's derived names, and what
+    unique_name makes of a taken literal (`slope_0`, `c_1`)."""
     root = pathlib.Path(qconvert.__file__).parent
     found: set[str] = set()
     for path in sorted(root.rglob("*.py")):
@@ -62,6 +63,10 @@ def created_name_templates() -> list[str]:
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in NAMING_CALLS and node.args):
                 found.update(t for t in _templates(node.args[0]) if t and t != HOLE)
+    # The derived names of ir.py (a channels-last twin, a copy of another type), which the
+    # naming calls get from those functions rather than as literals.
+    found.update([ir.channels_last_name(HOLE), ir.dequantized_name(HOLE)]
+                 + [ir.typed_name(HOLE, dtype) for dtype in (np.int8, np.uint8, np.int16, np.int32)])
     literals = [t for t in found if HOLE not in t]
     found.update(f"{t}_{k}" for t in literals for k in (0, 1))
     return sorted(found)
