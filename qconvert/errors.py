@@ -15,3 +15,9 @@ class UsageError(Exception):
 
 class BelowThreshold(Exception):
     """Verification found an output (or an output's slice) below --min-sqnr; exit code 4."""
+
+
+def first_line(error: Exception) -> str:
+    """The first line of a library's error message (its type's name when it has none)."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

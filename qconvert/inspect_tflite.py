@@ -55,10 +55,10 @@ import struct
 import subprocess
 import sys
 
-from .errors import ConversionError
+from .errors import ConversionError, first_line
 from .tflite import schema_generated as S
 from .tflite.reader import builtin_code, data_offset, dtype_name, op_name
-from .verify import _first_line, json_number, quiet_native_stderr
+from .verify import json_number, quiet_native_stderr
 
 DELEGATE = "XNNPACK"  # LiteRT's default delegate, applied by its default op resolver
 CHILD_TIMEOUT_S = 120  # LiteRT loading a file in inspect's child process
@@ -268,7 +268,7 @@ def _child_partitions(path: str) -> dict:
             interpreter = Interpreter(model_path=path, num_threads=1)
             interpreter.allocate_tensors()
     except (ValueError, RuntimeError) as e:
-        return {"error": f"LiteRT cannot load the file: {_first_line(e)}"}
+        return {"error": f"LiteRT cannot load the file: {first_line(e)}"}
     try:
         partitions, listed = interpreter_partitions(interpreter)
     except (AttributeError, KeyError, TypeError) as e:  # a private API that may change
@@ -313,7 +313,7 @@ def inspect_file(path: str) -> dict:
         structure = read_structure(data)
     except _MALFORMED as e:
         raise ConversionError(f"{path}: not a valid TFLite flatbuffer ({type(e).__name__}: "
-                              f"{_first_line(e)})") from None
+                              f"{first_line(e)})") from None
     report = {"file": path, "size": len(data), **structure}
     report["delegation"] = delegation(path, report["subgraphs"])
     return report

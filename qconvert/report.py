@@ -31,7 +31,8 @@ from .errors import UsageError
 from .ir import without_layout_suffix, without_type_suffix
 from .loader import node_names
 from .tflite.reader import read
-from .verify import OutputStacks, Verification, _layout_metadata, json_number, prepare, run_both
+from .tflite.reader import io_layout_metadata
+from .verify import OutputStacks, Verification, json_number, prepare, run_both
 
 SQNR_CEILING = 60.0
 # Ops whose output holds their first input's values rearranged: an output without an ONNX
@@ -120,7 +121,8 @@ def measure(proto: onnx.ModelProto, tflite_path: str, samples=None, count: int =
         summary = read(f.read())
     onnx_names = {o for node in proto.graph.node for o in node.output} | {i.name for i in proto.graph.input}
     details = {d["index"]: d for d in model.interpreter.get_tensor_details()}
-    io_layouts = {name: tuple(perm) for name, perm in _layout_metadata(tflite_path).get("outputs", {}).items()}
+    io_layouts = {name: tuple(perm)
+                  for name, perm in io_layout_metadata(tflite_path).get("outputs", {}).items()}
     io_layouts.update((p.onnx_name, p.permutation) for p in model.inputs if p.permutation)
     comparisons, unmatched = {}, []
     for index, tensor in enumerate(summary.tensors):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import math
 import os
 import sys
@@ -36,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx
 
-from .errors import ConversionError
-from .tflite.writer import IO_LAYOUT_METADATA
+from .errors import ConversionError, first_line
+from .tflite.reader import io_layout_metadata
 
 INTEGER_INPUT_HIGH = 10  # generated integer inputs are uniform in [0, 10)
 SLICE_TOLERANCE = 2.0 ** -16  # relative to the output's largest magnitude (128 float32 steps)
@@ -542,7 +541,7 @@ class TFLiteModel:
                                                experimental_preserve_all_tensors=self.preserve_all)
                 self.interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as e:
-            raise ConversionError(f"{self.path}: LiteRT cannot load it: {_first_line(e)}") from None
+            raise ConversionError(f"{self.path}: LiteRT cannot load it: {first_line(e)}") from None
 
     def pair(self, inputs: list[OnnxValue] | None = None, outputs: list[OnnxValue] | None = None):
         """Pairs the file's inputs or outputs with the ONNX model's (see _pair)."""
@@ -554,7 +553,7 @@ class TFLiteModel:
         else:
             details = {"inputs": {d["name"]: d for d in interpreter.get_input_details()},
                        "outputs": {d["name"]: d for d in interpreter.get_output_details()}}
-        layouts = _layout_metadata(self.path)
+        layouts = io_layout_metadata(self.path)
         if inputs is not None:
             self.inputs = _pair("input", inputs, _ports(details["inputs"], layouts.get("inputs", {})))
         if outputs is not None:
@@ -573,7 +572,7 @@ class TFLiteModel:
                 interpreter.set_tensor(port.index, np.require(_to_file(value, port), requirements="C"))
             interpreter.invoke()
         except (ValueError, RuntimeError) as e:
-            raise ConversionError(f"{self.path}: LiteRT cannot run it: {_first_line(e)}") from None
+            raise ConversionError(f"{self.path}: LiteRT cannot run it: {first_line(e)}") from None
         outputs = {}
         for port in self.outputs:
             value = _from_file(interpreter.get_tensor(port.index), port)
@@ -597,11 +596,6 @@ def quiet_native_stderr():
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
 
 
 def _to_file(value: np.ndarray, port: Port) -> np.ndarray:
@@ -632,30 +626,6 @@ def _ports(details: dict[str, dict], layouts: dict[str, list[int]]) -> list[Port
         ports.append(Port(name, name, int(d["index"]), dtype, tuple(int(x) for x in d["shape"]),
                           quantization, tuple(perm) if perm else None))
     return ports
-
-
-def _layout_metadata(path: str) -> dict[str, dict[str, list[int]]]:
-    """The permutations qconvert recorded in the file, {"inputs": {...}, "outputs": {...}}."""
-    import mmap
-
-    from .tflite import schema_generated as S
-
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        # Mapped, not read: only the pages of the header and the metadata are touched (a
-        # model's weights are most of the file).
-        model = S.Model.GetRootAs(data, 0)
-        for i in range(model.MetadataLength()):
-            entry = model.Metadata(i)
-            if entry.Name() and entry.Name().decode() == IO_LAYOUT_METADATA:
-                buffer = model.Buffers(entry.Buffer())
-                start = buffer._tab.Offset(4)
-                if start:
-                    start = buffer._tab.Vector(start)
-                    raw = bytes(data[start:start + buffer.DataLength()])
-                else:  # stored after the flatbuffer (a model over 2 GB): offset and size
-                    raw = bytes(data[buffer.Offset():buffer.Offset() + buffer.Size()])
-                return json.loads(raw.decode())
-    return {"inputs": {}, "outputs": {}}
 
 
 def _pair(kind: str, values: list[OnnxValue], ports: list[Port]) -> list[Port]:
@@ -796,7 +766,7 @@ class Reference:
         try:
             values = dict(zip(self.fetched, self.session.run(self.fetched, feeds)))
         except Exception as e:  # onnxruntime raises its own exception types
-            raise ConversionError(f"onnxruntime failed on sample {k}: {_first_line(e)}") from None
+            raise ConversionError(f"onnxruntime failed on sample {k}: {first_line(e)}") from None
         values.update((name, feeds[name]) for name in self.from_feeds)
         return values
 
@@ -830,7 +800,7 @@ def _session_from_file(path: str, proto: onnx.ModelProto):
         return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types
         raise ConversionError(f"onnxruntime cannot load the model for verification: "
-                              f"{_first_line(e)}") from None
+                              f"{first_line(e)}") from None
 
 
 def run_both(proto: onnx.ModelProto, model: TFLiteModel, samples: list[dict[str, np.ndarray]],

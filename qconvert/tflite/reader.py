@@ -4,6 +4,8 @@ benchmark and tests that check the written bytes rather than qconvert's own repo
 from __future__ import annotations
 
 import collections
+import json
+import mmap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +16,10 @@ _OP_NAMES = {v: k for k, v in vars(S.BuiltinOperator).items() if not k.startswit
 _TYPE_NAMES = {v: k for k, v in vars(S.TensorType).items() if not k.startswith("_")}
 _ACTIVATIONS = {v: k for k, v in vars(S.ActivationFunctionType).items() if not k.startswith("_")}
 _OPTIONS = {v: k for k, v in vars(S.BuiltinOptions).items() if not k.startswith("_")}
+
+# Metadata entry recording how graph inputs/outputs are permuted from the source model's layout
+# (written by writer.py, read by io_layout_metadata).
+IO_LAYOUT_METADATA = "qconvert_io_layout"
 
 
 def builtin_code(code) -> int:
@@ -125,3 +131,23 @@ def read(data: bytes) -> FileSummary:
 
 def buffer_data(data: bytes, index: int) -> np.ndarray:
     return S.Model.GetRootAs(data, 0).Buffers(index).DataAsNumpy()
+
+
+def io_layout_metadata(path: str) -> dict[str, dict[str, list[int]]]:
+    """The permutations qconvert recorded in the file, {"inputs": {...}, "outputs": {...}}."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        # Mapped, not read: only the pages of the header and the metadata are touched (a
+        # model's weights are most of the file).
+        model = S.Model.GetRootAs(data, 0)
+        for i in range(model.MetadataLength()):
+            entry = model.Metadata(i)
+            if entry.Name() and entry.Name().decode() == IO_LAYOUT_METADATA:
+                buffer = model.Buffers(entry.Buffer())
+                start = buffer._tab.Offset(4)
+                if start:
+                    start = buffer._tab.Vector(start)
+                    raw = bytes(data[start:start + buffer.DataLength()])
+                else:  # stored after the flatbuffer (a model over 2 GB): offset and size
+                    raw = bytes(data[buffer.Offset():buffer.Offset() + buffer.Size()])
+                return json.loads(raw.decode())
+    return {"inputs": {}, "outputs": {}}

@@ -21,11 +21,10 @@ from ..errors import ConversionError
 from ..ir import WORK, Model
 from ..ops.registry import TFLITE_OPS
 from . import schema_generated as S
+from .reader import IO_LAYOUT_METADATA
 
 DATA_ALIGNMENT = 16
 SIGNATURE_KEY = "serving_default"
-# Metadata entry recording how graph inputs/outputs are permuted from the source model's layout.
-IO_LAYOUT_METADATA = "qconvert_io_layout"
 
 TENSOR_TYPES = {
     np.dtype(np.float32): S.TensorType.FLOAT32,
