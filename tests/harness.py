@@ -166,6 +166,14 @@ def without_quantize_step(monkeypatch, name: str) -> None:
                         lambda options: [s for s in steps(options) if s[0] != name])
 
 
+def without_float_step(monkeypatch, name: str) -> None:
+    """Conversions in the test run the float pipeline without the step `name`: what the model
+    becomes without it, next to what the step makes of it."""
+    from qconvert.transforms import pipeline
+
+    monkeypatch.setattr(pipeline, "FLOAT_STEPS", [s for s in pipeline.FLOAT_STEPS if s[0] != name])
+
+
 def output_steps(flatbuffer: bytes) -> dict[str, float]:
     """The quantization step (scale) of the int8 tensor behind each float graph output, read
     from the written file: the input of the DEQUANTIZE that produces the output."""

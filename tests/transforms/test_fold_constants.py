@@ -11,10 +11,9 @@ whose file computes what onnxruntime computes."""
 import numpy as np
 from onnx import TensorProto, helper
 
-from qconvert.transforms import pipeline
 from qconvert.transforms.engine import run_to_fixed_point
 from qconvert.transforms.fold_constants import fold_constants
-from tests.harness import assert_matches_onnxruntime, make_model
+from tests.harness import assert_matches_onnxruntime, make_model, without_float_step
 from tests.transforms.builders import Builder, evaluate_model, op_types
 
 F = TensorProto.FLOAT
@@ -55,6 +54,6 @@ def test_onnx_constant_computed_after_loading_is_folded(monkeypatch):
     model = make_model(nodes, {"x": (F, (2, 3))}, {"y": F}, {"c": np.array([1, 4, 9], np.float64)}, opset=15)
     _, report = assert_matches_onnxruntime(model, {"x": X})
     assert report.op_counts == {"ADD": 1}
-    monkeypatch.setattr(pipeline, "FLOAT_STEPS", [s for s in pipeline.FLOAT_STEPS if s[0] != "fold_constants"])
+    without_float_step(monkeypatch, "fold_constants")
     _, report = assert_matches_onnxruntime(model, {"x": X})
     assert report.op_counts == {"ADD": 1, "SQRT": 1}

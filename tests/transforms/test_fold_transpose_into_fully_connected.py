@@ -10,10 +10,9 @@ without any TRANSPOSE (one without the step) to a file that computes what onnxru
 import numpy as np
 from onnx import TensorProto, helper
 
-from qconvert.transforms import pipeline
 from qconvert.transforms.engine import run_to_fixed_point
 from qconvert.transforms.fold_transpose_into_fully_connected import fold_transpose_into_fully_connected
-from tests.harness import assert_matches_onnxruntime, grid_weights, make_model
+from tests.harness import assert_matches_onnxruntime, grid_weights, make_model, without_float_step
 from tests.transforms.builders import Builder, evaluate_model, op_types
 
 F = TensorProto.FLOAT
@@ -72,7 +71,6 @@ def test_onnx_classifier_head_has_no_transpose(monkeypatch):
     model = classifier_head()
     _, report = assert_matches_onnxruntime(model)
     assert report.op_counts == {"CONV_2D": 1, "RESHAPE": 1, "FULLY_CONNECTED": 1}
-    monkeypatch.setattr(pipeline, "FLOAT_STEPS", [s for s in pipeline.FLOAT_STEPS
-                                                  if s[0] != "fold_transpose_into_fully_connected"])
+    without_float_step(monkeypatch, "fold_transpose_into_fully_connected")
     _, report = assert_matches_onnxruntime(model)
     assert report.transposes == 1

@@ -10,10 +10,9 @@ the step) to a file that computes what onnxruntime computes."""
 import numpy as np
 from onnx import TensorProto, helper
 
-from qconvert.transforms import pipeline
 from qconvert.transforms.engine import run_to_fixed_point
 from qconvert.transforms.hoist_transpose_through_reshape import hoist_transpose_through_reshape
-from tests.harness import assert_matches_onnxruntime, grid_weights, make_model
+from tests.harness import assert_matches_onnxruntime, grid_weights, make_model, without_float_step
 from tests.transforms.builders import Builder, evaluate_model, op_types
 
 F = TensorProto.FLOAT
@@ -71,7 +70,6 @@ def test_onnx_group_swap_before_a_conv_keeps_one_transpose(monkeypatch):
                        {"w": grid_weights((3, 6, 1, 1)), "shape": np.array([1, 6, 5, 6], np.int64)})
     _, report = assert_matches_onnxruntime(model)
     assert report.op_counts == {"TRANSPOSE": 1, "RESHAPE": 1, "CONV_2D": 1}
-    monkeypatch.setattr(pipeline, "FLOAT_STEPS", [s for s in pipeline.FLOAT_STEPS
-                                                  if s[0] != "hoist_transpose_through_reshape"])
+    without_float_step(monkeypatch, "hoist_transpose_through_reshape")
     _, report = assert_matches_onnxruntime(model)
     assert report.transposes == 2

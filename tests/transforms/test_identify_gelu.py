@@ -16,10 +16,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from qconvert.ops.unary import ERF_MARK
-from qconvert.transforms import pipeline
 from qconvert.transforms.engine import run_to_fixed_point
 from qconvert.transforms.identify_gelu import identify_gelu
-from tests.harness import assert_matches_onnxruntime, make_model
+from tests.harness import assert_matches_onnxruntime, make_model, without_float_step
 from tests.transforms.builders import Builder, evaluate_model, op_types
 
 F = TensorProto.FLOAT
@@ -95,8 +94,7 @@ def pow_form():
 @pytest.mark.parametrize("with_step", [True, False])
 def test_onnx_tanh_form_with_pow_is_one_gelu(with_step, monkeypatch):
     if not with_step:
-        monkeypatch.setattr(pipeline, "FLOAT_STEPS",
-                            [s for s in pipeline.FLOAT_STEPS if s[0] != "identify_gelu"])
+        without_float_step(monkeypatch, "identify_gelu")
     _, report = assert_matches_onnxruntime(pow_form(), {"x": X}, rtol=1e-5, atol=2e-6)
     if with_step:
         assert report.op_counts == {"GELU": 1}

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.transforms import pipeline
 from qconvert.transforms.engine import run_to_fixed_point
 from qconvert.transforms.identify_relu6 import identify_relu6
-from tests.harness import assert_matches_onnxruntime, make_model
+from tests.harness import assert_matches_onnxruntime, make_model, without_float_step
 from tests.transforms.builders import Builder, evaluate_model, op_types
 
 F = TensorProto.FLOAT
@@ -68,6 +67,6 @@ def test_onnx_clamps_on_a_graph_input_are_one_op(nodes, inits, op, monkeypatch):
     model = make_model([helper.make_node(*n) for n in nodes], {"x": (F, (2, 3, 4))}, {"y": F}, inits)
     _, report = assert_matches_onnxruntime(model, {"x": X})
     assert report.op_counts == {op: 1}
-    monkeypatch.setattr(pipeline, "FLOAT_STEPS", [s for s in pipeline.FLOAT_STEPS if s[0] != "identify_relu6"])
+    without_float_step(monkeypatch, "identify_relu6")
     _, report = assert_matches_onnxruntime(model, {"x": X})
     assert "MINIMUM" in report.op_counts and op not in report.op_counts

@@ -9,10 +9,9 @@ computes what onnxruntime computes."""
 import numpy as np
 from onnx import TensorProto, helper
 
-from qconvert.transforms import pipeline
 from qconvert.transforms.engine import run_to_fixed_point
 from qconvert.transforms.merge_reshapes import merge_reshapes
-from tests.harness import assert_matches_onnxruntime, make_model
+from tests.harness import assert_matches_onnxruntime, make_model, without_float_step
 from tests.transforms.builders import Builder, evaluate_model, op_types
 
 F = TensorProto.FLOAT
@@ -67,6 +66,6 @@ def test_onnx_reshape_chain_is_one_reshape_in_the_file(monkeypatch):
     model = flatten_unsqueeze_squeeze()
     _, report = assert_matches_onnxruntime(model, {"x": X})
     assert report.op_counts == {"RESHAPE": 1, "RELU": 1}
-    monkeypatch.setattr(pipeline, "FLOAT_STEPS", [s for s in pipeline.FLOAT_STEPS if s[0] != "merge_reshapes"])
+    without_float_step(monkeypatch, "merge_reshapes")
     _, report = assert_matches_onnxruntime(model, {"x": X})
     assert report.op_counts == {"RESHAPE": 3, "RELU": 1}

@@ -11,10 +11,9 @@ onnxruntime computes."""
 import numpy as np
 from onnx import TensorProto, helper
 
-from qconvert.transforms import pipeline
 from qconvert.transforms.engine import run_to_fixed_point
 from qconvert.transforms.sink_transpose_through_reshape import sink_transpose_through_reshape
-from tests.harness import assert_matches_onnxruntime, grid_weights, make_model
+from tests.harness import assert_matches_onnxruntime, grid_weights, make_model, without_float_step
 from tests.transforms.builders import Builder, evaluate_model, op_types
 
 F = TensorProto.FLOAT
@@ -66,7 +65,6 @@ def test_onnx_channel_split_after_a_conv_keeps_one_transpose(monkeypatch):
                        {"w": grid_weights((4, 3, 3, 3)), "shape": np.array([1, 2, 2, 5, 6], np.int64)})
     _, report = assert_matches_onnxruntime(model)
     assert report.op_counts == {"CONV_2D": 1, "RESHAPE": 1, "TRANSPOSE": 1}
-    monkeypatch.setattr(pipeline, "FLOAT_STEPS", [s for s in pipeline.FLOAT_STEPS
-                                                  if s[0] != "sink_transpose_through_reshape"])
+    without_float_step(monkeypatch, "sink_transpose_through_reshape")
     _, report = assert_matches_onnxruntime(model)
     assert report.transposes == 2

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.transforms import pipeline
 from qconvert.transforms.engine import run_to_fixed_point
 from qconvert.transforms.transpose_to_reshape import transpose_to_reshape
-from tests.harness import assert_matches_onnxruntime, make_model
+from tests.harness import assert_matches_onnxruntime, make_model, without_float_step
 from tests.transforms.builders import Builder, evaluate_model, op_types
 
 F = TensorProto.FLOAT
@@ -47,7 +46,6 @@ def test_onnx_transpose_of_size_one_axes_is_a_reshape_in_the_file(monkeypatch):
     model = make_model(nodes, {"x": (F, (2, 1, 3))}, {"y": F})
     _, report = assert_matches_onnxruntime(model)
     assert report.op_counts == {"RESHAPE": 1, "RELU": 1}
-    monkeypatch.setattr(pipeline, "FLOAT_STEPS",
-                        [s for s in pipeline.FLOAT_STEPS if s[0] != "transpose_to_reshape"])
+    without_float_step(monkeypatch, "transpose_to_reshape")
     _, report = assert_matches_onnxruntime(model)
     assert report.op_counts == {"TRANSPOSE": 1, "RELU": 1}
