@@ -56,7 +56,7 @@ import numpy as np
 from click.core import ParameterSource
 
 from . import __version__
-from .errors import BelowThreshold, ConversionError, UsageError
+from .errors import BelowThreshold, ConversionError, ReferenceFailed, UsageError
 from .files import (
     check_distinct_files,
     check_input_file,
@@ -332,20 +332,25 @@ def require_passed(result) -> None:
     raise BelowThreshold(f"verify: {'; '.join(parts)}")
 
 
-def _verification_request(verify_flag, no_verify, quantize_options, calibration, weights,
-                          verify_samples, verify_data, min_sqnr, report) -> bool:
+def _verification_flags(verify_flag, verify_samples, verify_data, min_sqnr, report) -> list[str]:
+    """The flags given that ask for a verification."""
+    return [flag for flag, value in (("--verify", verify_flag or None), ("--report", report),
+                                     ("--verify-samples", verify_samples),
+                                     ("--verify-data", verify_data), ("--min-sqnr", min_sqnr))
+            if value is not None]
+
+
+def _verification_request(no_verify, quantize_options, calibration, given: list[str]) -> bool:
     """Whether the conversion verifies itself: every one does (--no-verify skips it) but
     --quantize without --calibration (--default-range, or the model's Q/DQ ranges), which
-    verifies with --verify or --report. Contradictions are usage errors."""
-    given = [flag for flag, value in (("--verify", verify_flag or None), ("--report", report),
-                                      ("--verify-samples", verify_samples),
-                                      ("--verify-data", verify_data), ("--min-sqnr", min_sqnr))
-             if value is not None]
+    verifies with --verify or --report (`given`: _verification_flags). Contradictions are usage
+    errors."""
     if no_verify:
         if given:
             raise click.UsageError(f"{given[0]} and --no-verify contradict each other")
         return False
-    wanted = quantize_options is None or calibration is not None or verify_flag or report is not None
+    wanted = (quantize_options is None or calibration is not None
+              or "--verify" in given or "--report" in given)
     if not wanted and given:
         raise click.UsageError(f"{given[0]} needs a verified conversion: --quantize without "
                                "--calibration verifies only with --verify or --report")
@@ -511,11 +516,9 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
         target_sqnr=target_sqnr, target=target, verify_samples=verify_samples, verify_data=verify_data)
     report_path = _report_path(report)
     float_conversion = arguments["quantize"] is None and arguments["weights"] is None
-    asked_to_verify = any(value is not None for value in (
-        verify_flag or None, verify_samples, verify_data, min_sqnr, report_path))
-    verifying = _verification_request(verify_flag, no_verify, arguments["quantize"], calibration,
-                                      arguments["weights"], verify_samples, verify_data, min_sqnr,
-                                      report_path)
+    asked_to_verify = _verification_flags(verify_flag, verify_samples, verify_data, min_sqnr,
+                                          report_path)
+    verifying = _verification_request(no_verify, arguments["quantize"], calibration, asked_to_verify)
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
     check_distinct_files({"IN.onnx": source, "--calibration": calibration,
@@ -559,16 +562,17 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
                 source, data, path, verify_data or calibration,
                 verification_samples(verify_samples, verify_data, calibration, float_conversion),
                 min_sqnr, report_path, summary.notes, warn=True, float_check=float_conversion)
-        except ConversionError as e:
-            if path in str(e):  # the temporary file is nobody's business: the message names OUT
-                raise ConversionError(str(e).replace(path, f"{dest} (not written)")) from None
-            if not str(e).startswith("onnxruntime"):
-                raise
+        except ReferenceFailed as e:
             if not float_conversion or asked_to_verify:
                 raise ConversionError(f"{e} (the verification runs the model in onnxruntime; "
                                       "--no-verify converts without it)") from None
             click.echo(f"qconvert: warning: not verified: {_one_line(e)}", err=True)
             return None
+        except ConversionError as e:
+            if path not in str(e):
+                raise
+            # The temporary file is nobody's business: the message names OUT.
+            raise ConversionError(str(e).replace(path, f"{dest} (not written)")) from None
 
     write_output(dest, flatbuffer, before_the_output_appears if verifying or as_json else None)
     click.echo(summary.summary(), err=True)

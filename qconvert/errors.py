@@ -9,6 +9,11 @@ class ConversionError(Exception):
     """The model (or a file) cannot be converted; exit code 1."""
 
 
+class ReferenceFailed(ConversionError):
+    """onnxruntime, the reference a conversion is checked or calibrated against, cannot load or
+    run the model (not the conversion's fault: a float conversion's default check then warns)."""
+
+
 class UsageError(Exception):
     """The command line asks for something contradictory or malformed; exit code 2."""
 

@@ -41,7 +41,6 @@ class Limit:
             raise ConversionError(f"{where}: {amount:,} {self.what} exceed the limit of {limit:,} "
                                   f"(set {self.variable} to raise it)")
 
-
     def read(self, stream, where: str, chunk: int = 1 << 24) -> bytes:
         """All of a binary stream's bytes (a pipe, a device, an empty file) in chunks, at most
         the limit of them: the stream may never end, and one read of the limit's size would

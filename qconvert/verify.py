@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx
 
-from .errors import ConversionError, first_line
+from .errors import ConversionError, ReferenceFailed, first_line
 from .tflite.reader import io_layout_metadata
 
 INTEGER_INPUT_HIGH = 10  # generated integer inputs are uniform in [0, 10)
@@ -766,7 +766,7 @@ class Reference:
         try:
             values = dict(zip(self.fetched, self.session.run(self.fetched, feeds)))
         except Exception as e:  # onnxruntime raises its own exception types
-            raise ConversionError(f"onnxruntime failed on sample {k}: {first_line(e)}") from None
+            raise ReferenceFailed(f"onnxruntime failed on sample {k}: {first_line(e)}") from None
         values.update((name, feeds[name]) for name in self.from_feeds)
         return values
 
@@ -799,7 +799,7 @@ def _session_from_file(path: str, proto: onnx.ModelProto):
     try:
         return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types
-        raise ConversionError(f"onnxruntime cannot load the model for verification: "
+        raise ReferenceFailed(f"onnxruntime cannot load the model for verification: "
                               f"{first_line(e)}") from None
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import ConversionError
+from ..errors import ConversionError, ReferenceFailed
 from ..ir import Model
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
@@ -200,7 +200,7 @@ class CalibrationRun:
                     del work
                     self.session = ort.InferenceSession(file, options, providers=providers)
         except Exception as e:  # onnxruntime raises its own exception types
-            raise ConversionError(f"onnxruntime cannot load the model for calibration: "
+            raise ReferenceFailed(f"onnxruntime cannot load the model for calibration: "
                                   f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         finally:
             del outputs[kept:]
