@@ -80,6 +80,14 @@ def read_complete_onnx(path: str, data: bytes | None = None) -> onnx.ModelProto:
     return onnx_file.proto
 
 
+def attribute(node: onnx.NodeProto, name: str, default=None):
+    """The value of `node`'s attribute `name` (onnx's Python value), or `default`."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
 def read_onnx(path: str, data: bytes | None = None) -> OnnxFile:
     """Parses an ONNX file (or bytes read from stdin), loading external data; clear errors.
 

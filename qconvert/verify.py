@@ -36,6 +36,7 @@ import numpy as np
 import onnx
 
 from .errors import ConversionError, ReferenceFailed, first_line
+from .onnx_file import attribute
 from .tflite.reader import io_layout_metadata
 
 INTEGER_INPUT_HIGH = 10  # generated integer inputs are uniform in [0, 10)
@@ -301,13 +302,6 @@ def _plain(node: onnx.NodeProto) -> bool:
     return node.domain in ("", "ai.onnx")
 
 
-def _attribute(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
-
-
 class _Constants:
     """The graph's constants by name, converted when asked for: initializers that hold their data
     (read_onnx leaves big ones in the file) and Constant nodes' values."""
@@ -326,9 +320,9 @@ class _Constants:
         tensor = self.tensors.get(name)
         if tensor is None and name in self.nodes:
             node = self.nodes[name]
-            tensor = _attribute(node, "value")
-            if _attribute(node, "value_float") is not None:
-                return np.array(_attribute(node, "value_float"), np.float32)
+            tensor = attribute(node, "value")
+            if attribute(node, "value_float") is not None:
+                return np.array(attribute(node, "value_float"), np.float32)
         if not isinstance(tensor, onnx.TensorProto) or tensor.data_location == onnx.TensorProto.EXTERNAL:
             return None
         count = int(np.prod(tensor.dims)) if tensor.dims else 1
@@ -360,7 +354,7 @@ def output_rules(proto: onnx.ModelProto) -> dict[str, OutputRule]:
                 found = (BOUNDED_OPS[kind], kind)
             elif kind == "Clip":
                 found = _clip_range(node, constants)
-            elif kind in MOVING_OPS or kind == "Cast" and _attribute(node, "to") in _FLOAT_ELEM_TYPES:
+            elif kind in MOVING_OPS or kind == "Cast" and attribute(node, "to") in _FLOAT_ELEM_TYPES:
                 sources = [i for i in node.input if i] if kind == "Concat" else node.input[:1]
                 parts = [floor(i, depth + 1) for i in sources]
                 if parts and all(p[0] > 0 for p in parts):
@@ -374,7 +368,7 @@ def output_rules(proto: onnx.ModelProto) -> dict[str, OutputRule]:
             if node.op_type in ORDER_KEEPING_OPS:
                 node, depth = producer.get(node.input[0]), depth + 1
             elif node.op_type == "Cast":
-                to = _attribute(node, "to")
+                to = attribute(node, "to")
                 inner = step(node.input[0], depth + 1)
                 if inner is not None or to in _FLOAT_ELEM_TYPES:
                     return inner  # Cast from a step keeps its values; to float, no step
@@ -392,7 +386,7 @@ def output_rules(proto: onnx.ModelProto) -> dict[str, OutputRule]:
 
 def _clip_range(node: onnx.NodeProto, constants: _Constants) -> tuple[float, str | None]:
     """A Clip with both bounds constant is bounded by the larger magnitude of the two."""
-    bounds = [_attribute(node, "min"), _attribute(node, "max")]
+    bounds = [attribute(node, "min"), attribute(node, "max")]
     for k, name in enumerate(node.input[1:3]):
         if name:
             value = constants.get(name)
@@ -457,7 +451,7 @@ def near_ties(node: onnx.NodeProto, operands: list[np.ndarray], ref: np.ndarray,
     kind = node.op_type
     if kind in ("ArgMax", "ArgMin"):
         (x,) = operands
-        axis = _attribute(node, "axis", 0)
+        axis = attribute(node, "axis", 0)
         axis = axis + rank if axis < 0 else axis
         if not 0 <= axis < rank or len(x) != len(ref):
             return None
@@ -477,7 +471,7 @@ def near_ties(node: onnx.NodeProto, operands: list[np.ndarray], ref: np.ndarray,
             return None
     elif kind == "Round":
         gap = np.abs(x - np.floor(x) - 0.5)
-    elif kind == "Cast" and _attribute(node, "to") == onnx.TensorProto.BOOL:
+    elif kind == "Cast" and attribute(node, "to") == onnx.TensorProto.BOOL:
         gap = np.abs(x)
     else:  # Floor, Ceil, Cast to an integer
         gap = np.abs(x - np.round(x))

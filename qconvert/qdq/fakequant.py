@@ -55,6 +55,7 @@ from onnx import helper, numpy_helper, version_converter
 from ..errors import ConversionError
 from ..ir import Model, without_layout_suffix, without_type_suffix
 from ..loader import node_names, onnx_names
+from ..onnx_file import attribute
 from ..quantize.arrays import rule_of
 from ..report import counterpart
 from .importer import ACTIVATIONS_KEY, PRECISION_KEY, RANGES_KEY
@@ -63,8 +64,8 @@ from .names import FreshNames
 # ONNX op with its weight at input 1 -> that weight's output-channel axis (None: not one axis)
 _WEIGHT_AXIS = {
     "Conv": lambda node: 0,
-    "ConvTranspose": lambda node: 1 if _attribute(node, "group", 1) == 1 else None,
-    "Gemm": lambda node: 0 if _attribute(node, "transB", 0) else 1,
+    "ConvTranspose": lambda node: 1 if attribute(node, "group", 1) == 1 else None,
+    "Gemm": lambda node: 0 if attribute(node, "transB", 0) else 1,
     "MatMul": lambda node: 1,
 }
 PER_AXIS_OPSET = 13  # DequantizeLinear's `axis`
@@ -106,13 +107,6 @@ class FloatWeights:
                 bias = model.constant(op.inputs[rule.bias])
             key = (op.source, op.type)
             self.by_op[key] = None if key in self.by_op else (weight, bias)
-
-
-def _attribute(node: onnx.NodeProto, name: str, default):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
 
 
 QUANTIZED = (np.dtype(np.int8), np.dtype(np.int16))  # activation types a pair can stand for
