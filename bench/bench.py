@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from qconvert.quantize.calibration_data import model_input_specs
+from qconvert.calibration.data import model_input_specs
 
 if __package__:
     from . import int8, models, qat_digits, runners, scaling, trained, weights

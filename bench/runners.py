@@ -206,8 +206,8 @@ def onnx_outputs(path: Path, samples: dict, probe: str | None = None) -> tuple[d
 
 def delegated_ops(interpreter) -> tuple[int, int]:
     """(ops of the main subgraph that a delegate runs, ops in the file), for an interpreter whose
-    tensors are allocated: see qconvert.inspect_tflite.delegate_partitions."""
-    from qconvert.inspect_tflite import interpreter_partitions
+    tensors are allocated: see qconvert.check.inspect_tflite.delegate_partitions."""
+    from qconvert.check.inspect_tflite import interpreter_partitions
 
     partitions, file_ops = interpreter_partitions(interpreter)
     return sum(map(len, partitions)), file_ops

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from .errors import BelowThreshold, ConversionError, UsageError
 
-__version__ = "0.1.0"
+from .version import __version__
 __all__ = ["BelowThreshold", "Conversion", "ConversionError", "FakeQuant", "UsageError", "convert",
            "fake_quant", "__version__"]
 
@@ -24,7 +24,7 @@ class Conversion(NamedTuple):
     """What convert returns (unpacks as `tflite, report = qconvert.convert(...)`)."""
 
     tflite: bytes  # the TFLite flatbuffer, as a .tflite file holds it
-    report: Any  # converter.ConversionReport: .as_dict() is the CLI's --json, .summary() its line
+    report: Any  # reports.ConversionReport: .as_dict() is the CLI's --json, .summary() its line
 
 
 def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhwc",
@@ -32,7 +32,9 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
             calibration_method: str | None = None, default_range=None, io_type: str | None = None,
             activations: str | None = None, per_tensor_fc: bool = False, weight_only: bool = False,
             weight_only_min_elements: int | None = None, float16: bool = False,
-            keep_float=(), target_sqnr: float | None = None, target: str | None = None) -> Conversion:
+            keep_float=(), target_sqnr: float | None = None, target: str | None = None,
+            verify: bool = False, verify_samples: int | None = None, verify_data=None,
+            min_sqnr: float | None = None, report=None) -> Conversion:
     """Converts an ONNX model to a TFLite flatbuffer, as `qconvert IN.onnx OUT.tflite` does.
 
     `model`: a path (str or os.PathLike), the bytes of an .onnx file, or an onnx.ModelProto (not
@@ -42,36 +44,43 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
     {input name: array}, laid out as an .npz's arrays (first axis = samples); or an iterable of
     samples, each a dict {input name: array in the input's shape}, like TFLiteConverter's
     representative_dataset (a function returning one is called). An iterable is read up to
-    `calibration_samples` samples, and at most limits.CALIBRATION_SAMPLES.
+    `calibration_samples` samples, and at most errors.CALIBRATION_SAMPLES.
 
     The other keywords are the command line's flags (`input_shapes={"x": (1, 3, 224, 224)}` is
     --input-shape x:1,3,224,224; `default_range=(-6, 6)` or "-6,6"; `keep_float` a pattern or a
-    list of them), with the same defaults, checks and messages. The CLI's verification (--verify,
-    --min-sqnr, --report) is not run: `qconvert verify` does that for any .tflite.
+    list of them), with the same defaults, checks and messages, but for the verification: the
+    command line verifies every conversion, the API when asked (`verify=True`, or any of
+    verify_samples, verify_data, min_sqnr, report: a FILE.json or FILE.html path), as the
+    command line does; its result is the report's `verify`.
 
     Returns Conversion(tflite=bytes, report=ConversionReport). Raises UsageError for malformed or
-    contradictory arguments and ConversionError when the model or the data cannot be converted,
-    with the messages the command line prints.
+    contradictory arguments, ConversionError when the model or the data cannot be converted and
+    BelowThreshold when the verification fails, with the messages the command line prints.
     """
-    from .converter import convert as convert_source
+    from .driver.conversion import convert as convert_source
+    from .driver.options import options_from_flags
 
+    asked = verify or any(v is not None for v in (verify_samples, verify_data, min_sqnr, report))
     source, data = _model_source(model)
-    arguments = _arguments(
-        input_shapes=input_shapes, io_layout=io_layout, quantize=quantize, calibration=calibration,
+    options = options_from_flags(
+        input_shapes=_shapes(input_shapes), io_layout=io_layout, quantize=quantize,
+        calibration=_calibration_source(calibration, calibration_samples),
         calibration_samples=calibration_samples, calibration_method=calibration_method,
         default_range=default_range, io_type=io_type, activations=activations,
         per_tensor_fc=per_tensor_fc, weight_only=weight_only,
         weight_only_min_elements=weight_only_min_elements, float16=float16, keep_float=keep_float,
-        target_sqnr=target_sqnr, target=target)
-    flatbuffer, report = convert_source(source, data=data, output_name="<bytes>", **arguments)
-    return Conversion(bytes(flatbuffer), report)
+        target_sqnr=target_sqnr, target=target, verify=verify, no_verify=not asked,
+        verify_samples=verify_samples, verify_data=_path(verify_data), min_sqnr=min_sqnr,
+        report=_path(report))
+    flatbuffer, report = convert_source(source, options, data=data, output_name="<bytes>")
+    return Conversion(flatbuffer, report)
 
 
 class FakeQuant(NamedTuple):
     """What fake_quant returns (unpacks as `onnx_bytes, report = qconvert.fake_quant(...)`)."""
 
     onnx: bytes  # the fake-quant ONNX model, as an .onnx file holds it
-    report: Any  # converter.FakeQuantReport: .as_dict() is the CLI's --json, .summary() its line
+    report: Any  # reports.FakeQuantReport: .as_dict() is the CLI's --json, .summary() its line
 
 
 def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
@@ -81,44 +90,37 @@ def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
     """The fake-quant ONNX model, as `qconvert fakequant IN.onnx OUT.onnx` writes it: Q/DQ pairs
     where the int8 conversion with these options quantizes, holding its params (qdq/fakequant.py).
     Arguments as convert's with quantize=True."""
-    from .converter import fake_quant as fake_quant_source
+    from .driver.conversion import fake_quant as fake_quant_source
+    from .driver.options import options_from_flags
 
     source, data = _model_source(model)
-    arguments = _arguments(input_shapes=input_shapes, quantize=True, calibration=calibration,
-                           calibration_samples=calibration_samples, calibration_method=calibration_method,
-                           default_range=default_range, activations=activations,
-                           per_tensor_fc=per_tensor_fc, keep_float=keep_float, target_sqnr=target_sqnr,
-                           target=target)
-    del arguments["weights"]
-    written, report = fake_quant_source(source, data=data, output_name="<bytes>", **arguments)
+    options = options_from_flags(
+        input_shapes=_shapes(input_shapes), quantize=True, no_verify=True,
+        calibration=_calibration_source(calibration, calibration_samples),
+        calibration_samples=calibration_samples, calibration_method=calibration_method,
+        default_range=default_range, activations=activations, per_tensor_fc=per_tensor_fc,
+        keep_float=keep_float, target_sqnr=target_sqnr, target=target)
+    written, report = fake_quant_source(source, options, data=data, output_name="<bytes>")
     return FakeQuant(written, report)
 
 
-def _arguments(*, input_shapes, calibration, calibration_samples, default_range, keep_float,
-               **flags) -> dict:
-    """converter.convert's keyword arguments for the API's keywords, checked as the command
-    line checks its flags (click's usage errors become UsageError)."""
-    import click
+def _shapes(shapes) -> Mapping:
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, Mapping):
+        raise UsageError(f"input_shapes: expected a dict {{input name: dims}}, not {type(shapes).__name__}")
+    return shapes
 
-    from . import cli
 
-    if calibration is not None:
-        calibration = _calibration_source(calibration, calibration_samples)
-    try:
-        flags = cli.typed_like_flags(dict(calibration_samples=calibration_samples, **flags))
-        return cli.conversion_arguments(
-            input_shapes=_shape_flags(input_shapes), calibration=calibration,
-            default_range=_range_flag(default_range),
-            keep_float=(keep_float,) if isinstance(keep_float, str) else tuple(keep_float), **flags)
-    except click.UsageError as e:
-        raise UsageError(e.format_message()) from None
+def _path(value) -> str | None:
+    return None if value is None else os.fsdecode(os.fspath(value))
 
 
 def _model_source(model) -> tuple[str, bytes | None]:
-    """converter.convert's (source, data) for convert's `model`."""
+    """The driver's (source, data) for convert's `model`."""
     if isinstance(model, (str, os.PathLike)):
         path = os.fsdecode(os.fspath(model))
-        from .files import check_input_file
+        from .driver.files import check_input_file
 
         check_input_file(path)
         return path, None
@@ -135,31 +137,10 @@ def _model_source(model) -> tuple[str, bytes | None]:
                      f"{type(model).__name__}")
 
 
-def _shape_flags(shapes) -> tuple[str, ...]:
-    """{name: dims} as --input-shape values, checked by the flag's parser."""
-    if shapes is None:
-        return ()
-    if not isinstance(shapes, Mapping):
-        raise UsageError(f"input_shapes: expected a dict {{input name: dims}}, not {type(shapes).__name__}")
-    try:
-        return tuple(f"{name}:{','.join(str(d) for d in dims)}" for name, dims in shapes.items())
-    except TypeError:
-        raise UsageError("input_shapes: every value must be a sequence of dimensions") from None
-
-
-def _range_flag(value) -> str | None:
-    """default_range (MIN, MAX) as the --default-range text, checked by the flag's parser."""
-    if value is None or isinstance(value, str):
-        return value
-    try:
-        low, high = (float(v) for v in value)
-    except (TypeError, ValueError):
-        raise UsageError(f"default_range: expected (MIN, MAX) or 'MIN,MAX', not {value!r}") from None
-    return f"{low!r},{high!r}"
-
-
 def _calibration_source(calibration, count: int | None):
-    """A path (str) or a dict {input name: array} for converter.convert's `calibration`."""
+    """A path (str) or a dict {input name: array} for the options' `calibration`."""
+    if calibration is None:
+        return None
     if isinstance(calibration, (str, os.PathLike)):
         return os.fsdecode(os.fspath(calibration))
     if isinstance(calibration, Mapping):
@@ -174,11 +155,11 @@ def _calibration_source(calibration, count: int | None):
 
 def _stacked_samples(samples, count: int | None) -> dict:
     """The first `count` samples of an iterable of {input name: array} as {input name: [samples,
-    ...] array}: the layout calibration_data checks. Reading stops at limits.CALIBRATION_SAMPLES,
+    ...] array}: the layout calibration_data checks. Reading stops at errors.CALIBRATION_SAMPLES,
     so an endless generator ends in an error naming the limit."""
     import numpy as np
 
-    from .limits import CALIBRATION_SAMPLES
+    from .errors import CALIBRATION_SAMPLES
 
     columns: dict[str, list] = {}
     for i, sample in enumerate(samples):

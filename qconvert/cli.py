@@ -1,6 +1,6 @@
 """Command line: qconvert IN.onnx OUT.tflite [options]. '-' reads stdin / writes stdout.
-Also `qconvert verify IN.onnx OUT.tflite` (qconvert/verify.py), `qconvert inspect FILE.tflite`
-(qconvert/inspect_tflite.py) and `qconvert fakequant IN.onnx OUT.onnx` (qconvert/qdq/fakequant.py).
+Also `qconvert verify IN.onnx OUT.tflite` (qconvert/check/verify.py), `qconvert inspect FILE.tflite`
+(qconvert/check/inspect_tflite.py) and `qconvert fakequant IN.onnx OUT.onnx` (qconvert/qdq/fakequant.py).
 
 Exit codes:
   0  success: one summary line on stderr (and the JSON report on stdout with --json).
@@ -20,7 +20,7 @@ Every error is exactly one line on stderr starting with "qconvert: error:" (inte
 "qconvert: internal error:"), never a traceback unless --debug.
 
 Files:
-  IN     a regular file, or '-' for standard input (read up to limits.MODEL_BYTES). A FIFO, a
+  IN     a regular file, or '-' for standard input (read up to errors.MODEL_BYTES). A FIFO, a
          device or a socket is refused (exit 1) rather than opened: a FIFO would block, /dev/zero
          never ends.
   OUT    never IN, nor --calibration, --verify-data or --report (same path after normalisation,
@@ -52,19 +52,17 @@ import sys
 import traceback
 
 import click
-import numpy as np
 from click.core import ParameterSource
 
-from . import __version__
-from .errors import BelowThreshold, ConversionError, ReferenceFailed, UsageError
-from .files import (
+from .version import __version__
+from .errors import BelowThreshold, ConversionError, UsageError
+from .driver.files import (
     check_distinct_files,
     check_input_file,
     fill_closed_standard_fds,
     output_kind,
     print_stdout,
     read_stdin,
-    replace_atomically,
     write_output,
 )
 
@@ -72,8 +70,6 @@ EXIT_CONVERSION_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 EXIT_BELOW_THRESHOLD = 4
-WARN_BELOW_DB = 20.0  # a verified conversion below this warns (without --min-sqnr)
-INT32_MAX = 2**31 - 1  # TFLite shapes are int32
 
 
 def _one_line(message: str) -> str:
@@ -172,252 +168,31 @@ def _with_environment_variables(command: click.Command, prefix: str) -> click.Co
     return command
 
 
-def parse_input_shape(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    """--input-shape NAME:D1,D2,... values -> {name: shape}; malformed values are usage errors."""
-    shapes = {}
-    for value in values:
-        name, sep, dims = value.rpartition(":")
-        try:
-            shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-        except ValueError:
-            shape = None
-        if not sep or not name or shape is None or any(not 0 < d <= INT32_MAX for d in shape):
-            raise click.BadParameter(f"{value!r}: expected NAME:D1,D2,... with positive integers "
-                                     f"up to {INT32_MAX} (TFLite shapes are int32)",
-                                     param_hint="--input-shape")
-        if name in shapes:
-            raise click.BadParameter(f"{name!r} is given twice", param_hint="--input-shape")
-        shapes[name] = shape
-    return shapes
-
-
-def parse_default_range(value: str) -> tuple[float, float]:
-    """--default-range MIN,MAX -> (min, max); anything else is a usage error (exit 2).
-
-    Two finite numbers, MIN < MAX, and a range an int8 kernel can represent: its scale (the range
-    widened to contain 0, over 255 steps) within [2^-60, 2^60] (quantize/params.py MIN_SCALE,
-    MAX_SCALE). An empty value is malformed too, never "no range"."""
-    from .quantize.params import MAX_SCALE, MIN_SCALE
+def _options(**flags):
+    """The conversion's Options (driver/options.py); their usage errors are click's, so they
+    print as click's own do (with the variables used and the --help hint)."""
+    from .driver.options import options_from_flags
 
     try:
-        lo, hi = (float(v) for v in value.split(","))
-    except ValueError:
-        lo = hi = None
-    if lo is None or not (np.isfinite(lo) and np.isfinite(hi)) or lo >= hi:
-        raise click.BadParameter(f"{value!r}: expected MIN,MAX with finite MIN < MAX",
-                                 param_hint="--default-range")
-    scale = (max(hi, 0.0) - min(lo, 0.0)) / 255
-    if not MIN_SCALE <= scale <= MAX_SCALE:
-        raise click.BadParameter(f"{value!r}: a range of {hi - lo:.3g} gives int8 scale {scale:.3g}, "
-                                 "outside [2^-60, 2^60], the scales int8 kernels represent",
-                                 param_hint="--default-range")
-    return lo, hi
+        return options_from_flags(**flags)
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
 
 
-def weight_mode_from_flags(weight_only: bool, min_elements, float16: bool, quantize: bool,
-                           calibration) -> str | None:
-    """"int8" (--weight-only), "float16" (--float16) or None; contradictions are usage errors."""
-    if min_elements is not None and not weight_only:
-        raise click.UsageError("--weight-only-min-elements only applies with --weight-only")
-    chosen = [flag for flag, on in (("--weight-only", weight_only), ("--float16", float16)) if on]
-    if len(chosen) > 1:
-        raise click.UsageError("--weight-only and --float16 are two ways to store the weights: pick one")
-    if chosen and (quantize or calibration):
-        other = "--quantize" if quantize else "--calibration"
-        raise click.UsageError(f"{chosen[0]} keeps activations float and needs no calibration; it "
-                               f"cannot be combined with {other} (full int8)")
-    return {"--weight-only": "int8", "--float16": "float16"}[chosen[0]] if chosen else None
+def _check_report_file(report_path: str | None) -> None:
+    if report_path is not None and output_kind(report_path) != "file":
+        raise ConversionError(f"{report_path}: --report writes a regular file")
 
 
-def quantize_options_from_flags(quantize: bool, calibration, calibration_samples, default_range,
-                                io_type, per_tensor_fc, activations=None):
-    """The QuantizeOptions the flags ask for (None: float); contradictions are usage errors."""
-    from .transforms.pipeline import QuantizeOptions
-
-    if not quantize:
-        used = [flag for flag, value in (("--calibration", calibration),
-                                         ("--calibration-samples", calibration_samples),
-                                         ("--default-range", default_range), ("--io-type", io_type),
-                                         ("--per-tensor-fc", per_tensor_fc),
-                                         ("--activations", activations))
-                if value is not None and value is not False]  # an empty value was given too
-        if used:
-            raise click.UsageError(f"{used[0]} only applies with --quantize")
-        return None
-    # --quantize without --calibration or --default-range: converter.convert decides (a model
-    # with QuantizeLinear/DequantizeLinear pairs carries its own ranges).
-    if calibration_samples is not None and calibration is None:
-        raise click.UsageError("--calibration-samples needs --calibration")
-    if activations == "int16" and io_type == "uint8":
-        raise click.UsageError("--activations int16 takes --io-type float or int8")
-    default = None if default_range is None else parse_default_range(default_range)
-    return QuantizeOptions(io_type=io_type or "float", per_tensor_fc=per_tensor_fc, default_range=default,
-                           activations=activations or "int8")
-
-
-def _calibration_method(text, calibration, quantize):
-    """The --calibration-method (minmax when not given); it needs --quantize --calibration."""
-    from .quantize.calibration_methods import MINMAX, parse_calibration_method
-
-    if text is None:
-        return MINMAX
-    if not quantize or calibration is None:
-        raise click.UsageError("--calibration-method only applies with --quantize --calibration")
+def _print_json(report, report_path: str | None = None) -> None:
+    """The JSON report on stdout; when stdout fails, the --report file written just before goes
+    too (the run fails, so it leaves nothing)."""
     try:
-        return parse_calibration_method(text)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--calibration-method") from None
-
-
-def _verification_samples(proto, path: str | None, count: int):
-    """`count` samples from the calibration-format data at `path`, or None (generate them)."""
-    if path is None:
-        return None
-    from .quantize.calibration_data import first_samples
-
-    return first_samples(path, proto, count)
-
-
-def check_written(source: str, data: bytes | None, path: str, data_path: str | None, count: int,
-                  min_sqnr: float | None, report_path: str | None = None, notes=None,
-                  warn: bool = False, float_check: bool = False):
-    """Verifies the .tflite at `path` against the ONNX model and writes the per-tensor report to
-    `report_path` if asked; with `warn`, prints a warning line when an output is below
-    WARN_BELOW_DB and there is no threshold. `float_check`: a float conversion, judged by the
-    float check (verify.py) unless the model has Q/DQ pairs on activations, whose rounding a
-    float conversion drops (then by SQNR, as a quantized one). Returns the Verification (see
-    require_passed).
-
-    The ONNX file is parsed without its big weights (onnx_file.read_onnx), enough for the
-    samples and the float check's rules; onnxruntime reads the file itself when it can
-    (verify.reads_file), else gets the model with its weights from here."""
-    from .onnx_file import read_onnx
-    from .verify import reads_file, rounding_dropped, verify
-
-    onnx_file = read_onnx(source, data)
-    proto = onnx_file.proto
-    float_check = float_check and not rounding_dropped(proto)
-    direct = data is None and report_path is None and reads_file(proto)
-    if not direct:
-        onnx_file.restore_weights()
-    samples = _verification_samples(proto, data_path, count)
-    result = verify(proto, path, samples, count, min_sqnr, data=data_path or "generated",
-                    float_check=float_check, onnx_path=source if direct else None)
-    if report_path is not None:
-        from .report import build_report, write_report
-
-        content = build_report(proto, path, samples, count, notes)
-        replace_atomically(report_path, lambda tmp: write_report(content, tmp))
-    low = result.below(WARN_BELOW_DB) if warn and min_sqnr is None and result.check != "float" else []
-    if low:
-        advice = (f"see {report_path}" if report_path else
-                  "--report FILE.html shows where the error comes from")
-        click.echo(f"qconvert: warning: {', '.join(low)} below {WARN_BELOW_DB:g} dB against "
-                   f"onnxruntime; {advice}", err=True)
-    return result
-
-
-def require_passed(result) -> None:
-    """BelowThreshold (exit 4) when the float check failed (a float conversion that does not
-    compute what the ONNX model does) or an output or slice missed the verification's --min-sqnr."""
-    if result.passed:
-        return
-    parts = []
-    failures = result.float_failures()
-    if failures:
-        parts.append(f"float conversion does not match onnxruntime: {'; '.join(failures)}")
-    low = result.below(result.min_sqnr) if result.min_sqnr is not None else []
-    if low:
-        parts.append(f"{', '.join(low)} below --min-sqnr {result.min_sqnr:g} dB")
-    raise BelowThreshold(f"verify: {'; '.join(parts)}")
-
-
-def _verification_flags(verify_flag, verify_samples, verify_data, min_sqnr, report) -> list[str]:
-    """The flags given that ask for a verification."""
-    return [flag for flag, value in (("--verify", verify_flag or None), ("--report", report),
-                                     ("--verify-samples", verify_samples),
-                                     ("--verify-data", verify_data), ("--min-sqnr", min_sqnr))
-            if value is not None]
-
-
-def _verification_request(no_verify, quantize_options, calibration, given: list[str]) -> bool:
-    """Whether the conversion verifies itself: every one does (--no-verify skips it) but
-    --quantize without --calibration (--default-range, or the model's Q/DQ ranges), which
-    verifies with --verify or --report (`given`: _verification_flags). Contradictions are usage
-    errors."""
-    if no_verify:
-        if given:
-            raise click.UsageError(f"{given[0]} and --no-verify contradict each other")
-        return False
-    wanted = (quantize_options is None or calibration is not None
-              or "--verify" in given or "--report" in given)
-    if not wanted and given:
-        raise click.UsageError(f"{given[0]} needs a verified conversion: --quantize without "
-                               "--calibration verifies only with --verify or --report")
-    return wanted
-
-
-def verification_samples(verify_samples: int | None, verify_data: str | None, calibration,
-                         float_conversion: bool) -> int:
-    """How many samples a conversion's verification runs: --verify-samples, else one generated
-    sample for a float conversion (its check is exact: one sample shows a wrong conversion), else
-    8 (a quantized conversion's error is statistical; data files give their first 8)."""
-    if verify_samples is not None:
-        return verify_samples
-    return 1 if float_conversion and verify_data is None and calibration is None else 8
-
-
-def _plan_request(target_sqnr, quantize_options, calibration, verify_samples, verify_data, runtime):
-    """The planner's request for --target-sqnr (None: no planning, or 0: the all-int8 plan)."""
-    if target_sqnr is None or target_sqnr == 0:
-        if runtime is not None:
-            raise click.UsageError("--target only applies with --target-sqnr")
-        return None
-    if quantize_options is None or calibration is None:
-        raise click.UsageError("--target-sqnr needs --quantize with --calibration")
-    from .converter import PlanRequest
-
-    return PlanRequest(target_sqnr, verify_samples or 8, verify_data, runtime or "cpu")
-
-
-def _report_path(report: str | None) -> str | None:
-    if report is not None and not report.endswith((".json", ".html", ".htm")):
-        raise click.BadParameter(f"{report!r}: the file name must end in .json or .html",
-                                 param_hint="--report")
-    return report
-
-
-def conversion_arguments(*, input_shapes=(), io_layout="nhwc", quantize=False, calibration=None,
-                         calibration_samples=None, calibration_method=None, default_range=None,
-                         io_type=None, activations=None, per_tensor_fc=False, weight_only=False,
-                         weight_only_min_elements=None, float16=False, keep_float=(),
-                         target_sqnr=None, target=None, verify_samples=None, verify_data=None) -> dict:
-    """converter.convert's keyword arguments for the conversion flags (named as the flags'
-    parameters; the Python API's keywords are the same). Malformed values and contradictions are
-    click usage errors."""
-    shapes = parse_input_shape(input_shapes)
-    weights = weight_mode_from_flags(weight_only, weight_only_min_elements, float16, quantize,
-                                     calibration)
-    options = quantize_options_from_flags(quantize, calibration, calibration_samples, default_range,
-                                          io_type, per_tensor_fc, activations)
-    method = _calibration_method(calibration_method, calibration, quantize)
-    if keep_float and options is None:
-        raise click.UsageError("--keep-float only applies with --quantize")
-    plan = _plan_request(target_sqnr, options, calibration, verify_samples, verify_data, target)
-    return dict(input_shapes=shapes, io_layout=io_layout, quantize=options, calibration=calibration,
-                calibration_samples=calibration_samples, calibration_method=method, weights=weights,
-                weight_only_min_elements=weight_only_min_elements or 1024, keep_float=keep_float,
-                plan=plan)
-
-
-def typed_like_flags(values: dict) -> dict:
-    """`values` ({option parameter name: value}) converted and checked by the types of the
-    conversion's options (click.IntRange, click.Choice...), so that the Python API's keywords get
-    the command line's checks and messages; None stays None."""
-    ctx = click.Context(cli)
-    params = {p.name: p for p in cli.params}
-    return {name: value if value is None else params[name].type_cast_value(ctx, value)
-            for name, value in values.items()}
+        print_stdout(json.dumps(report.as_dict(), indent=2))
+    except ConversionError:
+        if report_path is not None:
+            os.unlink(os.path.realpath(report_path))
+        raise
 
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
@@ -505,24 +280,19 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
     OUT.onnx (see their --help). Every option can also be set by the environment variable shown
     with it (a flag given here wins; a repeatable option takes space-separated values).
     """
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="qconvert: %(message)s", stream=sys.stderr)
-    arguments = conversion_arguments(
+    _log_to_stderr(verbose)
+    options = _options(
         input_shapes=input_shapes, io_layout=io_layout, quantize=quantize, calibration=calibration,
         calibration_samples=calibration_samples, calibration_method=calibration_method,
         default_range=default_range, io_type=io_type, activations=activations,
         per_tensor_fc=per_tensor_fc, weight_only=weight_only,
         weight_only_min_elements=weight_only_min_elements, float16=float16, keep_float=keep_float,
-        target_sqnr=target_sqnr, target=target, verify_samples=verify_samples, verify_data=verify_data)
-    report_path = _report_path(report)
-    float_conversion = arguments["quantize"] is None and arguments["weights"] is None
-    asked_to_verify = _verification_flags(verify_flag, verify_samples, verify_data, min_sqnr,
-                                          report_path)
-    verifying = _verification_request(no_verify, arguments["quantize"], calibration, asked_to_verify)
+        target_sqnr=target_sqnr, target=target, verify=verify_flag, no_verify=no_verify,
+        verify_samples=verify_samples, verify_data=verify_data, min_sqnr=min_sqnr, report=report)
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
     check_distinct_files({"IN.onnx": source, "--calibration": calibration,
-                          "--verify-data": verify_data}, {"OUT.tflite": dest, "--report": report_path})
+                          "--verify-data": verify_data}, {"OUT.tflite": dest, "--report": report})
     if (dest == "-" or as_json) and sys.stdout is None:
         raise ConversionError("-: standard output is closed")
     if dest == "-" and sys.stdout.isatty():
@@ -531,50 +301,26 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
     if source != "-":
         check_input_file(source)
     output_kind(dest)  # refuses before converting what cannot be written
-    if report_path is not None and output_kind(report_path) != "file":
-        raise ConversionError(f"{report_path}: --report writes a regular file")
-    from .converter import convert
+    _check_report_file(report)
+    from .driver.conversion import convert
+
+    def write(flatbuffer, finish) -> None:
+        """OUT appears only after the verification (and the --report file), then the JSON
+        report: a failure of either leaves nothing at OUT."""
+        if not (options.verify.enabled or as_json):
+            write_output(dest, flatbuffer)
+            finish(None)
+            return
+
+        def before_the_output_appears(path):
+            summary = finish(path)
+            if as_json:
+                _print_json(summary, report if options.verify.enabled else None)
+
+        write_output(dest, flatbuffer, before_the_output_appears)
 
     data = read_stdin() if source == "-" else None
-    flatbuffer, summary = convert(source, data=data, output_name=dest, progress=True, **arguments)
-
-    def before_the_output_appears(path):
-        """Verification (and the --report file), then the JSON report: a failure of either
-        leaves nothing at OUT. The report stays when only the threshold failed: it says why."""
-        if verifying:
-            summary.verify = verify_written(path)
-            if summary.verify is not None:
-                require_passed(summary.verify)
-        if as_json:
-            try:
-                print_stdout(json.dumps(summary.as_dict(), indent=2))
-            except ConversionError:
-                if report_path is not None and verifying:
-                    os.unlink(os.path.realpath(report_path))
-                raise
-
-    def verify_written(path):
-        """The Verification; None when onnxruntime, not the conversion, failed on a float
-        conversion that verifies by default (written unverified, with a warning; when the
-        verification was asked for, that is an error)."""
-        try:
-            return check_written(
-                source, data, path, verify_data or calibration,
-                verification_samples(verify_samples, verify_data, calibration, float_conversion),
-                min_sqnr, report_path, summary.notes, warn=True, float_check=float_conversion)
-        except ReferenceFailed as e:
-            if not float_conversion or asked_to_verify:
-                raise ConversionError(f"{e} (the verification runs the model in onnxruntime; "
-                                      "--no-verify converts without it)") from None
-            click.echo(f"qconvert: warning: not verified: {_one_line(e)}", err=True)
-            return None
-        except ConversionError as e:
-            if path not in str(e):
-                raise
-            # The temporary file is nobody's business: the message names OUT.
-            raise ConversionError(str(e).replace(path, f"{dest} (not written)")) from None
-
-    write_output(dest, flatbuffer, before_the_output_appears if verifying or as_json else None)
+    _, summary = convert(source, options, data=data, output_name=dest, progress=True, write=write)
     click.echo(summary.summary(), err=True)
 
 
@@ -599,21 +345,29 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug):
     Exit codes: 0 passed (or no --min-sqnr), 1 error, 2 usage error, 3 internal error, 4 an
     output or slice below --min-sqnr.
     """
-    report_path = _report_path(report)
+    from .driver.options import VerifyOptions, check_report_path
+
+    try:
+        check_report_path(report)
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
     check_distinct_files({"IN.onnx": source, "MODEL.tflite": tflite, "--data": data},
-                         {"--report": report_path})
+                         {"--report": report})
     if source != "-":
         check_input_file(source)
     check_input_file(tflite)
-    if report_path is not None and output_kind(report_path) != "file":
-        raise ConversionError(f"{report_path}: --report writes a regular file")
-    from .inspect_tflite import litert_crash
+    _check_report_file(report)
+    from .check.inspect_tflite import litert_crash
+    from .driver.conversion import check_written, require_passed
+    from .onnx.file import read_onnx
 
     crash = litert_crash(tflite)  # any tool's file: LiteRT tries it in a child process first
     if crash is not None:
         raise ConversionError(f"{tflite}: {crash}; it cannot be verified")
     stdin = read_stdin() if source == "-" else None
-    result = check_written(source, stdin, tflite, data, samples, min_sqnr, report_path)
+    options = VerifyOptions(True, True, samples, data, min_sqnr, report)
+    result = check_written(read_onnx(source, stdin), source if stdin is None else None, tflite,
+                           options)
     print_stdout(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))
     require_passed(result)
     click.echo(f"qconvert: {result.summary()}", err=True)
@@ -636,7 +390,7 @@ def _verification_table(result) -> str:
 @click.argument("path", metavar="FILE.tflite")
 @_option("--json", "as_json", is_flag=True,
               help="Print everything as JSON on stdout, exact values (keys: see "
-                   "qconvert/inspect_tflite.py).")
+                   "qconvert/check/inspect_tflite.py).")
 @_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
 def inspect_cli(path, as_json, debug):
     """Show what FILE.tflite (written by any tool) holds: ops with builtin code and version,
@@ -646,7 +400,7 @@ def inspect_cli(path, as_json, debug):
     Exit codes: 0 shown, 1 not a readable .tflite, 2 usage error, 3 internal error.
     """
 
-    from .inspect_tflite import format_text, inspect_file
+    from .check.inspect_tflite import format_text, inspect_file
 
     check_input_file(path)
     report = inspect_file(path)
@@ -675,24 +429,22 @@ def fakequant_cli(source, dest, input_shapes, calibration, calibration_samples, 
 
     Exit codes: 0 written, 1 conversion error, 2 usage error, 3 internal error.
     """
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="qconvert: %(message)s", stream=sys.stderr)
-    arguments = conversion_arguments(
-        input_shapes=input_shapes, quantize=True, calibration=calibration,
+    _log_to_stderr(verbose)
+    options = _options(
+        input_shapes=input_shapes, quantize=True, no_verify=True, calibration=calibration,
         calibration_samples=calibration_samples, calibration_method=calibration_method,
         default_range=default_range, activations=activations, per_tensor_fc=per_tensor_fc,
         keep_float=keep_float, target_sqnr=target_sqnr, target=target)
-    del arguments["weights"]
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.onnx cannot be '-' with it")
     check_distinct_files({"IN.onnx": source, "--calibration": calibration}, {"OUT.onnx": dest})
     if source != "-":
         check_input_file(source)
     output_kind(dest)
-    from .converter import fake_quant
+    from .driver.conversion import fake_quant
 
     data = read_stdin() if source == "-" else None
-    written, summary = fake_quant(source, data=data, output_name=dest, progress=True, **arguments)
+    written, summary = fake_quant(source, options, data=data, output_name=dest, progress=True)
     show = (lambda path: print_stdout(json.dumps(summary.as_dict(), indent=2))) if as_json else None
     write_output(dest, written, show)
     click.echo(summary.summary(), err=True)
@@ -705,6 +457,13 @@ _with_environment_variables(verify_cli, "QCONVERT_VERIFY")
 _with_environment_variables(inspect_cli, "QCONVERT_INSPECT")
 _with_environment_variables(fakequant_cli, "QCONVERT_FAKEQUANT")
 COMMANDS = {"verify": verify_cli, "inspect": inspect_cli, "fakequant": fakequant_cli}
+
+
+def _log_to_stderr(verbose: bool) -> None:
+    """The driver's warnings (and with --verbose what the transformations do) on stderr, each
+    line starting with "qconvert: "."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="qconvert: %(message)s", stream=sys.stderr)
 
 
 def _return_freed_memory_to_the_system() -> None:

@@ -63,7 +63,7 @@ class Array:
 @dataclass(frozen=True)
 class DynamicBatch:
     """A batch dimension the ONNX model leaves dynamic (axis 0 of every input, under one name),
-    which the loader set to 1 (qconvert/dynamic_batch.py).
+    which the loader set to 1 (qconvert/onnx/dynamic_batch.py).
 
     `tensors` are the tensors whose axis 0 is that batch in the finished model: the writer gives
     them a shape_signature of -1 there, so that LiteRT's resize_tensor_input can change it. Empty
@@ -446,7 +446,7 @@ class Model:
 # --- derived names ---------------------------------------------------------------------------
 # A tensor a step derives from another (its channels-last twin, its copy of another type) is
 # named after it. The per-tensor report and the fake-quant graph parse these names back to the
-# source model's tensor (report.counterpart), so they are built and parsed here and only here.
+# source model's tensor (counterpart), so they are built and parsed here and only here.
 # unique_name may append `_N` to any of them.
 LAYOUT_SUFFIX = "_nhwc"
 DEQUANTIZED_SUFFIX = "_dequantized"
@@ -480,4 +480,20 @@ def without_layout_suffix(name: str) -> str | None:
     """The tensor whose channels-last twin `name` is, or None."""
     if name.endswith(LAYOUT_SUFFIX) and name[:-len(LAYOUT_SUFFIX)]:
         return name[:-len(LAYOUT_SUFFIX)]
+    return None
+
+
+CHANNELS_LAST = "channels-last"  # counterpart's layout of a channels-last twin
+
+
+def counterpart(name: str, onnx_names: set[str], io_layouts: dict[str, tuple[int, ...]]):
+    """(ONNX tensor, its layout in the .tflite) that the .tflite tensor `name` holds, or None.
+    The layout is None (the ONNX one), CHANNELS_LAST, or a graph input's or output's
+    permutation from `io_layouts` (ONNX axes in the file's order)."""
+    name = without_type_suffix(name)
+    if name in onnx_names:
+        return name, io_layouts.get(name)
+    twin_of = without_layout_suffix(name)
+    if twin_of in onnx_names:
+        return twin_of, CHANNELS_LAST
     return None

@@ -13,9 +13,10 @@ import onnxruntime as ort
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.converter import convert
-from qconvert.quantize.calibrate import session_options
-from qconvert.quantize.calibration_data import model_input_specs
+from qconvert.driver import conversion
+from qconvert.driver.options import InputOptions, Options, QuantizeRequest, WeightOptions
+from qconvert.onnx.runtime import session_options
+from qconvert.calibration.data import model_input_specs
 from qconvert.tflite.reader import read as read_tflite
 
 
@@ -69,6 +70,31 @@ def make_model(nodes, inputs, outputs, inits=None, opset=13) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
+def options_of(*, quantize=None, calibration=None, calibration_samples=None,
+               calibration_method=None, keep_float=(), weights=None, weight_only_min_elements=1024,
+               io_layout="nhwc", input_shapes=None, plan=None) -> Options:
+    """The driver's Options from the pieces a test sets: `quantize` the quantize pipeline's
+    QuantizeOptions, `weights` "int8" or "float16", `plan` a PlanOptions; no verification (the
+    tests compare with onnxruntime themselves)."""
+    from qconvert.quantize.calibration_methods import MINMAX
+
+    request = None if quantize is None else QuantizeRequest(
+        quantize, calibration, calibration_samples, calibration_method or MINMAX, tuple(keep_float))
+    return Options(input=InputOptions(input_shapes or {}, io_layout), quantize=request,
+                   weights=None if weights is None else WeightOptions(weights, weight_only_min_elements),
+                   plan=plan)
+
+
+def convert(source: str, *, data: bytes | None = None, **options):
+    """The driver's (model bytes, report) for `source` (or `data`), options as options_of's."""
+    return conversion.convert(source, options_of(**options), data=data)
+
+
+def fake_quant(source: str, *, data: bytes | None = None, **options):
+    """The driver's fakequant of `source` (or `data`), options as options_of's."""
+    return conversion.fake_quant(source, options_of(**options), data=data)
+
+
 def convert_proto(model: onnx.ModelProto, **options):
     """(tflite bytes, report) for an in-memory ONNX model."""
     flatbuffer, report = convert("<test>", data=model.SerializeToString(), **options)
@@ -102,7 +128,7 @@ def run_tflite(flatbuffer: bytes, report, feeds: dict[str, np.ndarray],
 
 def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The model's outputs in onnxruntime, one thread; a graph with Q/DQ pairs runs unoptimized, the
-    same on every CPU (qconvert.quantize.calibrate.session_options says why)."""
+    same on every CPU (qconvert.onnx.runtime.session_options says why)."""
     options = session_options(model)
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

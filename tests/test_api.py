@@ -48,7 +48,7 @@ def _assert_runs_like_onnxruntime(tflite: bytes, report, files: Path, atol: floa
 
 def test_import_is_light():
     code = ("import sys, qconvert; heavy = [m for m in ('onnx', 'onnxruntime', 'ai_edge_litert', "
-            "'qconvert.converter') if m in sys.modules]; print(heavy)")
+            "'qconvert.driver.conversion') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.stdout.strip() == "[]"

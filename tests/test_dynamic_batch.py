@@ -2,7 +2,7 @@
 allows, stays resizable in the .tflite: LiteRT's resize_tensor_input to batch 4 then gives
 onnxruntime's results for those 4 inputs, with and without XNNPACK, float and int8. Where the
 graph does not allow it the batch is written fixed and the note says why; any other dynamic
-dimension is still an error (qconvert/dynamic_batch.py)."""
+dimension is still an error (qconvert/onnx/dynamic_batch.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.cli import cli
-from qconvert.converter import convert
+from tests.harness import convert
 from qconvert.errors import ConversionError
 from qconvert.tflite import schema_generated as S
 from tests.harness import output_steps, run_onnxruntime

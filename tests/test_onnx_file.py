@@ -1,14 +1,14 @@
-"""Reading an ONNX file with its big weights left in the file (qconvert/onnx_file.py)."""
+"""Reading an ONNX file with its big weights left in the file (qconvert/onnx/file.py)."""
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.converter import convert
+from tests.harness import convert
 from qconvert.errors import ConversionError
-from qconvert.loader import load
-from qconvert.onnx_file import STORED_MIN_BYTES, read_onnx
+from qconvert.onnx.loader import load
+from qconvert.onnx.file import STORED_MIN_BYTES, read_onnx
 
 RNG = np.random.default_rng(3)
 BIG = RNG.standard_normal((64, 32)).astype(np.float32)  # 8 KB: stays in the file

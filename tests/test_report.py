@@ -1,4 +1,4 @@
-"""The per-tensor report (qconvert/report.py): counterparts by name, the op a test breaks on
+"""The per-tensor report (qconvert/check/report.py): counterparts by name, the op a test breaks on
 purpose ranked first, --keep-float on it raising the output's SQNR, and the HTML page rendered in
 headless Chromium."""
 
@@ -11,12 +11,13 @@ import subprocess
 import numpy as np
 import pytest
 
-import qconvert.quantize.calibrate as calibrate
-from qconvert.converter import convert
+import qconvert.calibration.calibrate as calibrate
+from tests.harness import convert
 from qconvert.ir import MinMax
-from qconvert.report import CHANNELS_LAST, build_report, counterpart, write_report
+from qconvert.check.report import build_report, write_report
+from qconvert.ir import CHANNELS_LAST, counterpart
 from qconvert.transforms.pipeline import QuantizeOptions
-from qconvert.verify import verify
+from qconvert.check.verify import verify
 from tests.harness import small_classifier
 
 TENSOR_KEYS = {"name", "sqnr_db", "dtype", "scale", "zero_point", "range_source"}

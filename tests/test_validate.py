@@ -1,5 +1,5 @@
 """Bad ONNX models end in one line naming what is at fault, exit code 1, no traceback, no output
-file, the input untouched (qconvert/validate.py, the loader's and importers' shape checks, the
+file, the input untouched (qconvert/onnx/validate.py, the loader's and importers' shape checks, the
 MODEL_BYTES and FOLDED_BYTES limits). Each case is a small model broken the way a corrupt file,
 a hostile mutation or a buggy exporter breaks one; the valid models next to them still convert
 and match onnxruntime in LiteRT."""
@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.cli import cli
 from qconvert.errors import ConversionError
-from qconvert.onnx_file import read_onnx
+from qconvert.onnx.file import read_onnx
 from tests.harness import run_onnxruntime
 
 X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])

@@ -1,4 +1,4 @@
-"""Verification (qconvert/verify.py): the metrics on hand-made outputs, and whole models run in
+"""Verification (qconvert/check/verify.py): the metrics on hand-made outputs, and whole models run in
 onnxruntime and LiteRT, paired by name, by order and shape, with and without the layout metadata."""
 
 import math
@@ -8,9 +8,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.converter import convert
+from tests.harness import convert
 from qconvert.tflite import schema_generated as S
-from qconvert.verify import check_output, feature_axis, sqnr_db, verify
+from qconvert.check.verify import check_output, feature_axis, sqnr_db, verify
 from tests.harness import make_model
 
 RNG = np.random.default_rng(5)
@@ -137,7 +137,7 @@ def test_int8_inputs_and_outputs_are_quantized_and_dequantized(tmp_path):
 
 # --- the float check ---------------------------------------------------------------------------
 def test_output_rules_read_bounded_functions_through_data_movement():
-    from qconvert.verify import output_rules
+    from qconvert.check.verify import output_rules
 
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
              helper.make_node("Sigmoid", ["c"], ["s"]),
@@ -160,7 +160,7 @@ def test_output_rules_read_bounded_functions_through_data_movement():
 
 
 def test_the_float_check_by_hand():
-    from qconvert.verify import FLOAT32_EPS, OutputRule
+    from qconvert.check.verify import FLOAT32_EPS, OutputRule
 
     reference = np.array([[5e-7, 4e-7, 6e-7]])
     actual = reference + np.array([[1.2e-7, 0, -1e-7]])  # a saturated sigmoid in LiteRT
@@ -181,7 +181,7 @@ def test_near_ties_of_an_argmax_and_a_comparison():
     """An index that differs counts when the value onnxruntime computed at the .tflite's index is
     within FLOAT_TOLERANCE of the scale from the one at its own; a comparison, when its operands
     are that close."""
-    from qconvert.verify import FLOAT_TOLERANCE, OutputRule, near_ties
+    from qconvert.check.verify import FLOAT_TOLERANCE, OutputRule, near_ties
 
     x = np.array([[[1.0, 1.0 + FLOAT_TOLERANCE / 2, 0.5], [0.0, 2.0, 1.0]]])  # [1 sample, 2, 3]
     argmax = helper.make_node("ArgMax", ["x"], ["a"], axis=-1, keepdims=0)

@@ -29,7 +29,7 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
-from ..loader import onnx_names
+from ..onnx.loader import onnx_names
 from ..qdq.names import FreshNames
 from .fake_quant import exporting
 from .fused import FusedLayer

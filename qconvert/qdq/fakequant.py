@@ -53,11 +53,10 @@ import onnx
 from onnx import helper, numpy_helper, version_converter
 
 from ..errors import ConversionError
-from ..ir import Model, without_layout_suffix, without_type_suffix
-from ..loader import node_names, onnx_names
-from ..onnx_file import attribute
-from ..quantize.arrays import rule_of
-from ..report import counterpart
+from ..ir import Model, counterpart, without_layout_suffix, without_type_suffix
+from ..onnx.loader import node_names, onnx_names
+from ..onnx.file import attribute
+from ..transforms.quantization import rule_of
 from .importer import ACTIVATIONS_KEY, PRECISION_KEY, RANGES_KEY
 from .names import FreshNames
 

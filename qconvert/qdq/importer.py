@@ -34,12 +34,11 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
-from ..ir import MinMax, Model
-from ..loader import node_names
-from ..quantize.arrays import QDQ_SOURCE, params_for_range, set_loaded_ranges
-from ..report import counterpart
+from ..ir import MinMax, Model, counterpart
+from ..onnx.runtime import has_qdq
+from ..onnx.loader import node_names
+from ..transforms.quantization import QDQ_SOURCE, params_for_range, set_loaded_ranges
 
-QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 # Metadata `qconvert fakequant` writes (qdq/fakequant.py): {IR array name: [min, max]} for the int8
 # tensors that have no ONNX tensor to carry a pair (a decomposition's intermediates).
 RANGES_KEY = "qconvert.fakequant.ranges"
@@ -69,10 +68,6 @@ class QdqRanges:
 
     def __bool__(self) -> bool:
         return bool(self.activations or self.constants)
-
-
-def has_qdq(proto: onnx.ModelProto) -> bool:
-    return any(node.op_type in QDQ_OPS and node.domain in ("", "ai.onnx") for node in proto.graph.node)
 
 
 def _label(node: onnx.NodeProto) -> str:

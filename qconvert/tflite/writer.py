@@ -253,7 +253,7 @@ class _Writer:
     # --- pieces -------------------------------------------------------------------------------
     def _io_layout(self) -> bytes | None:
         """The permuted graph inputs and outputs as JSON {"inputs": {name: ONNX axes in the
-        file's order}, "outputs": {...}} (qconvert.verify reads it), or None when none is."""
+        file's order}, "outputs": {...}} (qconvert.check.verify reads it), or None when none is."""
         model = self.model
         perms = model.io_permutation
         if not any(name in perms for name in model.inputs + model.outputs):

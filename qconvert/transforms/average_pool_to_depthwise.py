@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model, Operator
-from ..quantize.arrays import FLOAT32, Int16Choice, about_to_run_int8
+from .quantization import FLOAT32, Int16Choice, about_to_run_int8
 
 
 def _taps(in_size: int, out_size: int, kernel: int, stride: int, padding: str) -> np.ndarray:

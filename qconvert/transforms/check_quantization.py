@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir import Array, Model, Operator
-from ..quantize.arrays import (
+from .quantization import (
     BOUNDARY_OPS,
     FLOAT32,
     INT8,

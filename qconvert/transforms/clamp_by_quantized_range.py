@@ -18,7 +18,7 @@ Not for a producer that is to run int16: symmetric int16 params reach both sides
 from __future__ import annotations
 
 from ..ir import MinMax, Model, Operator
-from ..quantize.arrays import Int16Choice, about_to_run_int8, rule_of
+from .quantization import Int16Choice, about_to_run_int8, rule_of
 
 
 def _clamped(model: Model, op: Operator) -> tuple[str, float] | None:

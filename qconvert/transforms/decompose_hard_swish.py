@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import MinMax, Model, Operator
-from ..quantize.arrays import FLOAT32, Int16Choice, about_to_run_int8
+from .quantization import FLOAT32, Int16Choice, about_to_run_int8
 
 # Where x / 6 is cut: [-64/127, 0.5] gets scale 0.5/127 and zero point 0, so that 0.5 (the gate's 1)
 # is exactly q = 127; a cut at -0.5 would nudge the top to 127/255 and every large x would lose a

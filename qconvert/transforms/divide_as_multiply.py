@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model, Operator
-from ..quantize.arrays import FLOAT32
+from .quantization import FLOAT32
 
 
 def divide_as_multiply(model: Model) -> bool:

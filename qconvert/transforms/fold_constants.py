@@ -3,7 +3,7 @@
 Transformations leave constant-only ops behind (a TRANSPOSE of a weight, a RESHAPE of a bias,
 a CAST of an index); TFLite would recompute them on every inference. Each op's numpy `evaluate`
 (in its op module) defines the value. Ops that write a graph output stay, so that the output
-tensor is produced by an op. Each output's size is checked against limits.FOLDED_BYTES before it
+tensor is produced by an op. Each output's size is checked against errors.FOLDED_BYTES before it
 is computed (its shape is known).
 """
 
@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .. import limits
+from ..errors import FOLDED_BYTES
 from ..ir import Model
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
@@ -30,7 +30,7 @@ def fold_constants(model: Model) -> bool:
             continue  # stateful tensors are written at run time, every run
         for name in op.outputs:
             array = model.arrays[name]
-            limits.FOLDED_BYTES.check(math.prod(array.shape) * array.dtype.itemsize,
+            FOLDED_BYTES.check(math.prod(array.shape) * array.dtype.itemsize,
                                       f"{op.type} of node {op.source!r}")
         results = evaluate(inputs, op)
         for name, value in zip(op.outputs, results):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Array, MinMax, Model, Operator, QuantParams, dequantized_name, typed_name
-from ..quantize.arrays import (
+from .quantization import (
     BOUNDARY_OPS,
     FLOAT32,
     INT8,

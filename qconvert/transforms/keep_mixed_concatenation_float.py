@@ -19,7 +19,7 @@ would requantize the parts to one scale anyway); the precision planner measures 
 from __future__ import annotations
 
 from ..ir import Model, Operator
-from ..quantize.arrays import fill_across_same_scale_ops, follow_values, rule_of, value_range
+from .quantization import fill_across_same_scale_ops, follow_values, rule_of, value_range
 
 MIXED_RATIO = 16.0
 

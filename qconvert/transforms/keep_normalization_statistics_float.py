@@ -19,7 +19,7 @@ the statistics are per row, a small part of the work, and XNNPACK runs them in f
 from __future__ import annotations
 
 from ..ir import Model, Operator
-from ..quantize.arrays import rule_of
+from .quantization import rule_of
 
 ROOTS = ("SQRT", "RSQRT", "POW")
 SHIFTS = ("ADD", "MAXIMUM")  # by a constant: the epsilon

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from ..ir import Model
 from ..ops.unary import ERF_MARK
-from ..quantize.arrays import BOUNDARY_OPS, handles_float
+from .quantization import BOUNDARY_OPS, handles_float
 
 KEPT_FLOAT = "kept float by --keep-float"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ..ir import Model
-from ..quantize.arrays import Int16Choice
+from .quantization import Int16Choice
 from .affine_to_depthwise import affine_to_depthwise
 from .average_pool_to_depthwise import average_pool_to_depthwise
 from .channels_last_io import channels_last_io

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 
 from ..ir import MinMax, Model, Operator
-from ..quantize.arrays import (
+from .quantization import (
     BOUNDARY_OPS,
     FLOAT32,
     QDQ_SOURCE,

@@ -25,7 +25,7 @@ one small float op.
 from __future__ import annotations
 
 from ..ir import Model, Operator
-from ..quantize.arrays import (
+from .quantization import (
     BOUNDARY_OPS,
     INT8,
     INT16,

@@ -11,14 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model, QuantParams
-from ..quantize.arrays import (
-    FLOAT32,
-    INT8,
-    INT16,
-    input_scale,
-    op_activation_type,
-    rule_of,
-)
+from .quantization import FLOAT32, INT8, INT16, input_scale, op_activation_type, rule_of
 from ..quantize.params import quantize_bias
 from .check_quantization import require_representable
 from .quantize_weights import own_constant, single_use_constants

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir import Model, Operator, QuantParams
-from ..quantize.arrays import FLOAT32, INT8, input_scale, rule_of
+from .quantization import FLOAT32, INT8, input_scale, rule_of
 from ..quantize.params import (
     adjust_weight_scales_for_bias,
     quantize_weights_per_channel,

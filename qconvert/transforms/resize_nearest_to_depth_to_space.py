@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model, Operator
-from ..quantize.arrays import FLOAT32, Int16Choice, about_to_run_int8
+from .quantization import FLOAT32, Int16Choice, about_to_run_int8
 
 MAX_CONCAT_INPUTS = 5  # XNNPACK delegates a CONCATENATION of 2 to 5 inputs
 

@@ -371,12 +371,12 @@ def test_bad_input_is_one_line_with_exit_code_and_no_output(runs, name):
 
 
 def test_internal_error_is_one_line_exit_3_and_debug_shows_it(tmp_path, models, monkeypatch):
-    import qconvert.converter
+    import qconvert.driver.conversion
 
     def broken(*args, **kwargs):
         raise RuntimeError("simulated bug\nwith a second line")
 
-    monkeypatch.setattr(qconvert.converter, "convert", broken)
+    monkeypatch.setattr(qconvert.driver.conversion, "convert", broken)
     argv = [str(models / "conv.onnx"), str(tmp_path / "o.tflite")]
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 3

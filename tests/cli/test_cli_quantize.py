@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from qconvert.cli import cli
-from qconvert.converter import ConversionReport, TensorInfo
+from qconvert.driver.reports import ConversionReport, TensorInfo
 from tests.harness import run_onnxruntime, run_tflite, small_classifier
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")

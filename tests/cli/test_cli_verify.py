@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from qconvert.tflite.reader import read
-from qconvert.verify import FLOAT_TOLERANCE
+from qconvert.check.verify import FLOAT_TOLERANCE
 from tests.harness import small_classifier
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")
@@ -205,7 +205,7 @@ def _invoke(*args):
 def _corrupting_serialize(monkeypatch):
     """converter.serialize, but one weight of the written model negated first: the largest
     magnitude of the largest float constant. The .tflite then differs from the ONNX model."""
-    import qconvert.converter as converter
+    import qconvert.driver.conversion as converter
 
     real = converter.serialize
 
@@ -267,30 +267,30 @@ def test_a_saturated_sigmoid_passes_without_a_warning(tmp_path, bias):
 
 
 def test_the_float_check_runs_one_session_and_reads_no_weights(files, monkeypatch):
-    """onnxruntime reads the model file itself, once; qconvert parses the ONNX file twice (the
-    conversion, then the verification's graph, without its big weights) and never joins the
-    weights into a message (read_complete_onnx)."""
+    """onnxruntime reads the model file itself, once; qconvert parses the ONNX file once (the
+    verification gets the graph the conversion read, without its big weights) and never joins
+    the weights into a message (OnnxFile.restore_weights)."""
     import onnxruntime
 
-    import qconvert.onnx_file as onnx_file
+    import qconvert.driver.conversion as driver
 
     sessions, reads = [], []
-    real_session, real_read = onnxruntime.InferenceSession, onnx_file.read_onnx
+    real_session, real_read = onnxruntime.InferenceSession, driver.read_onnx
 
     def session(model, *args, **kwargs):
         sessions.append(model)
         return real_session(model, *args, **kwargs)
 
-    def read_complete(*args, **kwargs):
-        raise AssertionError("read_complete_onnx called")
+    def restore_weights(*args, **kwargs):
+        raise AssertionError("restore_weights called")
 
     def read(*args, **kwargs):
         reads.append(args[0])
         return real_read(*args, **kwargs)
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", session)
-    monkeypatch.setattr(onnx_file, "read_complete_onnx", read_complete)
-    monkeypatch.setattr(onnx_file, "read_onnx", read)
+    monkeypatch.setattr(driver.OnnxFile, "restore_weights", restore_weights)
+    monkeypatch.setattr(driver, "read_onnx", read)
     result = _invoke(files / "m.onnx", files / "one.tflite", "--verify-samples", "3")
     assert result.exit_code == 0, result.stderr
     assert sessions == [str(files / "m.onnx")] and reads == [str(files / "m.onnx")]
@@ -347,12 +347,12 @@ def test_a_written_file_litert_cannot_load_is_named_as_out_not_as_the_temporary_
     LiteRT refuses it, the one-line error names OUT (not written), never the temporary file."""
     from click.testing import CliRunner
 
-    import qconvert.converter
+    import qconvert.driver.conversion
     from qconvert.cli import cli
 
     source, out = tmp_path / "m.onnx", tmp_path / "m.tflite"
     onnx.save(small_classifier(np.random.default_rng(0)), source)
-    monkeypatch.setattr(qconvert.converter, "serialize", lambda *args, **kwargs: b"\0" * 64)
+    monkeypatch.setattr(qconvert.driver.conversion, "serialize", lambda *args, **kwargs: b"\0" * 64)
     result = CliRunner().invoke(cli, [str(source), str(out)])
     assert result.exit_code == 1, result.output
     message = result.stderr.strip()

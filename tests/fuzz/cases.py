@@ -1186,7 +1186,7 @@ def cli_stdio(rng, j, d):
 # --- inspect and verify on corrupted .tflite files ------------------------------------------------
 def _tflite_seed(seed: str, quantized: bool) -> bytes:
     """A valid .tflite of a seed model, written by qconvert in-process."""
-    from qconvert.converter import convert
+    from tests.harness import convert
     from qconvert.transforms.pipeline import QuantizeOptions
 
     quant = QuantizeOptions(io_type="float", per_tensor_fc=False, default_range=(-2.0, 2.0),
@@ -1215,7 +1215,7 @@ def tflite_corrupt(rng, j, d):
 # --- QDQ models: a seed's fake-quant graph with hostile params --------------------------------------
 def _fake_quant_seed(seed: str) -> onnx.ModelProto:
     """The seed model's `qconvert fakequant` graph (written in-process, --default-range -2,2)."""
-    from qconvert.converter import fake_quant
+    from tests.harness import fake_quant
     from qconvert.transforms.pipeline import QuantizeOptions
 
     quant = QuantizeOptions(io_type="float", per_tensor_fc=False, default_range=(-2.0, 2.0),

@@ -71,10 +71,10 @@ def preload() -> None:
     import onnxruntime  # noqa: F401
 
     import qconvert.cli  # noqa: F401
-    import qconvert.converter  # noqa: F401
-    import qconvert.inspect_tflite  # noqa: F401
-    import qconvert.quantize.calibration_data  # noqa: F401
-    import qconvert.report  # noqa: F401
+    import qconvert.driver.conversion  # noqa: F401
+    import qconvert.check.inspect_tflite  # noqa: F401
+    import qconvert.calibration.data  # noqa: F401
+    import qconvert.check.report  # noqa: F401
 
 
 def _invoke(run: Run, directory: Path) -> tuple:

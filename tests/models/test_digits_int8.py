@@ -23,7 +23,7 @@ import onnx
 import pytest
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-from qconvert.converter import convert
+from tests.harness import convert
 from qconvert.tflite.reader import buffer_data, read
 from qconvert.transforms.pipeline import QuantizeOptions
 from tests.harness import run_onnxruntime

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
-from qconvert.verify import verify
+from qconvert.check.verify import verify
 from tests.harness import convert_proto, random_feeds, run_onnxruntime, run_tflite
 from tests.models.randomize import randomize_light_model
 
@@ -49,7 +49,7 @@ def test_light_model_matches_onnxruntime(name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_light_model_verifies_above_60_db(name, tmp_path):
-    """qconvert.verify on the float conversion: every output and every slice at 60 dB or more."""
+    """qconvert.check.verify on the float conversion: every output and every slice at 60 dB or more."""
     model = with_logits_output(randomize_light_model(
         onnx.load(os.path.join(LIGHT_DIR, f"light_{name}.onnx")), seed=1))
     flatbuffer, _ = convert_proto(model)

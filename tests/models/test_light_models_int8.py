@@ -30,7 +30,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from qconvert.quantize.calibrate import session_options
+from qconvert.onnx.runtime import session_options
 from qconvert.tflite.reader import buffer_data
 from qconvert.tflite.reader import read as read_tflite
 from tests.harness import calibration_set, convert_quantized, random_feeds, run_tflite

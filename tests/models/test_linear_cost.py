@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import qconvert
-from qconvert.converter import convert
+from tests.harness import convert
 from qconvert.ir import WORK
 from qconvert.transforms.pipeline import QuantizeOptions
 from tests.models.generated import FAMILIES

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from qconvert.converter import convert
+from tests.harness import convert
 from tests.harness import assert_matches_onnxruntime, make_model, run_onnxruntime, run_tflite
 
 rng = np.random.default_rng(0)

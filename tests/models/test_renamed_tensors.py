@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import qconvert
 from qconvert import ir
-from qconvert.quantize.calibration_data import model_input_specs
+from qconvert.calibration.data import model_input_specs
 from tests.harness import (
     calibration_set,
     convert_proto,

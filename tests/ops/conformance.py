@@ -47,7 +47,7 @@ def expected_failure(case) -> str | None:
         return "no TFLite resize mode samples the positions this mode does"
     if "with_argmax" in case.name:
         return "MaxPool's Indices output has no TFLite equivalent"
-    from qconvert.loader import ACTIVATION_DTYPES
+    from qconvert.onnx.loader import ACTIVATION_DTYPES
 
     if "training_mode" in case.name or ("training_dropout" in case.name and "zero_ratio" not in case.name):
         return "training mode: qconvert converts inference graphs"

@@ -137,12 +137,13 @@ def test_gelu_pattern_with_shared_intermediate_stays_correct():
 def _numpy_run(onnx_model, feeds):
     """Converts to the IR and computes it with each op's numpy `evaluate` (constant folding's
     view of the ops), in ONNX layout."""
-    from qconvert.converter import convert_model
-    from qconvert.loader import load
+    from qconvert.onnx.loader import load
     from qconvert.ops.activations import apply_fused_activation
     from qconvert.ops.registry import TFLITE_OPS
+    from qconvert.transforms.pipeline import run_pipeline
 
-    model = convert_model(load(onnx_model), io_layout="onnx")
+    model = load(onnx_model)
+    run_pipeline(model, io_layout="onnx")
     values = {name: model.constant(name) for name in model.arrays if model.constant(name) is not None}
     values.update(feeds)
     for op in model.operators:

@@ -86,7 +86,7 @@ def test_erf_accuracy_over_its_range():
 
 
 def test_erf_ops_are_tagged():
-    from qconvert.loader import load
+    from qconvert.onnx.loader import load
     from qconvert.ops.unary import ERF_MARK
 
     model = load(plain("Erf", (3, 4)))
@@ -140,6 +140,6 @@ def test_erf_rejects_integer_input():
     from qconvert.errors import ConversionError
 
     model = make_model([helper.make_node("Erf", ["x"], ["y"])], (3,), x_type=TensorProto.INT32)
-    # The schema's type check (qconvert/validate.py) refuses it before the importer would.
+    # The schema's type check (qconvert/onnx/validate.py) refuses it before the importer would.
     with pytest.raises(ConversionError, match=r"'x' is tensor\(int32\), which input does not take"):
         convert_proto(model)

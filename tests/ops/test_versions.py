@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.converter import convert
+from tests.harness import convert
 from qconvert.ir import Model, Operator, QuantParams
 from qconvert.ops.registry import TFLITE_OPS
 from qconvert.tflite import reader

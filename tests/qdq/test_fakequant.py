@@ -15,7 +15,7 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.converter import fake_quant
+from tests.harness import fake_quant
 from qconvert.transforms.keep_requested_float import KEPT_FLOAT
 from qconvert.transforms.pipeline import QuantizeOptions
 from tests.harness import convert_proto, output_steps, run_onnxruntime, run_tflite
@@ -291,7 +291,7 @@ def test_a_float_op_s_output_gets_its_pair_only_on_the_edges_to_int8_readers(tmp
 def test_the_planner_s_promotions_come_back_from_the_metadata(calibration):
     """--target-sqnr: the planner's promoted nodes (float, or int16 with --target integer) are in
     the metadata, and the conversion of the graph makes the same model."""
-    from qconvert.converter import PlanRequest
+    from qconvert.driver.options import PlanOptions as PlanRequest
 
     model = folded_cnn()
     for runtime in ("cpu", "integer"):

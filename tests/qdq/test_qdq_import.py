@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.inspect_tflite import inspect_file
+from qconvert.check.inspect_tflite import inspect_file
 from qconvert.transforms.pipeline import QuantizeOptions
 from tests.harness import convert_proto, output_steps, run_onnxruntime, run_tflite
 
@@ -158,7 +158,7 @@ def test_verification_runs_the_pairs_as_written(qdq_model, tmp_path):
     the graph says: 0 steps off. onnxruntime's basic level would requantize each float weight of a
     Conv or Gemm behind a DequantizeLinear per tensor (WeightBiasQuantization), 2 output steps off
     here; the default level fuses integer kernels whose results depend on the CPU (VNNI or not)."""
-    from qconvert.verify import verify
+    from qconvert.check.verify import verify
 
     model = _with_float_weights(qdq_model)
     flatbuffer, _ = convert_proto(model, quantize=QuantizeOptions())

@@ -1,4 +1,4 @@
-"""Calibration data loading and range collection (qconvert.quantize.calibration_data and
+"""Calibration data loading and range collection (qconvert.calibration.data and
 calibrate)."""
 
 import io
@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.errors import ConversionError
-from qconvert.quantize.calibrate import calibrate_ranges
-from qconvert.quantize.calibration_data import load_calibration, model_input_specs
+from qconvert.calibration.calibrate import calibrate_ranges
+from qconvert.calibration.data import load_calibration, model_input_specs
 
 RNG = np.random.default_rng(7)
 W = RNG.normal(size=(4, 3, 3, 3)).astype(np.float32)
@@ -248,7 +248,7 @@ def test_recorder_global_ranges_by_dtype_size_and_special_values(caplog):
     """Small tensors are reduced together per dtype, big ones alone; NaN is skipped (and
     counted in a warning), +-inf left out of the range; a tensor with no finite value, or empty,
     has no range; the tensors may change from one sample to the next."""
-    from qconvert.quantize.calibrate import _SMALL, _RangeRecorder
+    from qconvert.calibration.calibrate import _SMALL, _RangeRecorder
 
     big = np.zeros(_SMALL + 1, np.float32)
     big[5], big[-1] = -3.0, 7.5

@@ -1,6 +1,6 @@
 """Hostile calibration files: each ends in exit 1 with one line naming the file (and the member)
 and what is wrong, no traceback and nothing at the output path; none is inflated or allocated
-beyond the limits of qconvert/limits.py (checked from the array headers first)."""
+beyond the limits of qconvert/errors.py (checked from the array headers first)."""
 
 from __future__ import annotations
 

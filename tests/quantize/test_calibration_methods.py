@@ -12,9 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.loader import load
-from qconvert.quantize import calibrate
-from qconvert.quantize.calibrate import CalibrationRun, calibrate_model, calibrate_ranges
+from qconvert.onnx.loader import load
+from qconvert.calibration import calibrate
+from qconvert.calibration.calibrate import CalibrationRun, calibrate_model, calibrate_ranges
 from qconvert.quantize.calibration_methods import (
     BINS,
     MINMAX,

@@ -20,7 +20,7 @@ from ai_edge_litert.interpreter import Interpreter
 from onnx import TensorProto, helper
 
 from qconvert.ops.registry import TFLITE_OPS
-from qconvert.quantize.calibration_data import model_input_specs
+from qconvert.calibration.data import model_input_specs
 from qconvert.tflite import schema_generated as schema
 from qconvert.tflite.reader import read as read_tflite
 from tests.harness import (

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from qconvert.cli import cli
-from qconvert.converter import ConversionReport, TensorInfo
+from qconvert.driver.reports import ConversionReport, TensorInfo
 from qconvert.ir import MinMax
-from qconvert.quantize.arrays import params_for_range
+from qconvert.transforms.quantization import params_for_range
 from tests.harness import grid_weights, make_model, run_onnxruntime, run_tflite, small_classifier
 
 _RUN = """

@@ -4,7 +4,7 @@ the file has no MINIMUM/MAXIMUM left, matches onnxruntime in LiteRT, and XNNPACK
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.inspect_tflite import inspect_file
+from qconvert.check.inspect_tflite import inspect_file
 from tests.harness import assert_int8_matches_onnxruntime, conv_in_front, make_model
 
 F = TensorProto.FLOAT

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.inspect_tflite import inspect_file
+from qconvert.check.inspect_tflite import inspect_file
 from qconvert.tflite.reader import read
 from tests.harness import (
     assert_int8_matches_onnxruntime,

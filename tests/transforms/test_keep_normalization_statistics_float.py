@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.verify import verify
+from qconvert.check.verify import verify
 from tests.harness import convert_quantized, make_model, without_quantize_step
 
 F = TensorProto.FLOAT

@@ -15,7 +15,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from qconvert.ir import MinMax
-from qconvert.quantize.arrays import QDQ_SOURCE
+from qconvert.transforms.quantization import QDQ_SOURCE
 from qconvert.tflite.reader import read
 from qconvert.transforms.engine import run_once
 from qconvert.transforms.propagate_minmax import propagate_minmax

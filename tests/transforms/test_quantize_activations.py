@@ -16,7 +16,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from qconvert.ir import MinMax
-from qconvert.quantize.arrays import Int16Choice
+from qconvert.transforms.quantization import Int16Choice
 from qconvert.tflite.reader import read
 from qconvert.transforms.engine import run_once
 from qconvert.transforms.quantize_activations import quantize_activations

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.converter import convert_model
 from qconvert.ir import QuantParams
-from qconvert.loader import load
-from qconvert.quantize.calibrate import CalibrationRun, calibrate_model
+from qconvert.onnx.loader import load
+from qconvert.calibration.calibrate import CalibrationRun, calibrate_model
 from qconvert.tflite.reader import buffer_data, read
 from qconvert.transforms.check_quantization import QuantizationCheckError, check_quantization
-from qconvert.transforms.pipeline import QuantizeOptions, quantize_steps
+from qconvert.transforms.pipeline import QuantizeOptions, quantize_steps, run_pipeline
 from tests.harness import (
     assert_int8_matches_onnxruntime,
     calibration_set,
@@ -199,7 +198,7 @@ def _quantized_ir(model, calibration):
     run = CalibrationRun(model, "all")
     ir = load(model)
     calibrate_model(ir, run, [{k: v[i] for k, v in calibration.items()} for i in range(4)])
-    convert_model(ir)
+    run_pipeline(ir)
     for name, step in quantize_steps(QuantizeOptions()):
         if name != "check_quantization":
             step(ir)

@@ -112,7 +112,7 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
     after the float pipeline (left as it is); `proto` the ONNX model with its weights; `samples`
     the verification inputs; write(model, path) writes a quantized model as a .tflite;
     notes_of(model) gives the report's ConversionNotes of one; `runtime` the --target (PROMOTE_TO)."""
-    from ..report import measure
+    from ..check.report import measure
 
     to = PROMOTE_TO[runtime]
     plan = Plan(target, False, to)

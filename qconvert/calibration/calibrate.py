@@ -24,10 +24,11 @@ from onnx import helper
 
 from ..errors import ConversionError, ReferenceFailed
 from ..ir import Model
+from ..onnx.runtime import session_options
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
-from .arrays import set_loaded_ranges
-from .calibration_methods import MINMAX, CalibrationMethod, HistogramRecorder
+from ..transforms.quantization import set_loaded_ranges
+from ..quantize.calibration_methods import MINMAX, CalibrationMethod, HistogramRecorder
 
 log = logging.getLogger("qconvert")
 
@@ -112,31 +113,6 @@ def _copy_without_data(model: onnx.ModelProto, out: onnx.ModelProto) -> None:
     out.graph.input.extend(i for i in model.graph.input if i.name not in names)
     for t in model.graph.initializer:
         out.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-
-
-def session_options(model: onnx.ModelProto, float_level=None):
-    """onnxruntime's SessionOptions for running `model` as a reference: quiet (errors only), and
-    with graph optimizations off (ORT_DISABLE_ALL) when the graph holds QuantizeLinear or
-    DequantizeLinear (qdq/importer.py's has_qdq); a float graph gets `float_level` (an
-    ort.GraphOptimizationLevel; None: onnxruntime's default).
-
-    Why: from the extended level on, onnxruntime fuses Q/DQ around Conv, Gemm and MatMul into
-    integer kernels (QLinearConv, QGemm, QLinearMatMul) whose x86 u8 x s8 path (VPMADDUBSW)
-    saturates 16-bit sums on CPUs without VNNI: the reference would depend on the CPU (20 output
-    steps off on a QDQ test CNN). The basic level does not fuse them, but its WeightBiasQuantization
-    requantizes a float weight read by a Conv or Gemm behind a DequantizeLinear per tensor. Unfused,
-    Q and DQ are float ops computing exactly what the pairs say, on every CPU."""
-    import onnxruntime as ort
-
-    from ..qdq.importer import has_qdq
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if has_qdq(model):
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    elif float_level is not None:
-        options.graph_optimization_level = float_level
-    return options
 
 
 class CalibrationRun:

@@ -33,8 +33,8 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ConversionError
-from .ir import DynamicBatch, Model, Operator
+from ..errors import ConversionError
+from ..ir import DynamicBatch, Model, Operator
 
 # The batch the ONNX graph is probed at (check 1): any size but 1 would do.
 PROBE_BATCH = 2

@@ -39,9 +39,9 @@ Hostile files. Every archive member's array header is read (a few hundred bytes)
 before anything is inflated or mapped: the size the header declares must be what the zip
 directory says the member holds (a header claiming 2^40 samples in a small member is refused), an
 encrypted member or one of an unknown compression is refused, and the bytes the compressed members
-would inflate to count against limits.CALIBRATION_BYTES (QCONVERT_MAX_CALIBRATION_BYTES), so a
+would inflate to count against errors.CALIBRATION_BYTES (QCONVERT_MAX_CALIBRATION_BYTES), so a
 1 MB archive that inflates to 1 GiB is refused before it is inflated. The samples calibration
-would run count against limits.CALIBRATION_SAMPLES (QCONVERT_MAX_CALIBRATION_SAMPLES; fewer with
+would run count against errors.CALIBRATION_SAMPLES (QCONVERT_MAX_CALIBRATION_SAMPLES; fewer with
 --calibration-samples). A corrupt deflate stream, a truncated member, a pickled (object) array or
 a negative dimension is a ConversionError naming the file and the member.
 
@@ -63,8 +63,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .. import limits
-from ..errors import ConversionError, UsageError
+from ..errors import CALIBRATION_BYTES, CALIBRATION_SAMPLES, ConversionError, UsageError
 
 log = logging.getLogger("qconvert")
 
@@ -162,7 +161,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray | Callable[[], np.ndarray]]:
                 except _READ_ERRORS as e:
                     raise ConversionError(
                         f"{path}: array {info.filename[:-4]!r} cannot be read: {e}") from None
-            limits.CALIBRATION_BYTES.check(
+            CALIBRATION_BYTES.check(
                 sum(a.nbytes for a in arrays.values() if callable(a)), f"{path} (compressed arrays)")
             return arrays
     except ConversionError:
@@ -447,7 +446,7 @@ def _checked_set(path: str, found: dict[str, list[tuple[str, object]]],
     if total == 0:
         raise ConversionError(f"{path}: no calibration samples (the arrays are empty)")
     count = total if max_samples is None else min(total, max_samples)
-    limits.CALIBRATION_SAMPLES.check(count, f"{path} (--calibration-samples takes fewer)")
+    CALIBRATION_SAMPLES.check(count, f"{path} (--calibration-samples takes fewer)")
     for data in inputs.values():
         _scan(data, count)
         data._cached = None

@@ -17,8 +17,8 @@ import stat
 import sys
 import tempfile
 
-from .errors import ConversionError, UsageError
-from .limits import MODEL_BYTES
+from ..errors import ConversionError, UsageError
+from ..errors import MODEL_BYTES
 
 
 def _file_kind(mode: int) -> str:
@@ -203,7 +203,7 @@ def print_stdout(text: str) -> None:
 
 
 def read_stdin() -> bytes:
-    """Standard input's bytes (IN '-'), at most limits.MODEL_BYTES of them."""
+    """Standard input's bytes (IN '-'), at most errors.MODEL_BYTES of them."""
     if sys.stdin is None:
         raise ConversionError("-: standard input is closed")
     try:

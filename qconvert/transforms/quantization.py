@@ -18,7 +18,7 @@ from ..errors import ConversionError
 from ..ir import Array, MinMax, Model, Operator, QuantParams
 from ..ops.registry import TFLITE_OPS, QuantRule
 from ..ops.unary import ERF_MARK
-from .params import (
+from ..quantize.params import (
     activation_scale_floor,
     choose_quantization_params,
     choose_symmetric_params,

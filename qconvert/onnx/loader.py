@@ -1,7 +1,7 @@
 """Loader: an ONNX file becomes the IR (qconvert.ir.Model).
 
-Steps: parse (qconvert.onnx_file: big weights are read from the file one at a time), pin input
-shapes (a dynamic batch is set to 1: qconvert/dynamic_batch.py), then alternate ONNX shape
+Steps: parse (qconvert.onnx.file: big weights are read from the file one at a time), pin input
+shapes (a dynamic batch is set to 1: qconvert/onnx/dynamic_batch.py), then alternate ONNX shape
 inference with folding of nodes whose inputs are all known (PyTorch's Shape/Gather/Concat/Reshape
 chains), until nothing changes; then every remaining node goes to its importer (qconvert.ops).
 int64 tensors are narrowed to int32 inside the graph (TFLite's kernels index with int32); graph
@@ -22,11 +22,11 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
-from . import dynamic_batch, limits
-from .errors import ConversionError, UsageError
-from .ir import DynamicBatch, Model, Operator
-from .onnx_file import OnnxFile
-from .ops.registry import ONNX_IMPORTERS
+from . import dynamic_batch
+from ..errors import FOLDED_BYTES, ConversionError, UsageError
+from ..ir import DynamicBatch, Model, Operator
+from .file import OnnxFile
+from ..ops.registry import ONNX_IMPORTERS
 from .validate import check_model, check_node_types, type_name
 
 log = logging.getLogger("qconvert")
@@ -259,7 +259,7 @@ class _Graph:
         elements = _folded_elements(node, [self.constants.get(n) for n in node.input],
                                     self.shapes.get(node.output[0]))
         if elements is not None:
-            limits.FOLDED_BYTES.check(elements * itemsize, where)
+            FOLDED_BYTES.check(elements * itemsize, where)
         # The reference evaluator must see the model's opset: ops changed meaning across opsets.
         inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
                   for n, v in feeds.items()]
@@ -275,13 +275,13 @@ class _Graph:
                 f"{where}: cannot evaluate its constant inputs: "
                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         for value in results:
-            limits.FOLDED_BYTES.check(np.asarray(value).nbytes, where)
+            FOLDED_BYTES.check(np.asarray(value).nbytes, where)
         return results
 
 
 def _folded_elements(node: onnx.NodeProto, inputs: list, inferred: tuple | None) -> int | None:
     """How many elements folding `node` will produce, known before computing it (so that an
-    Expand to tens of gigabytes ends in limits.FOLDED_BYTES' error, not in the machine's memory
+    Expand to tens of gigabytes ends in errors.FOLDED_BYTES' error, not in the machine's memory
     running out): from shape inference, else from the inputs of the ops whose output size is
     a function of their values. None when not known beforehand."""
     if inferred is not None:

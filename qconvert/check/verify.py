@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx
 
-from .errors import ConversionError, ReferenceFailed, first_line
-from .onnx_file import attribute
-from .tflite.reader import io_layout_metadata
+from ..errors import ConversionError, ReferenceFailed, first_line
+from ..onnx.file import attribute
+from ..tflite.reader import io_layout_metadata
 
 INTEGER_INPUT_HIGH = 10  # generated integer inputs are uniform in [0, 10)
 SLICE_TOLERANCE = 2.0 ** -16  # relative to the output's largest magnitude (128 float32 steps)
@@ -739,7 +739,7 @@ class Reference:
             self.from_feeds = [n for n in names if n in graph_inputs]
             self.fetched = [n for n in names if n not in graph_inputs]
         else:
-            from .quantize.calibrate import CalibrationRun
+            from ..calibration.calibrate import CalibrationRun
 
             graph = proto.graph
             produced = _produced(graph)
@@ -782,11 +782,11 @@ def _produced(graph: onnx.GraphProto) -> set[str]:
 
 def _session_from_file(path: str, proto: onnx.ModelProto):
     """An onnxruntime session reading the model file (and its external data) itself, with the
-    options CalibrationRun gives the model (calibrate.session_options: the basic level for a
+    options CalibrationRun gives the model (onnx/runtime.py session_options: the basic level for a
     float graph, none for one with Q/DQ pairs)."""
     import onnxruntime as ort
 
-    from .quantize.calibrate import session_options
+    from ..onnx.runtime import session_options
 
     options = session_options(proto, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
     options.log_severity_level = 4  # fatal only: a model it refuses is one line from qconvert

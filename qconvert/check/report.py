@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .errors import UsageError
-from .ir import without_layout_suffix, without_type_suffix
-from .loader import node_names
-from .tflite.reader import read
-from .tflite.reader import io_layout_metadata
+from ..errors import UsageError
+from ..ir import CHANNELS_LAST, counterpart
+from ..onnx.loader import node_names
+from ..tflite.reader import read
+from ..tflite.reader import io_layout_metadata
 from .verify import OutputStacks, Verification, json_number, prepare, run_both
 
 SQNR_CEILING = 60.0
@@ -47,22 +47,6 @@ class ConversionNotes:
     op_nodes: list[str] = field(default_factory=list)  # each written op's source node
     float_reasons: list[str] = field(default_factory=list)  # why each op stayed float ("" if not)
     range_sources: dict[str, str] = field(default_factory=dict)  # tensor -> where its range came from
-
-
-CHANNELS_LAST = "channels-last"
-
-
-def counterpart(name: str, onnx_names: set[str], io_layouts: dict[str, tuple[int, ...]]):
-    """(ONNX tensor, its layout in the .tflite) that the .tflite tensor `name` holds, or None.
-    The layout is None (the ONNX one), CHANNELS_LAST, or a graph input's or output's
-    permutation from `io_layouts` (ONNX axes in the file's order)."""
-    name = without_type_suffix(name)
-    if name in onnx_names:
-        return name, io_layouts.get(name)
-    twin_of = without_layout_suffix(name)
-    if twin_of in onnx_names:
-        return twin_of, CHANNELS_LAST
-    return None
 
 
 class _Comparison:

@@ -55,9 +55,9 @@ import struct
 import subprocess
 import sys
 
-from .errors import ConversionError, first_line
-from .tflite import schema_generated as S
-from .tflite.reader import builtin_code, data_offset, dtype_name, op_name
+from ..errors import ConversionError, first_line
+from ..tflite import schema_generated as S
+from ..tflite.reader import builtin_code, data_offset, dtype_name, op_name
 from .verify import json_number, quiet_native_stderr
 
 DELEGATE = "XNNPACK"  # LiteRT's default delegate, applied by its default op resolver
@@ -248,12 +248,12 @@ def litert_partitions(path: str, op_count: int) -> list[list[int]]:
 
 
 def _child(*args: str) -> subprocess.CompletedProcess:
-    """`python -m qconvert.inspect_tflite ARGS` (this module's child process) with this qconvert
+    """`python -m qconvert.check.inspect_tflite ARGS` (this module's child process) with this qconvert
     importable, its output captured; TimeoutExpired after CHILD_TIMEOUT_S."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package_root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))  # above qconvert/
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
-    return subprocess.run([sys.executable, "-m", "qconvert.inspect_tflite", *args],
+    return subprocess.run([sys.executable, "-m", "qconvert.check.inspect_tflite", *args],
                           capture_output=True, env=env, timeout=CHILD_TIMEOUT_S)
 
 

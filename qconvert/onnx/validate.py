@@ -6,7 +6,7 @@ Two entry points, both linear in the size of the model:
 - check_external_data(proto, base_dir): before anything reads external data. Every location must
   be a relative path to a regular file inside the model's folder, reached without a symbolic
   link, its offset and length inside that file; a model never makes qconvert read elsewhere.
-  Returns the number of bytes the external data adds (for limits.MODEL_BYTES).
+  Returns the number of bytes the external data adds (for errors.MODEL_BYTES).
 - check_model(proto, stored): the top-level graph's structure (names valid UTF-8, outputs and
   ops present, one producer per tensor, every read tensor produced, topological order, no cycle),
   every tensor's data type and data size against its dims (`stored`: the lengths of raw data
@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 import onnx
 from onnx import AttributeProto, TensorProto, defs, helper
 
-from .errors import ConversionError
+from ..errors import ConversionError
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 # Integer attributes may hold any int32 (TFLite stores them as int32), but for these, which ONNX

@@ -20,8 +20,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from . import limits
-from .errors import ConversionError
+from ..errors import MODEL_BYTES, ConversionError
 
 # Initializers with fewer raw bytes than this stay in the parsed message.
 STORED_MIN_BYTES = 4096
@@ -63,6 +62,14 @@ class OnnxFile:
             raise ConversionError(f"{where.path}: changed while being read")
         return array.reshape(tuple(tensor.dims))
 
+    def copy(self) -> OnnxFile:
+        """Another OnnxFile of the same model: a copy of the parsed message (without the stored
+        initializers' bytes, which stay in the file: a copy of a model read from bytes holds its
+        weights a second time) that restore_weights completes on its own."""
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.proto)
+        return OnnxFile(proto, dict(self.stored), self.checked)
+
     def restore_weights(self) -> None:
         """Puts the stored bytes back into `proto`, which is then a complete model."""
         tensors = {t.name: t for t in self.proto.graph.initializer if t.name in self.stored}
@@ -71,13 +78,6 @@ class OnnxFile:
                 f.seek(where.offset)
                 tensors[name].raw_data = f.read(where.length)
         self.stored.clear()
-
-
-def read_complete_onnx(path: str, data: bytes | None = None) -> onnx.ModelProto:
-    """The ONNX model with all its weights in the proto: what onnxruntime needs."""
-    onnx_file = read_onnx(path, data)
-    onnx_file.restore_weights()
-    return onnx_file.proto
 
 
 def attribute(node: onnx.NodeProto, name: str, default=None):
@@ -92,8 +92,8 @@ def read_onnx(path: str, data: bytes | None = None) -> OnnxFile:
     """Parses an ONNX file (or bytes read from stdin), loading external data; clear errors.
 
     From a regular file, big initializers' bytes stay in the file (see the module docstring).
-    The model is checked (qconvert.validate) before anything else reads it: external data only
-    from inside the model's folder, the file and its external data within limits.MODEL_BYTES."""
+    The model is checked (qconvert.onnx.validate) before anything else reads it: external data only
+    from inside the model's folder, the file and its external data within MODEL_BYTES."""
     from .validate import check_external_data, check_model
 
     shown = "<stdin>" if data is not None else path
@@ -106,18 +106,18 @@ def read_onnx(path: str, data: bytes | None = None) -> OnnxFile:
                     view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                 except (ValueError, OSError):  # empty, or not a regular file (a FIFO)
                     view = None
-                    data = limits.MODEL_BYTES.read(f, shown)
+                    data = MODEL_BYTES.read(f, shown)
             if view is not None:
                 file_bytes = len(view)
                 with view:
-                    limits.MODEL_BYTES.check(file_bytes, shown)
+                    MODEL_BYTES.check(file_bytes, shown)
                     message, segments = _without_raw_data(view)
                 proto.ParseFromString(message)
                 where = os.path.abspath(path)
                 stored = {name: StoredTensor(where, offset, length) for name, offset, length in segments}
         if data is not None:
             file_bytes = len(data)
-            limits.MODEL_BYTES.check(file_bytes, shown)
+            MODEL_BYTES.check(file_bytes, shown)
             proto.ParseFromString(data)
             del data  # the file's bytes: as large as the weights
     except FileNotFoundError:
@@ -134,7 +134,7 @@ def read_onnx(path: str, data: bytes | None = None) -> OnnxFile:
         raise ConversionError(f"{shown}: not an ONNX model (no IR version or empty graph)")
     base_dir = os.getcwd() if path == "-" else os.path.dirname(os.path.abspath(path))
     external_bytes = check_external_data(proto, base_dir)
-    limits.MODEL_BYTES.check(file_bytes + external_bytes, f"{shown} with its external data")
+    MODEL_BYTES.check(file_bytes + external_bytes, f"{shown} with its external data")
     try:
         onnx.external_data_helper.load_external_data_for_model(proto, base_dir)
     except (OSError, ValueError) as e:

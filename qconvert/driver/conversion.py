@@ -1,0 +1,432 @@
+"""The conversion driver: a conversion is the stages in `convert`, read top to bottom, each a
+function from one State to the next. The ONNX file is parsed once (read); what later needs the
+model as onnxruntime runs it (verification, the precision planner, the fake-quant graph) gets a
+copy taken then (State.reference), its weights put back from the file when needed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..check.report import ConversionNotes
+from ..check.verify import Verification
+from ..errors import BelowThreshold, ConversionError, ReferenceFailed, UsageError, first_line
+from ..ir import Model
+from ..onnx.dynamic_batch import mark_batch_tensors, note
+from ..onnx.file import OnnxFile, read_onnx
+from ..onnx.loader import load, nodes_matching
+from ..onnx.runtime import has_qdq
+from ..qdq.importer import QdqRanges, apply_qdq_ranges, changed_params, strip_qdq, with_model_precision
+from ..tflite.writer import Flatbuffer, serialize, stored_bytes
+from ..transforms.keep_requested_float import KEPT_FLOAT
+from ..transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
+from ..version import __version__
+from .files import replace_atomically
+from .options import Options, VerifyOptions
+from .planner import Plan
+from .reports import (
+    BatchReport,
+    ConversionReport,
+    FakeQuantReport,
+    FloatOp,
+    QuantizationReport,
+    TensorInfo,
+    WeightsReport,
+)
+
+log = logging.getLogger("qconvert")
+
+DESCRIPTION = f"qconvert {__version__}"
+WARN_BELOW_DB = 20.0  # a verified quantized conversion below this warns (without --min-sqnr)
+
+# write(flatbuffer, finish): puts the model where it goes, calling finish(path of the complete
+# file) before it appears there (finish verifies and may raise to keep it from appearing).
+Finish = Callable[[str | None], ConversionReport]
+Write = Callable[[Flatbuffer, Finish], None]
+
+
+@dataclass(frozen=True)
+class State:
+    """A conversion between two stages."""
+
+    source: str  # the ONNX file's path, or what stands for bytes ("<bytes>", "-")
+    options: Options
+    started: float
+    onnx_file: OnnxFile | None = None  # the parsed model, until load has read it
+    reference: OnnxFile | None = None  # the model as read, for onnxruntime (None: not needed)
+    reads_file: bool = False  # onnxruntime may read `source` itself (a file, not bytes)
+    progress: bool = False
+    steps: QuantizeOptions | None = None  # the quantize pipeline's options in effect
+    qdq: QdqRanges | None = None  # the model's own Q/DQ ranges (qdq/importer.py)
+    samples: list | None = None  # the calibration samples
+    calibration_run: object = None  # calibrate.CalibrationRun, made before load frees the weights
+    calibration_seconds: float = 0.0
+    model: Model | None = None
+    float_bytes: int = 0  # the weights' bytes before they were quantized or stored smaller
+    plan: Plan | None = None
+    qdq_tensors: int = 0
+    quantization: QuantizationReport | None = None
+    weights: WeightsReport | None = None
+
+
+def convert(source: str, options: Options, *, data: bytes | None = None, output_name: str = "",
+            progress: bool = False, write: Write | None = None) -> tuple[bytes | None, ConversionReport]:
+    """Converts the ONNX file `source` (or `data`, the bytes of one) to a TFLite model as
+    `options` ask, verified when they ask (a failed check raises BelowThreshold). `write` puts it
+    where it goes (write_and_verify); without one the model's bytes are returned."""
+    state = build(source, options, data=data, progress=progress)
+    flatbuffer, report = serialize_model(state, output_name)
+    return write_and_verify(state, flatbuffer, report, write)
+
+
+def build(source: str, options: Options, *, data: bytes | None = None, progress: bool = False,
+          before_quantizing: Callable[[Model], None] | None = None,
+          reference: bool = False) -> State:
+    """The stages up to the model ready to write. `before_quantizing` sees the float-transformed
+    model just before the quantize steps (fakequant keeps its float weights); `reference` keeps
+    a copy of the ONNX model as read even when nothing in `options` needs one."""
+    state = read(source, data, options, progress, reference)
+    state = import_qdq(state)
+    state = start_calibration(state)
+    state = load_model(state)
+    state = calibrate(state)
+    state = run_float_pipeline(state)
+    if before_quantizing is not None and state.steps is not None:
+        before_quantizing(state.model)
+    state = quantize(state)
+    state = store_weights(state)
+    return state
+
+
+# --- the stages ---------------------------------------------------------------------------------
+
+def read(source: str, data: bytes | None, options: Options, progress: bool = False,
+         reference: bool = False) -> State:
+    """Parses the ONNX model (onnx/file.py), keeping a copy for onnxruntime when a later stage
+    runs it (verification, planning, fakequant): the loader frees the weights it reads and the
+    QDQ import strips the model's pairs."""
+    started = time.perf_counter()
+    onnx_file = read_onnx(source, data)
+    needs_reference = reference or options.verify.enabled or options.plan is not None
+    return State(source, options, started, onnx_file=onnx_file,
+                 reference=onnx_file.copy() if needs_reference else None,
+                 reads_file=data is None, progress=progress,
+                 steps=options.quantize.steps if options.quantize is not None else None)
+
+
+def import_qdq(state: State) -> State:
+    """Takes the model's QuantizeLinear/DequantizeLinear pairs out (qdq/importer.py): their
+    ranges and precision go into the quantize options; a float conversion keeps their clipping.
+    Then the --keep-float patterns pick their nodes."""
+    proto, steps, request = state.onnx_file.proto, state.steps, state.options.quantize
+    qdq = None
+    if has_qdq(proto):
+        state.onnx_file.restore_weights()
+        qdq = strip_qdq(proto, clip=steps is None)
+    if (steps is not None and request.calibration is None and steps.default_range is None
+            and not (qdq and qdq.activations)):
+        raise UsageError("--quantize needs --calibration PATH (or --default-range MIN,MAX for a "
+                         "speed study without data), unless the model carries its ranges in "
+                         "QuantizeLinear/DequantizeLinear pairs")
+    if steps is not None and qdq:
+        steps = with_model_precision(steps, qdq)
+    if request is not None and request.keep_float:
+        steps = replace(steps, keep_float=dict.fromkeys(nodes_matching(proto, request.keep_float),
+                                                        KEPT_FLOAT))
+    return replace(state, qdq=qdq, steps=steps)
+
+
+def start_calibration(state: State) -> State:
+    """Reads the calibration samples and opens the onnxruntime session that will run them, while
+    the ONNX model still holds its weights (load frees them)."""
+    request = state.options.quantize
+    if request is None or request.calibration is None:
+        return state
+    from ..calibration.calibrate import CalibrationRun
+
+    started = time.perf_counter()
+    samples = calibration_set(request.calibration, state.onnx_file.proto, request.samples)
+    state.onnx_file.restore_weights()  # onnxruntime needs the whole model
+    run = CalibrationRun(state.onnx_file.proto, "all")
+    return replace(state, samples=samples, calibration_run=run,
+                   calibration_seconds=time.perf_counter() - started)
+
+
+def load_model(state: State) -> State:
+    """The IR model (onnx/loader.py); the parsed ONNX model goes."""
+    model = load(state.onnx_file, state.options.input.shapes)
+    return replace(state, onnx_file=None, model=model)
+
+
+def calibrate(state: State) -> State:
+    """Ranges for the IR's tensors from the calibration run, then the model's own Q/DQ ranges
+    over them (the model's params win)."""
+    if state.calibration_run is not None:
+        from ..calibration.calibrate import calibrate_model
+
+        started = time.perf_counter()
+        calibrate_model(state.model, state.calibration_run, state.samples, state.progress,
+                        state.options.quantize.method)
+        state = replace(state, calibration_run=None,
+                        calibration_seconds=state.calibration_seconds + time.perf_counter() - started)
+    if state.steps is not None and state.qdq:
+        state = replace(state, qdq_tensors=apply_qdq_ranges(state.model, state.qdq))
+    return state
+
+
+def run_float_pipeline(state: State) -> State:
+    """The float transformations to their fixed point (transforms/pipeline.py)."""
+    run_pipeline(state.model, io_layout=state.options.input.io_layout)
+    stores_less = state.steps is not None or state.options.weights is not None
+    return replace(state, float_bytes=stored_bytes(state.model) if stores_less else 0)
+
+
+def quantize(state: State) -> State:
+    """The quantize steps, or the precision planner choosing which ops stay float
+    (driver/planner.py); then the report of what became int8."""
+    if state.steps is None:
+        return state
+    model, plan, request = state.model, None, state.options.quantize
+    if state.options.plan is not None and request.calibration is not None:
+        from .planner import plan_precision
+
+        reference = state.reference
+        reference.restore_weights()  # onnxruntime's model
+        checks = list(calibration_set(state.options.plan.data or request.calibration,
+                                      reference.proto, state.options.plan.samples))
+        model, plan = plan_precision(model, state.steps, reference.proto, checks,
+                                     state.options.plan.target_sqnr, _write_candidate,
+                                     conversion_notes, state.options.plan.runtime)
+    else:
+        run_quantize_pipeline(model, state.steps)
+    if state.qdq:
+        for warning in state.qdq.warnings + changed_params(model, state.qdq):
+            log.warning("warning: %s", warning)
+    calibrated = len(state.samples) if state.samples else 0
+    quantization = QuantizationReport(
+        io_type=state.steps.io_type, calibration_samples=calibrated,
+        calibration_method=str(request.method) if calibrated else "",
+        calibration_seconds=round(state.calibration_seconds, 3),
+        int8_ops=sum(op.quantized == "int8" for op in model.operators),
+        int16_ops=sum(op.quantized == "int16" for op in model.operators),
+        float_ops=[FloatOp(op.type, op.source, op.float_reason) for op in model.operators
+                   if op.float_reason],
+        weights_bytes_float=state.float_bytes, weights_bytes=stored_bytes(model), plan=plan,
+        qdq_tensors=state.qdq_tensors)
+    return replace(state, model=model, plan=plan, quantization=quantization)
+
+
+def store_weights(state: State) -> State:
+    """--weight-only (int8) or --float16: only the stored weights change."""
+    weights = state.options.weights
+    if weights is None:
+        return state
+    model = state.model
+    floats = {n for n, a in model.arrays.items() if a.is_constant and a.dtype.kind == "f"}
+    run_weight_pipeline(model, weights.mode, weights.min_elements)
+    stored = np.dtype(np.int8) if weights.mode == "int8" else np.dtype(np.float16)
+    return replace(state, weights=WeightsReport(
+        weights.mode, sorted(n for n in floats if n in model.arrays and model.arrays[n].dtype == stored),
+        state.float_bytes, stored_bytes(model)))
+
+
+def serialize_model(state: State, output_name: str) -> tuple[Flatbuffer, ConversionReport]:
+    """The flatbuffer (its weights go as it is written out) and the conversion's report."""
+    model = state.model
+    notes = conversion_notes(model)
+    mark_batch_tensors(model)
+    batch = model.dynamic_batch
+    flatbuffer = serialize(model, DESCRIPTION, release_data=True)
+    counts = collections.Counter(op.type for op in model.operators)
+    report = ConversionReport(
+        input=state.source, output=output_name, ops=len(model.operators),
+        op_counts=dict(sorted(counts.items())), transposes=counts.get("TRANSPOSE", 0),
+        size_bytes=len(flatbuffer), seconds=round(time.perf_counter() - state.started, 3),
+        inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
+        quantization=state.quantization, weights=state.weights, notes=notes,
+        batch=None if batch is None else BatchReport(batch.symbol, 1, bool(batch.tensors), note(batch)))
+    return flatbuffer, report
+
+
+def write_and_verify(state: State, flatbuffer: Flatbuffer, report: ConversionReport,
+                     write: Write | None) -> tuple[bytes | None, ConversionReport]:
+    """write(flatbuffer, finish) puts the model where it goes (None: in memory, verified from a
+    temporary file, and returned as bytes); finish verifies the complete file before it appears,
+    when the options ask, and gives the final report."""
+    final: list[ConversionReport] = []
+    verifying = state.options.verify.enabled
+
+    def finish(path: str | None) -> ConversionReport:
+        verification = verify_written(state, path, report) if verifying and path else None
+        final.append(replace(report, verify=verification))
+        return final[-1]
+
+    if write is not None:
+        write(flatbuffer, finish)
+        return None, final[-1]
+    content = bytes(flatbuffer)
+    if not verifying:
+        return content, finish(None)
+    with tempfile.TemporaryDirectory(prefix="qconvert-") as folder:
+        path = os.path.join(folder, "model.tflite")
+        with open(path, "wb") as f:
+            f.write(content)
+        return content, finish(path)
+
+
+def verify_written(state: State, path: str, report: ConversionReport) -> Verification | None:
+    """The written file against onnxruntime (check_written), BelowThreshold when it failed.
+    None when onnxruntime, not the conversion, failed on a float conversion that verifies by
+    default (written unverified, with a warning; when the verification was asked for, that is
+    an error)."""
+    verify = state.options.verify
+    onnx_path = state.source if state.reads_file else None
+    try:
+        result = check_written(state.reference, onnx_path, path, verify, report.notes, warn=True)
+    except ReferenceFailed as e:
+        if not verify.float_check or verify.asked:
+            raise ConversionError(f"{e} (the verification runs the model in onnxruntime; "
+                                  "--no-verify converts without it)") from None
+        log.warning("warning: not verified: %s", " ".join(first_line(e).split()))
+        return None
+    except ConversionError as e:
+        if path not in str(e):
+            raise
+        # The temporary file is nobody's business: the message names the output.
+        raise ConversionError(str(e).replace(path, f"{report.output} (not written)")) from None
+    require_passed(result)
+    return result
+
+
+def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options: VerifyOptions,
+                  notes: ConversionNotes | None = None, warn: bool = False) -> Verification:
+    """Verifies the .tflite at `path` against the ONNX model `reference` and writes the
+    per-tensor report if asked; with `warn`, logs a warning when an output is below WARN_BELOW_DB
+    and there is no threshold. A float conversion (options.float_check) is judged by the float
+    check (check/verify.py) unless the model has Q/DQ pairs on activations, whose rounding a float
+    conversion drops (then by SQNR, as a quantized one). onnxruntime reads the file at
+    `onnx_path` itself when it can (verify.reads_file); else `reference` gets its weights back."""
+    from ..calibration.data import first_samples
+    from ..check.verify import reads_file, rounding_dropped, verify
+
+    proto = reference.proto
+    float_check = options.float_check and not rounding_dropped(proto)
+    direct = onnx_path is not None and options.report is None and reads_file(proto)
+    if not direct:
+        reference.restore_weights()
+    samples = None if options.data is None else first_samples(options.data, proto, options.samples)
+    result = verify(proto, path, samples, options.samples, options.min_sqnr,
+                    data=options.data or "generated", float_check=float_check,
+                    onnx_path=onnx_path if direct else None)
+    if options.report is not None:
+        from ..check.report import build_report, write_report
+
+        content = build_report(proto, path, samples, options.samples, notes)
+        replace_atomically(options.report, lambda tmp: write_report(content, tmp))
+    low = result.below(WARN_BELOW_DB) if warn and options.min_sqnr is None and result.check != "float" else []
+    if low:
+        advice = (f"see {options.report}" if options.report else
+                  "--report FILE.html shows where the error comes from")
+        log.warning("warning: %s below %g dB against onnxruntime; %s", ", ".join(low),
+                    WARN_BELOW_DB, advice)
+    return result
+
+
+def require_passed(result: Verification) -> None:
+    """BelowThreshold (exit 4) when the float check failed (a float conversion that does not
+    compute what the ONNX model does) or an output or slice missed the verification's --min-sqnr."""
+    if result.passed:
+        return
+    parts = []
+    failures = result.float_failures()
+    if failures:
+        parts.append(f"float conversion does not match onnxruntime: {'; '.join(failures)}")
+    low = result.below(result.min_sqnr) if result.min_sqnr is not None else []
+    if low:
+        parts.append(f"{', '.join(low)} below --min-sqnr {result.min_sqnr:g} dB")
+    raise BelowThreshold(f"verify: {'; '.join(parts)}")
+
+
+# --- helpers of the stages ----------------------------------------------------------------------
+
+def _tensor_infos(model: Model, names: list[str]) -> list[TensorInfo]:
+    infos = []
+    for name in names:
+        array = model.arrays[name]
+        perm = model.io_permutation.get(name)
+        infos.append(TensorInfo(name, list(array.shape), str(array.dtype), list(perm) if perm else None))
+    return infos
+
+
+def conversion_notes(model: Model) -> ConversionNotes:
+    """What the per-tensor report needs to know of the written model that the file does not say."""
+    return ConversionNotes([op.source for op in model.operators],
+                           [op.float_reason for op in model.operators],
+                           {n: a.minmax.source for n, a in model.arrays.items() if a.minmax})
+
+
+def _write_candidate(model: Model, path: str) -> None:
+    """A plan's quantized model as a .tflite (its arrays keep their data)."""
+    with open(path, "wb") as f:
+        serialize(model, DESCRIPTION, release_data=False).write_to(f)
+
+
+def calibration_set(calibration: str | Mapping, proto, count: int | None):
+    """The checked calibration samples for the ONNX model `proto` (the first `count`, all when
+    None): `calibration` is a path (an .npz or a directory, see calibration/data.py) or a mapping
+    {input name: array} laid out like an .npz's arrays (the Python API)."""
+    from ..calibration.data import calibration_from_arrays, load_calibration, model_input_specs
+
+    if isinstance(calibration, Mapping):
+        return calibration_from_arrays(calibration, model_input_specs(proto), count)
+    return load_calibration(calibration, model_input_specs(proto), count)
+
+
+def fake_quant(source: str, options: Options, *, data: bytes | None = None, output_name: str = "",
+               progress: bool = False) -> tuple[bytes, FakeQuantReport]:
+    """`qconvert fakequant`: the ONNX model `source` with QuantizeLinear/DequantizeLinear pairs
+    where its int8 conversion with `options` quantizes, holding the params that conversion
+    chooses (qdq/fakequant.py). Returns the model's bytes."""
+    from ..qdq.fakequant import (
+        INT16_OPSET,
+        PER_AXIS_OPSET,
+        FloatWeights,
+        Precision,
+        insert_fake_quant,
+        with_opset,
+    )
+
+    float_weights = FloatWeights()
+    state = build(source, options, data=data, progress=progress, before_quantizing=float_weights,
+                  reference=True)
+    state.reference.restore_weights()
+    proto = state.reference.proto
+    if has_qdq(proto):  # the model's own pairs give way to the conversion's
+        strip_qdq(proto)
+    proto = with_opset(proto, INT16_OPSET if state.quantization.int16_ops else PER_AXIS_OPSET)
+    steps, plan = state.steps, state.plan
+    promoted = {p.node: p.reason for p in plan.promotions} if plan is not None else {}
+    to_int16 = plan is not None and plan.promoted_to == "int16"
+    precision = Precision(  # what no pair says: the ops kept float or promoted, by ONNX node
+        float_nodes={**steps.keep_float, **({} if to_int16 else promoted)},
+        int16_nodes={**steps.int16_nodes, **(promoted if to_int16 else {})},
+        activations=steps.activations)
+    graph = insert_fake_quant(proto, state.model, float_weights, precision)
+    try:
+        written = proto.SerializeToString()
+    except ValueError as e:  # protobuf's 2 GiB limit (weights written as external data: not yet)
+        raise ConversionError(f"the fake-quant model cannot be written as one protobuf: {e}") from None
+    report = FakeQuantReport(
+        input=source, output=output_name, activations=graph.activations, weights=graph.weights,
+        biases=graph.biases, float_weights=graph.float_weights, ranges_in_metadata=graph.ranges_in_metadata,
+        quantization=state.quantization, size_bytes=len(written),
+        seconds=round(time.perf_counter() - state.started, 3))
+    return written, report

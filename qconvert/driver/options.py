@@ -1,0 +1,342 @@
+"""A conversion's options as one frozen object, built and checked once (`options_from_flags`) by
+the command line (cli.py, from its flags and their QCONVERT_* variables) and the Python API
+(qconvert.convert, from its keywords) alike, so both give the same checks and messages.
+
+A new option is one field of the part it belongs to (input, quantize, weights, verify, plan),
+one keyword of options_from_flags with its check, one click option in cli.py (its QCONVERT_*
+variable follows from the flag's name there), and its use in the driver. Malformed values and
+contradictions are errors.UsageError, worded as click words its own ("Invalid value for ...").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UsageError
+from ..quantize.calibration_methods import MINMAX, CalibrationMethod, parse_calibration_method
+from ..quantize.params import MAX_SCALE, MIN_SCALE
+from ..transforms.pipeline import QuantizeOptions
+
+INT32_MAX = 2**31 - 1  # TFLite shapes are int32
+IO_LAYOUTS = ("nhwc", "onnx")
+IO_TYPES = ("float", "int8", "uint8")
+ACTIVATION_TYPES = ("int8", "int16")
+PLAN_TARGETS = ("cpu", "integer")
+WEIGHT_ONLY_MIN_ELEMENTS = 1024
+PLAN_SAMPLES = 8  # the planner's verification samples without --verify-samples
+QUANTIZED_VERIFY_SAMPLES = 8  # a quantized conversion's error is statistical
+REPORT_SUFFIXES = (".json", ".html", ".htm")
+
+
+@dataclass(frozen=True)
+class InputOptions:
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # --input-shape
+    io_layout: str = "nhwc"  # --io-layout
+
+
+@dataclass(frozen=True)
+class QuantizeRequest:
+    """--quantize: how to calibrate, and the quantize pipeline's options (`steps`; their
+    keep_float is filled from the model's nodes that `keep_float` patterns pick)."""
+
+    steps: QuantizeOptions = field(default_factory=QuantizeOptions)
+    calibration: str | Mapping | None = None  # --calibration: a path, or arrays (the API)
+    samples: int | None = None  # --calibration-samples (None: all)
+    method: CalibrationMethod = MINMAX  # --calibration-method
+    keep_float: tuple[str, ...] = ()  # --keep-float patterns
+
+
+@dataclass(frozen=True)
+class WeightOptions:
+    mode: str  # "int8" (--weight-only) or "float16" (--float16)
+    min_elements: int = WEIGHT_ONLY_MIN_ELEMENTS  # --weight-only-min-elements
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """Whether and how the written model is checked against onnxruntime (check/verify.py)."""
+
+    enabled: bool = False
+    asked: bool = False  # a flag asked for it: onnxruntime failing is then an error, not a warning
+    samples: int = 1  # --verify-samples, else 1 for a float conversion on generated inputs, else 8
+    data: str | None = None  # --verify-data, else the calibration file (None: generated inputs)
+    min_sqnr: float | None = None  # --min-sqnr
+    report: str | None = None  # --report FILE.json or FILE.html
+    float_check: bool = False  # a float conversion: exact against onnxruntime (verify.py)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """--target-sqnr: plan precision to `target_sqnr` dB on the first `samples` samples of the
+    calibration-format file `data` (None: the calibration data)."""
+
+    target_sqnr: float
+    samples: int = PLAN_SAMPLES
+    data: str | None = None
+    runtime: str = "cpu"  # --target: what a promoted op becomes (planner.PROMOTE_TO)
+
+
+@dataclass(frozen=True)
+class Options:
+    input: InputOptions = field(default_factory=InputOptions)
+    quantize: QuantizeRequest | None = None  # None: float activations
+    weights: WeightOptions | None = None  # --weight-only or --float16
+    verify: VerifyOptions = field(default_factory=VerifyOptions)
+    plan: PlanOptions | None = None
+
+
+def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, calibration=None,
+                       calibration_samples=None, calibration_method=None, default_range=None,
+                       io_type=None, activations=None, per_tensor_fc=False, weight_only=False,
+                       weight_only_min_elements=None, float16=False, keep_float=(),
+                       target_sqnr=None, target=None, verify=False, no_verify=False,
+                       verify_samples=None, verify_data=None, min_sqnr=None, report=None) -> Options:
+    """The Options of a conversion from the command line's flags (the keywords are the flags'
+    parameter names; the API gives Python values: input_shapes a {name: dims} mapping,
+    default_range (MIN, MAX), keep_float a pattern or patterns). The checks run in the command
+    line's order, so both report the same first error."""
+    calibration_samples = _positive("--calibration-samples", calibration_samples)
+    weight_only_min_elements = _positive("--weight-only-min-elements", weight_only_min_elements)
+    verify_samples = _positive("--verify-samples", verify_samples)
+    io_layout = _choice("--io-layout", io_layout, IO_LAYOUTS)
+    io_type = _choice("--io-type", io_type, IO_TYPES)
+    activations = _choice("--activations", activations, ACTIVATION_TYPES)
+    target = _choice("--target", target, PLAN_TARGETS)
+    target_sqnr, min_sqnr = _number("--target-sqnr", target_sqnr), _number("--min-sqnr", min_sqnr)
+    quantize, per_tensor_fc, weight_only, float16, verify, no_verify = (
+        _flag(f, v) for f, v in (("--quantize", quantize), ("--per-tensor-fc", per_tensor_fc),
+                                 ("--weight-only", weight_only), ("--float16", float16),
+                                 ("--verify", verify), ("--no-verify", no_verify)))
+    keep_float = (keep_float,) if isinstance(keep_float, str) else tuple(keep_float)
+
+    shapes = parse_input_shape(input_shapes)
+    weights = _weight_options(weight_only, weight_only_min_elements, float16, quantize, calibration)
+    steps = _quantize_steps(quantize, calibration, calibration_samples, default_range, io_type,
+                            per_tensor_fc, activations)
+    method = _calibration_method(calibration_method, calibration, quantize)
+    if keep_float and steps is None:
+        raise UsageError("--keep-float only applies with --quantize")
+    plan = _plan_options(target_sqnr, steps, calibration, verify_samples, verify_data, target)
+    request = None if steps is None else QuantizeRequest(steps, calibration, calibration_samples,
+                                                           method, keep_float)
+    check_report_path(report)
+    asked = _verification_flags(verify, verify_samples, verify_data, min_sqnr, report)
+    enabled = _verification_wanted(no_verify, request, asked)
+    float_conversion = request is None and weights is None
+    if verify_samples is None:
+        generated = verify_data is None and calibration is None
+        verify_samples = 1 if float_conversion and generated else QUANTIZED_VERIFY_SAMPLES
+    return Options(
+        input=InputOptions(shapes, io_layout), quantize=request, weights=weights,
+        verify=VerifyOptions(enabled, bool(asked), verify_samples,
+                             verify_data or (calibration if isinstance(calibration, str) else None),
+                             min_sqnr, report, float_conversion),
+        plan=plan)
+
+
+def fake_quant_options(**flags) -> Options:
+    """The Options of `qconvert fakequant` (and qconvert.fake_quant): --quantize with the
+    conversion's flags that decide where and how the int8 model quantizes; nothing verified."""
+    return options_from_flags(quantize=True, no_verify=True, **flags)
+
+
+# --- the checks ---------------------------------------------------------------------------------
+
+def _invalid(flag: str, message: str, quoted: bool = True) -> UsageError:
+    """click's wording of a bad value (quoted flag: a type's check; unquoted: qconvert's own)."""
+    return UsageError(f"Invalid value for {repr(flag) if quoted else flag}: {message}")
+
+
+def _positive(flag: str, value) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value) if not isinstance(value, (bool, float)) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None:
+        raise _invalid(flag, f"{value!r} is not a valid integer range.")
+    if number < 1:
+        raise _invalid(flag, f"{number} is not in the range x>=1.")
+    return number
+
+
+def _choice(flag: str, value, choices: tuple[str, ...]) -> str | None:
+    if value is None or value in choices:
+        return value
+    raise _invalid(flag, f"{value!r} is not one of {', '.join(repr(c) for c in choices)}.")
+
+
+def _number(flag: str, value) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise _invalid(flag, f"{value!r} is not a valid float.") from None
+
+
+_TRUE, _FALSE = ("1", "true", "t", "yes", "y", "on"), ("0", "false", "f", "no", "n", "off", "")
+
+
+def _flag(flag: str, value) -> bool:
+    if isinstance(value, (bool, np.bool_)) or value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise _invalid(flag, f"{value!r} is not a valid boolean.")
+
+
+def parse_input_shape(values) -> dict[str, tuple[int, ...]]:
+    """--input-shape NAME:D1,D2,... values (or the API's {name: dims}) -> {name: shape}."""
+    if isinstance(values, Mapping):
+        values = _shape_flags(values)
+    shapes = {}
+    for value in values:
+        name, sep, dims = value.rpartition(":")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        except ValueError:
+            shape = None
+        if not sep or not name or shape is None or any(not 0 < d <= INT32_MAX for d in shape):
+            raise _invalid("--input-shape", f"{value!r}: expected NAME:D1,D2,... with positive "
+                           f"integers up to {INT32_MAX} (TFLite shapes are int32)", quoted=False)
+        if name in shapes:
+            raise _invalid("--input-shape", f"{name!r} is given twice", quoted=False)
+        shapes[name] = shape
+    return shapes
+
+
+def _shape_flags(shapes: Mapping) -> tuple[str, ...]:
+    """{name: dims} as --input-shape values, checked by the flag's parser."""
+    try:
+        return tuple(f"{name}:{','.join(str(d) for d in dims)}" for name, dims in shapes.items())
+    except TypeError:
+        raise UsageError("input_shapes: every value must be a sequence of dimensions") from None
+
+
+def parse_default_range(value) -> tuple[float, float]:
+    """--default-range MIN,MAX (or the API's (MIN, MAX)) -> (min, max).
+
+    Two finite numbers, MIN < MAX, and a range an int8 kernel can represent: its scale (the range
+    widened to contain 0, over 255 steps) within [2^-60, 2^60] (quantize/params.py MIN_SCALE,
+    MAX_SCALE). An empty value is malformed too, never "no range"."""
+    if not isinstance(value, str):
+        try:
+            low, high = (float(v) for v in value)
+        except (TypeError, ValueError):
+            raise UsageError(f"default_range: expected (MIN, MAX) or 'MIN,MAX', not {value!r}") from None
+        value = f"{low!r},{high!r}"
+    try:
+        lo, hi = (float(v) for v in value.split(","))
+    except ValueError:
+        lo = hi = None
+    if lo is None or not (np.isfinite(lo) and np.isfinite(hi)) or lo >= hi:
+        raise _invalid("--default-range", f"{value!r}: expected MIN,MAX with finite MIN < MAX",
+                       quoted=False)
+    scale = (max(hi, 0.0) - min(lo, 0.0)) / 255
+    if not MIN_SCALE <= scale <= MAX_SCALE:
+        raise _invalid("--default-range", f"{value!r}: a range of {hi - lo:.3g} gives int8 scale "
+                       f"{scale:.3g}, outside [2^-60, 2^60], the scales int8 kernels represent",
+                       quoted=False)
+    return lo, hi
+
+
+def _weight_options(weight_only: bool, min_elements, float16: bool, quantize: bool,
+                    calibration) -> WeightOptions | None:
+    """--weight-only (int8) or --float16 (None: neither); contradictions are usage errors."""
+    if min_elements is not None and not weight_only:
+        raise UsageError("--weight-only-min-elements only applies with --weight-only")
+    chosen = [flag for flag, on in (("--weight-only", weight_only), ("--float16", float16)) if on]
+    if len(chosen) > 1:
+        raise UsageError("--weight-only and --float16 are two ways to store the weights: pick one")
+    if chosen and (quantize or calibration):
+        other = "--quantize" if quantize else "--calibration"
+        raise UsageError(f"{chosen[0]} keeps activations float and needs no calibration; it "
+                         f"cannot be combined with {other} (full int8)")
+    if not chosen:
+        return None
+    mode = {"--weight-only": "int8", "--float16": "float16"}[chosen[0]]
+    return WeightOptions(mode, min_elements or WEIGHT_ONLY_MIN_ELEMENTS)
+
+
+def _quantize_steps(quantize: bool, calibration, calibration_samples, default_range, io_type,
+                    per_tensor_fc, activations) -> QuantizeOptions | None:
+    """The quantize pipeline's options the flags ask for (None: float)."""
+    if not quantize:
+        used = [flag for flag, value in (("--calibration", calibration),
+                                         ("--calibration-samples", calibration_samples),
+                                         ("--default-range", default_range), ("--io-type", io_type),
+                                         ("--per-tensor-fc", per_tensor_fc),
+                                         ("--activations", activations))
+                if value is not None and value is not False]  # an empty value was given too
+        if used:
+            raise UsageError(f"{used[0]} only applies with --quantize")
+        return None
+    # --quantize without --calibration or --default-range: the driver decides (a model with
+    # QuantizeLinear/DequantizeLinear pairs carries its own ranges).
+    if calibration_samples is not None and calibration is None:
+        raise UsageError("--calibration-samples needs --calibration")
+    if activations == "int16" and io_type == "uint8":
+        raise UsageError("--activations int16 takes --io-type float or int8")
+    default = None if default_range is None else parse_default_range(default_range)
+    return QuantizeOptions(io_type=io_type or "float", per_tensor_fc=per_tensor_fc,
+                           default_range=default, activations=activations or "int8")
+
+
+def _calibration_method(text, calibration, quantize: bool) -> CalibrationMethod:
+    """The --calibration-method (minmax when not given); it needs --quantize --calibration."""
+    if text is None:
+        return MINMAX
+    if not quantize or calibration is None:
+        raise UsageError("--calibration-method only applies with --quantize --calibration")
+    try:
+        return parse_calibration_method(text)
+    except ValueError as e:
+        raise _invalid("--calibration-method", str(e), quoted=False) from None
+
+
+def _plan_options(target_sqnr, steps, calibration, verify_samples, verify_data,
+                  runtime) -> PlanOptions | None:
+    """The planner's request for --target-sqnr (None: no planning, or 0: the all-int8 plan)."""
+    if target_sqnr is None or target_sqnr == 0:
+        if runtime is not None:
+            raise UsageError("--target only applies with --target-sqnr")
+        return None
+    if steps is None or calibration is None:
+        raise UsageError("--target-sqnr needs --quantize with --calibration")
+    return PlanOptions(target_sqnr, verify_samples or PLAN_SAMPLES, verify_data, runtime or "cpu")
+
+
+def check_report_path(report: str | None) -> None:
+    if report is not None and not report.endswith(REPORT_SUFFIXES):
+        raise _invalid("--report", f"{report!r}: the file name must end in .json or .html",
+                       quoted=False)
+
+
+def _verification_flags(verify, verify_samples, verify_data, min_sqnr, report) -> list[str]:
+    """The flags given that ask for a verification."""
+    return [flag for flag, value in (("--verify", verify or None), ("--report", report),
+                                     ("--verify-samples", verify_samples),
+                                     ("--verify-data", verify_data), ("--min-sqnr", min_sqnr))
+            if value is not None]
+
+
+def _verification_wanted(no_verify: bool, request: QuantizeRequest | None, given: list[str]) -> bool:
+    """Whether the conversion verifies itself: every one does (--no-verify skips it) but
+    --quantize without --calibration (--default-range, or the model's Q/DQ ranges), which
+    verifies with --verify or --report (`given`: _verification_flags)."""
+    if no_verify:
+        if given:
+            raise UsageError(f"{given[0]} and --no-verify contradict each other")
+        return False
+    wanted = (request is None or request.calibration is not None
+              or "--verify" in given or "--report" in given)
+    if not wanted and given:
+        raise UsageError(f"{given[0]} needs a verified conversion: --quantize without "
+                         "--calibration verifies only with --verify or --report")
+    return wanted

@@ -1,0 +1,151 @@
+"""What a conversion reports: the CLI's summary line (summary()) and its --json (as_dict())."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import asdict, dataclass, field
+
+from ..check.report import ConversionNotes
+from ..check.verify import Verification, json_number
+from .planner import Plan
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: list[int]
+    dtype: str
+    layout_permutation: list[int] | None  # axes of the ONNX tensor, in the TFLite tensor's order
+
+
+@dataclass
+class FloatOp:
+    op: str
+    node: str
+    reason: str
+
+
+@dataclass
+class QuantizationReport:
+    io_type: str
+    calibration_samples: int  # 0 with --default-range only
+    calibration_method: str  # how calibration turned values into ranges (--calibration-method)
+    calibration_seconds: float
+    int8_ops: int  # ops running an int8 kernel (QUANTIZE/DEQUANTIZE not counted)
+    int16_ops: int  # ops running a 16x8 kernel (int16 activations)
+    float_ops: list[FloatOp]  # ops on float tensors that stayed float, and why
+    weights_bytes_float: int  # constant data before quantization
+    weights_bytes: int  # constant data after
+    plan: Plan | None = None  # --target-sqnr: the precision planner's rounds and promotions
+    qdq_tensors: int = 0  # activations whose range the model's QuantizeLinear/DequantizeLinear gave
+
+
+@dataclass
+class WeightsReport:
+    mode: str  # "int8" (--weight-only) or "float16"
+    tensors: list[str]  # the constants stored as int8 or float16
+    weights_bytes_float: int  # constant data before
+    weights_bytes: int  # constant data after
+
+
+@dataclass
+class BatchReport:
+    """A dynamic batch dimension set to 1 (qconvert/onnx/dynamic_batch.py)."""
+
+    symbol: str  # its ONNX name; "" when unnamed
+    size: int  # the batch the .tflite is written with: 1
+    resizable: bool  # shape_signature -1: LiteRT's resize_tensor_input may change it
+    note: str  # the summary's words, with the reason when it is not resizable
+
+
+@dataclass
+class ConversionReport:
+    input: str
+    output: str
+    ops: int
+    op_counts: dict[str, int]
+    transposes: int
+    size_bytes: int
+    seconds: float
+    inputs: list[TensorInfo] = field(default_factory=list)
+    outputs: list[TensorInfo] = field(default_factory=list)
+    quantization: QuantizationReport | None = None
+    weights: WeightsReport | None = None
+    verify: Verification | None = None  # the written file against onnxruntime
+    batch: BatchReport | None = None  # the model's dynamic batch, set to 1
+    notes: ConversionNotes | None = field(default=None, repr=False)  # for the per-tensor report
+
+    def as_dict(self) -> dict:
+        result = asdict(self)
+        result["verify"] = self.verify.as_dict() if self.verify is not None else None
+        if result["quantization"] and result["quantization"]["plan"]:
+            for round_ in result["quantization"]["plan"]["rounds"]:
+                round_["worst_sqnr_db"] = json_number(round_["worst_sqnr_db"])
+        del result["notes"]
+        return result
+
+    def summary(self) -> str:
+        text = (f"qconvert: {self.input} -> {self.output}: {self.ops} ops, "
+                f"{_human_size(self.size_bytes)}, {self.seconds:.2f} s")
+        q = self.quantization
+        if q is not None:
+            text += f"; int8: {q.int8_ops} ops"
+            if q.int16_ops:
+                text += f", int16: {q.int16_ops} ops"
+            if q.qdq_tensors:
+                text += f", ranges of {q.qdq_tensors} tensors from the model's QDQ pairs"
+            text += f", weights {_human_size(q.weights_bytes_float)} -> {_human_size(q.weights_bytes)}"
+            if q.plan is not None:
+                text += "; " + q.plan.summary()
+            if q.float_ops:
+                kinds = collections.Counter(f.op for f in q.float_ops)
+                text += "; stayed float: " + ", ".join(
+                    f"{n} {op}" if n > 1 else op for op, n in sorted(kinds.items()))
+        w = self.weights
+        if w is not None:
+            text += (f"; {w.mode} weights: {len(w.tensors)} tensors, {_human_size(w.weights_bytes_float)}"
+                     f" -> {_human_size(w.weights_bytes)}")
+        if self.verify is not None:
+            text += "; " + self.verify.summary()
+        if self.batch is not None:
+            text += "; " + self.batch.note
+        return text
+
+
+def _human_size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+@dataclass
+class FakeQuantReport:
+    """What `qconvert fakequant` wrote (qdq/fakequant.py)."""
+
+    input: str
+    output: str
+    activations: list[str]  # ONNX tensors with a Q -> DQ pair
+    weights: list[str]  # initializers stored int8 + DequantizeLinear
+    biases: list[str]  # initializers stored int32 + DequantizeLinear
+    float_weights: list[str]  # nodes whose int8 weight the graph holds float (see fakequant.py)
+    ranges_in_metadata: list[str]  # tensors whose range no pair carries (qdq/fakequant.py): metadata
+    quantization: QuantizationReport
+    size_bytes: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        text = (f"qconvert: {self.input} -> {self.output}: fake-quant pairs on {len(self.activations)} "
+                f"tensors, {len(self.weights)} weights int8, {len(self.biases)} biases int32, "
+                f"{_human_size(self.size_bytes)}, {self.seconds:.2f} s")
+        if self.float_weights:
+            text += f"; {len(self.float_weights)} weights held float (folded across their inputs)"
+        if self.ranges_in_metadata:
+            text += f"; {len(self.ranges_in_metadata)} ranges in the model's metadata"
+        if self.quantization.float_ops:
+            text += f"; {len(self.quantization.float_ops)} ops stay float"
+        return text
