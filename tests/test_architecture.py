@@ -77,6 +77,26 @@ def test_every_import_goes_to_its_own_package_or_a_layer_above():
     assert not wrong, "imports against docs/architecture.md's layers:\n" + "\n".join(wrong)
 
 
+# The modules of transforms/ that are not steps: what steps may import from their own package.
+TRANSFORMS_SHARED = {"qconvert.transforms.engine", "qconvert.transforms.helpers",
+                     "qconvert.transforms.quantization"}
+
+
+def test_no_transformation_step_imports_another():
+    """A helper two steps need lives in transforms/helpers.py (or quantization.py), not in one of
+    them: each step stays one function in one file."""
+    modules = _modules()
+    wrong = []
+    for name, path in modules.items():
+        if (not name.startswith("qconvert.transforms.") or name in TRANSFORMS_SHARED
+                or name == "qconvert.transforms.pipeline"):
+            continue
+        for target in _imports(name, path, modules):
+            if target.startswith("qconvert.transforms.") and target not in TRANSFORMS_SHARED:
+                wrong.append(f"{name} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_no_modules_import_each_other_in_a_cycle():
     modules = _modules()
     graph = {name: _imports(name, path, modules) & modules.keys() for name, path in modules.items()}

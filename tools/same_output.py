@@ -1,6 +1,6 @@
 """Checks that a change alters no converted file: runs the test suite at a base commit and in the
-working tree, records the SHA-256 of every .tflite each test writes (in-process and through the
-CLI), and lists the tests whose files differ.
+working tree, records the SHA-256 of every .tflite and every fake-quant .onnx each test writes
+(in-process and through the CLI), and lists the tests whose files differ.
 
     .venv/bin/python tools/same_output.py BASE_REV [pytest arguments, e.g. tests/quantize]
 
@@ -52,6 +52,24 @@ if path:
         return result
 
     writer.serialize = serialize
+
+    # The fake-quant .onnx of `qconvert fakequant`: the driver's fake_quant returns its bytes
+    # (qconvert.converter before issue 20, qconvert.driver.conversion since).
+    import importlib
+
+    for name in ("qconvert.driver.conversion", "qconvert.converter"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        def fake_quant(*args, _original=module.fake_quant, **kwargs):
+            written, report = _original(*args, **kwargs)
+            with open(path, "a") as f:
+                f.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?')}\\t"
+                        f"onnx:{hashlib.sha256(written).hexdigest()}\\n")
+            return written, report
+        module.fake_quant = fake_quant
+        break
 '''
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 
 from ..ir import Model, Operator
-from .fuse_binary_into_affine import per_channel_vector
-from .merge_constant_binary_chains import split_constant_binary
+from .helpers import per_channel_vector, split_constant_binary
 
 
 def affine_to_depthwise(model: Model) -> bool:

@@ -12,7 +12,7 @@ other ops also read (they read its NCHW values).
 """
 
 from ..ir import Model
-from .sink_transposes import inverse, permuted, transpose_perm
+from .helpers import inverse, permuted, transpose_perm
 
 
 def channels_last_perm(rank: int) -> tuple[int, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model, Operator
-from .fuse_binary_into_affine import AFFINE
+from .helpers import AFFINE
 
 
 def distribute_binary_over_concatenation(model: Model) -> bool:

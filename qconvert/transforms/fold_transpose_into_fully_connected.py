@@ -11,7 +11,7 @@ tensor's values in the ONNX order (the per-tensor report relies on it).
 import numpy as np
 
 from ..ir import Model
-from .sink_transposes import inverse, transpose_perm
+from .helpers import inverse, transpose_perm
 
 
 # Rows permuted per block: a big weight (VGG's first dense layer is 411 MB) is rewritten in place

@@ -9,25 +9,7 @@ axis but the output channel cannot fold and the binary op stays (standalone batc
 import numpy as np
 
 from ..ir import Model
-
-# op type -> (weights input, bias input, output-channel axis of the weights)
-AFFINE = {
-    "CONV_2D": (1, 2, 0),
-    "DEPTHWISE_CONV_2D": (1, 2, 3),
-    "TRANSPOSE_CONV": (1, 3, 0),
-    "FULLY_CONNECTED": (1, 2, 0),
-}
-
-
-def per_channel_vector(value: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
-    """The constant as a [channels] vector if it only varies along the last output axis."""
-    if value.ndim > out_rank:
-        return None
-    if value.size == 1:
-        return np.full(channels, value.reshape(()), dtype=np.float32)
-    if value.shape[-1] == channels and value.size == channels:
-        return value.reshape(channels).astype(np.float32)
-    return None
+from .helpers import AFFINE, per_channel_vector
 
 
 def fuse_binary_into_affine(model: Model) -> bool:

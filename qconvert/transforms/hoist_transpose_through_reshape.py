@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model
-from .sink_transpose_through_reshape import axis_groups
-from .sink_transposes import add_transpose, inverse, transpose_perm
+from .helpers import add_transpose, axis_groups, inverse, transpose_perm
 
 
 def hoist_transpose_through_reshape(model: Model) -> bool:

@@ -35,7 +35,7 @@ from .quantization import (
     value_range,
 )
 from ..quantize.params import quantize
-from .quantize_weights import own_constant, single_use_constants
+from .helpers import own_constant, single_use_constants
 
 UINT8 = np.dtype(np.uint8)
 QUANTIZED = (INT8, UINT8, INT16)

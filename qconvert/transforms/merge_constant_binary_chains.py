@@ -19,21 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import MinMax, Model, Operator
-
-
-def split_constant_binary(op: Operator, model: Model) -> tuple[int, np.ndarray] | None:
-    """(activation input index, constant) of a MUL/ADD by a float constant that keeps the shape."""
-    if op.type not in ("MUL", "ADD") or len(op.inputs) != 2:
-        return None
-    values = [model.constant(n) for n in op.inputs]
-    if (values[0] is None) == (values[1] is None):
-        return None
-    index = 0 if values[1] is not None else 1
-    constant = values[1 - index]
-    x, y = model.arrays[op.inputs[index]], model.arrays[op.outputs[0]]
-    if constant.dtype != np.float32 or x.dtype != np.float32 or x.shape != y.shape:
-        return None
-    return index, constant
+from .helpers import split_constant_binary
 
 
 def _merge(model: Model, first: Operator, second: Operator, constant: np.ndarray) -> None:

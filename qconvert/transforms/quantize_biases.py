@@ -13,8 +13,8 @@ import numpy as np
 from ..ir import Model, QuantParams
 from .quantization import FLOAT32, INT8, INT16, input_scale, op_activation_type, rule_of
 from ..quantize.params import quantize_bias
-from .check_quantization import require_representable
-from .quantize_weights import own_constant, single_use_constants
+from .quantization import require_representable
+from .helpers import own_constant, single_use_constants
 
 
 def quantize_biases(model: Model) -> bool:

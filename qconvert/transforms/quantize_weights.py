@@ -21,25 +21,7 @@ from ..quantize.params import (
     quantize_weights_per_channel,
     quantize_weights_per_tensor,
 )
-
-
-def single_use_constants(model: Model) -> set[str]:
-    """The constants that exactly one op input reads (none a graph output): taken as a step
-    starts, for own_constant."""
-    return {n for n, a in model.arrays.items() if a.is_constant and model.is_discardable(n)}
-
-
-def own_constant(model: Model, op, index: int, single_use: set[str]) -> str:
-    """The name of a constant input that only `op` reads: the input itself when it is in
-    `single_use`, else a fresh copy. So each reader of a constant that was shared as the step
-    started gets a copy of its own, and the original goes unused."""
-    name = op.inputs[index]
-    if name in single_use:
-        return name
-    array = model.arrays[name]
-    copy = model.add_array(name, array.shape, array.dtype, array.data)
-    model.set_input(op, index, copy)
-    return copy
+from .helpers import own_constant, single_use_constants
 
 
 def require_finite(op: Operator, what: str, name: str, values: np.ndarray) -> None:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Model, Operator, QuantParams, dequantized_name, typed_name
+from ..ir import Model, Operator, QuantParams, typed_name
 from ..ops.registry import TFLITE_OPS
 from ..quantize.params import quantize_weights_per_channel, quantize_weights_per_tensor
+from .helpers import dequantize_for
 
 FLOAT32 = np.dtype(np.float32)
 
@@ -47,18 +48,6 @@ def _runs_hybrid(op: Operator, model: Model, min_elements: int) -> bool:
     return (rule is not None and model.arrays[op.inputs[0]].dtype == FLOAT32
             and all(i < len(op.inputs) and _is_candidate(model, op.inputs[i], min_elements)
                     for i in rule.weights))
-
-
-def dequantize_for(model: Model, name: str, uses: list[tuple[Operator, int]]) -> str:
-    """Makes the given (op, input index) uses of the stored constant `name`, in execution order,
-    read it through one DEQUANTIZE to float32, placed before the first of those ops; returns the
-    float tensor."""
-    array = model.arrays[name]
-    result = model.add_array(dequantized_name(name), array.shape, FLOAT32)
-    model.insert_before(uses[0][0], Operator("DEQUANTIZE", [name], [result], source=uses[0][0].source))
-    for op, index in uses:
-        model.set_input(op, index, result)
-    return result
 
 
 def quantize_weights_only(model: Model, min_elements: int = 1024) -> bool:

@@ -17,33 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model
-from .sink_transposes import add_transpose, transpose_perm
-
-
-def axis_groups(before: tuple[int, ...], after: tuple[int, ...]):
-    """[(input axes, output axes)] pairing equal-size runs of axes, or None if it cannot."""
-    groups, i, j = [], 0, 0
-    while i < len(before) and j < len(after):
-        ins, outs = [i], [j]
-        size_in, size_out = before[i], after[j]
-        i, j = i + 1, j + 1
-        while size_in != size_out:
-            if size_in < size_out and i < len(before):
-                ins.append(i)
-                size_in *= before[i]
-                i += 1
-            elif size_out < size_in and j < len(after):
-                outs.append(j)
-                size_out *= after[j]
-                j += 1
-            else:
-                return None
-        groups.append((ins, outs))
-    if i != len(before) or j != len(after):
-        return None
-    if any(len(ins) > 1 and len(outs) > 1 for ins, outs in groups):
-        return None  # a reshuffle of several axes into several: not a split or a merge
-    return groups
+from .helpers import add_transpose, axis_groups, transpose_perm
 
 
 def sink_transpose_through_reshape(model: Model) -> bool:

@@ -15,30 +15,7 @@ import numpy as np
 
 from ..ir import Model, Operator, channels_last_name
 from ..ops.registry import TFLITE_OPS
-
-
-def transpose_perm(model: Model, op: Operator) -> tuple[int, ...] | None:
-    """The permutation of a TRANSPOSE op (None if it is not a constant)."""
-    perm = model.constant(op.inputs[1])
-    return None if perm is None else tuple(int(p) for p in perm)
-
-
-def inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.argsort(perm))
-
-
-def permuted(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(shape[p] for p in perm)
-
-
-def add_transpose(model: Model, x: str, perm: tuple[int, ...], y: str | None = None,
-                  source: str = "") -> Operator:
-    """A TRANSPOSE op reading x (not yet placed in model.operators); creates y if not given."""
-    shape = model.arrays[x].shape
-    if y is None:
-        y = model.add_array_like(x + "_transposed", permuted(shape, perm), x)
-    perm_name = model.add_constant("perm", np.array(perm, dtype=np.int32))
-    return Operator("TRANSPOSE", [x, perm_name], [y], source=source)
+from .helpers import add_transpose, inverse, permuted, transpose_perm
 
 
 def _compose_or_drop(model: Model, op: Operator) -> bool:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Model, Operator
-from .quantize_weights_only import FLOAT32, dequantize_for
+from .helpers import dequantize_for
+from .quantization import FLOAT32
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -7,7 +7,7 @@ global pool), so a reshape does the same for free, and reshapes then merge with 
 import numpy as np
 
 from ..ir import Model
-from .sink_transposes import transpose_perm
+from .helpers import transpose_perm
 
 
 def transpose_to_reshape(model: Model) -> bool:
