@@ -57,21 +57,11 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
     contradictory arguments, ConversionError when the model or the data cannot be converted and
     BelowThreshold when the verification fails, with the messages the command line prints.
     """
+    flags = dict(locals())  # the keywords are the command line's flags (first: nothing else yet)
     from .driver.conversion import convert as convert_source
-    from .driver.options import options_from_flags
 
     asked = verify or any(v is not None for v in (verify_samples, verify_data, min_sqnr, report))
-    source, data = _model_source(model)
-    options = options_from_flags(
-        input_shapes=_shapes(input_shapes), io_layout=io_layout, quantize=quantize,
-        calibration=_calibration_source(calibration, calibration_samples),
-        calibration_samples=calibration_samples, calibration_method=calibration_method,
-        default_range=default_range, io_type=io_type, activations=activations,
-        per_tensor_fc=per_tensor_fc, weight_only=weight_only,
-        weight_only_min_elements=weight_only_min_elements, float16=float16, keep_float=keep_float,
-        target_sqnr=target_sqnr, target=target, verify=verify, no_verify=not asked,
-        verify_samples=verify_samples, verify_data=_path(verify_data), min_sqnr=min_sqnr,
-        report=_path(report))
+    source, data, options = _options(flags, no_verify=not asked)
     flatbuffer, report = convert_source(source, options, data=data, output_name="<bytes>")
     return Conversion(flatbuffer, report)
 
@@ -90,18 +80,26 @@ def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
     """The fake-quant ONNX model, as `qconvert fakequant IN.onnx OUT.onnx` writes it: Q/DQ pairs
     where the int8 conversion with these options quantizes, holding its params (qdq/fakequant.py).
     Arguments as convert's with quantize=True."""
+    flags = dict(locals())  # the keywords are the command line's flags (first: nothing else yet)
     from .driver.conversion import fake_quant as fake_quant_source
-    from .driver.options import options_from_flags
 
-    source, data = _model_source(model)
-    options = options_from_flags(
-        input_shapes=_shapes(input_shapes), quantize=True, no_verify=True,
-        calibration=_calibration_source(calibration, calibration_samples),
-        calibration_samples=calibration_samples, calibration_method=calibration_method,
-        default_range=default_range, activations=activations, per_tensor_fc=per_tensor_fc,
-        keep_float=keep_float, target_sqnr=target_sqnr, target=target)
+    source, data, options = _options(flags, quantize=True, no_verify=True)
     written, report = fake_quant_source(source, options, data=data, output_name="<bytes>")
     return FakeQuant(written, report)
+
+
+def _options(flags: dict, **fixed):
+    """(source, data, Options) for the API's keywords `flags` (`model` among them) and `fixed`,
+    checked as the command line checks its flags."""
+    from .driver.options import options_from_flags
+
+    source, data = _model_source(flags.pop("model"))
+    flags["input_shapes"] = _shapes(flags["input_shapes"])
+    flags["calibration"] = _calibration_source(flags["calibration"], flags["calibration_samples"])
+    for name in ("verify_data", "report"):
+        if name in flags:
+            flags[name] = _path(flags[name])
+    return source, data, options_from_flags(**flags, **fixed)
 
 
 def _shapes(shapes) -> Mapping:

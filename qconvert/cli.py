@@ -168,13 +168,21 @@ def _with_environment_variables(command: click.Command, prefix: str) -> click.Co
     return command
 
 
-def _options(**flags):
-    """The conversion's Options (driver/options.py); their usage errors are click's, so they
-    print as click's own do (with the variables used and the --help hint)."""
+# The parameters of a command that are not options of the conversion.
+_NOT_CONVERSION_OPTIONS = ("source", "dest", "as_json", "verbose", "debug")
+
+
+def _options(**fixed):
+    """The conversion's Options (driver/options.py) from the running command's parameters (named
+    as options_from_flags's keywords; --verify's is verify_flag) and `fixed`; their usage errors
+    are click's, so they print as click's own do (with the variables used and the --help hint)."""
     from .driver.options import options_from_flags
 
+    params = click.get_current_context().params
+    flags = {"verify" if name == "verify_flag" else name: value for name, value in params.items()
+             if name not in _NOT_CONVERSION_OPTIONS}
     try:
-        return options_from_flags(**flags)
+        return options_from_flags(**flags, **fixed)
     except UsageError as e:
         raise click.UsageError(str(e)) from None
 
@@ -281,14 +289,7 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
     with it (a flag given here wins; a repeatable option takes space-separated values).
     """
     _log_to_stderr(verbose)
-    options = _options(
-        input_shapes=input_shapes, io_layout=io_layout, quantize=quantize, calibration=calibration,
-        calibration_samples=calibration_samples, calibration_method=calibration_method,
-        default_range=default_range, io_type=io_type, activations=activations,
-        per_tensor_fc=per_tensor_fc, weight_only=weight_only,
-        weight_only_min_elements=weight_only_min_elements, float16=float16, keep_float=keep_float,
-        target_sqnr=target_sqnr, target=target, verify=verify_flag, no_verify=no_verify,
-        verify_samples=verify_samples, verify_data=verify_data, min_sqnr=min_sqnr, report=report)
+    options = _options()
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
     check_distinct_files({"IN.onnx": source, "--calibration": calibration,
@@ -430,11 +431,7 @@ def fakequant_cli(source, dest, input_shapes, calibration, calibration_samples, 
     Exit codes: 0 written, 1 conversion error, 2 usage error, 3 internal error.
     """
     _log_to_stderr(verbose)
-    options = _options(
-        input_shapes=input_shapes, quantize=True, no_verify=True, calibration=calibration,
-        calibration_samples=calibration_samples, calibration_method=calibration_method,
-        default_range=default_range, activations=activations, per_tensor_fc=per_tensor_fc,
-        keep_float=keep_float, target_sqnr=target_sqnr, target=target)
+    options = _options(quantize=True, no_verify=True)
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.onnx cannot be '-' with it")
     check_distinct_files({"IN.onnx": source, "--calibration": calibration}, {"OUT.onnx": dest})

@@ -175,3 +175,36 @@ def test_conversion_unpacks_and_names_its_fields(files):
     result = qconvert.convert(str(files / "m.onnx"))
     tflite, report = result
     assert result.tflite is tflite and result.report is report and report.output == "<bytes>"
+
+
+def test_verify_checks_as_the_command_line_does(files, tmp_path):
+    """verify=True runs the command line's verification: a float conversion's float check, one
+    generated sample; a quantized one on the calibration data's first 8, --report written."""
+    _, report = qconvert.convert(files / "m.onnx", verify=True)
+    assert report.verify.check == "float" and report.verify.passed and report.verify.samples == 1
+    assert qconvert.convert(files / "m.onnx").report.verify is None  # the API's default: no check
+    page = tmp_path / "r.json"
+    tflite, report = qconvert.convert(files / "m.onnx", quantize=True,
+                                      calibration=files / "cal.npz", report=page)
+    assert report.verify.samples == 8 and report.verify.outputs[0].sqnr_db > 20 and page.exists()
+    assert tflite == _cli_bytes(files, tmp_path, "--quantize", "--calibration",
+                                str(files / "cal.npz"))
+
+
+def test_a_verification_below_min_sqnr_raises_below_threshold(files):
+    with pytest.raises(qconvert.BelowThreshold, match=r"below --min-sqnr 200 dB"):
+        qconvert.convert(files / "m.onnx", quantize=True, calibration=files / "cal.npz",
+                         min_sqnr=200)
+
+
+def test_options_are_one_frozen_object():
+    import dataclasses
+
+    from qconvert.driver.options import options_from_flags
+
+    options = options_from_flags(quantize=True, calibration="cal.npz", keep_float="Relu",
+                                 weight_only_min_elements=None, target_sqnr=30)
+    assert options.quantize.keep_float == ("Relu",) and options.plan.target_sqnr == 30.0
+    assert options.verify.enabled and options.verify.samples == 8 and options.verify.data == "cal.npz"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.quantize = None

@@ -12,11 +12,9 @@ pool's kernel rounds it. The conv's output keeps the pool output's range (its ow
 where the pool's was tied to the input's, a finer step).
 
 Not rewritten: a SAME pool that some window reaches into the padding, where TFLite divides by the
-taps inside the input but the conv by kh * kw. The research's fix, a MUL by the constant map
-kh * kw / taps after the conv, was tried: the conv's int8 rounding is multiplied by up to 2.25 at
-the corners of a 3x3 pool (1.6 steps against the kernel's 0.5 on one pool) and Inception v2, all
-of whose pools are such, lost 1.5 dB (8 partitions became 1). A global pool is a MEAN already
-(the importer writes one window over the whole map so).
+taps inside the input but the conv by kh * kw. Correcting it with a MUL by kh * kw / taps after
+the conv multiplies the conv's rounding at the borders and lost accuracy on Inception v2. A global
+pool is a MEAN already (the importer writes one window over the whole map so).
 
 Only where the pool runs int8 (calibrated ranges, no float_reason, int8_blocker None, not wanted
 int16 by the options).
