@@ -275,10 +275,7 @@ def _print_json(report, report_path: str | None = None) -> None:
 @_option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
 @_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
 @click.version_option(__version__, prog_name="qconvert")
-def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibration_samples,
-        calibration_method, default_range, io_type, activations, per_tensor_fc, weight_only,
-        weight_only_min_elements, float16, verify_flag, no_verify, verify_samples, verify_data,
-        min_sqnr, report, keep_float, target_sqnr, target, as_json, verbose, debug):
+def cli(source, dest, as_json, verbose, debug, **flags):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
 
     '-' as IN.onnx reads standard input; '-' as OUT.tflite writes standard output.
@@ -289,11 +286,13 @@ def cli(source, dest, input_shapes, io_layout, quantize, calibration, calibratio
     with it (a flag given here wins; a repeatable option takes space-separated values).
     """
     _log_to_stderr(verbose)
-    options = _options()
+    options = _options()  # from `flags`, the conversion's options
+    report = options.verify.report
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
-    check_distinct_files({"IN.onnx": source, "--calibration": calibration,
-                          "--verify-data": verify_data}, {"OUT.tflite": dest, "--report": report})
+    check_distinct_files({"IN.onnx": source, "--calibration": flags["calibration"],
+                          "--verify-data": flags["verify_data"]},
+                         {"OUT.tflite": dest, "--report": report})
     if (dest == "-" or as_json) and sys.stdout is None:
         raise ConversionError("-: standard output is closed")
     if dest == "-" and sys.stdout.isatty():
@@ -417,9 +416,7 @@ FAKEQUANT_OPTIONS = ("input_shapes", "calibration", "calibration_samples", "cali
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", metavar="IN.onnx")
 @click.argument("dest", metavar="OUT.onnx")
-def fakequant_cli(source, dest, input_shapes, calibration, calibration_samples, calibration_method,
-                  default_range, activations, per_tensor_fc, keep_float, target_sqnr, target, as_json,
-                  verbose, debug):
+def fakequant_cli(source, dest, as_json, verbose, debug, **flags):
     """Write OUT.onnx: IN.onnx with QuantizeLinear/DequantizeLinear pairs exactly where
     `qconvert IN.onnx OUT.tflite --quantize` with the same options quantizes, holding the params it
     chooses (int8 weights per channel, int32 biases; int16 pairs for --activations int16, opset 21);
@@ -431,10 +428,10 @@ def fakequant_cli(source, dest, input_shapes, calibration, calibration_samples, 
     Exit codes: 0 written, 1 conversion error, 2 usage error, 3 internal error.
     """
     _log_to_stderr(verbose)
-    options = _options(quantize=True, no_verify=True)
+    options = _options(quantize=True, no_verify=True)  # from `flags`, the conversion's options
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.onnx cannot be '-' with it")
-    check_distinct_files({"IN.onnx": source, "--calibration": calibration}, {"OUT.onnx": dest})
+    check_distinct_files({"IN.onnx": source, "--calibration": flags["calibration"]}, {"OUT.onnx": dest})
     if source != "-":
         check_input_file(source)
     output_kind(dest)
