@@ -406,11 +406,28 @@ class ImportContext:
         """The value of a constant input (None for an activation or an omitted input)."""
         return self.model.constant(name)
 
-    def require_const(self, name: str, what: str) -> np.ndarray:
+    def require_const(self, name: str, what: str, needs: str = "") -> np.ndarray:
+        """The value of the constant input `name`. One computed at run time is refused in one
+        line naming the node, `what`, the input and the graph inputs it is computed from, then
+        `needs`: why the TFLite op wants it constant and what would make it convert. Shapes are
+        all static once importers run, so what is missing is a value, never a static graph."""
         value = self.const(name)
-        if value is None:
-            raise self.error(f"{what} (input {name!r}) must be a constant; only static graphs convert")
-        return value
+        if value is not None:
+            return value
+        sources, seen, pending = set(), {name}, [name]
+        while pending:  # back through the producers to the graph inputs (CASTs of them too)
+            producer = self.model.producer(pending.pop())
+            for source in producer.inputs if producer is not None else ():
+                if source and source not in seen and self.model.constant(source) is None:
+                    seen.add(source)
+                    pending.append(source)
+                    if self.model.producer(source) is None:
+                        sources.add(source)
+        named = [n for n in self.model.inputs if n in sources] + sorted(sources - set(self.model.inputs))
+        origin = (" from " + ", ".join(repr(n) for n in named)) if named else ""
+        raise self.error(f"{what} (input {name!r}): computed at run time{origin}; " + (
+            needs or "qconvert takes it as a constant only: make it an initializer (or compute "
+            "it from constants and input shapes, which the loader folds)"))
 
     def add_op(self, type: str, inputs: list[str], outputs: list[str], options: dict | None = None,
                activation: str = "NONE") -> Operator:

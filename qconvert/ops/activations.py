@@ -95,29 +95,41 @@ onnx_ops_as({"Relu": "RELU", "Sigmoid": "LOGISTIC", "Tanh": "TANH", "HardSwish":
 
 @onnx_op("Clip")
 def import_clip(node, ctx):
-    """Clip(0,6) is RELU6, Clip(-1,1) RELU_N1_TO_1, Clip(0,inf) RELU; others MAXIMUM/MINIMUM."""
+    """Clip(0,6) is RELU6, Clip(-1,1) RELU_N1_TO_1, Clip(0,inf) RELU; others MAXIMUM/MINIMUM.
+    A bound computed at run time (a log-mel front end's ReduceMax(x) - 80) is the tensor that
+    MAXIMUM/MINIMUM reads, broadcast as ONNX's scalar bound is: the output keeps x's shape."""
     x, y = node.inputs[0], node.outputs[0]
     if ctx.opset < 11:
         low, high = node.attr("min", -np.inf), node.attr("max", np.inf)
     else:
         def bound(i, default):
+            """The constant bound as a float, a computed one by its tensor's name."""
             if len(node.inputs) <= i or not node.inputs[i]:
                 return default
-            return float(ctx.require_const(node.inputs[i], "Clip bound"))
+            value = ctx.const(node.inputs[i])
+            return node.inputs[i] if value is None else float(value)
         low, high = bound(1, -np.inf), bound(2, np.inf)
     named = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, np.inf): "RELU"}
     dtype = ctx.dtype(x)
-    if (low, high) in named and dtype == np.float32:
+    if isinstance(low, float) and isinstance(high, float) and (low, high) in named and dtype == np.float32:
         ctx.add_op(named[(low, high)], [x], [y])
         return
+    for computed in (b for b in (low, high) if isinstance(b, str)):
+        if ctx.dtype(computed) != dtype:
+            raise ctx.error(f"bound {computed!r} has dtype {ctx.dtype(computed)}, the input {dtype}")
+        ctx.check_broadcast([x, computed], y)
     info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    clamps_low = isinstance(low, str) or low > info.min
+    clamps_high = isinstance(high, str) or high < info.max
     current = x
-    if low > info.min:
-        out = y if high >= info.max else ctx.tensor(y + "_low", ctx.shape(x), dtype)
-        ctx.add_op("MAXIMUM", [current, ctx.constant("clip_min", np.array(low, dtype))], [out])
+    if clamps_low:
+        out = ctx.tensor(y + "_low", ctx.shape(x), dtype) if clamps_high else y
+        limit = low if isinstance(low, str) else ctx.constant("clip_min", np.array(low, dtype))
+        ctx.add_op("MAXIMUM", [current, limit], [out])
         current = out
-    if high < info.max:
-        ctx.add_op("MINIMUM", [current, ctx.constant("clip_max", np.array(high, dtype))], [y])
+    if clamps_high:
+        limit = high if isinstance(high, str) else ctx.constant("clip_max", np.array(high, dtype))
+        ctx.add_op("MINIMUM", [current, limit], [y])
         current = y
     if current != y:
         ctx.add_op("IDENTITY", [x], [y])

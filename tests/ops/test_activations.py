@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.harness import assert_matches_onnxruntime
+from onnx import numpy_helper
+
+from tests.harness import (
+    assert_int8_matches_onnxruntime,
+    assert_matches_onnxruntime,
+    calibration_set,
+    conv_in_front,
+)
 from tests.ops.test_unary import NCHW, after_conv, feed, make_model, plain
 
 # (ONNX op, attributes, opset)
@@ -166,3 +173,57 @@ def test_numpy_evaluate_matches_onnxruntime(op_type, attrs, opset):
     x = feed((3, 4), 0.1 if op_type in ("Sqrt", "Log", "Reciprocal") else -4.0, 4.0)
     np.testing.assert_allclose(_numpy_run(model, x), run_onnxruntime(model, x)["y"],
                                rtol=1e-5, atol=1e-6)
+
+
+
+# --- Clip with bounds computed at run time ------------------------------------------------------
+def _clip_computed(low: str, high: str, conv: bool = False):
+    """Clip of x [1, 4, 10] (or of a Conv's NCHW output) with bounds `low`/`high`: "max-80" (a
+    log-mel front end's ReduceMax(x) - 80), "mean" (ReduceMean(x)), a number (a constant) or ""
+    (none)."""
+    source = "fm" if conv else "x"
+    nodes, inits, inputs = [], {"k80": np.array(80, np.float32)}, [source]
+    if conv:
+        node, w = conv_in_front(NCHW, 4)
+        nodes.append(node)
+        inits["w"] = numpy_helper.to_array(w)
+    for i, bound in enumerate((low, high)):
+        name = f"b{i}"
+        if bound == "max-80":
+            nodes += [helper.make_node("ReduceMax", [source], [f"m{i}"], keepdims=0),
+                      helper.make_node("Sub", [f"m{i}", "k80"], [name])]
+        elif bound == "mean":
+            nodes.append(helper.make_node("ReduceMean", [source], [name], keepdims=0))
+        elif bound:
+            inits[name] = np.array(float(bound), np.float32)
+        inputs.append(name if bound else "")
+    nodes.append(helper.make_node("Clip", inputs, ["y"], name="clip"))
+    return make_model(nodes, NCHW if conv else (1, 4, 10), inits)
+
+
+COMPUTED_BOUNDS = [("max-80", ""), ("", "mean"), ("max-80", "mean"), ("-60", "mean"), ("mean", "5")]
+
+
+@pytest.mark.parametrize("bounds", COMPUTED_BOUNDS, ids="/".join)
+@pytest.mark.parametrize("conv", [False, True])
+def test_clip_with_computed_bounds_reads_them_as_tensors(bounds, conv):
+    """A bound computed at run time is the tensor MAXIMUM/MINIMUM reads (TFLite takes one);
+    the values span -100..0 dB so that ReduceMax(x) - 80 cuts some of them."""
+    model = _clip_computed(*bounds, conv=conv)
+    _, report = assert_matches_onnxruntime(model, feed(NCHW if conv else (1, 4, 10), -100.0, 0.0),
+                                           rtol=1e-5, atol=1e-4)
+    assert report.op_counts.get("MAXIMUM", 0) == bool(bounds[0])
+    assert report.op_counts.get("MINIMUM", 0) == bool(bounds[1])
+    # After a conv one TRANSPOSE stays in front of the clip: sink_transposes moves a transpose
+    # only through ops whose other inputs are constants or transposed too, not a computed scalar.
+    assert report.transposes == (1 if conv else 0)
+
+
+def test_clip_with_computed_bound_runs_int8(tmp_path):
+    """The log-mel clip quantized: MAXIMUM's int8 kernel reads x and the bound with one shared
+    scale (a same-scale op), so nothing stays float and the output is within two steps."""
+    model = _clip_computed("max-80", "")
+    calibration = calibration_set(model, scale=30.0)
+    calibration["x"] = calibration["x"] - 50.0  # dB-like: -140..40
+    _, report = assert_int8_matches_onnxruntime(model, tmp_path, calibration)
+    assert report.op_counts.get("MAXIMUM") == 1
