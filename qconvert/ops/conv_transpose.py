@@ -136,6 +136,12 @@ def import_conv_transpose(node, ctx):
         x = reshape(ctx, x, (n, c, 1, length))
         w = w[:, :, None, :]
     group = node.attr("group", 1)
+    in_channels = ctx.shape(x)[1]
+    if group < 1 or w.shape[0] != in_channels or in_channels % group:
+        raise ctx.error(f"the input has {in_channels} channels, the weights {list(w.shape)} with "
+                        f"group {group} take {w.shape[0]}")
+    if bias is not None and tuple(bias.shape) != (w.shape[1] * group,):
+        raise ctx.error(f"bias of shape {list(bias.shape)} for {w.shape[1] * group} output channels")
     w = _dilate(w, dilations)
     kernel, in_spatial = w.shape[2:], ctx.shape(x)[2:]
     out_spatial, begins = _out_and_begins(node, in_spatial, kernel, strides, output_padding, pads,

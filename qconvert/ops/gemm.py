@@ -135,6 +135,11 @@ def import_gemm(node, ctx):
         check_product(ctx, a, ctx.shape(a), b_shape[::-1], y, b, f"{b!r} {list(b_shape)} (transB)")
     else:
         check_product(ctx, a, ctx.shape(a), b_shape, y, b)
+    if c:  # C broadcasts to [M, N] (unidirectionally: ONNX's rule for Gemm)
+        c_shape, y_shape = tuple(ctx.shape(c)), tuple(ctx.shape(y))
+        if len(c_shape) > 2 or any(d not in (1, e) for d, e in zip(c_shape[::-1], y_shape[::-1])):
+            raise ctx.error(f"C {c!r} of shape {list(c_shape)} does not broadcast to the product's "
+                            f"shape {list(y_shape)}")
     w = ctx.const(b)
     bias = ctx.const(c) if c else None
     if w is not None and (not c or bias is not None):

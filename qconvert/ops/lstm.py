@@ -138,6 +138,20 @@ def _peepholes(ctx, name: str, count: int, hidden: int) -> list | None:
     return [_split(ctx, row, 1, 3) for row in rows]
 
 
+def _check_weights(ctx, shapes: dict, count: int, hidden: int, size: int) -> None:
+    """The shapes the importer assumes, checked first: X [seq, batch, input] (or batch first), W
+    [directions, 4 * hidden, input], R [directions, 4 * hidden, hidden], B [directions, 8 * hidden]."""
+    expected = {"W": (count, 4 * hidden, size), "R": (count, 4 * hidden, hidden),
+                "B": (count, 8 * hidden)}
+    if len(shapes["X"]) != 3:
+        raise ctx.error(f"X has shape {list(shapes['X'])}; LSTM takes a rank-3 input")
+    for name in ("W", "R", "B"):
+        if hidden < 1 or tuple(shapes[name]) != expected[name]:
+            raise ctx.error(f"{name} has shape {list(shapes[name])}; with {count} direction(s), "
+                            f"hidden_size {hidden} and input size {size} it must be "
+                            f"{list(expected[name])}")
+
+
 def _parse(node, ctx) -> _Spec:
     inputs = node.inputs + [""] * (8 - len(node.inputs))
     x, w_name, r_name, b_name, lens_name, h_name, c_name, p_name = inputs[:8]
@@ -149,8 +163,11 @@ def _parse(node, ctx) -> _Spec:
         raise ctx.error(f"direction {direction!r} is not supported")
     w = ctx.require_const(w_name, "W").astype(_F32)
     r = ctx.require_const(r_name, "R").astype(_F32)
-    count, hidden = r.shape[0], r.shape[2]
+    count = 2 if direction == "bidirectional" else 1
+    hidden = node.attr("hidden_size", r.shape[-1] if r.ndim == 3 else 0)
     b = ctx.require_const(b_name, "B").astype(_F32) if b_name else np.zeros((count, 8 * hidden), _F32)
+    _check_weights(ctx, {"X": ctx.shape(x), "W": w.shape, "R": r.shape, "B": b.shape}, count,
+                   hidden, ctx.shape(x)[-1] if len(ctx.shape(x)) == 3 else -1)
     p = _peepholes(ctx, p_name, count, hidden)
     axis = 1 if layout else 0
     steps = ctx.shape(x)[axis]

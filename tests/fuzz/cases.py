@@ -1297,6 +1297,109 @@ def qdq_model(rng, j, d):
     return Run([MODEL, OUT, *flags], inputs=model_inputs(d))
 
 
+# --- files of a few bytes, integers at their extremes, matrix ops whose inner sizes differ --------
+TINY_FILES = [b"", b"\x00", b"\x08", b"\x0a", b"\xff", b"\x3a", b"\x08\x07", b"\x3a\x00",
+              b"\x3a\x7f", b"\x3a\xff\xff\xff\xff\x0f", b"\x08" + b"\xff" * 10, b"\x12\x00\x3a\x02\x0a\x00"]
+
+
+def tiny_files(rng, j, d):
+    """A model of zero, one or a few bytes: from a file, from stdin in-process, and from a real
+    stdin in a subprocess (under the harness's address-space limit, as every case)."""
+    data = TINY_FILES[(j // 3) % len(TINY_FILES)]
+    if j % 3 == 0:
+        (d / MODEL).write_bytes(data)
+        return Run([MODEL, OUT], inputs=(MODEL,))
+    return Run(["-", OUT], inputs=(), stdin=data, subprocess=j % 3 == 2, timeout=10.0)
+
+
+def _model_int_fields(m: onnx.ModelProto) -> list[tuple[str, Callable[[int], None]]]:
+    """Every integer of the model a user's file controls, named: the graph's (_int_fields), the
+    opsets', the IR and model versions, value_info dims and the initializers' int64 data."""
+    fields = [(f"graph field {k}", setter) for k, setter in enumerate(_int_fields(m))]
+    fields += [("ir_version", lambda v: setattr(m, "ir_version", v)),
+               ("model_version", lambda v: setattr(m, "model_version", v))]
+    fields += [(f"opset {o.domain or 'ai.onnx'}", lambda v, o=o: setattr(o, "version", v))
+               for o in m.opset_import]
+    for vi in m.graph.value_info:
+        for dim in vi.type.tensor_type.shape.dim:
+            fields.append((f"value_info {vi.name}", lambda v, dim=dim: setattr(dim, "dim_value", v)))
+    for t in m.graph.initializer:
+        if t.data_type == TensorProto.INT64:
+            values = numpy_helper.to_array(t).reshape(-1)
+            for k in range(values.size):
+                def set_(v, t=t, k=k):
+                    data = numpy_helper.to_array(t).copy()
+                    data.reshape(-1)[k] = np.int64(v)
+                    t.CopyFrom(numpy_helper.from_array(data, t.name))
+                fields.append((f"{t.name}[{k}]", set_))
+    return fields
+
+
+INT64_EXTREMES = [-2**63, -2**31 - 1, -2**31, -1, 0, 2**31 - 1, 2**31, 2**32, 2**63 - 1]
+
+
+def int_extremes(rng, j, d):
+    """One integer of a seed model at an extreme of its type (int64, or int32 for the fields
+    protobuf stores as int32), every field in turn."""
+    seed = M.SEED_MODELS[j % 2]  # convnet, dense: the external model's data is a file of its own
+    m = M.seed_model(seed)
+    fields = _model_int_fields(m)
+    _, setter = fields[(j // 2) % len(fields)]
+    value = INT64_EXTREMES[(j // 2 // len(fields) + j) % len(INT64_EXTREMES)]
+    try:
+        setter(value)
+    except ValueError:  # an int32 field
+        setter(max(-2**31, min(2**31 - 1, value)))
+    return model_run(rng, d, m, seed)
+
+
+def _matrix_case(k: int) -> tuple[onnx.ModelProto, list[str]]:
+    """A model whose matrix op reads operands with inner sizes one apart, and the flags."""
+    rng = np.random.default_rng(k)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    cases = [
+        ("MatMul", [8, 16], {"w": f32(17, 4)}, {}),
+        ("MatMul", [2, 8, 16], {"w": f32(15, 4)}, {}),
+        ("MatMul", [2, 8, 16], {"w": f32(3, 16, 4)}, {}),  # batch 2 against 3
+        ("Gemm", [4, 16], {"w": f32(17, 4)}, {}),
+        ("Gemm", [4, 16], {"w": f32(4, 17)}, {"transB": 1}),
+        ("Gemm", [16, 4], {"w": f32(17, 4)}, {"transA": 1}),
+        ("Gemm", [4, 16], {"w": f32(16, 4), "c": f32(5)}, {}),  # bias does not broadcast
+        ("Conv", [1, 3, 8, 8], {"w": f32(4, 2, 3, 3)}, {"kernel_shape": [3, 3]}),
+        ("Conv", [1, 4, 8, 8], {"w": f32(4, 1, 3, 3)}, {"kernel_shape": [3, 3], "group": 3}),
+        ("Conv", [1, 3, 8, 8], {"w": f32(4, 3, 3, 3), "b": f32(5)}, {"kernel_shape": [3, 3]}),
+        ("ConvTranspose", [1, 3, 8, 8], {"w": f32(4, 2, 3, 3)}, {"kernel_shape": [3, 3]}),
+        ("ConvTranspose", [1, 4, 8, 8], {"w": f32(4, 2, 3, 3), "b": f32(3)}, {"kernel_shape": [3, 3]}),
+        ("Conv1d", [1, 3, 8], {"w": f32(4, 5, 3)}, {"kernel_shape": [3]}),
+        ("LSTM", [5, 1, 6], {"w": f32(1, 32, 7), "r": f32(1, 32, 8)}, {"hidden_size": 8}),
+        ("LSTM", [5, 1, 6], {"w": f32(1, 32, 6), "r": f32(1, 32, 7)}, {"hidden_size": 8}),
+        ("LSTM", [5, 1, 6], {"w": f32(1, 28, 6), "r": f32(1, 28, 7)}, {"hidden_size": 7}),
+        ("MatMulFlatten", [1, 3, 8, 8], {"w": f32(190, 4)}, {}),
+    ]
+    op, x_shape, inits, attrs = cases[k % len(cases)]
+    flags = []
+    if op == "MatMulFlatten":
+        nodes = [helper.make_node("Flatten", ["x"], ["f"], name="flatten"),
+                 helper.make_node("MatMul", ["f", "w"], ["y"], name="matmul")]
+    elif op == "Conv1d":
+        nodes = [helper.make_node("Conv", ["x", *inits], ["y"], name="conv1d", **attrs)]
+    elif op == "LSTM":
+        nodes = [helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="lstm", **attrs)]
+    else:
+        nodes = [helper.make_node(op, ["x", *inits], ["y"], name=op.lower(), **attrs)]
+    if k >= len(cases):  # the second round: the input pinned with its last dimension one larger
+        flags = ["--input-shape", "x:" + ",".join(str(s + (1 if i == len(x_shape) - 1 else 0))
+                                                   for i, s in enumerate(x_shape))]
+    return M._model(nodes, {"x": x_shape}, ["y"], inits), flags
+
+
+def matrix_inner(rng, j, d):
+    """Every matrix op (MatMul, Gemm, Conv, ConvTranspose, LSTM, Flatten into MatMul) with
+    operands whose inner sizes differ by one, from the file or through --input-shape."""
+    model, flags = _matrix_case(j)
+    return model_run(rng, d, model, "dense", p_float=1.0, extra=flags)
+
+
 # --- the list -------------------------------------------------------------------------------------
 KINDS: list[tuple[str, Callable, int]] = [
     ("bytes_flip", bytes_flip, 90),
@@ -1332,6 +1435,9 @@ KINDS: list[tuple[str, Callable, int]] = [
     ("cli_stdio", cli_stdio, 28),
     ("tflite_corrupt", tflite_corrupt, 48),
     ("qdq_model", qdq_model, 48),
+    ("tiny_files", tiny_files, 36),
+    ("int_extremes", int_extremes, 120),
+    ("matrix_inner", matrix_inner, 34),
 ]
 BUILDERS = {kind: builder for kind, builder, _ in KINDS}
 
