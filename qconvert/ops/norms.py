@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .layout import reshape
 from .registry import onnx_op
 
 
@@ -49,7 +50,7 @@ def _inv_std(ctx, var, eps, hint, out=None):
 
 
 def _affine(ctx, normed, scale, bias, y):
-    """y = normed * scale + bias with constant scale/bias (either may be None)."""
+    """y = normed * scale + bias (either may be None: nothing to do)."""
     if bias is None:
         if scale is None:
             ctx.add_op("IDENTITY", [normed], [y])
@@ -68,6 +69,19 @@ def _check_float(ctx, x):
         raise ctx.error(f"normalizing {ctx.dtype(x)} is not supported (float32 is)")
 
 
+def _computed(ctx, name: str, what: str, shape=None) -> str:
+    """A parameter computed at run time, as the tensor TFLite's MUL/ADD read (they take one as
+    well as a constant): checked to be float32, RESHAPEd to the per-channel `shape` if given."""
+    if ctx.dtype(name) != np.float32:
+        raise ctx.error(f"{what} (input {name!r}) has dtype {ctx.dtype(name)}; float32 is supported")
+    if shape is None:
+        return name
+    if int(np.prod(ctx.shape(name))) != int(np.prod(shape)):
+        raise ctx.error(f"{what} (input {name!r}) has shape {list(ctx.shape(name))}, one value per "
+                        f"channel ({int(np.prod(shape))}) expected")
+    return reshape(ctx, name, shape)
+
+
 @onnx_op("InstanceNormalization")
 def import_instance_norm(node, ctx):
     """Per (n, c) over the spatial axes; scale folds into the small inverse std first."""
@@ -78,37 +92,47 @@ def import_instance_norm(node, ctx):
     if rank < 3:
         raise ctx.error(f"InstanceNormalization needs a rank >= 3 input, got rank {rank}")
     per_channel = (ctx.shape(x)[1],) + (1,) * (rank - 2)
-    scale = ctx.require_const(scale_name, "InstanceNormalization scale").astype(np.float32)
-    bias = ctx.require_const(bias_name, "InstanceNormalization bias").astype(np.float32)
+    scale, bias = ctx.const(scale_name), ctx.const(bias_name)
     xc, var = _centered(ctx, x, range(2, rank), y)
     inv = _inv_std(ctx, var, float(node.attr("epsilon", 1e-5)), y)
     factor = ctx.tensor(y + "_factor", ctx.shape(inv), ctx.dtype(inv))
-    ctx.add_op("MUL", [inv, ctx.constant(scale_name, scale.reshape(per_channel))], [factor])
+    scale = (_computed(ctx, scale_name, "InstanceNormalization scale", per_channel) if scale is None
+             else ctx.constant(scale_name, scale.astype(np.float32).reshape(per_channel)))
+    ctx.add_op("MUL", [inv, scale], [factor])
     normed = ctx.tensor(y + "_normed", ctx.shape(x), ctx.dtype(x))
     ctx.add_op("MUL", [xc, factor], [normed])
-    ctx.add_op("ADD", [normed, ctx.constant(bias_name, bias.reshape(per_channel))], [y])
+    bias = (_computed(ctx, bias_name, "InstanceNormalization bias", per_channel) if bias is None
+            else ctx.constant(bias_name, bias.astype(np.float32).reshape(per_channel)))
+    ctx.add_op("ADD", [normed, bias], [y])
 
 
 @onnx_op("LayerNormalization")
 def import_layer_norm(node, ctx):
     """Over axes [axis, rank); the optional Mean and InvStdDev outputs are the kept-dims
-    intermediates themselves."""
+    intermediates themselves. A scale or bias computed at run time is the tensor MUL/ADD read."""
     x = node.inputs[0]
     y = node.outputs[0]
     _check_float(ctx, x)
     rank = ctx.rank(x)
     axis = int(node.attr("axis", -1)) % rank
     outputs = list(node.outputs) + ["", ""]
-    scale = ctx.require_const(node.inputs[1], "LayerNormalization scale").astype(np.float32)
-    bias_name = node.inputs[2] if len(node.inputs) > 2 else ""
-    bias = ctx.require_const(bias_name, "LayerNormalization bias").astype(np.float32) if bias_name else None
+    scale_name, bias_name = node.inputs[1], node.inputs[2] if len(node.inputs) > 2 else ""
+    scale, bias = ctx.const(scale_name), ctx.const(bias_name) if bias_name else None
+    for name, value, what in ((scale_name, scale, "scale"), (bias_name, bias, "bias")):
+        if name and value is None:
+            _computed(ctx, name, f"LayerNormalization {what}")
+            ctx.check_broadcast([x, name], y)
     xc, var = _centered(ctx, x, range(axis, rank), y, mean=outputs[1] or None)
     inv = _inv_std(ctx, var, float(node.attr("epsilon", 1e-5)), y, out=outputs[2] or None)
     normed = ctx.tensor(y + "_normed", ctx.shape(x), ctx.dtype(x))
     ctx.add_op("MUL", [xc, inv], [normed])
-    scale_name = None if np.all(scale == 1) else ctx.constant(node.inputs[1], scale)
-    bias_const = None if bias is None or not np.any(bias) else ctx.constant(bias_name, bias)
-    _affine(ctx, normed, scale_name, bias_const, y)
+    if scale is not None:
+        scale = np.asarray(scale, np.float32)
+        scale_name = None if np.all(scale == 1) else ctx.constant(scale_name, scale)
+    if bias is not None:
+        bias = np.asarray(bias, np.float32)
+        bias_name = None if not np.any(bias) else ctx.constant(bias_name, bias)
+    _affine(ctx, normed, scale_name, bias_name or None, y)
 
 
 @onnx_op("MeanVarianceNormalization")
@@ -128,16 +152,46 @@ def import_mvn(node, ctx):
 
 @onnx_op("BatchNormalization")
 def import_batch_norm(node, ctx):
+    """x * multiplier + shift per channel, multiplier = scale / sqrt(var + eps) and shift =
+    bias - mean * multiplier: folded into constants, or computed by small per-channel ops when a
+    parameter is computed at run time (TFLite's MUL and ADD take tensors)."""
     x, scale, bias, mean, var = node.inputs[:5]
     y = node.outputs[0]
     eps = node.attr("epsilon", 1e-5)
-    values = [ctx.require_const(n, "BatchNormalization parameter").astype(np.float64)
-              for n in (scale, bias, mean, var)]
-    gamma, beta, mu, sigma2 = values
-    multiplier = gamma / np.sqrt(sigma2 + eps)
-    shift = beta - mu * multiplier
     channels = ctx.shape(x)[1]
     shape = (channels,) + (1,) * (ctx.rank(x) - 2)
+    values = [ctx.const(n) for n in (scale, bias, mean, var)]
+    if any(v is None for v in values):
+        multiplier, shift = _batch_norm_tensors(ctx, node, values, eps, shape)
+        scaled = ctx.tensor(y + "_scaled", ctx.shape(x), ctx.dtype(x))
+        ctx.add_op("MUL", [x, multiplier], [scaled])
+        ctx.add_op("ADD", [scaled, shift], [y])
+        return
+    gamma, beta, mu, sigma2 = (v.astype(np.float64) for v in values)
+    multiplier = gamma / np.sqrt(sigma2 + eps)
+    shift = beta - mu * multiplier
     scaled = ctx.tensor(y + "_scaled", ctx.shape(x), ctx.dtype(x))
     ctx.add_op("MUL", [x, ctx.constant(scale + "_folded", multiplier.astype(np.float32).reshape(shape))], [scaled])
     ctx.add_op("ADD", [scaled, ctx.constant(bias + "_folded", shift.astype(np.float32).reshape(shape))], [y])
+
+
+def _batch_norm_tensors(ctx, node, values, eps: float, shape) -> tuple[str, str]:
+    """(multiplier, shift) of shape `shape` computed by ops from the parameters, each its
+    constant or its computed tensor (fold_constants folds what only constants feed)."""
+    names = []
+    for name, value, what in zip(node.inputs[1:5], values, ("scale", "B", "input_mean", "input_var")):
+        if value is None:
+            names.append(_computed(ctx, name, f"BatchNormalization {what}", shape))
+        else:
+            names.append(ctx.constant(name, np.asarray(value, np.float32).reshape(shape)))
+    gamma, beta, mu, sigma2 = names
+    y = node.outputs[0]
+
+    def op(type, inputs, hint):
+        out = ctx.tensor(f"{y}_{hint}", shape, np.float32)
+        ctx.add_op(type, inputs, [out])
+        return out
+
+    shifted = op("ADD", [sigma2, ctx.constant("epsilon", np.array(eps, np.float32))], "var_eps")
+    multiplier = op("MUL", [gamma, op("RSQRT", [shifted], "inv_std")], "multiplier")
+    return multiplier, op("SUB", [beta, op("MUL", [mu, multiplier], "mean_scaled")], "shift")

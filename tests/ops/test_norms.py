@@ -83,3 +83,61 @@ def test_mean_variance_normalization():
     model = _model("MeanVarianceNormalization", [2, 3, 4, 5], opset=13, conv_before=True,
                    y_shape=[2, 3, 4, 5])
     assert_matches_onnxruntime(model, _feeds([2, 3, 4, 5]))
+
+
+# --- parameters computed at run time ------------------------------------------------------------
+def _computed_params(op_type, x_shape, params, computed, attrs=None, conv_before=False, opset=17):
+    """op_type(x, *params) where the parameters named in `computed` are worked out at run time
+    from a second input "s" (shape [1]): param * s + 0.5, so that they are no constants."""
+    model = _model(op_type, x_shape, attrs, params, conv_before=conv_before, opset=opset)
+    graph, node = model.graph, model.graph.node[-1]
+    graph.input.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, [1]))
+    graph.initializer.append(numpy_helper.from_array(np.array([0.5], np.float32), "half"))
+    for k in computed:
+        name = node.input[k + 1]
+        graph.node.insert(0, helper.make_node("Mul", [name, "s"], [name + "_s"]))
+        graph.node.insert(1, helper.make_node("Add", [name + "_s", "half"], [name + "_c"]))
+        node.input[k + 1] = name + "_c"
+    return model
+
+
+def _feeds_with_s(shape):
+    return {**_feeds(shape), "s": np.array([1.7], np.float32)}
+
+
+@pytest.mark.parametrize("computed", [(0,), (1,), (0, 1)])
+@pytest.mark.parametrize("shape", [[2, 3, 4, 5], [2, 3, 7]])
+def test_instance_norm_with_computed_parameters(shape, computed):
+    """A scale or bias computed at run time reaches TFLite's MUL/ADD as a tensor (RESHAPEd to
+    one value per channel); after a conv the normalisation still runs in NHWC."""
+    c = shape[1]
+    model = _computed_params("InstanceNormalization", shape, [RNG.standard_normal(c), RNG.standard_normal(c)],
+                             computed, {"epsilon": 1e-3}, conv_before=len(shape) == 4)
+    assert_matches_onnxruntime(model, _feeds_with_s(shape))
+
+
+@pytest.mark.parametrize("computed", [(0,), (1,), (0, 1)])
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_layer_norm_with_computed_parameters(axis, computed):
+    shape = [2, 3, 6]
+    normalized = shape[axis:] if axis > 0 else shape[axis:]
+    model = _computed_params("LayerNormalization", shape, [RNG.standard_normal(normalized),
+                                                           RNG.standard_normal(normalized)],
+                             computed, {"axis": axis})
+    assert_matches_onnxruntime(model, _feeds_with_s(shape))
+
+
+@pytest.mark.parametrize("computed", [(0,), (1,), (2,), (3,), (0, 1, 2, 3)])
+@pytest.mark.parametrize("shape", [[2, 3, 4, 5], [2, 3, 7]])
+def test_batch_norm_with_computed_parameters(shape, computed):
+    """scale / sqrt(var + eps) and bias - mean * that are computed per channel by ops when any
+    of the four parameters is computed at run time."""
+    c = shape[1]
+    params = [RNG.standard_normal(c), RNG.standard_normal(c), RNG.standard_normal(c),
+              np.abs(RNG.standard_normal(c)) + 0.1]
+    model = _computed_params("BatchNormalization", shape, params, computed, {"epsilon": 1e-3},
+                             conv_before=len(shape) == 4, opset=15)
+    _, report = assert_matches_onnxruntime(model, _feeds_with_s(shape))
+    # After a conv one TRANSPOSE stays: sink_transposes moves a transpose through MUL/ADD only
+    # when the other input is a constant or transposed too, not a computed [C, 1, 1] tensor.
+    assert report.transposes == (1 if len(shape) == 4 else 0)
