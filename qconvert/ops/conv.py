@@ -3,7 +3,9 @@
 Weights are transposed once at import (OIHW -> OHWI, or [1,H,W,C*M] for depthwise); activations go
 through the layout helpers. A 1D conv is a 2D conv over [N, C, 1, L]. Grouped conv (1 < group < C)
 is split into one CONV_2D per group and concatenated, since delegates and micro runtimes lack
-CONV_2D's grouped variant.
+CONV_2D's grouped variant. Weights or a bias computed at run time are tensors the conv reads
+(TFLite's kernels take them; TRANSPOSE/SPLIT ops lay them out); such a conv stays float under
+--quantize, whose int8 kernels need constant weights.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import channels_last_name
-from .layout import from_channels_last, reshape, to_channels_last
+from .layout import from_channels_last, reshape, to_channels_last, transpose
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import HybridRule, QuantRule, onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, is_type, scale_count
@@ -59,21 +61,29 @@ def import_conv(node, ctx):
     x, w_name = node.inputs[:2]
     b_name = node.inputs[2] if len(node.inputs) > 2 else ""
     y = node.outputs[0]
-    w = ctx.require_const(w_name, "Conv weights")
-    if w.ndim not in (3, 4):
-        raise ctx.error(f"{w.ndim - 2}D convolution is not supported (1D and 2D are)")
-    if ctx.rank(x) != w.ndim:
-        raise ctx.error(f"weights of shape {list(w.shape)} (rank {w.ndim}) for an input of rank "
+    w = ctx.const(w_name)  # None: computed at run time, a tensor of ctx.shape(w_name)
+    w_shape = ctx.shape(w_name) if w is None else w.shape
+    if w is None and ctx.dtype(w_name) != ctx.dtype(x):
+        raise ctx.error(f"weights {w_name!r} computed at run time have dtype {ctx.dtype(w_name)}, "
+                        f"the input {ctx.dtype(x)}")
+    if len(w_shape) not in (3, 4):
+        raise ctx.error(f"{len(w_shape) - 2}D convolution is not supported (1D and 2D are)")
+    if ctx.rank(x) != len(w_shape):
+        raise ctx.error(f"weights of shape {list(w_shape)} (rank {len(w_shape)}) for an input of rank "
                         f"{ctx.rank(x)}")
     ctx.check_not_empty(x)
-    _check_channels(ctx, ctx.shape(x)[1], w.shape, node.attr("group", 1), b_name)
-    one_d = w.ndim == 3
+    _check_channels(ctx, ctx.shape(x)[1], w_shape, node.attr("group", 1), b_name)
+    one_d = len(w_shape) == 3
     if one_d:  # [N, C, L] -> [N, C, 1, L]
         n, c, length = ctx.shape(x)
         x = reshape(ctx, x, (n, c, 1, length))
-        w = w[:, :, None, :]
+        if w is None:
+            w_name = reshape(ctx, w_name, w_shape[:2] + (1,) + w_shape[2:])
+        else:
+            w = w[:, :, None, :]
+        w_shape = w_shape[:2] + (1,) + w_shape[2:]
     spatial = ctx.shape(x)[2:]
-    kernel = w.shape[2:]
+    kernel = w_shape[2:]
     def pair(name, default):
         value = list(node.attr(name, [default] * (1 if one_d else 2)))
         if len(value) != (1 if one_d else 2):
@@ -82,9 +92,9 @@ def import_conv(node, ctx):
         return [default] + value if one_d else value
     strides, dilations = pair("strides", 1), pair("dilations", 1)
     declared = node.attr("kernel_shape")
-    if declared is not None and list(declared) != list(w.shape[3:] if one_d else w.shape[2:]):
+    if declared is not None and list(declared) != list(w_shape[3:] if one_d else w_shape[2:]):
         raise ctx.error(f"kernel_shape {list(declared)} differs from the weights' spatial shape "
-                        f"{list(w.shape[3:] if one_d else w.shape[2:])}")
+                        f"{list(w_shape[3:] if one_d else w_shape[2:])}")
     group = node.attr("group", 1)
     if one_d and node.attr("auto_pad", "NOTSET") == "NOTSET":
         p = list(node.attr("pads", [0, 0]))
@@ -111,14 +121,19 @@ def import_conv(node, ctx):
         x_nhwc = explicit_pad(ctx, x_nhwc, pads)
         padding = "VALID"
     bias = ctx.const(b_name) if b_name else None
-    if b_name and bias is None:
-        raise ctx.error("a Conv bias that is not a constant is not supported")
-    out_channels, in_per_group = w.shape[0], w.shape[1]
+    if b_name and bias is None and ctx.dtype(b_name) != ctx.dtype(x):
+        raise ctx.error(f"bias {b_name!r} computed at run time has dtype {ctx.dtype(b_name)}, "
+                        f"the input {ctx.dtype(x)}")
+    out_channels, in_per_group = w_shape[0], w_shape[1]
     in_channels = in_per_group * group
     options = {"padding": padding, "stride_h": strides[0], "stride_w": strides[1],
                "dilation_h_factor": dilations[0], "dilation_w_factor": dilations[1]}
     inner_shape = (out_shape4[0],) + tuple(out_spatial) + (out_channels,)
     inner = ctx.tensor(channels_last_name(y), inner_shape, ctx.dtype(y))
+    if w is None or (b_name and bias is None):
+        _computed_conv(ctx, x_nhwc, w_name, w, b_name, bias, group, options, inner, y)
+        from_channels_last(ctx, inner, y)
+        return
     w = np.asarray(w, dtype=np.float32)
     if group == 1:
         inputs = [x_nhwc, ctx.constant(w_name, np.transpose(w, (0, 2, 3, 1))),
@@ -144,6 +159,47 @@ def _check_channels(ctx, in_channels: int, w_shape, group: int, b_name: str) -> 
         raise ctx.error(f"{w_shape[0]} output channels do not divide into {group} groups")
     if b_name and tuple(ctx.shape(b_name)) != (w_shape[0],):
         raise ctx.error(f"bias of shape {list(ctx.shape(b_name))} for {w_shape[0]} output channels")
+
+
+def _computed_conv(ctx, x_nhwc, w_name, w, b_name, bias, group, options, inner, y):
+    """The conv when its weights or bias are computed at run time: OIHW weights become OHWI (or
+    [1, H, W, C*M] for depthwise) through a TRANSPOSE op rather than at import; a grouped conv
+    SPLITs them, as it does the input, into one CONV_2D per group."""
+    w_shape = ctx.shape(w_name) if w is None else w.shape
+    out_channels, in_per_group = w_shape[0], w_shape[1]
+    depthwise = group > 1 and in_per_group == 1
+    perm = (1, 2, 3, 0) if depthwise else (0, 2, 3, 1)
+    weights = (transpose(ctx, w_name, perm) if w is None
+               else ctx.constant(w_name, np.transpose(np.asarray(w, np.float32), perm)))
+    if not b_name:
+        bias_name = ctx.constant(y + "_bias", np.zeros(out_channels, np.float32))
+    else:
+        bias_name = b_name if bias is None else ctx.constant(b_name, np.asarray(bias, np.float32))
+    if group == 1:
+        ctx.add_op("CONV_2D", [x_nhwc, weights, bias_name], [inner], options)
+        return
+    if depthwise:
+        ctx.add_op("DEPTHWISE_CONV_2D", [x_nhwc, weights, bias_name], [inner],
+                   dict(options, depth_multiplier=out_channels // group))
+        return
+    per_out = out_channels // group
+    split = ctx.constant("axis", np.array(0, np.int32))
+    weight_parts = [ctx.tensor(f"{weights}_g{g}", (per_out,) + ctx.shape(weights)[1:], ctx.dtype(weights))
+                    for g in range(group)]
+    ctx.add_op("SPLIT", [split, weights], weight_parts, {"num_splits": group})
+    bias_parts = [ctx.tensor(f"{bias_name}_g{g}", (per_out,), ctx.dtype(bias_name)) for g in range(group)]
+    ctx.add_op("SPLIT", [split, bias_name], bias_parts, {"num_splits": group})
+    in_shape = ctx.shape(x_nhwc)
+    parts_in = [ctx.tensor(f"{x_nhwc}_g{g}", in_shape[:3] + (in_shape[3] // group,), ctx.dtype(x_nhwc))
+                for g in range(group)]
+    ctx.add_op("SPLIT", [ctx.constant("axis", np.array(3, np.int32)), x_nhwc], parts_in,
+               {"num_splits": group})
+    parts_out = []
+    for g in range(group):
+        out = ctx.tensor(f"{y}_g{g}", ctx.shape(inner)[:3] + (per_out,), ctx.dtype(y))
+        ctx.add_op("CONV_2D", [parts_in[g], weight_parts[g], bias_parts[g]], [out], options)
+        parts_out.append(out)
+    ctx.add_op("CONCATENATION", parts_out, [inner], {"axis": 3})
 
 
 def _grouped(ctx, x_nhwc, w, bias, group, options, inner, w_name, y):
