@@ -4,6 +4,8 @@ PADV2 and MIRROR_PAD ops (also emitted by padding.explicit_pad for conv and pool
 Modes: constant -> PAD (PADV2 for a non-zero value), reflect -> MIRROR_PAD(REFLECT), edge -> per
 padded axis, the edge slice (BROADCAST_TO its pad width) concatenated on both sides, wrap -> TILE
 then SLICE of the periodic extension. Negative pads crop first (SLICE), as onnxruntime does.
+A constant_value computed at run time is the tensor PADV2 reads; pads and axes must be constants,
+since the output's shape follows from them.
 """
 
 from __future__ import annotations
@@ -61,21 +63,31 @@ tflite_op("MIRROR_PAD", options="MirrorPadOptions", quant=SAME16, version=_mirro
 
 
 # --- ONNX importer ------------------------------------------------------------------------------
-def _optional_const(node, ctx, index, what):
-    name = node.inputs[index] if len(node.inputs) > index else ""
-    return ctx.require_const(name, what) if name else None
+# Why pads and axes must be constants, and what makes them so (require_const's message).
+_SHAPE_GIVING = ("TFLite's PAD needs it constant because the output's shape follows from it: make "
+                 "it an initializer, or compute it from constants and input shapes only (the "
+                 "loader folds those)")
+
+
+def _optional_input(node, index) -> str:
+    return node.inputs[index] if len(node.inputs) > index else ""
 
 
 def _pad_widths(node, ctx) -> tuple[np.ndarray, object]:
-    """([rank, 2] begin/end pad per axis, constant value) from attributes or inputs."""
+    """([rank, 2] begin/end pad per axis, constant value) from attributes or inputs; the value is
+    a tensor's name when it is computed at run time (and the mode is constant: the others do not
+    read it)."""
     rank = ctx.rank(node.inputs[0])
     if ctx.opset < 11:
         pads = node.attr("pads", node.attr("paddings"))
         value, axes = node.attr("value", 0.0), None
     else:
-        pads = ctx.require_const(node.inputs[1], "Pad pads")
-        value = _optional_const(node, ctx, 2, "Pad constant_value")
-        axes = _optional_const(node, ctx, 3, "Pad axes")
+        pads = ctx.require_const(node.inputs[1], "Pad pads", _SHAPE_GIVING)
+        value_name, axes_name = _optional_input(node, 2), _optional_input(node, 3)
+        value = ctx.const(value_name) if value_name else None
+        if value_name and value is None and node.attr("mode", "constant") == "constant":
+            value = value_name
+        axes = ctx.require_const(axes_name, "Pad axes", _SHAPE_GIVING) if axes_name else None
     pads = [int(p) for p in np.atleast_1d(pads)]
     axes = list(range(rank)) if axes is None else [int(a) for a in np.atleast_1d(axes)]
     if len(pads) != 2 * len(axes) or any(not -rank <= a < rank for a in axes):
@@ -83,7 +95,8 @@ def _pad_widths(node, ctx) -> tuple[np.ndarray, object]:
     widths = np.zeros((rank, 2), np.int64)
     for i, axis in enumerate(axes):
         widths[axis % rank] = (pads[i], pads[i + len(axes)])
-    value = 0 if value is None else np.asarray(value).reshape(-1)[0].item()
+    if not isinstance(value, str):
+        value = 0 if value is None else np.asarray(value).reshape(-1)[0].item()
     return widths, value
 
 
@@ -103,7 +116,12 @@ def _constant_pad(ctx, x, widths, value, y):
     if len(widths) > MAX_PAD_RANK:
         raise ctx.error(f"rank {len(widths)}: TFLite pads tensors of up to {MAX_PAD_RANK} dimensions")
     inputs = [x, ctx.constant("paddings", widths.astype(np.int32))]
-    if value == 0:
+    if isinstance(value, str):  # computed at run time: PADV2 reads a one-element tensor
+        if ctx.dtype(value) != ctx.dtype(x) or int(np.prod(ctx.shape(value))) != 1:
+            raise ctx.error(f"constant_value {value!r} of dtype {ctx.dtype(value)} and shape "
+                            f"{list(ctx.shape(value))}: one {ctx.dtype(x)} value expected")
+        ctx.add_op("PADV2", inputs + [value], [y])
+    elif value == 0:
         ctx.add_op("PAD", inputs, [y])
     else:
         dtype = ctx.dtype(x)

@@ -126,3 +126,71 @@ def test_versions_and_evaluate():
     np.testing.assert_array_equal(got, np.pad(x, paddings, constant_values=9))
     [got] = TFLITE_OPS["MIRROR_PAD"].evaluate([x, paddings], Operator("MIRROR_PAD", [], [], {"mode": "REFLECT"}))
     np.testing.assert_array_equal(got, np.pad(x, paddings, mode="reflect"))
+
+
+# --- inputs computed at run time ----------------------------------------------------------------
+def _computed(x_shape, pads, mode="constant", conv_channels=None, computed=("value",), y_shape=None):
+    """Pad whose inputs named in `computed` ("value", "pads") are worked out at run time from x:
+    the value is ReduceMin(x), the pads `pads` + Cast(0 * ReduceMin(x)) (so `pads` at run time);
+    `y_shape` declares the output's shape (shape inference cannot know it from computed pads)."""
+    model = _model(x_shape, pads, mode, value=0.0, conv_channels=conv_channels)
+    graph, pad = model.graph, model.graph.node[-1]
+    data = pad.input[0]
+    extra = [helper.make_node("ReduceMin", [data], ["lowest"], keepdims=0)]
+    if "value" in computed:
+        pad.input[2] = "lowest"
+    if "pads" in computed:
+        extra += [helper.make_node("Mul", ["lowest", "zero"], ["nothing"]),
+                  helper.make_node("Cast", ["nothing"], ["nothing64"], to=TensorProto.INT64),
+                  helper.make_node("Add", ["pads", "nothing64"], ["pads_computed"])]
+        graph.initializer.append(numpy_helper.from_array(np.array(0, np.float32), "zero"))
+        pad.input[1] = "pads_computed"
+    pad.name = "pad"
+    for node in extra:  # in order, in front of the Pad
+        graph.node.insert(len(graph.node) - 1, node)
+    if y_shape is not None:
+        graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape))
+    return model
+
+
+@pytest.mark.parametrize("conv_channels", [None, 4])
+def test_computed_constant_value_is_read_by_padv2(conv_channels):
+    """A pad value computed at run time (here the input's minimum) is the tensor PADV2 reads;
+    after a conv the pad still runs in NHWC."""
+    model = _computed([1, 3, 5, 6], [0, 0, 2, 1, 0, 0, 1, 3], conv_channels=conv_channels)
+    _, report = assert_matches_onnxruntime(model, _feeds([1, 3, 5, 6]))
+    assert report.op_counts.get("PADV2") == 1, report.op_counts
+    assert "TRANSPOSE" not in report.op_counts, report.op_counts
+
+
+def test_computed_constant_value_is_not_needed_by_reflect():
+    model = _computed([1, 3, 5, 6], [0, 0, 2, 1, 0, 0, 1, 3], mode="reflect")
+    _, report = assert_matches_onnxruntime(model, _feeds([1, 3, 5, 6]))
+    assert report.op_counts.get("MIRROR_PAD") == 1, report.op_counts
+
+
+def test_computed_constant_value_runs_int8(tmp_path):
+    """PADV2 is a same-scale op: x and the computed value share the output's params."""
+    from tests.harness import assert_int8_matches_onnxruntime
+
+    model = _computed([1, 3, 5, 6], [0, 0, 2, 1, 0, 0, 1, 3], conv_channels=4)
+    _, report = assert_int8_matches_onnxruntime(model, tmp_path)
+    assert report.op_counts.get("PADV2") == 1, report.op_counts
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_computed_pads_are_refused_in_one_line(tmp_path, declared):
+    """Pads computed at run time give the output a shape only they know: refused, by the loader
+    when shape inference finds no shape, else (a declared output shape) by the importer, naming
+    the node, the input and what would make it convert."""
+    from tests.test_validate import _assert_refused, _convert
+
+    model = _computed([1, 3, 5, 6], [0, 0, 2, 1, 0, 0, 1, 3], computed=("pads",),
+                      y_shape=[1, 3, 8, 10] if declared else None)
+    result, source, out = _convert(tmp_path, model)
+    if declared:
+        fragments = ["node 'pad' (Pad)", "Pad pads (input 'pads_computed'): computed at run time from 'x'",
+                     "TFLite's PAD needs it constant", "make it an initializer"]
+    else:
+        fragments = ["tensor 'y' (output of node 'pad' (Pad)) has no static shape"]
+    _assert_refused(result, source, model.SerializeToString(), out, fragments)
