@@ -1,5 +1,5 @@
-"""LSTM: one TFLite UNIDIRECTIONAL_SEQUENCE_LSTM per direction, or an unrolled cell when the
-fused kernel cannot express the node.
+"""The recurrent layers. LSTM: one TFLite UNIDIRECTIONAL_SEQUENCE_LSTM per direction, or an
+unrolled cell when the fused kernel cannot express the node. GRU and RNN: unrolled cells (below).
 
 Fused kernel (tensorflow/lite/kernels/unidirectional_sequence_lstm.cc): 24 inputs -- x;
 input-to-{input, forget, cell, output} weights [H, I]; recurrent-to-{i, f, c, o} [H, H];
@@ -138,13 +138,14 @@ def _peepholes(ctx, name: str, count: int, hidden: int) -> list | None:
     return [_split(ctx, row, 1, 3) for row in rows]
 
 
-def _check_weights(ctx, shapes: dict, count: int, hidden: int, size: int) -> None:
+def _check_weights(ctx, shapes: dict, count: int, hidden: int, size: int, gates: int = 4) -> None:
     """The shapes the importer assumes, checked first: X [seq, batch, input] (or batch first), W
-    [directions, 4 * hidden, input], R [directions, 4 * hidden, hidden], B [directions, 8 * hidden]."""
-    expected = {"W": (count, 4 * hidden, size), "R": (count, 4 * hidden, hidden),
-                "B": (count, 8 * hidden)}
+    [directions, gates * hidden, input], R [directions, gates * hidden, hidden], B [directions,
+    2 * gates * hidden] (LSTM: 4 gates, GRU: 3, RNN: 1)."""
+    expected = {"W": (count, gates * hidden, size), "R": (count, gates * hidden, hidden),
+                "B": (count, 2 * gates * hidden)}
     if len(shapes["X"]) != 3:
-        raise ctx.error(f"X has shape {list(shapes['X'])}; LSTM takes a rank-3 input")
+        raise ctx.error(f"X has shape {list(shapes['X'])}; a recurrent layer takes a rank-3 input")
     for name in ("W", "R", "B"):
         if hidden < 1 or tuple(shapes[name]) != expected[name]:
             raise ctx.error(f"{name} has shape {list(shapes[name])}; with {count} direction(s), "
@@ -307,3 +308,160 @@ def import_lstm(node, ctx):
         _join(ctx, [r[1] for r in results], y_h, spec.axis)
     if y_c and not fused:
         _join(ctx, [r[2] for r in results], y_c, spec.axis)
+
+
+# --- GRU and RNN: unrolled cells ------------------------------------------------------------------
+# TFLite has no GRU kernel; its UNIDIRECTIONAL_SEQUENCE_RNN would need the state variables the
+# LSTM's fused path keeps, for one op per step saved: both are unrolled like the LSTM's fallback.
+# One FULLY_CONNECTED projects every step's input at once (with the biases that add outside the
+# reset gate), then per step a FULLY_CONNECTED of the previous state and elementwise ops.
+_GRU_ACTIVATIONS = ["Sigmoid", "Tanh"]
+_RNN_ACTIVATIONS = ["Tanh"]
+
+
+@dataclass
+class _Cell:
+    """One direction of a GRU (gates z, r, h) or an RNN (one gate)."""
+
+    w: np.ndarray  # [gates, H, I]
+    r: np.ndarray  # [gates, H, H]
+    wb: np.ndarray  # [gates, H]
+    rb: np.ndarray  # [gates, H]
+    h0: np.ndarray | str
+    reverse: bool
+    acts: list[str]
+
+
+def _parse_cell(node, ctx, gates: int, default_acts: list[str]) -> tuple[_Spec, list[_Cell]]:
+    inputs = node.inputs + [""] * (6 - len(node.inputs))
+    x, w_name, r_name, b_name, lens_name, h_name = inputs[:6]
+    direction = node.attr("direction", "forward")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise ctx.error(f"direction {direction!r} is not supported")
+    if node.attr("activation_alpha") is not None or node.attr("activation_beta") is not None:
+        raise ctx.error("activation_alpha/activation_beta are not supported")
+    count = 2 if direction == "bidirectional" else 1
+    w = ctx.require_const(w_name, "W").astype(_F32)
+    r = ctx.require_const(r_name, "R").astype(_F32)
+    hidden = node.attr("hidden_size", r.shape[-1] if r.ndim == 3 else 0)
+    b = (ctx.require_const(b_name, "B").astype(_F32) if b_name
+         else np.zeros((count, 2 * gates * hidden), _F32))
+    size = ctx.shape(x)[-1] if len(ctx.shape(x)) == 3 else -1
+    _check_weights(ctx, {"X": ctx.shape(x), "W": w.shape, "R": r.shape, "B": b.shape}, count,
+                   hidden, size, gates)
+    axis = 1 if node.attr("layout", 0) else 0
+    steps, batch = ctx.shape(x)[axis], ctx.shape(x)[1 - axis]
+    if lens_name:
+        lens = ctx.require_const(lens_name, "sequence_lens")
+        if np.any(lens != steps):
+            raise ctx.error(f"sequence_lens {lens.tolist()} differ from the sequence length "
+                            f"{steps}; only full-length sequences convert")
+    acts = list(node.attr("activations", default_acts * count))
+    unknown = sorted(set(acts) - set(_ACTIVATION_OPS))
+    if unknown or len(acts) != len(default_acts) * count:
+        raise ctx.error(f"activations {acts} are not supported ({len(default_acts)} per direction "
+                        "of Sigmoid, Tanh, Relu are)")
+    seq = (steps, batch, hidden) if axis == 0 else (batch, steps, hidden)
+    state = (1, batch, hidden) if axis == 0 else (batch, 1, hidden)
+    spec = _Spec(x, axis, seq, state, node.attr("clip"), [])
+    n = len(default_acts)
+    cells = [_Cell(w[d].reshape(gates, hidden, -1), r[d].reshape(gates, hidden, hidden),
+                   b[d, :gates * hidden].reshape(gates, hidden), b[d, gates * hidden:].reshape(gates, hidden),
+                   h0, direction == "reverse" or d == 1, acts[n * d:n * d + n])
+             for d, h0 in enumerate(_initial_states(ctx, h_name, spec, count))]
+    return spec, cells
+
+
+def _projected_steps(ctx, spec: _Spec, w: np.ndarray, bias: np.ndarray) -> list[str]:
+    """x @ w.T + bias for every step at once, split into the steps."""
+    width = w.shape[0]
+    xw = _op(ctx, "FULLY_CONNECTED", [spec.x, ctx.constant("rnn_w", w), ctx.constant("rnn_b", bias)],
+             spec.seq[:2] + (width,), {"keep_num_dims": True})
+    steps = spec.seq[spec.axis]
+    return [xw] if steps == 1 else _split(ctx, xw, spec.axis, steps)
+
+
+def _recurrent(ctx, spec: _Spec, h: str, r: np.ndarray, bias: np.ndarray | None) -> str:
+    """h @ r.T (+ bias) for one step."""
+    inputs = [h, ctx.constant("rnn_r", r), "" if bias is None else ctx.constant("rnn_rb", bias)]
+    return _op(ctx, "FULLY_CONNECTED", inputs, spec.state[:2] + (r.shape[0],), {"keep_num_dims": True})
+
+
+def _run_steps(ctx, spec: _Spec, cell: _Cell, step) -> tuple[str, str]:
+    """(sequence, last state) of one direction; step(t, h) gives the state after step t."""
+    steps = spec.seq[spec.axis]
+    h = ctx.constant("rnn_state", cell.h0) if isinstance(cell.h0, np.ndarray) else cell.h0
+    outputs = [""] * steps
+    for t in (reversed(range(steps)) if cell.reverse else range(steps)):
+        h = outputs[t] = step(t, h)
+    if steps == 1:
+        return h, h
+    return _op(ctx, "CONCATENATION", outputs, spec.seq, {"axis": spec.axis}), h
+
+
+def _gru_direction(ctx, spec: _Spec, cell: _Cell, linear_before_reset: bool) -> tuple[str, str]:
+    """ONNX's GRU (gates z, r, h): z = f(x Wz + h Rz + b), r = f(x Wr + h Rr + b),
+    h~ = g(x Wh + (r * h) Rh + Rbh + Wbh), or g(x Wh + r * (h Rh + Rbh) + Wbh) with
+    linear_before_reset; h' = h~ + z * (h - h~)."""
+    hidden = spec.state[2]
+    f, g = cell.acts
+    in_bias = cell.wb + cell.rb
+    if linear_before_reset:
+        in_bias[2] = cell.wb[2]
+    pieces = _projected_steps(ctx, spec, cell.w.reshape(3 * hidden, -1), in_bias.reshape(-1))
+
+    def step(t, h):
+        x_z, x_r, x_h = _split(ctx, pieces[t], 2, 3)
+        if linear_before_reset:
+            rec_bias = np.concatenate([np.zeros(2 * hidden, _F32), cell.rb[2]])
+            h_z, h_r, h_h = _split(ctx, _recurrent(ctx, spec, h, cell.r.reshape(3 * hidden, hidden),
+                                                   rec_bias), 2, 3)
+            z = _gate(ctx, spec, _op(ctx, "ADD", [x_z, h_z], spec.state), None, None, f)
+            r = _gate(ctx, spec, _op(ctx, "ADD", [x_r, h_r], spec.state), None, None, f)
+            candidate = _op(ctx, "ADD", [x_h, _op(ctx, "MUL", [r, h_h], spec.state)], spec.state)
+        else:
+            h_z, h_r = _split(ctx, _recurrent(ctx, spec, h, cell.r[:2].reshape(2 * hidden, hidden),
+                                              None), 2, 2)
+            z = _gate(ctx, spec, _op(ctx, "ADD", [x_z, h_z], spec.state), None, None, f)
+            r = _gate(ctx, spec, _op(ctx, "ADD", [x_r, h_r], spec.state), None, None, f)
+            reset = _op(ctx, "MUL", [r, h], spec.state)
+            candidate = _op(ctx, "ADD", [x_h, _recurrent(ctx, spec, reset, cell.r[2], None)], spec.state)
+        h_new = _gate(ctx, spec, candidate, None, None, g)
+        keep = _op(ctx, "MUL", [z, _op(ctx, "SUB", [h, h_new], spec.state)], spec.state)
+        return _op(ctx, "ADD", [h_new, keep], spec.state)
+
+    return _run_steps(ctx, spec, cell, step)
+
+
+def _rnn_direction(ctx, spec: _Spec, cell: _Cell) -> tuple[str, str]:
+    """ONNX's RNN: h' = f(x Wi + h Ri + Wbi + Rbi)."""
+    hidden = spec.state[2]
+    pieces = _projected_steps(ctx, spec, cell.w.reshape(hidden, -1), (cell.wb + cell.rb).reshape(-1))
+
+    def step(t, h):
+        z = _op(ctx, "ADD", [pieces[t], _recurrent(ctx, spec, h, cell.r[0], None)], spec.state)
+        return _gate(ctx, spec, z, None, None, cell.acts[0])
+
+    return _run_steps(ctx, spec, cell, step)
+
+
+def _import_cells(node, ctx, results) -> None:
+    y, y_h = (node.outputs + ["", ""])[:2]
+    axis = 0 if not node.attr("layout", 0) else 1
+    if y:
+        _join(ctx, [r[0] for r in results], y, 1 + axis)
+    if y_h:
+        _join(ctx, [r[1] for r in results], y_h, axis)
+
+
+@onnx_op("GRU")
+def import_gru(node, ctx):
+    spec, cells = _parse_cell(node, ctx, 3, _GRU_ACTIVATIONS)
+    lbr = bool(node.attr("linear_before_reset", 0))
+    _import_cells(node, ctx, [_gru_direction(ctx, spec, cell, lbr) for cell in cells])
+
+
+@onnx_op("RNN")
+def import_rnn(node, ctx):
+    spec, cells = _parse_cell(node, ctx, 1, _RNN_ACTIVATIONS)
+    _import_cells(node, ctx, [_rnn_direction(ctx, spec, cell) for cell in cells])

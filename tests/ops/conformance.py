@@ -99,6 +99,7 @@ PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "Slice": (1, 2, 3, 4),
     "Pad": (1, 2, 3), "Resize": (1, 2, 3), "Upsample": (1,), "Expand": (1,), "Tile": (1,),
     "ConstantOfShape": (0,), "Range": (0, 1, 2), "LSTM": (1, 2, 3, 4, 7), "PRelu": (1,),
+    "GRU": (1, 2, 3, 4), "RNN": (1, 2, 3, 4),
     "TopK": (1,), "CumSum": (1,), "OneHot": (1, 2), "Gemm": (1, 2),
 }
 

@@ -1,4 +1,5 @@
-"""ONNX LSTM against onnxruntime: the fused UNIDIRECTIONAL_SEQUENCE_LSTM path and the unrolled one."""
+"""ONNX LSTM against onnxruntime (the fused UNIDIRECTIONAL_SEQUENCE_LSTM path and the unrolled one),
+and the GRU and RNN of the same family (unrolled)."""
 
 from __future__ import annotations
 
@@ -152,3 +153,84 @@ def test_clip_and_activations_unrolled():
 def test_unsupported(attrs, message):
     with pytest.raises(ConversionError, match=message):
         convert_proto(_model(**attrs))
+
+
+# --- GRU and RNN ------------------------------------------------------------------------------------
+def _cell_model(op: str, direction="forward", layout=0, initial=False, bias=True, seed=0, **attrs):
+    """A GRU (3 gates) or RNN (1 gate) node with random weights; `initial` a constant initial_h."""
+    rng = np.random.default_rng(seed)
+    gates, d = (3 if op == "GRU" else 1), (2 if direction == "bidirectional" else 1)
+    x_shape = (T, B, I) if layout == 0 else (B, T, I)
+    inits = {"W": rng.standard_normal((d, gates * H, I)) * 0.5,
+             "R": rng.standard_normal((d, gates * H, H)) * 0.5}
+    if bias:
+        inits["B"] = rng.standard_normal((d, 2 * gates * H))
+    if initial:
+        inits["h0"] = rng.standard_normal((d, B, H) if layout == 0 else (B, d, H))
+    names = ["X", "W", "R", "B" if bias else ""] + (["", "h0"] if initial else [])
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node(op, names, ["Y", "Y_h"], hidden_size=H, direction=direction,
+                            layout=layout, **attrs)
+    graph = helper.make_graph(
+        [node], op.lower(), [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("Y", "Y_h")],
+        [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()])
+    return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 14)])
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("GRU", {}), ("GRU", {"linear_before_reset": 1}), ("GRU", {"direction": "bidirectional"}),
+    ("GRU", {"direction": "reverse", "initial": True, "clip": 0.7}), ("GRU", {"bias": False}),
+    ("GRU", {"activations": ["Sigmoid", "Relu"]}),
+    ("RNN", {}), ("RNN", {"direction": "bidirectional", "initial": True}),
+    ("RNN", {"activations": ["Relu"]}), ("RNN", {"clip": 0.5, "bias": False}),
+])
+def test_gru_and_rnn_unrolled(op, attrs):
+    _, report = assert_matches_onnxruntime(_cell_model(op, **attrs), _feeds(_cell_model(op, **attrs)))
+    assert "FULLY_CONNECTED" in report.op_counts and FUSED not in report.op_counts
+
+
+@pytest.mark.parametrize("op", ["GRU", "RNN"])
+def test_gru_and_rnn_batch_first(op):
+    """layout=1 against onnxruntime (which has only layout 0) on the transposed problem."""
+    model = _cell_model(op, layout=1, initial=True, direction="bidirectional")
+    reference = _cell_model(op, layout=0, initial=True, direction="bidirectional")
+    for value in reference.graph.initializer:  # the same weights, the state batch-major there
+        if value.name == "h0":
+            h0 = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "h0"))
+            value.CopyFrom(numpy_helper.from_array(np.swapaxes(h0, 0, 1).copy(), "h0"))
+    feeds = _feeds(model)
+    flatbuffer, report = convert_proto(model)
+    actual = run_tflite(flatbuffer, report, feeds)
+    expected = run_onnxruntime(reference, {"X": np.swapaxes(feeds["X"], 0, 1).copy()})
+    np.testing.assert_allclose(actual["Y"], np.transpose(expected["Y"], (2, 0, 1, 3)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(actual["Y_h"], np.swapaxes(expected["Y_h"], 0, 1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["GRU", "RNN"])
+def test_gru_and_rnn_int8(op, tmp_path):
+    """Quantized: every op of the unrolled cell runs int8 (but the last activation, a model output,
+    which stays float by design: quantize_activations.py); the rounding of 4 steps of recurrence
+    adds up, so the outputs are judged by SQNR against onnxruntime on held-out inputs."""
+    from qconvert.check.verify import sqnr_db
+    from tests.harness import calibration_set, convert_quantized
+
+    model = _cell_model(op)
+    flatbuffer, report = convert_quantized(model, calibration_set(model, 32), tmp_path)
+    assert {f.op for f in report.quantization.float_ops} <= {"TANH"}, report.quantization.float_ops
+    assert report.quantization.int8_ops >= 10
+    for seed in (100, 101):
+        feeds = _feeds(model, seed)
+        expected, actual = run_onnxruntime(model, feeds), run_tflite(flatbuffer, report, feeds)
+        for name in ("Y", "Y_h"):
+            assert sqnr_db(expected[name], actual[name]) > 25, (name, sqnr_db(expected[name], actual[name]))
+
+
+@pytest.mark.parametrize("attrs,message", [
+    ({"activations": ["HardSigmoid", "Tanh"]}, "HardSigmoid"),
+    ({"activation_alpha": [0.5, 0.5]}, "activation_alpha"),
+])
+def test_gru_unsupported(attrs, message):
+    with pytest.raises(ConversionError, match=message):
+        convert_proto(_cell_model("GRU", **attrs))
