@@ -425,6 +425,9 @@ class ImportContext:
                         sources.add(source)
         named = [n for n in self.model.inputs if n in sources] + sorted(sources - set(self.model.inputs))
         origin = (" from " + ", ".join(repr(n) for n in named)) if named else ""
+        producer = self.model.producer(name)
+        if producer is not None and producer.type == "CAST" and producer.source == f"input {producer.inputs[0]}":
+            name = producer.inputs[0]  # a graph input narrowed to int32: the model's name for it
         raise self.error(f"{what} (input {name!r}): computed at run time{origin}; " + (
             needs or "qconvert takes it as a constant only: make it an initializer (or compute "
             "it from constants and input shapes, which the loader folds)"))

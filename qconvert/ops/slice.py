@@ -2,8 +2,10 @@
 is not 1. Indices are resolved at import with Python's slice semantics (which are ONNX's: negative
 indices count from the end, out-of-range ones clamp to the dimension), so the TFLite op only ever
 sees in-range begins; the one end that cannot be written as an index (a negative step running past
-index 0) uses STRIDED_SLICE's end_mask. Also the `slice_tensor` / `strided_slice` helpers that
-other importers use to cut tensors.
+index 0) uses STRIDED_SLICE's end_mask. Starts, ends or steps computed at run time are the tensors
+STRIDED_SLICE reads (its kernel resolves them as ONNX does), when the output's shape is known all
+the same. Also the `slice_tensor` / `strided_slice` helpers that other importers use to cut
+tensors.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ def _slice_params(node, ctx):
     else:
         def const(i, what):
             name = node.inputs[i] if len(node.inputs) > i else ""
-            return ctx.require_const(name, f"Slice {what}") if name else None
+            return ctx.require_const(name, f"Slice {what}", _AXES_NEEDED) if name else None
         starts, ends, axes, steps = (const(i, w) for i, w in
                                      enumerate(("starts", "ends", "axes", "steps"), start=1))
     starts = [int(v) for v in np.atleast_1d(starts)]
@@ -175,9 +177,70 @@ def _slice_params(node, ctx):
     return starts, ends, [a % rank for a in axes], steps
 
 
+_AXES_NEEDED = ("the axes say which dimensions STRIDED_SLICE cuts, so qconvert needs them constant: "
+                "make them an initializer")
+
+
+def _computed_slice(node, ctx, names) -> None:
+    """STRIDED_SLICE reading starts, ends or steps computed at run time: its kernel wraps negative
+    indices and clamps out-of-range ones per axis as ONNX does, and sizes the output when it runs.
+    The importer only sees such a Slice when the output's shape is known (the model declares it:
+    shape inference cannot know it from computed values), and that is the shape the rest of the
+    graph is built for. Axes must be constants: they say which dimensions are cut."""
+    x, y = node.inputs[0], node.outputs[0]
+    rank = ctx.rank(x)
+    starts, ends, axes_name, steps = names
+    if rank > MAX_RANK:
+        raise ctx.error(f"rank {rank}: TFLite slices tensors of up to {MAX_RANK} dimensions")
+    count = int(np.prod(ctx.shape(starts)))
+    axes = (list(range(count)) if not axes_name else
+            [int(a) for a in np.atleast_1d(ctx.require_const(axes_name, "Slice axes", _AXES_NEEDED))])
+    if any(not -rank <= a < rank for a in axes):
+        raise ctx.error(f"axes {axes} out of range for rank {rank}")
+    axes = [a % rank for a in axes]
+    if len(set(axes)) != len(axes):
+        raise ctx.error(f"axes {axes} repeat an axis")
+    whole = sum(1 << a for a in range(rank) if a not in axes)  # axes not cut: begin/end masked
+
+    def full(name: str, default: int, hint: str) -> str:
+        """The rank-long vector of one parameter: entry axes[i] from `name`'s i-th value, the
+        others `default`; a constant when `name` is one, else GATHERed from it at run time."""
+        value = ctx.const(name) if name else np.full(count, default, np.int32)
+        if value is not None:
+            vector = np.full(rank, default, np.int32)
+            vector[axes] = np.asarray(value, np.int32).reshape(-1)
+            return ctx.constant(hint, vector)
+        if ctx.dtype(name) != np.int32 or ctx.shape(name) != (count,):
+            raise ctx.error(f"Slice {hint} {name!r} has shape {list(ctx.shape(name))} and dtype "
+                            f"{ctx.dtype(name)}; {count} integers expected, one per sliced axis")
+        if axes == list(range(rank)):
+            return name
+        joined = ctx.tensor(f"{y}_{hint}_all", (count + rank,), np.int32)
+        ctx.add_op("CONCATENATION", [name, ctx.constant(hint, np.full(rank, default, np.int32))],
+                   [joined], {"axis": 0})
+        indices = [axes.index(a) if a in axes else count + a for a in range(rank)]
+        vector = ctx.tensor(f"{y}_{hint}", (rank,), np.int32)
+        ctx.add_op("GATHER", [joined, ctx.constant("indices", np.array(indices, np.int32))], [vector],
+                   {"axis": 0, "batch_dims": 0})
+        return vector
+
+    if steps and ctx.const(steps) is not None and not np.all(ctx.const(steps)):
+        raise ctx.error("a step of 0 is invalid")
+    inputs = [x, full(starts, 0, "begin"), full(ends, 0, "end"), full(steps, 1, "strides")]
+    ctx.add_op("STRIDED_SLICE", inputs, [y], {"begin_mask": whole, "end_mask": whole,
+                                              "ellipsis_mask": 0, "new_axis_mask": 0,
+                                              "shrink_axis_mask": 0, "offset": False})
+
+
 @onnx_op("Slice")
 def import_slice(node, ctx):
     x, y = node.inputs[0], node.outputs[0]
+    if ctx.opset >= 10:
+        names = [node.inputs[i] if len(node.inputs) > i else "" for i in range(1, 5)]
+        starts, ends, _, steps = names
+        if any(n and ctx.const(n) is None for n in (starts, ends, steps)):
+            _computed_slice(node, ctx, names)
+            return
     shape = ctx.shape(x)
     rank = len(shape)
     begin, end, strides, end_mask = [0] * rank, list(shape), [1] * rank, 0

@@ -120,3 +120,72 @@ def test_versions_follow_rank_and_dtype():
     assert TFLITE_OPS["STRIDED_SLICE"].version(Operator("STRIDED_SLICE", [four], []), model) == 3
     assert TFLITE_OPS["SLICE"].version(Operator("SLICE", [four], []), model) == 1
 
+
+
+# --- starts, ends or steps computed at run time -------------------------------------------------
+def _computed(x_shape, y_shape, axes, computed, starts, ends, steps=None, conv_channels=None):
+    """Slice of x whose parameters named in `computed` ("starts", "ends", "steps") come from int64
+    graph inputs of those names (the others are the given constants); `y_shape` declares the
+    output's shape, which shape inference cannot know from computed values."""
+    node, inits = _slice("fm" if conv_channels else "x", starts, ends, axes, steps)
+    node.name = "slice"
+    inits = [t for t in inits if t.name not in computed]
+    model = _model([node], x_shape, inits, conv_channels=conv_channels)
+    for name in computed:
+        model.graph.input.append(helper.make_tensor_value_info(name, TensorProto.INT64, [len(starts)]))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape))
+    values = {"starts": starts, "ends": ends, "steps": steps}
+    feeds = {"x": np.random.default_rng(0).standard_normal(x_shape).astype(np.float32),
+             **{name: np.array(values[name], np.int64) for name in computed}}
+    return model, feeds
+
+
+@pytest.mark.parametrize("x_shape,y_shape,axes,starts,ends,steps", [
+    ([1, 16], [1, 4], [1], [3], [7], None),  # x[:, s:s + 4] with s computed
+    ([1, 16], [1, 4], [-1], [-6], [-2], None),  # negative indices count from the end
+    ([1, 16], [1, 3], None, [0, 13], [1, 99], None),  # an end past the axis clamps
+    ([2, 5, 6], [2, 3, 2], [2, 1], [1, 4], [5, -100], [2, -1]),  # axes out of order, a negative step
+    ([3, 8], [2, 8], [0], [2], [-100], [-1]),  # a negative step through index 0
+])
+@pytest.mark.parametrize("computed", [("starts",), ("starts", "ends"), ("starts", "ends", "steps")])
+def test_computed_parameters_are_read_by_strided_slice(x_shape, y_shape, axes, starts, ends, steps,
+                                                       computed):
+    """Starts, ends and steps computed at run time reach STRIDED_SLICE as tensors (GATHERed to one
+    entry per axis when only some axes are cut); its kernel resolves them as ONNX does."""
+    if steps is None:
+        computed = tuple(c for c in computed if c != "steps")
+    model, feeds = _computed(x_shape, y_shape, axes, computed, starts, ends, steps)
+    _, report = assert_matches_onnxruntime(model, feeds)
+    assert report.op_counts.get("STRIDED_SLICE") == 1, report.op_counts
+
+
+def test_computed_starts_of_conv_output():
+    """A computed slice of an NCHW feature map: the transposes stay (their axes are not known
+    when the begins are computed) and the values match."""
+    model, feeds = _computed([1, 3, 6, 7], [1, 4, 2, 7], [2], ("starts", "ends"), [1], [3],
+                             conv_channels=4)
+    assert_matches_onnxruntime(model, feeds)
+
+
+def test_computed_starts_without_a_known_output_shape_are_refused(tmp_path):
+    """Without a declared output shape, shape inference cannot know what computed starts cut:
+    the loader refuses in one line naming the output and the node."""
+    from tests.test_validate import _assert_refused, _convert
+
+    model, _ = _computed([1, 16], [1, 4], [1], ("starts", "ends"), [3], [7])
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, None))
+    result, source, out = _convert(tmp_path, model)
+    _assert_refused(result, source, model.SerializeToString(), out,
+                    ["tensor 'y' (output of node 'slice' (Slice)) has no static shape"])
+
+
+def test_computed_axes_are_refused_in_one_line(tmp_path):
+    from tests.test_validate import _assert_refused, _convert
+
+    model, _ = _computed([1, 16], [1, 4], [1], ("starts",), [3], [7])
+    model.graph.input.append(helper.make_tensor_value_info("a", TensorProto.INT64, [1]))
+    model.graph.node[0].input[3] = "a"
+    result, source, out = _convert(tmp_path, model)
+    _assert_refused(result, source, model.SerializeToString(), out,
+                    ["node 'slice' (Slice): Slice axes (input 'a'): computed at run time from 'a'",
+                     "make them an initializer"])
