@@ -428,7 +428,8 @@ class ImportContext:
         producer = self.model.producer(name)
         if producer is not None and producer.type == "CAST" and producer.source == f"input {producer.inputs[0]}":
             name = producer.inputs[0]  # a graph input narrowed to int32: the model's name for it
-        raise self.error(f"{what} (input {name!r}): computed at run time{origin}; " + (
+        how = "a graph input, fed at run time" if name in self.model.inputs else f"computed at run time{origin}"
+        raise self.error(f"{what} (input {name!r}): {how}; " + (
             needs or "qconvert takes it as a constant only: make it an initializer (or compute "
             "it from constants and input shapes, which the loader folds)"))
 

@@ -53,13 +53,20 @@ _REDUCERS = {"ReduceMean": "MEAN", "ReduceSum": "SUM", "ReduceMax": "REDUCE_MAX"
              "ReduceSumSquare": "SUM"}
 
 
+# Why computed axes are refused (TFLite's reductions take an axis tensor, but the output's shape
+# and the layout pass's remapping of the axes need their values).
+_AXES_NEEDED = ("the output's shape follows from them, so qconvert needs them constant: make them an "
+                "initializer, or compute them from constants and input shapes only (the loader "
+                "folds those)")
+
+
 @onnx_op(*_REDUCERS)
 def import_reduce(node, ctx):
     x, y = node.inputs[0], node.outputs[0]
     rank = ctx.rank(x)
     axes = node.attr("axes")
     if len(node.inputs) > 1 and node.inputs[1]:
-        axes = ctx.require_const(node.inputs[1], "reduction axes")
+        axes = ctx.require_const(node.inputs[1], "reduction axes", _AXES_NEEDED)
     keep = bool(node.attr("keepdims", 1))
     if axes is None or len(np.atleast_1d(axes)) == 0:
         if node.attr("noop_with_empty_axes", 0):

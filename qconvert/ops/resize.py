@@ -187,17 +187,25 @@ def _scales_from_sizes(node, in_shape, sizes, axes):
     return scales
 
 
+# Why computed scales or sizes are refused: TFLite's RESIZE_* take the output size, which follows
+# from them, and ONNX's sampling positions follow from the scales themselves.
+_PARAMETER_NEEDED = ("the output's shape and the sampling positions follow from it, so qconvert "
+                     "needs it constant: make it an initializer, or compute it from constants and "
+                     "input shapes only (the loader folds those)")
+
+
 def _resize_scales(node, ctx, in_shape):
     """The float scale ONNX applies on every axis, for every Resize/Upsample version."""
     rank = len(in_shape)
     if node.op_type == "Upsample" and ctx.opset < 9:
         return [float(s) for s in node.attr("scales")]
     if node.op_type == "Upsample" or ctx.opset < 11:
-        return [float(s) for s in ctx.require_const(node.inputs[1], "Resize scales")]
+        return [float(s) for s in ctx.require_const(node.inputs[1], f"{node.op_type} scales",
+                                                    _PARAMETER_NEEDED)]
     axes = [int(a) % rank for a in node.attr("axes", range(rank))]
     scales_name = node.inputs[2] if len(node.inputs) > 2 else ""
     sizes_name = node.inputs[3] if len(node.inputs) > 3 else ""
-    scales = ctx.require_const(scales_name, "Resize scales") if scales_name else None
+    scales = ctx.require_const(scales_name, "Resize scales", _PARAMETER_NEEDED) if scales_name else None
     if scales is not None and scales.size:
         full = [1.0] * rank
         for k, a in enumerate(axes):
@@ -205,7 +213,8 @@ def _resize_scales(node, ctx, in_shape):
         return full
     if not sizes_name:
         raise ctx.error("Resize needs scales or sizes")
-    return _scales_from_sizes(node, in_shape, ctx.require_const(sizes_name, "Resize sizes"), axes)
+    sizes = ctx.require_const(sizes_name, "Resize sizes", _PARAMETER_NEEDED)
+    return _scales_from_sizes(node, in_shape, sizes, axes)
 
 
 def _modes(node, ctx):

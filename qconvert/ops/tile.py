@@ -83,7 +83,10 @@ def import_expand(node, ctx):
 @onnx_op("Tile")
 def import_tile(node, ctx):
     x, y = node.inputs[0], node.outputs[0]
-    repeats = ctx.require_const(node.inputs[1], "Tile repeats")
+    repeats = ctx.require_const(node.inputs[1], "Tile repeats", (
+        "the output's shape follows from them, so TFLite's TILE needs them constant: make them an "
+        "initializer, or compute them from constants and input shapes only (the loader folds "
+        "those)"))
     repeats = [int(r) for r in np.atleast_1d(repeats)]
     if len(repeats) != ctx.rank(x):
         raise ctx.error(f"{len(repeats)} repeats for a rank-{ctx.rank(x)} input")

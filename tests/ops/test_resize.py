@@ -135,3 +135,28 @@ def test_upsample_nearest(opset):
 def test_unsupported_modes_raise(attrs, sizes, message):
     with pytest.raises(ConversionError, match=message):
         convert_proto(_resize_model(attrs, sizes=sizes))
+
+
+@pytest.mark.parametrize("op_type,what,inputs,dtype,shape,opset", [
+    ("Resize", "Resize scales", ["x", "", "p"], TensorProto.FLOAT, [4], 13),
+    ("Resize", "Resize sizes", ["x", "", "", "p"], TensorProto.INT64, [4], 13),
+    ("Resize", "Resize scales", ["x", "p"], TensorProto.FLOAT, [4], 10),
+    ("Upsample", "Upsample scales", ["x", "p"], TensorProto.FLOAT, [4], 9),
+])
+def test_computed_scales_or_sizes_are_refused_in_one_line(tmp_path, op_type, what, inputs, dtype,
+                                                          shape, opset):
+    """Scales or sizes computed at run time (from the input "p"): the output's shape and ONNX's
+    sampling positions follow from them. Refused naming the node, the input and what would make
+    it convert, when the model declares the output's shape (else the loader refuses first)."""
+    from tests.test_validate import _assert_refused, _convert
+
+    graph = helper.make_graph(
+        [helper.make_node(op_type, inputs, ["y"], name="resize")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4]),
+         helper.make_tensor_value_info("p", dtype, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    result, source, out = _convert(tmp_path, model)
+    _assert_refused(result, source, model.SerializeToString(), out,
+                    [f"node 'resize' ({op_type}): {what} (input 'p'): a graph input, fed at run time",
+                     "needs it constant", "make it an initializer"])

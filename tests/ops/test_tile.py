@@ -83,3 +83,21 @@ def test_expand_to_the_same_shape_is_removed():
 def test_expand_bool():
     model = _model("Expand", [3, 1], [3, 4], dtype=TensorProto.BOOL)
     assert_matches_onnxruntime(model, {"x": np.array([[True], [False], [True]])})
+
+
+def test_computed_repeats_are_refused_in_one_line(tmp_path):
+    """Repeats computed at run time (from the input "r"): the output's shape follows from them, so
+    the refusal names the node, the input and what would make it convert, even when the model
+    declares the output's shape (shape inference alone finds none: the loader refuses first)."""
+    from tests.test_validate import _assert_refused, _convert
+
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "r"], ["y"], name="tile")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4]),
+         helper.make_tensor_value_info("r", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    result, source, out = _convert(tmp_path, model)
+    _assert_refused(result, source, model.SerializeToString(), out,
+                    ["node 'tile' (Tile): Tile repeats (input 'r'): a graph input, fed at run time",
+                     "TFLite's TILE needs them constant", "make them an initializer"])
