@@ -25,5 +25,6 @@ from . import (  # noqa: F401
     softmax,
     space_depth,
     tile,
+    topk,
     unary,
 )
