@@ -22,7 +22,7 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
-from . import dynamic_batch
+from . import control_flow, dynamic_batch
 from ..errors import FOLDED_BYTES, ConversionError, UsageError
 from ..ir import DynamicBatch, Model, Operator
 from .file import OnnxFile
@@ -549,10 +549,12 @@ def onnx_names(graph: onnx.GraphProto) -> set[str]:
 
 
 def _settle(graph: _Graph) -> None:
-    """Shape inference and load-time folding, alternated until folding finds nothing new."""
+    """Shape inference and load-time folding (constant control flow flattened too: If with a
+    constant condition, small loops), alternated until folding finds nothing new."""
     for _ in range(20):
         graph.infer_shapes()
-        if not graph.fold_constants():
+        folded = graph.fold_constants()
+        if not control_flow.flatten(graph) and not folded:
             break
 
 
@@ -585,7 +587,7 @@ def load(source: OnnxFile | onnx.ModelProto,
     model = Model()
     # The model's names first: a constant an importer creates (PRelu's "slope", HardSigmoid's
     # "c") must never take the name of a model tensor the loader adds later.
-    model.reserved = onnx_names(proto.graph)
+    model.reserved = onnx_names(proto.graph) | control_flow.inlined_names(graph.nodes)
     if probe is not None:
         model.dynamic_batch = DynamicBatch(graph.batch, dynamic_batch.onnx_blocker(graph, probe, _settle))
         del probe

@@ -1,0 +1,340 @@
+"""ONNX control flow (If, Loop, Scan): flattened at load time when its control is constant.
+
+`flatten` runs in the loader's folding loop (loader._settle): an If whose condition folded to a
+constant becomes its chosen branch's nodes; a Loop with a constant trip count whose condition
+provably stays true, and a Scan (its length is static), are unrolled when small: at most
+MAX_UNROLLED_ITERATIONS iterations and MAX_UNROLLED_NODES body nodes in all. Scan outputs become
+a CONCATENATION of the per-iteration values. The rest of the pipeline then sees a flat graph.
+
+A body reads the outer scope implicitly, by name; inlining binds its inputs to outer values and
+renames its own values (a suffix per iteration) so that the graph stays in SSA form.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import ConversionError
+
+CONTROL_OPS = ("If", "Loop", "Scan")
+# Unrolling bound: a Loop or Scan is unrolled when it runs at most this many iterations and its
+# body's nodes (nested ones counted), times the iterations, stay within MAX_UNROLLED_NODES. The
+# unrolled graph grows by that many nodes; beyond it a Loop becomes a TFLite WHILE.
+MAX_UNROLLED_ITERATIONS = 64
+MAX_UNROLLED_NODES = 4096
+
+
+def _subgraphs(node: onnx.NodeProto):
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def _node_count(graph: onnx.GraphProto) -> int:
+    return sum(1 + sum(_node_count(g) for g in _subgraphs(n)) for n in graph.node)
+
+
+def _defined(graph: onnx.GraphProto) -> set[str]:
+    """The values `graph` itself defines: its inputs, initializers and node outputs."""
+    names = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    names.update(o for n in graph.node for o in n.output)
+    names.discard("")
+    return names
+
+
+def free_names(graph: onnx.GraphProto) -> list[str]:
+    """The outer-scope values `graph` (and the subgraphs of its nodes) reads, in order of first
+    use: what a TFLite subgraph must receive as explicit inputs."""
+    defined, found = _defined(graph), {}
+    for node in graph.node:
+        for name in node.input:
+            if name and name not in defined:
+                found.setdefault(name)
+        for sub in _subgraphs(node):
+            for name in free_names(sub):
+                if name not in defined:
+                    found.setdefault(name)
+    for v in graph.output:
+        if v.name not in defined:
+            found.setdefault(v.name)
+    return list(found)
+
+
+def outer_reads(nodes) -> set[str]:
+    """The outer values the subgraphs of `nodes` read (for the loader's set of consumed values)."""
+    names: set[str] = set()
+    for node in nodes:
+        for sub in _subgraphs(node):
+            names.update(free_names(sub))
+    return names
+
+
+def inlined_names(nodes) -> set[str]:
+    """The values `nodes` read and write: with the source model's names, those that flattening
+    made (unrolled iterations' copies), which importers must not take."""
+    return {name for node in nodes for names in (node.input, node.output) for name in names if name}
+
+
+def _rename_in(graph: onnx.GraphProto, renames: dict[str, str]) -> None:
+    """Renames the outer values a nested graph reads (in place; it defines none of them)."""
+    for node in graph.node:
+        node.input[:] = [renames.get(n, n) for n in node.input]
+        for sub in _subgraphs(node):
+            _rename_in(sub, renames)
+    for v in graph.output:
+        if v.name in renames:
+            v.name = renames[v.name]
+
+
+class _Inliner:
+    """Copies body graphs into the loader's graph (`loader._Graph`), keeping names unique."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.taken = set(graph.shapes) | set(graph.constants)
+        for node in graph.nodes:
+            self.taken.update(node.input)
+            self.taken.update(node.output)
+
+    def fresh(self, name: str, suffix: str) -> str:
+        candidate, k = name + suffix, 0
+        while candidate in self.taken:
+            candidate, k = f"{name}{suffix}_{k}", k + 1
+        self.taken.add(candidate)
+        return candidate
+
+    def constant(self, hint: str, value: np.ndarray) -> str:
+        return self.store(self.fresh(hint, ""), value)
+
+    def store(self, name: str, value: np.ndarray) -> str:
+        self.graph.constants[name] = value
+        self.graph.shapes[name] = value.shape
+        self.graph.dtypes[name] = value.dtype
+        return name
+
+    def node(self, label: str, op_type: str, inputs, outputs, **attrs) -> onnx.NodeProto:
+        node = helper.make_node(op_type, list(inputs), list(outputs), name=label, **attrs)
+        self.graph.names[id(node)] = label
+        return node
+
+    def inline(self, body: onnx.GraphProto, bindings: dict[str, str], suffix: str,
+               label: str) -> tuple[list[onnx.NodeProto], list[str]]:
+        """The body's nodes with its inputs bound to outer values (`bindings`) and its own values
+        renamed (`suffix` appended, unless unused and empty); and the names of its outputs."""
+        renames = dict(bindings)
+        for t in body.initializer:
+            renames[t.name] = self.store(self.fresh(t.name, suffix), numpy_helper.to_array(t))
+        for node in body.node:
+            for name in node.output:
+                if name:
+                    renames[name] = self.fresh(name, suffix)
+        nodes = []
+        for k, node in enumerate(body.node):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.input[:] = [renames.get(n, n) for n in node.input]
+            copy.output[:] = [renames.get(n, n) for n in node.output]
+            for sub in _subgraphs(copy):
+                _rename_in(sub, renames)
+            copy.name = f"{label}/{node.name or f'{node.op_type}_{k}'}"
+            self.graph.names[id(copy)] = copy.name
+            nodes.append(copy)
+        return nodes, [renames.get(v.name, v.name) for v in body.output]
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _stays_true(body: onnx.GraphProto) -> bool:
+    """Whether the body's condition output is its condition input (directly, through Identity,
+    or a constant true): a loop whose condition starts true then runs its trip count."""
+    true = {body.input[1].name}
+    true.update(t.name for t in body.initializer if numpy_helper.to_array(t).all())
+    for node in body.node:
+        if node.op_type == "Identity" and node.input[0] in true:
+            true.add(node.output[0])
+        elif node.op_type == "Constant" and _attr(node, "value") is not None \
+                and numpy_helper.to_array(_attr(node, "value")).all():
+            true.add(node.output[0])
+    return body.output[0].name in true
+
+
+def _unroll_bound(count: int, body: onnx.GraphProto) -> bool:
+    return count <= MAX_UNROLLED_ITERATIONS and count * _node_count(body) <= MAX_UNROLLED_NODES
+
+
+def _stack(inliner: _Inliner, label: str, values: list[str], axis: int, rank: int | None,
+           output: str, opset: int) -> list[onnx.NodeProto]:
+    """Nodes making `output` from per-iteration `values` stacked along a new axis `axis`."""
+    if axis < 0:
+        if rank is None:
+            raise ConversionError(f"node {label!r}: a negative scan output axis needs the "
+                                  "per-iteration value's rank, which shape inference did not find")
+        axis += rank + 1
+    nodes, expanded = [], []
+    axes = inliner.constant(f"{output}_axes", np.array([axis], dtype=np.int64)) if opset >= 13 else ""
+    for k, value in enumerate(values):
+        name = inliner.fresh(f"{output}_step{k}", "")
+        if opset >= 13:
+            nodes.append(inliner.node(f"{label}/stack_{k}", "Unsqueeze", [value, axes], [name]))
+        else:
+            nodes.append(inliner.node(f"{label}/stack_{k}", "Unsqueeze", [value], [name], axes=[axis]))
+        expanded.append(name)
+    nodes.append(inliner.node(f"{label}/stack", "Concat", expanded, [output], axis=axis))
+    return nodes
+
+
+def _flatten_if(inliner, node, label):
+    cond = inliner.graph.constants.get(node.input[0])
+    if cond is None:
+        return None
+    if np.size(cond) != 1:
+        raise ConversionError(f"node {label!r} (If): condition {node.input[0]!r} has "
+                              f"{np.size(cond)} elements, not one")
+    branch = _attr(node, "then_branch" if bool(np.ravel(cond)[0]) else "else_branch")
+    nodes, outputs = inliner.inline(branch, {}, "", label)
+    for k, (value, target) in enumerate(zip(outputs, node.output)):
+        if target:
+            nodes.append(inliner.node(f"{label}/output_{k}", "Identity", [value], [target]))
+    return nodes
+
+
+def _flatten_loop(inliner, node, label, opset):
+    graph = inliner.graph
+    body = _attr(node, "body")
+    trip = graph.constants.get(node.input[0]) if node.input[0] else None
+    cond_name = node.input[1] if len(node.input) > 1 else ""
+    cond = graph.constants.get(cond_name) if cond_name else np.array(True)
+    if trip is None or cond is None:
+        return None
+    count = int(np.ravel(trip)[0]) if bool(np.ravel(cond)[0]) else 0
+    if count < 0:
+        count = 0
+    if count and not _stays_true(body) or not _unroll_bound(count, body):
+        return None
+    carried = list(node.input[2:])
+    n_carried = len(carried)
+    scans: list[list[str]] = [[] for _ in body.output[1 + n_carried:]]
+    if count == 0 and scans:
+        return None  # empty scan outputs: their element shape is unknown here
+    nodes = []
+    iter_input, cond_input = body.input[0].name, body.input[1].name
+    true = inliner.constant(f"{label}_true", np.ones(_declared_shape(body.input[1]) or (), dtype=np.bool_))
+    for k in range(count):
+        iteration = inliner.constant(f"{label}_iteration{k}", np.array(k, dtype=np.int64))
+        bindings = {iter_input: iteration, cond_input: true}
+        bindings.update({v.name: c for v, c in zip(body.input[2:], carried)})
+        step, outputs = inliner.inline(body, bindings, f"_iter{k}", f"{label}/iteration{k}")
+        nodes.extend(step)
+        carried = outputs[1:1 + n_carried]
+        for values, value in zip(scans, outputs[1 + n_carried:]):
+            values.append(value)
+    for k, (value, target) in enumerate(zip(carried, node.output[:n_carried])):
+        if target:
+            nodes.append(inliner.node(f"{label}/output_{k}", "Identity", [value], [target]))
+    for values, target, declared in zip(scans, node.output[n_carried:], body.output[1 + n_carried:]):
+        if target:
+            nodes.extend(_stack(inliner, label, values, 0, None, target, opset))
+    return nodes
+
+
+def _declared_shape(value: onnx.ValueInfoProto) -> tuple[int, ...] | None:
+    tt = value.type.tensor_type
+    if not value.type.HasField("tensor_type") or not tt.HasField("shape"):
+        return None
+    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+    return dims if all(d >= 0 for d in dims) else None
+
+
+def _flatten_scan(inliner, node, label, opset):
+    graph = inliner.graph
+    if opset < 9:
+        raise ConversionError(f"node {label!r} (Scan): Scan of opset 8 (with a batch axis and "
+                              "sequence_lens) is not supported")
+    body = _attr(node, "body")
+    n_scan = _attr(node, "num_scan_inputs")
+    n_state = len(node.input) - n_scan
+    scan_inputs = list(node.input[n_state:])
+    if any(name not in graph.shapes for name in scan_inputs):
+        return None
+    input_axes = list(_attr(node, "scan_input_axes", [0] * n_scan))
+    input_dirs = list(_attr(node, "scan_input_directions", [0] * n_scan))
+    n_out = len(body.output) - n_state
+    output_axes = list(_attr(node, "scan_output_axes", [0] * n_out))
+    output_dirs = list(_attr(node, "scan_output_directions", [0] * n_out))
+    lengths = set()
+    for k, name in enumerate(scan_inputs):
+        rank = len(graph.shapes[name])
+        input_axes[k] = input_axes[k] + rank if input_axes[k] < 0 else input_axes[k]
+        lengths.add(graph.shapes[name][input_axes[k]])
+    if len(lengths) != 1:
+        raise ConversionError(f"node {label!r} (Scan): scan inputs of different lengths "
+                              f"{sorted(lengths)}")
+    count = lengths.pop()
+    if not _unroll_bound(count, body):
+        raise ConversionError(
+            f"node {label!r} (Scan): {count} steps of {_node_count(body)} body nodes is more than "
+            f"qconvert unrolls ({MAX_UNROLLED_ITERATIONS} steps, {MAX_UNROLLED_NODES} nodes in all)")
+    states = list(node.input[:n_state])
+    scans: list[list[str]] = [[] for _ in range(n_out)]
+    ranks = [None] * n_out
+    nodes = []
+    for k in range(count):
+        bindings = {v.name: s for v, s in zip(body.input[:n_state], states)}
+        for j, (value, name) in enumerate(zip(body.input[n_state:], scan_inputs)):
+            t = count - 1 - k if input_dirs[j] else k
+            index = inliner.constant(f"{label}_index{t}", np.array(t, dtype=np.int64))
+            element = inliner.fresh(f"{value.name}_step{t}", "")
+            nodes.append(inliner.node(f"{label}/slice{k}_{j}", "Gather", [name, index], [element],
+                                      axis=input_axes[j]))
+            bindings[value.name] = element
+        step, outputs = inliner.inline(body, bindings, f"_iter{k}", f"{label}/iteration{k}")
+        nodes.extend(step)
+        states = outputs[:n_state]
+        for j, value in enumerate(outputs[n_state:]):
+            scans[j].append(value)
+            declared = _declared_shape(body.output[n_state + j])
+            ranks[j] = len(declared) if declared is not None else ranks[j]
+    for k, (value, target) in enumerate(zip(states, node.output[:n_state])):
+        if target:
+            nodes.append(inliner.node(f"{label}/output_{k}", "Identity", [value], [target]))
+    for j, target in enumerate(node.output[n_state:]):
+        if target:
+            values = scans[j][::-1] if output_dirs[j] else scans[j]
+            nodes.extend(_stack(inliner, label, values, output_axes[j], ranks[j], target, opset))
+    return nodes
+
+
+def flatten(graph) -> bool:
+    """Replaces every If with a constant condition, and every Loop and Scan that unrolls, by
+    their nodes (see the module's docstring). `graph` is the loader's _Graph. Returns whether it
+    changed the graph."""
+    if not any(node.op_type in CONTROL_OPS and node.domain in ("", "ai.onnx") for node in graph.nodes):
+        return False
+    inliner = _Inliner(graph)
+    kept, changed = [], False
+    for node in graph.nodes:
+        replacement = None
+        if node.domain in ("", "ai.onnx"):
+            label = graph.names[id(node)]
+            if node.op_type == "If":
+                replacement = _flatten_if(inliner, node, label)
+            elif node.op_type == "Loop":
+                replacement = _flatten_loop(inliner, node, label, graph.opset)
+            elif node.op_type == "Scan":
+                replacement = _flatten_scan(inliner, node, label, graph.opset)
+        if replacement is None:
+            kept.append(node)
+        else:
+            kept.extend(replacement)
+            changed = True
+    graph.nodes = kept
+    return changed

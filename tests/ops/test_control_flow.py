@@ -1,0 +1,151 @@
+"""ONNX control flow: If, Loop and Scan converted by the real converter, run in LiteRT and
+compared with onnxruntime, float and int8.
+
+Constant control (an If whose condition folds, a small Loop with a constant trip count, a Scan)
+is flattened at load time: the written model has no IF or WHILE."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from qconvert.errors import ConversionError
+from qconvert.onnx import control_flow
+from tests.harness import (
+    assert_matches_onnxruntime,
+    calibration_set,
+    convert_proto,
+    convert_quantized,
+    make_model,
+    random_feeds,
+    read_tflite,
+    run_onnxruntime,
+    run_tflite,
+)
+
+F, B, I64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
+
+
+def value(name, elem_type, shape):
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def graph(nodes, outputs, inputs=(), inits=()):
+    return helper.make_graph(nodes, "body", list(inputs), list(outputs), list(inits))
+
+
+def constant_bool(name, flag):
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(name + "_v", B, [], [flag]))
+
+
+def branches(shape=(2, 3)):
+    """then: Relu(x) * w (a branch initializer); else: Neg(x) + y, both reading outer tensors."""
+    w = helper.make_tensor("w", F, [shape[-1]], np.linspace(0.5, 1.5, shape[-1]).astype(np.float32))
+    then = graph([helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Mul", ["t", "w"], ["tw"])],
+                 [value("tw", F, shape)], inits=[w])
+    other = graph([helper.make_node("Neg", ["x"], ["e"]), helper.make_node("Add", ["e", "y"], ["ey"])],
+                  [value("ey", F, shape)])
+    return then, other
+
+
+def ops_of(flatbuffer) -> set[str]:
+    return {name for name, _ in read_tflite(flatbuffer).ops}
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_if_with_constant_condition_becomes_its_branch(flag):
+    then, other = branches()
+    model = make_model([constant_bool("c", flag),
+                        helper.make_node("If", ["c"], ["z"], then_branch=then, else_branch=other)],
+                       {"x": (F, [2, 3]), "y": (F, [2, 3])}, {"z": F})
+    flatbuffer, _ = assert_matches_onnxruntime(model, io_layout="onnx")
+    assert ops_of(flatbuffer) == ({"RELU", "MUL"} if flag else {"NEG", "ADD"})
+
+
+def test_if_whose_condition_folds_from_shapes():
+    """The exporter's case: the condition is computed from static shapes (Shape, Equal)."""
+    then, other = branches()
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ReduceProd", ["s"], ["n"], keepdims=0),
+             helper.make_node("Equal", ["n", "six"], ["c"]),
+             helper.make_node("If", ["c"], ["z"], then_branch=then, else_branch=other)]
+    model = make_model(nodes, {"x": (F, [2, 3]), "y": (F, [2, 3])}, {"z": F},
+                       inits={"six": np.array(6, np.int64)})
+    flatbuffer, _ = assert_matches_onnxruntime(model, io_layout="onnx")
+    assert ops_of(flatbuffer) == {"RELU", "MUL"}
+
+
+def test_nested_constant_if():
+    inner_then, inner_else = branches()
+    inner = graph([constant_bool("c2", False),
+                   helper.make_node("If", ["c2"], ["r"], then_branch=inner_then, else_branch=inner_else)],
+                  [value("r", F, [2, 3])])
+    outer_else = graph([helper.make_node("Sigmoid", ["x"], ["q"])], [value("q", F, [2, 3])])
+    model = make_model([constant_bool("c", True),
+                        helper.make_node("If", ["c"], ["z"], then_branch=inner, else_branch=outer_else)],
+                       {"x": (F, [2, 3]), "y": (F, [2, 3])}, {"z": F})
+    flatbuffer, _ = assert_matches_onnxruntime(model, io_layout="onnx")
+    assert ops_of(flatbuffer) == {"NEG", "ADD"}
+
+
+def counting_body(shape=(2, 3), cond_out="cond_in"):
+    """Loop body: v' = (v + i) * x, scan output v' * 2; the condition passes through."""
+    nodes = [helper.make_node("Cast", ["i"], ["fi"], to=F),
+             helper.make_node("Add", ["v", "fi"], ["vi"]),
+             helper.make_node("Mul", ["vi", "x"], ["v_next"]),
+             helper.make_node("Add", ["v_next", "v_next"], ["doubled"])]
+    if cond_out == "identity":
+        nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"]))
+        cond_out = "cond_out"
+    return graph(nodes,
+                 [value(cond_out, B, []), value("v_next", F, list(shape)), value("doubled", F, list(shape))],
+                 inputs=[value("i", I64, []), value("cond_in", B, []), value("v", F, list(shape))])
+
+
+@pytest.mark.parametrize("cond_out", ["cond_in", "identity"])
+def test_loop_with_constant_trip_count_is_unrolled(cond_out):
+    model = make_model([helper.make_node("Loop", ["M", "", "v0"], ["v_final", "scanned"],
+                                         body=counting_body(cond_out=cond_out))],
+                       {"x": (F, [2, 3]), "v0": (F, [2, 3])}, {"v_final": F, "scanned": F},
+                       inits={"M": np.array(4, np.int64)})
+    flatbuffer, _ = assert_matches_onnxruntime(model, io_layout="onnx")
+    assert "WHILE" not in ops_of(flatbuffer) and "CONCATENATION" in ops_of(flatbuffer)
+
+
+def test_scan_is_unrolled_with_axes_and_directions():
+    body = graph([helper.make_node("Add", ["s", "e"], ["s2"]),
+                  helper.make_node("Mul", ["s2", "e"], ["o"])],
+                 [value("s2", F, [3]), value("o", F, [3])],
+                 inputs=[value("s", F, [3]), value("e", F, [3])])
+    model = make_model([helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body,
+                                         num_scan_inputs=1, scan_input_axes=[1],
+                                         scan_input_directions=[1], scan_output_axes=[-1],
+                                         scan_output_directions=[1])],
+                       {"s0": (F, [3]), "xs": (F, [3, 5])}, {"s_final": F, "ys": F})
+    flatbuffer, _ = assert_matches_onnxruntime(model, io_layout="onnx")
+    assert "WHILE" not in ops_of(flatbuffer)
+
+
+def test_scan_beyond_the_unrolling_bound_is_refused():
+    body = graph([helper.make_node("Add", ["s", "e"], ["s2"])], [value("s2", F, [3])],
+                 inputs=[value("s", F, [3]), value("e", F, [3])])
+    steps = control_flow.MAX_UNROLLED_ITERATIONS + 1
+    model = make_model([helper.make_node("Scan", ["s0", "xs"], ["s_final"], body=body, num_scan_inputs=1)],
+                       {"s0": (F, [3]), "xs": (F, [steps, 3])}, {"s_final": F})
+    with pytest.raises(ConversionError, match=r"node 'Scan_0:s_final' \(Scan\): 65 steps"):
+        convert_proto(model)
+
+
+def test_unrolled_loop_int8(tmp_path):
+    model = make_model([helper.make_node("Loop", ["M", "", "v0"], ["v_final", "scanned"],
+                                         body=counting_body())],
+                       {"x": (F, [2, 3]), "v0": (F, [2, 3])}, {"v_final": F, "scanned": F},
+                       inits={"M": np.array(3, np.int64)})
+    samples = calibration_set(model, scale=0.5)
+    flatbuffer, report = convert_quantized(model, samples, tmp_path, io_layout="onnx")
+    feeds = {name: values[0] for name, values in samples.items()}
+    expected, actual = run_onnxruntime(model, feeds), run_tflite(flatbuffer, report, feeds)
+    for name, want in expected.items():
+        span = float(np.ptp(want)) or 1.0
+        assert np.max(np.abs(actual[name] - want)) < 0.05 * span, name
