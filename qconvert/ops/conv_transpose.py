@@ -2,7 +2,10 @@
 TRANSPOSE_CONV.
 
 ONNX W [I, O/g, kh, kw] becomes TFLite's [O, kh, kw, I] at import. Dilation is folded into the
-weights (zeros between the taps give the same scatter), since TRANSPOSE_CONV has none.
+weights (zeros between the taps give the same scatter), since TRANSPOSE_CONV has none. Weights or a
+bias computed at run time are tensors TRANSPOSE_CONV reads (a TRANSPOSE op lays the weights out,
+SPLIT ops cut them per group); dilation then needs constant weights, and under --quantize such an
+op stays float (its int8 kernel needs constant weights).
 
 Padding: ONNX output[o] = full[o + pad_begin], where `full` is the un-cropped transposed conv
 (zero beyond its end, which output_padding/output_shape can reach). TFLite's kernel computes the
@@ -17,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import channels_last_name
-from .layout import from_channels_last, reshape, to_channels_last
+from .layout import from_channels_last, reshape, to_channels_last, transpose
 from .registry import QuantRule, onnx_op, tflite_op
 from .versions import INT8, INT16, input_dtype
 
@@ -119,34 +122,50 @@ def import_conv_transpose(node, ctx):
     x, w_name = node.inputs[:2]
     b_name = node.inputs[2] if len(node.inputs) > 2 else ""
     y = node.outputs[0]
-    w = np.asarray(ctx.require_const(w_name, "ConvTranspose weights"), dtype=np.float32)
-    if w.ndim not in (3, 4):
-        raise ctx.error(f"{w.ndim - 2}D transposed convolution is not supported (1D and 2D are)")
-    if ctx.rank(x) != w.ndim:
-        raise ctx.error(f"weights of shape {list(w.shape)} (rank {w.ndim}) for an input of rank "
+    w = ctx.const(w_name)  # None: computed at run time, a tensor of ctx.shape(w_name)
+    for name, value, what in ((w_name, w, "weights"), (b_name, ctx.const(b_name) if b_name else 0, "bias")):
+        if value is None and ctx.dtype(name) != ctx.dtype(x):
+            raise ctx.error(f"{what} {name!r} computed at run time have dtype {ctx.dtype(name)}, "
+                            f"the input {ctx.dtype(x)}")
+    if w is not None:
+        w = np.asarray(w, dtype=np.float32)
+    w_shape = ctx.shape(w_name) if w is None else w.shape
+    if len(w_shape) not in (3, 4):
+        raise ctx.error(f"{len(w_shape) - 2}D transposed convolution is not supported (1D and 2D are)")
+    if ctx.rank(x) != len(w_shape):
+        raise ctx.error(f"weights of shape {list(w_shape)} (rank {len(w_shape)}) for an input of rank "
                         f"{ctx.rank(x)}")
     ctx.check_not_empty(x)
-    one_d = w.ndim == 3
+    one_d = len(w_shape) == 3
     bias = ctx.const(b_name) if b_name else None
-    if b_name and bias is None:
-        raise ctx.error("a ConvTranspose bias that is not a constant is not supported")
+    bias_shape = None if not b_name else ctx.shape(b_name) if bias is None else bias.shape
     strides, dilations, output_padding, pads, output_shape = _attributes(node, one_d)
     if one_d:  # [N, C, L] -> [N, C, 1, L]
         n, c, length = ctx.shape(x)
         x = reshape(ctx, x, (n, c, 1, length))
-        w = w[:, :, None, :]
+        if w is None:
+            w_name = reshape(ctx, w_name, w_shape[:2] + (1,) + w_shape[2:])
+        else:
+            w = w[:, :, None, :]
+        w_shape = w_shape[:2] + (1,) + w_shape[2:]
     group = node.attr("group", 1)
     in_channels = ctx.shape(x)[1]
-    if group < 1 or w.shape[0] != in_channels or in_channels % group:
-        raise ctx.error(f"the input has {in_channels} channels, the weights {list(w.shape)} with "
-                        f"group {group} take {w.shape[0]}")
-    if bias is not None and tuple(bias.shape) != (w.shape[1] * group,):
-        raise ctx.error(f"bias of shape {list(bias.shape)} for {w.shape[1] * group} output channels")
-    w = _dilate(w, dilations)
-    kernel, in_spatial = w.shape[2:], ctx.shape(x)[2:]
+    if group < 1 or w_shape[0] != in_channels or in_channels % group:
+        raise ctx.error(f"the input has {in_channels} channels, the weights {list(w_shape)} with "
+                        f"group {group} take {w_shape[0]}")
+    if bias_shape is not None and tuple(bias_shape) != (w_shape[1] * group,):
+        raise ctx.error(f"bias of shape {list(bias_shape)} for {w_shape[1] * group} output channels")
+    if w is None and any(d != 1 for d in dilations):
+        raise ctx.error(f"dilations {dilations[-1:] if one_d else dilations} with weights "
+                        f"{w_name!r} computed at run time: TRANSPOSE_CONV has no dilation, and qconvert "
+                        "folds it into constant weights only; make the weights an initializer")
+    if w is not None:
+        w = _dilate(w, dilations)
+        w_shape = w.shape
+    kernel, in_spatial = w_shape[2:], ctx.shape(x)[2:]
     out_spatial, begins = _out_and_begins(node, in_spatial, kernel, strides, output_padding, pads,
                                           output_shape)
-    batch, out_channels = ctx.shape(x)[0], w.shape[1] * group
+    batch, out_channels = ctx.shape(x)[0], w_shape[1] * group
     out4 = (batch, out_channels) + tuple(out_spatial)
     expected = (batch, out_channels, out_spatial[1]) if one_d else out4
     if tuple(ctx.shape(y)) != expected:
@@ -161,7 +180,9 @@ def import_conv_transpose(node, ctx):
     x_nhwc = to_channels_last(ctx, x)
     conv_out = ctx.tensor(y + "_conv", (batch, sizes[0], sizes[1], out_channels), ctx.dtype(y))
     options = {"padding": padding, "stride_h": strides[0], "stride_w": strides[1]}
-    if group == 1:
+    if w is None or (b_name and bias is None):
+        _computed_transpose_conv(ctx, x_nhwc, w_name, w, b_name, bias, group, options, conv_out, y)
+    elif group == 1:
         _transpose_conv(ctx, x_nhwc, w, bias, w_name, b_name or y + "_bias", conv_out, options)
     else:
         _grouped(ctx, x_nhwc, w, bias, group, options, conv_out, w_name, y)
@@ -172,6 +193,42 @@ def import_conv_transpose(node, ctx):
         size = np.array(ctx.shape(inner), np.int32)
         ctx.add_op("SLICE", [conv_out, ctx.constant("begin", begin), ctx.constant("size", size)], [inner])
     from_channels_last(ctx, inner, y)
+
+
+def _computed_transpose_conv(ctx, x_nhwc, w_name, w, b_name, bias, group, options, out, y):
+    """TRANSPOSE_CONV when its weights or bias are computed at run time: ONNX's [I, O/g, kh, kw]
+    weights become [O/g, kh, kw, I] through a TRANSPOSE op; a grouped one SPLITs them along I
+    (and the bias along O), as it does the input, into one TRANSPOSE_CONV per group."""
+    perm = (1, 2, 3, 0)
+    weights = (transpose(ctx, w_name, perm) if w is None
+               else ctx.constant(w_name, np.ascontiguousarray(np.transpose(w, perm))))
+    bias_name = b_name if not b_name or bias is None else ctx.constant(b_name, np.asarray(bias, np.float32))
+    if group == 1:
+        out_shape = ctx.constant("output_shape", np.array(ctx.shape(out), np.int32))
+        ctx.add_op("TRANSPOSE_CONV", [out_shape, weights, x_nhwc] + ([bias_name] if bias_name else []),
+                   [out], options)
+        return
+    w_shape, out_shape = ctx.shape(weights), ctx.shape(out)
+    per_in, per_out = w_shape[3] // group, out_shape[3] // group
+
+    def split(name, axis, shape):
+        parts = [ctx.tensor(f"{name}_g{g}", shape, ctx.dtype(name)) for g in range(group)]
+        ctx.add_op("SPLIT", [ctx.constant("axis", np.array(axis, np.int32)), name], parts,
+                   {"num_splits": group})
+        return parts
+
+    weight_parts = split(weights, 3, w_shape[:3] + (per_in,))
+    bias_parts = split(bias_name, 0, (per_out,)) if bias_name else [""] * group
+    in_shape = ctx.shape(x_nhwc)
+    parts_in = split(x_nhwc, 3, in_shape[:3] + (in_shape[3] // group,))
+    parts_out = []
+    for g in range(group):
+        part = ctx.tensor(f"{y}_g{g}", out_shape[:3] + (per_out,), ctx.dtype(y))
+        shape = ctx.constant("output_shape", np.array(ctx.shape(part), np.int32))
+        ctx.add_op("TRANSPOSE_CONV", [shape, weight_parts[g], parts_in[g]]
+                   + ([bias_parts[g]] if bias_parts[g] else []), [part], options)
+        parts_out.append(part)
+    ctx.add_op("CONCATENATION", parts_out, [out], {"axis": 3})
 
 
 def _transpose_conv(ctx, x_nhwc, w, bias, w_hint, b_hint, out, options):

@@ -93,3 +93,64 @@ def test_batch_norm_and_relu_fold_into_the_transpose_conv():
     flatbuffer, report = assert_matches_onnxruntime(model)
     assert report.op_counts == {"TRANSPOSE_CONV": 1}
     assert _op_versions(flatbuffer)["TRANSPOSE_CONV"] == 4  # fused activation
+
+
+# --- weights or bias computed at run time -------------------------------------------------------
+def _computed(parameters, attrs, **kwargs):
+    """_model's ConvTranspose with the parameters named in `parameters` ("w", "b") computed at
+    run time: multiplied by a second input s [1]."""
+    model = _model(attrs, **kwargs)
+    graph, node = model.graph, model.graph.node[-1]
+    node.name = "deconv"
+    graph.input.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, [1]))
+    for k, name in enumerate(["w", "b"]):
+        if name in parameters:
+            graph.node.insert(0, helper.make_node("Mul", [name, "s"], [name + "_s"]))
+            node.input[k + 1] = name + "_s"
+    return model
+
+
+def _computed_feeds(model):
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    return {"x": RNG.standard_normal(shape).astype(np.float32), "s": np.array([0.8], np.float32)}
+
+
+COMPUTED = [
+    ({"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, {}),  # VALID + crop
+    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, {"conv_before": True}),
+    ({"strides": [2, 2]}, {"group": 2}),
+    ({"strides": [2]}, {"x_shape": (1, 4, 7), "kernel": (3,)}),  # 1-D
+]
+
+
+@pytest.mark.parametrize("attrs,kwargs", COMPUTED, ids=["crop", "same", "grouped", "1d"])
+@pytest.mark.parametrize("parameters", ["w", "b", "wb"])
+def test_computed_weights_or_bias_are_read_as_tensors(attrs, kwargs, parameters):
+    """TRANSPOSE_CONV takes weights and a bias computed at run time (a TRANSPOSE lays the weights
+    out as [O, kh, kw, I]; a grouped one SPLITs them per group)."""
+    model = _computed(parameters, attrs, **kwargs)
+    _, report = assert_matches_onnxruntime(model, _computed_feeds(model), rtol=1e-4, atol=1e-4)
+    assert report.op_counts.get("TRANSPOSE_CONV") == kwargs.get("group", 1), report.op_counts
+
+
+def test_computed_weights_stay_float_under_quantize(tmp_path):
+    """The int8 TRANSPOSE_CONV needs constant weights: the op stays float, saying why."""
+    from tests.harness import calibration_set, convert_quantized
+
+    model = _computed("w", {"strides": [2, 2]})
+    calibration = calibration_set(model)
+    calibration["s"] = abs(calibration["s"]) + 0.5
+    _, report = convert_quantized(model, calibration, tmp_path)
+    reasons = {f.op: f.reason for f in report.quantization.float_ops}
+    assert any("TRANSPOSE_CONV" in op and "are not a float32 constant" in reason
+               for op, reason in reasons.items()), reasons
+
+
+def test_dilation_with_computed_weights_is_refused_in_one_line(tmp_path):
+    from tests.test_validate import _assert_refused, _convert
+
+    model = _computed("w", {"dilations": [2, 2]})
+    result, source, out = _convert(tmp_path, model)
+    _assert_refused(result, source, model.SerializeToString(), out,
+                    ["node 'deconv' (ConvTranspose): dilations [2, 2] with weights 'w_s' computed at "
+                     "run time", "make the weights an initializer"])
