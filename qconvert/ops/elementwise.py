@@ -1,14 +1,17 @@
-"""Elementwise binary ops with numpy broadcasting: Add, Sub, Mul, Div, Max, Min, Sum, Pow, Mean.
+"""Elementwise binary ops with numpy broadcasting: Add, Sub, Mul, Div, Max, Min, Sum, Pow, Mean,
+Mod.
 
 TFLite's binary kernels broadcast like numpy, so the ONNX node maps one to one; n-ary Sum/Max/Min
-become a chain.
+become a chain. Mod is FLOOR_MOD (fmod=0) or C's fmod built from it (fmod=1).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .layout import reshape
 from .registry import FREE_BINARY, FREE_BINARY16, QuantRule, onnx_op, tflite_op
+from .tile import broadcast_to
 from .versions import (
     INT8,
     INT16,
@@ -105,6 +108,10 @@ tflite_op("MAXIMUM", evaluate=_binary(np.maximum), layout="elementwise", version
 tflite_op("MINIMUM", evaluate=_binary(np.minimum), layout="elementwise", version=_max_min_version,
           quant=QuantRule(activations=(0, 1), output="same", int16=True))
 tflite_op("POW", evaluate=_binary(np.power), layout="elementwise")
+# FLOOR_MOD: C's remainder, plus the divisor where the two signs differ (numpy's np.mod computes
+# the same way, to the bit); int32, int64 and float32 kernels, broadcasting up to rank 4.
+tflite_op("FLOOR_MOD", options="FloorModOptions", evaluate=_binary(np.mod), layout="elementwise",
+          version=by_input_dtype({np.int8: 2, np.int16: 2}))
 tflite_op("SQUARED_DIFFERENCE", quant=FREE_BINARY, evaluate=_binary(lambda a, b: (a - b) ** 2), layout="elementwise",
           version=by_input_dtype({np.int8: 2}))
 
@@ -157,3 +164,113 @@ def import_nary(node, ctx):
         current = out
     if node.op_type == "Mean":
         ctx.add_op("MUL", [final, ctx.constant("inv_count", np.array(1.0 / len(inputs), ctx.dtype(y)))], [y])
+
+
+def _broadcast_within_rank_4(ctx, inputs: list[str], y: str) -> list[str]:
+    """FLOOR_MOD broadcasts up to rank 4: beyond, unequal shapes are first made the output's
+    (BROADCAST_TO, after a RESHAPE adding leading 1s to a lower rank)."""
+    shape = tuple(ctx.shape(y))
+    if len(shape) <= 4 or all(tuple(ctx.shape(n)) == shape for n in inputs):
+        return inputs
+    made = []
+    for name in inputs:
+        if tuple(ctx.shape(name)) != shape:
+            full = (1,) * (len(shape) - ctx.rank(name)) + tuple(ctx.shape(name))
+            name = broadcast_to(ctx, reshape(ctx, name, full) if full != ctx.shape(name) else name, shape)
+        made.append(name)
+    return made
+
+
+@onnx_op("Mod")
+def import_mod(node, ctx):
+    """fmod=0: FLOOR_MOD (the result takes the divisor's sign). fmod=1: C's fmod (the dividend's
+    sign). For floats it is sign(x) * FLOOR_MOD(|x|, |y|): on non-negative operands FLOOR_MOD is
+    C's fmod itself, and abs and negation are exact (a correction by adding y would round). For
+    integers it is FLOOR_MOD minus y where the remainder is non-zero and its sign differs from
+    x's, exact over the whole int32 range (|x| would overflow at its minimum); an integer divisor
+    of -1 becomes 1 (same remainder, 0) so that the kernel never computes int32's minimum % -1.
+    An integer divisor that is a constant with a zero is refused: TFLite's kernel fails on it,
+    ONNX leaves it undefined."""
+    a, b = node.inputs[:2]
+    y = node.outputs[0]
+    ctx.check_broadcast([a, b], y)
+    dtype = np.dtype(ctx.dtype(a))
+    if dtype != np.dtype(ctx.dtype(b)):
+        raise ctx.error(f"inputs have dtypes {dtype} and {np.dtype(ctx.dtype(b))}; Mod needs one")
+    if dtype.kind not in "fi":
+        raise ctx.error(f"inputs have dtype {dtype}; FLOOR_MOD computes int32, int64 and float32")
+    fmod = bool(node.attr("fmod", 0))
+    if dtype.kind == "f" and not fmod and ctx.opset < 28:
+        raise ctx.error(f"fmod=0 with float inputs is invalid before opset 28 (this model: "
+                        f"opset {ctx.opset}); float inputs need fmod=1")
+    divisor = ctx.const(b)
+    if dtype.kind == "i" and divisor is not None and np.any(divisor == 0):
+        raise ctx.error(f"the integer divisor (input {b!r}) holds a 0: the remainder is undefined")
+    float_fmod = fmod and dtype.kind == "f"
+    if float_fmod:  # |b|, before any broadcast (a constant's is computed here)
+        b = _absolute(ctx, b, divisor)
+    elif dtype.kind == "i":
+        b = _minus_one_as_one(ctx, b, divisor)
+    a, b = _broadcast_within_rank_4(ctx, [a, b], y)
+    if not fmod:
+        ctx.add_op("FLOOR_MOD", [a, b], [y])
+    elif float_fmod:
+        _float_fmod(ctx, a, b, y)
+    else:
+        _int_fmod(ctx, a, b, y)
+
+
+def _minus_one_as_one(ctx, b: str, value) -> str:
+    """An integer divisor with -1 made 1: any x modulo either is 0, and TFLite's FLOOR_MOD
+    computes C's % first, which traps (SIGFPE, the process dies) on int32's minimum % -1."""
+    if value is not None:
+        return ctx.constant("divisor", np.where(value == -1, 1, value).astype(value.dtype))
+    dtype = ctx.dtype(b)
+    is_minus_one = ctx.tensor(b + "_is_minus_one", ctx.shape(b), np.bool_)
+    ctx.add_op("EQUAL", [b, ctx.constant("minus_one", np.array(-1, dtype))], [is_minus_one])
+    safe = ctx.tensor(b + "_safe", ctx.shape(b), dtype)
+    ctx.add_op("SELECT_V2", [is_minus_one, ctx.constant("one", np.array(1, dtype)), b], [safe])
+    return safe
+
+
+def _absolute(ctx, x: str, value) -> str:
+    """|x|: computed here for a constant `value`, else an ABS."""
+    if value is not None:
+        return ctx.constant("divisor_abs", np.abs(value))
+    out = ctx.tensor(x + "_abs", ctx.shape(x), ctx.dtype(x))
+    ctx.add_op("ABS", [x], [out])
+    return out
+
+
+def _float_fmod(ctx, a: str, b_magnitude: str, y: str) -> None:
+    """sign(a) * FLOOR_MOD(|a|, |b|) as SELECT_V2(a < 0, -m, m); b_magnitude is |b|."""
+    shape, dtype = ctx.shape(y), ctx.dtype(y)
+    magnitude = _absolute(ctx, a, None)
+    m = ctx.tensor(y + "_magnitude", shape, dtype)
+    ctx.add_op("FLOOR_MOD", [magnitude, b_magnitude], [m])
+    negative = ctx.tensor(a + "_negative", ctx.shape(a), np.bool_)
+    ctx.add_op("LESS", [a, ctx.constant("zero", np.zeros((), dtype))], [negative])
+    negated = ctx.tensor(y + "_negated", shape, dtype)
+    ctx.add_op("NEG", [m], [negated])
+    ctx.add_op("SELECT_V2", [negative, negated, m], [y])
+
+
+def _int_fmod(ctx, a: str, b: str, y: str) -> None:
+    """r = FLOOR_MOD(a, b); SELECT_V2(r != 0 and (r < 0) != (a < 0), r - b, r)."""
+    shape, dtype = ctx.shape(y), ctx.dtype(y)
+    zero = ctx.constant("zero", np.zeros((), dtype))
+    r = ctx.tensor(y + "_floor_mod", shape, dtype)
+    ctx.add_op("FLOOR_MOD", [a, b], [r])
+    nonzero = ctx.tensor(y + "_nonzero", shape, np.bool_)
+    ctx.add_op("NOT_EQUAL", [r, zero], [nonzero])
+    r_negative = ctx.tensor(y + "_negative", shape, np.bool_)
+    ctx.add_op("LESS", [r, zero], [r_negative])
+    a_negative = ctx.tensor(a + "_negative", ctx.shape(a), np.bool_)
+    ctx.add_op("LESS", [a, zero], [a_negative])
+    signs_differ = ctx.tensor(y + "_signs_differ", shape, np.bool_)
+    ctx.add_op("NOT_EQUAL", [r_negative, a_negative], [signs_differ])
+    fix = ctx.tensor(y + "_fix", shape, np.bool_)
+    ctx.add_op("LOGICAL_AND", [nonzero, signs_differ], [fix])
+    fixed = ctx.tensor(y + "_fixed", shape, dtype)
+    ctx.add_op("SUB", [r, b], [fixed])
+    ctx.add_op("SELECT_V2", [fix, fixed, r], [y])
