@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     lrn,
     lstm,
     norms,
+    onehot,
     pad,
     pool,
     quantize,
