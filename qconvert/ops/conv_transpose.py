@@ -4,8 +4,8 @@ TRANSPOSE_CONV.
 ONNX W [I, O/g, kh, kw] becomes TFLite's [O, kh, kw, I] at import. Dilation is folded into the
 weights (zeros between the taps give the same scatter), since TRANSPOSE_CONV has none. Weights or a
 bias computed at run time are tensors TRANSPOSE_CONV reads (a TRANSPOSE op lays the weights out,
-SPLIT ops cut them per group); dilation then needs constant weights, and under --quantize such an
-op stays float (its int8 kernel needs constant weights).
+SPLIT ops cut them per group, PAD ops dilate them); under --quantize such an op stays float (its
+int8 kernel needs constant weights).
 
 Padding: ONNX output[o] = full[o + pad_begin], where `full` is the un-cropped transposed conv
 (zero beyond its end, which output_padding/output_shape can reach). TFLite's kernel computes the
@@ -22,6 +22,7 @@ import numpy as np
 from ..ir import channels_last_name
 from .layout import from_channels_last, reshape, to_channels_last, transpose
 from .registry import QuantRule, onnx_op, tflite_op
+from .slice import slice_tensor
 from .versions import INT8, INT16, input_dtype
 
 
@@ -155,11 +156,10 @@ def import_conv_transpose(node, ctx):
                         f"group {group} take {w_shape[0]}")
     if bias_shape is not None and tuple(bias_shape) != (w_shape[1] * group,):
         raise ctx.error(f"bias of shape {list(bias_shape)} for {w_shape[1] * group} output channels")
-    if w is None and any(d != 1 for d in dilations):
-        raise ctx.error(f"dilations {dilations[-1:] if one_d else dilations} with weights "
-                        f"{w_name!r} computed at run time: TRANSPOSE_CONV has no dilation, and qconvert "
-                        "folds it into constant weights only; make the weights an initializer")
-    if w is not None:
+    if w is None:
+        w_name = _dilate_computed(ctx, w_name, dilations)
+        w_shape = ctx.shape(w_name)
+    else:
         w = _dilate(w, dilations)
         w_shape = w.shape
     kernel, in_spatial = w_shape[2:], ctx.shape(x)[2:]
@@ -193,6 +193,25 @@ def import_conv_transpose(node, ctx):
         size = np.array(ctx.shape(inner), np.int32)
         ctx.add_op("SLICE", [conv_out, ctx.constant("begin", begin), ctx.constant("size", size)], [inner])
     from_channels_last(ctx, inner, y)
+
+
+def _dilate_computed(ctx, w_name: str, dilations) -> str:
+    """_dilate for weights computed at run time: per dilated axis, a new axis after it PADded
+    with dilation-1 zeros, merged into it by a RESHAPE, and the zeros after the last tap SLICEd
+    off."""
+    for axis, d in ((2, dilations[0]), (3, dilations[1])):
+        if d == 1:
+            continue
+        shape = list(ctx.shape(w_name))
+        spread = reshape(ctx, w_name, shape[:axis + 1] + [1] + shape[axis + 1:])
+        widths = np.zeros((5, 2), np.int32)
+        widths[axis + 1, 1] = d - 1
+        padded = ctx.tensor(w_name + "_spread", shape[:axis + 1] + [d] + shape[axis + 1:], ctx.dtype(w_name))
+        ctx.add_op("PAD", [spread, ctx.constant("paddings", widths)], [padded])
+        merged = reshape(ctx, padded, shape[:axis] + [shape[axis] * d] + shape[axis + 1:])
+        size = shape[:axis] + [(shape[axis] - 1) * d + 1] + shape[axis + 1:]
+        w_name = slice_tensor(ctx, merged, [0] * 4, size)
+    return w_name
 
 
 def _computed_transpose_conv(ctx, x_nhwc, w_name, w, b_name, bias, group, options, out, y):

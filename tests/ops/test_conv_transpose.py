@@ -120,14 +120,16 @@ COMPUTED = [
     ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, {"conv_before": True}),
     ({"strides": [2, 2]}, {"group": 2}),
     ({"strides": [2]}, {"x_shape": (1, 4, 7), "kernel": (3,)}),  # 1-D
+    ({"strides": [2, 1], "dilations": [2, 3]}, {"group": 2}),  # PADs dilate the weights
+    ({"dilations": [2]}, {"x_shape": (1, 4, 7), "kernel": (3,)}),
 ]
 
 
-@pytest.mark.parametrize("attrs,kwargs", COMPUTED, ids=["crop", "same", "grouped", "1d"])
+@pytest.mark.parametrize("attrs,kwargs", COMPUTED, ids=["crop", "same", "grouped", "1d", "dilated", "dilated-1d"])
 @pytest.mark.parametrize("parameters", ["w", "b", "wb"])
 def test_computed_weights_or_bias_are_read_as_tensors(attrs, kwargs, parameters):
     """TRANSPOSE_CONV takes weights and a bias computed at run time (a TRANSPOSE lays the weights
-    out as [O, kh, kw, I]; a grouped one SPLITs them per group)."""
+    out as [O, kh, kw, I]; a grouped one SPLITs them per group; PADs dilate them)."""
     model = _computed(parameters, attrs, **kwargs)
     _, report = assert_matches_onnxruntime(model, _computed_feeds(model), rtol=1e-4, atol=1e-4)
     assert report.op_counts.get("TRANSPOSE_CONV") == kwargs.get("group", 1), report.op_counts
@@ -144,13 +146,3 @@ def test_computed_weights_stay_float_under_quantize(tmp_path):
     reasons = {f.op: f.reason for f in report.quantization.float_ops}
     assert any("TRANSPOSE_CONV" in op and "are not a float32 constant" in reason
                for op, reason in reasons.items()), reasons
-
-
-def test_dilation_with_computed_weights_is_refused_in_one_line(tmp_path):
-    from tests.test_validate import _assert_refused, _convert
-
-    model = _computed("w", {"dilations": [2, 2]})
-    result, source, out = _convert(tmp_path, model)
-    _assert_refused(result, source, model.SerializeToString(), out,
-                    ["node 'deconv' (ConvTranspose): dilations [2, 2] with weights 'w_s' computed at "
-                     "run time", "make the weights an initializer"])
