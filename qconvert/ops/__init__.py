@@ -22,6 +22,7 @@ from . import (  # noqa: F401
     reduce,
     reshape,
     resize,
+    scatter,
     slice,
     softmax,
     space_depth,
