@@ -196,3 +196,21 @@ def test_inconsistent_shapes_are_refused(op_type, data_shape, indices, updates_s
     model = scatter_model(op_type, floats(data_shape), np.array(indices, np.int64), floats(updates_shape),
                           dynamic, **attrs)
     refused(model, match)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["constant", "dynamic"])
+def test_scatter_nd_into_a_conv_output(dynamic):
+    """Data a 4-D activation (NHWC inside the graph): channel 1 of batch 0 replaced."""
+    w = RNG.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    indices = np.array([[0, 1]], np.int64)
+    inputs = {"x": (F, (1, 2, 4, 4)), "u": (F, (1, 4, 4))}
+    inits = {"w": w}
+    if dynamic:
+        inputs["i"] = (I64, indices.shape)
+    else:
+        inits["i"] = indices
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                        helper.make_node("ScatterND", ["c", "i", "u"], ["y"])],
+                       inputs, {"y": F}, inits, opset=16)
+    feeds = {"x": floats((1, 2, 4, 4)), "u": floats((1, 4, 4)), **({"i": indices} if dynamic else {})}
+    assert_matches_onnxruntime(model, feeds, rtol=1e-4, atol=1e-4)
