@@ -206,6 +206,8 @@ def _computed_slice(node, ctx, names) -> None:
         """The rank-long vector of one parameter: entry axes[i] from `name`'s i-th value, the
         others `default`; a constant when `name` is one, else GATHERed from it at run time."""
         value = ctx.const(name) if name else np.full(count, default, np.int32)
+        if value is not None and value.size != count:
+            raise ctx.error(f"Slice {hint} has {value.size} values for {count} sliced axes")
         if value is not None:
             vector = np.full(rank, default, np.int32)
             vector[axes] = np.asarray(value, np.int32).reshape(-1)
