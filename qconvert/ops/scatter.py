@@ -118,8 +118,8 @@ def _combine_by_segments(ctx, node, data: str, coords, updates: str, reduction: 
     rows = _reshaped(ctx, updates, (count,) + trailing)
     positions = int(np.prod(prefix))
     combined = ctx.tensor(y + "_segments", (positions,) + trailing, dtype)
-    ctx.add_op(_SEGMENT[reduction], [rows, ids, ctx.constant("num_segments", np.array([positions], np.int32))],
-               [combined])
+    num_segments = ctx.constant("num_segments", np.array([positions], np.int32))
+    ctx.add_op(_SEGMENT[reduction], [rows, ids, num_segments], [combined])
     combined = _reshaped(ctx, combined, shape)
     if reduction == "mul":
         ctx.add_op("MUL", [data, combined], [y])

@@ -137,9 +137,10 @@ def test_runtime_depth_is_refused():
     refused(model, "depth .input 'depth.*must be a constant")
 
 
-@pytest.mark.parametrize("depth,match", [(np.array([3, 4], np.int64), "'depth' must have at most one element"),
-                                         (np.array(0, np.int64), "is 0; it must be a positive int32 count")],
-                         ids=["two-elements", "zero"])
+@pytest.mark.parametrize("depth,match", [
+    (np.array([3, 4], np.int64), "'depth' must have at most one element"),
+    (np.array(0, np.int64), "is 0; it must be a positive int32 count"),
+], ids=["two-elements", "zero"])
 def test_bad_depth_is_refused(depth, match):
     """(ONNX shape inference finds a depth of two elements before the importer.)"""
     refused(one_hot_model((4,), depth=depth), match)

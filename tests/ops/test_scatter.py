@@ -116,8 +116,8 @@ def test_scatter_elements(axis, reduction, dynamic):
     dim = data.shape[axis]
     shape[axis] = 2
     if reduction == "none":  # distinct positions along the axis for each line
-        indices = np.moveaxis(np.broadcast_to(np.array([-1, 0]), shape[:axis % 3] + shape[axis % 3 + 1:] + [2]),
-                              -1, axis % 3).astype(np.int64)
+        lines = shape[:axis % 3] + shape[axis % 3 + 1:]
+        indices = np.moveaxis(np.broadcast_to(np.array([-1, 0]), lines + [2]), -1, axis % 3).astype(np.int64)
     else:
         indices = RNG.integers(-dim, dim, shape).astype(np.int64)
     updates = floats(shape)
@@ -176,11 +176,9 @@ def test_constant_indices_out_of_range_are_refused(op_type, indices):
 
 
 def test_bool_data_is_refused():
-    data = np.zeros((3, 2), np.bool_)
     model = make_model([helper.make_node("ScatterND", ["d", "i", "u"], ["y"], name="scatter")],
                        {"d": (B, (3, 2)), "u": (B, (1, 2))}, {"y": B}, {"i": np.array([[0]], np.int64)},
                        opset=16)
-    assert data.dtype == np.bool_
     refused(model, "SCATTER_ND writes float32 and int32 only")
 
 
