@@ -47,11 +47,13 @@ def import_constant(node, ctx):
 
 @onnx_op("Range")
 def import_range(node, ctx):
-    raise ctx.error("Range with non-constant inputs is not supported: its length would depend on "
-                    "computed values, and qconvert converts static graphs only")
+    raise ctx.error("Range's start, limit or delta is computed at run time, so its output's length "
+                    "follows from values and TFLite needs it known: make them constants, or compute "
+                    "them from constants and input shapes only (the loader folds those)")
 
 
 @onnx_op("ConstantOfShape")
 def import_constant_of_shape(node, ctx):
-    raise ctx.error("ConstantOfShape with a non-constant shape input is not supported: qconvert "
-                    "converts static graphs only (pin dynamic input dimensions with --input-shape)")
+    raise ctx.error("ConstantOfShape's shape is computed at run time, so its output's shape follows "
+                    "from values and TFLite needs it known: compute it from constants and input "
+                    "shapes only (the loader folds those; pin dynamic dimensions with --input-shape)")
