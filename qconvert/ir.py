@@ -88,6 +88,8 @@ class Operator:
     `options` holds the fields of the op's TFLite options table by their schema names
     (e.g. {"stride_w": 2}); the fused activation lives apart because transformations change it.
     `source` is the ONNX node the op came from, for error messages.
+    `subgraphs` holds the bodies of a control-flow op (IF, WHILE) as Models of their own, by the
+    options field that the writer sets to their subgraph index ("then_subgraph_index"...).
     Under --quantize, `quantized` names the activation type of the quantized kernel the op runs
     ("int8", or "int16" for a 16x8 kernel; "" when it runs float), and `float_reason` says why one
     that handles float tensors stays float (both set by the quantize_activations step).
@@ -101,6 +103,7 @@ class Operator:
     source: str = ""
     quantized: str = ""
     float_reason: str = ""
+    subgraphs: dict = field(default_factory=dict)
 
 
 class OperatorSequence(tuple):
@@ -169,8 +172,9 @@ class Model:
         other._suffix = self._suffix
         other.reserved = self.reserved  # fixed once the model is loaded
         for op in self.operators:
-            other.add_operator(dataclasses.replace(op, inputs=list(op.inputs), outputs=list(op.outputs),
-                                                   options=copy.deepcopy(op.options)))
+            other.add_operator(dataclasses.replace(
+                op, inputs=list(op.inputs), outputs=list(op.outputs), options=copy.deepcopy(op.options),
+                subgraphs={field: graph.copy() for field, graph in op.subgraphs.items()}))
         return other
 
     def add_array(self, hint: str, shape, dtype, data: np.ndarray | None = None) -> str:
@@ -395,6 +399,16 @@ class Model:
         self.remove_operator(op)
         self.rename_tensor(src, dst)
         return True
+
+    def subgraphs(self) -> list[Model]:
+        """The bodies of its control-flow ops, nested ones too, in the order the writer numbers
+        them (after the model itself, subgraph 0): breadth first, in execution order."""
+        found, k = [self], 0
+        while k < len(found):
+            for op in found[k].operators:
+                found.extend(op.subgraphs.values())
+            k += 1
+        return found[1:]
 
     # --- whole-graph passes (each O(ops + arrays)) --------------------------------------------
     def remove_unused(self) -> bool:

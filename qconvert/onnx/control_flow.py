@@ -17,6 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
+from ..ir import Model, Operator
 
 CONTROL_OPS = ("If", "Loop", "Scan")
 # Unrolling bound: a Loop or Scan is unrolled when it runs at most this many iterations and its
@@ -338,3 +339,253 @@ def flatten(graph) -> bool:
             changed = True
     graph.nodes = kept
     return changed
+
+
+# --- run-time control flow: TFLite IF and WHILE ------------------------------------------------
+
+def is_runtime_control(node: onnx.NodeProto) -> bool:
+    """An If or Loop that flattening left: it becomes a TFLite IF or WHILE."""
+    return node.op_type in ("If", "Loop") and node.domain in ("", "ai.onnx")
+
+
+def loop_output_shapes(graph) -> list[onnx.ValueInfoProto]:
+    """The loop-carried outputs of the graph's Loops typed as their initial values, for shape
+    inference (which leaves them without a shape, and the nodes reading them too): WHILE keeps
+    a loop-carried value's shape (the importer refuses a body that changes it)."""
+    shapes = []
+    for node in graph.nodes:
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
+            continue
+        for initial, output in zip(node.input[2:], node.output):
+            if output and initial in graph.shapes and initial in graph.dtypes:
+                shapes.append(helper.make_tensor_value_info(
+                    output, helper.np_dtype_to_tensor_dtype(graph.dtypes[initial]), graph.shapes[initial]))
+    return shapes
+
+
+class _Outer:
+    """What the importer of a control-flow node needs from the loader: its graph (`_Graph`),
+    the model being built, ensure_array, the aliases of narrowed graph inputs, and `load`
+    itself for the bodies (passed in: this module may not import the loader, which imports it)."""
+
+    def __init__(self, graph, model, ensure_array, aliases, load, node, label):
+        self.graph, self.model, self.ensure_array, self.aliases = graph, model, ensure_array, aliases
+        self.load, self.node, self.label = load, node, label
+
+    def error(self, message: str) -> ConversionError:
+        return ConversionError(f"node {self.label!r} ({self.node.op_type}): {message}")
+
+    def array(self, name: str) -> str:
+        """The model's array holding outer value `name` (created if needed)."""
+        self.ensure_array(name, f"input of node {self.label!r} ({self.node.op_type})")
+        return self.aliases.get(name, name)
+
+    def captured(self, bodies) -> tuple[list[str], dict[str, np.ndarray]]:
+        """The outer values the bodies read: activations (explicit subgraph inputs, in order) and
+        constants (copied into the bodies)."""
+        activations, constants = [], {}
+        for body in bodies:
+            for name in free_names(body):
+                if name in self.graph.constants:
+                    constants[name] = self.graph.constants[name]
+                elif name not in activations:
+                    activations.append(name)
+        return activations, constants
+
+    def load_body(self, body: onnx.GraphProto, inputs: list[tuple[str, int, tuple]],
+                  constants: dict[str, np.ndarray], outputs) -> Model:
+        """`body` as a Model of its own, loaded by the loader: `inputs` (name, ONNX element type,
+        shape) are its inputs, `constants` the outer constants it reads, `outputs` its outputs
+        (ValueInfos). The Model's inputs and outputs are in the graph's internal dtypes (int32 for
+        int64...), as the outer tensors that the control-flow op passes are."""
+        for v in outputs:
+            if v.type.WhichOneof("value") not in (None, "tensor_type"):
+                raise self.error(f"its body {body.name!r} gives {v.name!r} as a "
+                                 f"{v.type.WhichOneof('value').removesuffix('_type')}; qconvert "
+                                 "converts tensors only")
+        graph = helper.make_graph(
+            list(body.node), body.name or "body",
+            [helper.make_tensor_value_info(name, elem, list(shape)) for name, elem, shape in inputs],
+            [helper.make_tensor_value_info(v.name, 0, None) for v in outputs],
+            [numpy_helper.from_array(np.asarray(value), name) for name, value in constants.items()]
+            + list(body.initializer))
+        proto = self.graph.proto
+        model = helper.make_model(graph, opset_imports=list(proto.opset_import),
+                                  ir_version=max(proto.ir_version, 4))
+        model.functions.extend(proto.functions)
+        try:
+            loaded = self.load(model, {name: tuple(shape) for name, _, shape in inputs})
+        except ConversionError as e:
+            raise self.error(f"in its body {body.name!r}: {e}") from None
+        return _internal_boundary(loaded)
+
+    def elem_type(self, name: str) -> int:
+        return helper.np_dtype_to_tensor_dtype(self.graph.dtypes[name])
+
+
+def _internal_boundary(model: Model) -> Model:
+    """Drops the CASTs the loader puts at a graph's inputs and outputs (int64 <-> int32): a
+    body's boundary tensors are the outer graph's, which are narrowed already."""
+    for k, name in enumerate(model.inputs):
+        for op in model.consumers(name):
+            if op.type == "CAST" and op.source == f"input {name}":
+                model.remove_operator(op)
+                model.inputs[k] = op.outputs[0]
+                del model.arrays[name]
+    for k, name in enumerate(model.outputs):
+        op = model.producer(name)
+        if op is not None and op.type == "CAST" and op.source == f"output {name}":
+            inner = op.inputs[0]
+            if model.arrays[inner].is_constant:  # a constant output keeps its CAST, narrowed
+                array = model.arrays[name]
+                array.dtype = model.arrays[inner].dtype
+                op.options = {"in_data_type": array.dtype, "out_data_type": array.dtype}
+                continue
+            model.remove_operator(op)
+            model.outputs[k] = inner
+            del model.arrays[name]
+    model.remove_unused()
+    return model
+
+
+def import_control(node: onnx.NodeProto, label: str, graph, model: Model, ensure_array,
+                   aliases: dict[str, str], load) -> None:
+    """An If as a TFLite IF, a Loop as a TFLite WHILE (see _import_if, _import_loop); `load` is
+    loader.load, for the bodies."""
+    outer = _Outer(graph, model, ensure_array, aliases, load, node, label)
+    if node.op_type == "If":
+        _import_if(outer)
+    else:
+        _import_loop(outer)
+
+
+def _output_array(outer: _Outer, name: str, shape, dtype) -> None:
+    """The op's output `name`, shaped as its body makes it (shape inference may not know it)."""
+    model = outer.model
+    if name in model.arrays:
+        if model.arrays[name].shape != tuple(shape):
+            raise outer.error(f"output {name!r} has shape {list(model.arrays[name].shape)} by ONNX "
+                              f"shape inference and {list(shape)} by its body")
+        return
+    model.add_named_array(name, shape, dtype)
+
+
+def _import_if(outer: _Outer) -> None:
+    node = outer.node
+    cond = outer.array(node.input[0])
+    if outer.model.arrays[cond].dtype != np.bool_ or int(np.prod(outer.model.arrays[cond].shape)) != 1:
+        raise outer.error(f"condition {node.input[0]!r} is not one bool")
+    branches = [_attr(node, "then_branch"), _attr(node, "else_branch")]
+    captured, constants = outer.captured(branches)
+    arrays = [outer.array(name) for name in captured]
+    inputs = [(name, outer.elem_type(name), outer.model.arrays[a].shape) for name, a in zip(captured, arrays)]
+    bodies = [outer.load_body(branch, inputs, constants, branch.output) for branch in branches]
+    then, other = bodies
+    outputs = []
+    for k, name in enumerate(node.output):
+        a, b = then.arrays[then.outputs[k]], other.arrays[other.outputs[k]]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise outer.error(f"its branches give output {k} as {a.dtype}{list(a.shape)} and "
+                              f"{b.dtype}{list(b.shape)}; TFLite's IF needs one static shape and type")
+        if not name:
+            name = outer.model.add_array(f"{outer.label}_unused", a.shape, a.dtype)
+        _output_array(outer, name, a.shape, a.dtype)
+        outputs.append(name)
+    outer.model.add_operator(Operator(
+        "IF", [cond] + arrays, outputs, source=outer.label, float_reason=FLOAT_REASON,
+        subgraphs={"then_subgraph_index": then, "else_subgraph_index": other}))
+
+
+FLOAT_REASON = "control flow runs float"
+
+
+def _import_loop(outer: _Outer) -> None:
+    node, model = outer.node, outer.model
+    body = _attr(node, "body")
+    trip = node.input[0] if node.input else ""
+    cond = node.input[1] if len(node.input) > 1 else ""
+    initial = list(node.input[2:])
+    n = len(initial)
+    if not trip and not cond:
+        raise outer.error("it has neither a trip count nor a condition: it never ends")
+    for name in node.output[n:]:
+        if name:
+            raise outer.error(
+                f"scan output {name!r} of a loop whose iteration count is known only at run time "
+                "has a data-dependent shape, which a static TFLite graph cannot hold (a loop with "
+                f"a constant trip count, a condition that stays true and at most "
+                f"{MAX_UNROLLED_ITERATIONS} iterations is unrolled)")
+    captured, constants = outer.captured([body])
+    carried = [outer.array(name) for name in initial]
+    arrays = [outer.array(name) for name in captured]
+    # Loop variables: [i, M, cond, v..., captured...]; M and cond are there when the node has them.
+    counter = model.add_constant(f"{outer.label}_iteration", np.array(0, dtype=np.int32))
+    trip_array = outer.array(trip) if trip else None
+    cond_array = outer.array(cond) if cond else model.add_constant(f"{outer.label}_cond",
+                                                                    np.array(True))
+    for name, a in (("trip count", trip_array), ("condition", cond_array)):
+        if a is not None and int(np.prod(model.arrays[a].shape)) != 1:
+            raise outer.error(f"its {name} {a!r} has shape {list(model.arrays[a].shape)}, not one value")
+    cond_shape = model.arrays[cond_array].shape
+    inputs = [(body.input[0].name, onnx.TensorProto.INT64, ()),
+              (body.input[1].name, onnx.TensorProto.BOOL, cond_shape)]
+    inputs += [(v.name, outer.elem_type(name), model.arrays[a].shape)
+               for v, name, a in zip(body.input[2:], initial, carried)]
+    inputs += [(name, outer.elem_type(name), model.arrays[a].shape) for name, a in zip(captured, arrays)]
+    step = outer.load_body(body, inputs, constants, body.output[:1 + n])
+    # The body as WHILE runs it: i + 1, M and the captured values passed on, the condition and
+    # the carried values from the ONNX body.
+    i_in, cond_in = step.inputs[0], step.inputs[1]
+    carried_in, captured_in = step.inputs[2:2 + n], step.inputs[2 + n:]
+    cond_out, carried_out = step.outputs[0], step.outputs[1:]
+    for k, (a, b) in enumerate(zip(carried_in, carried_out)):
+        if step.arrays[a].shape != step.arrays[b].shape or step.arrays[a].dtype != step.arrays[b].dtype:
+            raise outer.error(
+                f"loop-carried value {initial[k]!r} is {step.arrays[a].dtype}"
+                f"{list(step.arrays[a].shape)} before an iteration and {step.arrays[b].dtype}"
+                f"{list(step.arrays[b].shape)} after; TFLite's WHILE needs static shapes")
+    if step.arrays[cond_out].shape != cond_shape:
+        shaped = step.add_array("cond_reshaped", cond_shape, np.bool_)
+        shape = step.add_constant("cond_shape", np.array(cond_shape, dtype=np.int32))
+        step.add_operator(Operator("RESHAPE", [cond_out, shape], [shaped], source=outer.label))
+        cond_out = shaped
+    one = step.add_constant("one", np.array(1, dtype=np.int32))
+    i_next = step.add_array("iteration_next", (), np.int32)
+    step.add_operator(Operator("ADD", [i_in, one], [i_next], source=outer.label))
+    trip_in = [step.add_array("trip_count", model.arrays[trip_array].shape, np.int32)] if trip else []
+    step.inputs = [i_in] + trip_in + [cond_in] + carried_in + captured_in
+    step.outputs = [i_next] + trip_in + [cond_out] + carried_out + captured_in
+
+    check = Model()
+    loop_vars = [check.add_array("iteration", (), np.int32)]
+    if trip:
+        loop_vars.append(check.add_array("trip_count", model.arrays[trip_array].shape, np.int32))
+    loop_vars.append(check.add_array("cond", cond_shape, np.bool_))
+    for a in carried_in + captured_in:
+        loop_vars.append(check.add_array(a, step.arrays[a].shape, step.arrays[a].dtype))
+    check.inputs = list(loop_vars)
+    result = loop_vars[2 if trip else 1]
+    if trip:
+        below = check.add_array("below_trip_count", model.arrays[trip_array].shape, np.bool_)
+        check.add_operator(Operator("LESS", [loop_vars[0], loop_vars[1]], [below], source=outer.label))
+        result = below
+        if cond:
+            both = check.add_array("running", np.broadcast_shapes(model.arrays[trip_array].shape,
+                                                                    cond_shape), np.bool_)
+            check.add_operator(Operator("LOGICAL_AND", [below, loop_vars[2]], [both], source=outer.label))
+            result = both
+    check.outputs = [result]
+
+    op_inputs = [counter] + ([trip_array] if trip else []) + [cond_array] + carried + arrays
+    op_outputs, first = [], len(op_inputs) - n - len(arrays)  # where the carried values start
+    for k, a in enumerate(op_inputs):
+        target = node.output[k - first] if 0 <= k - first < min(n, len(node.output)) else ""
+        array = model.arrays[a]
+        if target:
+            _output_array(outer, target, array.shape, array.dtype)
+            op_outputs.append(target)
+        else:
+            op_outputs.append(model.add_array(f"{outer.label}_state", array.shape, array.dtype))
+    model.add_operator(Operator(
+        "WHILE", op_inputs, op_outputs, source=outer.label, float_reason=FLOAT_REASON,
+        subgraphs={"cond_subgraph_index": check, "body_subgraph_index": step}))

@@ -162,7 +162,8 @@ class _Graph:
         outputs by name only, or (`declared`) with their declared types and shapes."""
         outputs = (_declared_outputs(self.graph) if declared else
                    [helper.make_tensor_value_info(o.name, 0, None) for o in self.graph.output])
-        g = helper.make_graph(self.nodes, self.graph.name or "g", [], outputs)
+        g = helper.make_graph(self.nodes, self.graph.name or "g", [], outputs,
+                              value_info=control_flow.loop_output_shapes(self))
         for name in [i.name for i in self.inputs] + list(self.constants):
             value = self.constants.get(name)
             if value is not None and value.size <= _INFERENCE_DATA_LIMIT and value.dtype.kind in "fiub":
@@ -574,7 +575,7 @@ def load(source: OnnxFile | onnx.ModelProto,
     unsupported = []
     for node in graph.nodes:
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-        if key not in ONNX_IMPORTERS:
+        if key not in ONNX_IMPORTERS and not control_flow.is_runtime_control(node):
             unsupported.append(f"{graph.names[id(node)]} ({key})")
     if unsupported:
         raise ConversionError(
@@ -593,6 +594,7 @@ def load(source: OnnxFile | onnx.ModelProto,
         del probe
     aliases: dict[str, str] = {}
     consumed = {n for node in graph.nodes for n in node.input} | {o.name for o in proto.graph.output}
+    consumed |= control_flow.outer_reads(graph.nodes)
 
     def ensure_array(name: str, node_label: str) -> None:
         if not name or name in model.arrays or name in aliases:
@@ -628,6 +630,9 @@ def load(source: OnnxFile | onnx.ModelProto,
     for node in graph.nodes:
         node_name = graph.names[id(node)]
         label = f"output of node {node_name!r} ({node.op_type})"
+        if control_flow.is_runtime_control(node):
+            control_flow.import_control(node, node_name, graph, model, ensure_array, aliases, load)
+            continue
         for name in list(node.input) + list(node.output):
             ensure_array(name, label)
         ctx.node = OnnxNode(node_name, node.op_type,

@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     cast,
     compare,
     concat,
+    control_flow,
     conv,
     conv_transpose,
     elementwise,

@@ -78,6 +78,19 @@ class OpSummary:
 
 
 @dataclass
+class SubgraphSummary:
+    """One subgraph of the file: subgraph 0 is the main one; the others are the bodies of
+    control-flow ops (IF, WHILE), which refer to them by index."""
+
+    name: str
+    ops: list[tuple[str, int]]
+    tensors: list[TensorSummary]
+    inputs: list[int]
+    outputs: list[int]
+    operators: list[OpSummary] = field(default_factory=list)
+
+
+@dataclass
 class FileSummary:
     version: int
     description: str
@@ -87,6 +100,7 @@ class FileSummary:
     signature_inputs: list[str]
     signature_outputs: list[str]
     operators: list[OpSummary] = field(default_factory=list)
+    subgraphs: list[SubgraphSummary] = field(default_factory=list)  # every one, the main one first
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -99,7 +113,18 @@ def read(data: bytes) -> FileSummary:
     for i in range(model.OperatorCodesLength()):
         code = model.OperatorCodes(i)
         codes.append((op_name(builtin_code(code)), code.Version()))
-    graph = model.Subgraphs(0)
+    subgraphs = [_subgraph(model, model.Subgraphs(k), codes) for k in range(model.SubgraphsLength())]
+    main = subgraphs[0]
+    sig_in, sig_out = [], []
+    if model.SignatureDefsLength():
+        sig = model.SignatureDefs(0)
+        sig_in = [sig.Inputs(i).Name().decode() for i in range(sig.InputsLength())]
+        sig_out = [sig.Outputs(i).Name().decode() for i in range(sig.OutputsLength())]
+    return FileSummary(model.Version(), (model.Description() or b"").decode(), main.ops, main.tensors,
+                       model.BuffersLength(), sig_in, sig_out, main.operators, subgraphs)
+
+
+def _subgraph(model, graph, codes) -> SubgraphSummary:
     ops, operators = [], []
     for i in range(graph.OperatorsLength()):
         op = graph.Operators(i)
@@ -120,13 +145,9 @@ def read(data: bytes) -> FileSummary:
             summary.zero_points = [int(v) for v in q.ZeroPointAsNumpy()] if q.ZeroPointLength() else []
             summary.quantized_dimension = q.QuantizedDimension()
         tensors.append(summary)
-    sig_in, sig_out = [], []
-    if model.SignatureDefsLength():
-        sig = model.SignatureDefs(0)
-        sig_in = [sig.Inputs(i).Name().decode() for i in range(sig.InputsLength())]
-        sig_out = [sig.Outputs(i).Name().decode() for i in range(sig.OutputsLength())]
-    return FileSummary(model.Version(), (model.Description() or b"").decode(), ops, tensors,
-                       model.BuffersLength(), sig_in, sig_out, operators)
+    inputs = [int(x) for x in graph.InputsAsNumpy()] if graph.InputsLength() else []
+    outputs = [int(x) for x in graph.OutputsAsNumpy()] if graph.OutputsLength() else []
+    return SubgraphSummary((graph.Name() or b"").decode(), ops, tensors, inputs, outputs, operators)
 
 
 def buffer_data(data: bytes, index: int) -> np.ndarray:

@@ -1,6 +1,8 @@
 """Exporter: the IR becomes a TFLite flatbuffer (schema version 3, identifier "TFL3").
 
-Deterministic: tensors, buffers and operator codes are numbered in order of first use. Identical
+Deterministic: tensors, buffers and operator codes are numbered in order of first use. The
+bodies of control-flow ops (IF, WHILE) are further subgraphs after the main one (subgraph 0),
+numbered as Model.subgraphs lists them; all share the buffers and operator codes. Identical
 constant data is stored once: a buffer is just bytes, so tensors of any dtype and shape whose bytes
 are equal share one. Every data buffer starts at a file offset that is a multiple of 16
 (the schema's force_align, which the generated Python code does not honour by itself), so runtimes
@@ -74,13 +76,15 @@ def _option_value(field: str, value):
     return value
 
 
-def _options_object(op):
-    """The op's options table as a flatc object-API instance (or None)."""
+def _options_object(op, subgraph_numbers: dict[int, int]):
+    """The op's options table as a flatc object-API instance (or None); a control-flow op's
+    bodies by their subgraph numbers (`subgraph_numbers`: id of the Model -> index)."""
     opdef = TFLITE_OPS[op.type]
     if opdef.options is None:
         return None
     obj = getattr(S, opdef.options + "T")()
     fields = dict(op.options)
+    fields.update((field, subgraph_numbers[id(graph)]) for field, graph in op.subgraphs.items())
     if hasattr(obj, "fusedActivationFunction"):
         fields["fused_activation_function"] = op.fused_activation
     elif op.fused_activation != "NONE":
@@ -150,60 +154,80 @@ def stored_bytes(model: Model) -> int:
     """The bytes of the model's constant data as the file stores it: a weight shared by several
     tensors (equal bytes: an unrolled LSTM's per-step copies) counts once."""
     buffers = DistinctBuffers()
-    for array in model.arrays.values():
-        if array.is_constant and array.data.size:
-            buffers.number(_storable(array.data))
+    for graph in [model] + model.subgraphs():
+        for array in graph.arrays.values():
+            if array.is_constant and array.data.size:
+                buffers.number(_storable(array.data))
     return sum(data.nbytes for data in buffers.data)
 
 
 class _Writer:
     def __init__(self, model: Model, description: str, release_data: bool):
-        self.model = model
+        self.model = model  # the subgraph being written (the main one, but while writing others)
+        self.main = model
+        self.graphs = [model] + model.subgraphs()
+        self.graph_number = {id(graph): k for k, graph in enumerate(self.graphs)}
         self.description = description
         self.release_data = release_data
-        self.tensor_index: dict[str, int] = {}
+        self.tensor_index: dict[str, int] = {}  # of the subgraph being written
+        self.tensor_indices: list[dict[str, int]] = []  # of each subgraph
+        self.buffer_ofs: list[dict[str, int]] = []  # each subgraph's constants' buffers
+        self.buffer_readers: dict[int, list[tuple[Model, str]]] = {}
         self.buffer_of: dict[str, int] = {}
         self.buffers = DistinctBuffers()
         self.buffer_data = self.buffers.data  # index i+1 in the file's buffer list
         self.opcode_index: dict[tuple[str, int], int] = {}  # (op type, version) -> code index
-        self.op_code: list[int] = []  # each operator's code index, in execution order
+        self.op_code: list[list[int]] = []  # each operator's code index, per subgraph
         # Written once, referred to by every tensor that has them: per-channel zero points (all
         # 0, int64 by the schema) would otherwise take 8 bytes per channel per tensor.
         self.shared: dict[tuple, int] = {}
 
     def number_everything(self) -> None:
-        model = self.model
-        order = list(model.inputs)
-        for op in model.operators:
-            order.extend(n for n in op.inputs if n)
-            order.extend(op.outputs)
-        order.extend(model.outputs)
-        for name in order:
-            if name in self.tensor_index:
-                continue
-            self.tensor_index[name] = len(self.tensor_index)
-            array = model.arrays[name]
-            if array.is_constant and array.data.size:
-                self.buffer_of[name] = self.buffers.number(_storable(array.data))
-        for op in model.operators:
-            key = (op.type, TFLITE_OPS[op.type].version(op, model))
-            self.op_code.append(self.opcode_index.setdefault(key, len(self.opcode_index)))
+        for model in self.graphs:
+            tensor_index: dict[str, int] = {}
+            self.tensor_indices.append(tensor_index)
+            buffer_of = self.buffer_of if model is self.main else {}
+            self.buffer_ofs.append(buffer_of)
+            order = list(model.inputs)
+            for op in model.operators:
+                order.extend(n for n in op.inputs if n)
+                order.extend(op.outputs)
+            order.extend(model.outputs)
+            for name in order:
+                if name in tensor_index:
+                    continue
+                tensor_index[name] = len(tensor_index)
+                array = model.arrays[name]
+                if array.is_constant and array.data.size:
+                    buffer_of[name] = self.buffers.number(_storable(array.data))
+                    self.buffer_readers.setdefault(buffer_of[name], []).append((model, name))
+            codes = []
+            for op in model.operators:
+                key = (op.type, TFLITE_OPS[op.type].version(op, model))
+                codes.append(self.opcode_index.setdefault(key, len(self.opcode_index)))
+            self.op_code.append(codes)
+        self.tensor_index = self.tensor_indices[0]
+
+    def _enter(self, number: int) -> None:
+        """Makes subgraph `number` the one the table builders below read."""
+        self.model = self.graphs[number]
+        self.tensor_index = self.tensor_indices[number]
+        self.buffer_of = self.buffer_ofs[number]
 
     def build(self) -> Flatbuffer:
         self.number_everything()
         data_size = sum(v.nbytes + DATA_ALIGNMENT + 8 for v in self.buffer_data)
-        quant_size = sum(12 * np.size(a.quant.scale) for a in self.model.arrays.values() if a.quant)
-        size = (data_size + quant_size + 65536 + 1024 * len(self.tensor_index)
-                + 1024 * len(self.model.operators))
+        quant_size = sum(12 * np.size(a.quant.scale) for g in self.graphs for a in g.arrays.values()
+                         if a.quant)
+        size = (data_size + quant_size + 65536
+                + sum(1024 * len(index) for index in self.tensor_indices)
+                + sum(1024 * len(codes) for codes in self.op_code))
         b = flatbuffers.Builder(0)
         # Presized so it never grows (growing copies everything). An anonymous mapping: its pages
         # take memory only once written, and the data's pages never are (see _reserve).
         b.Bytes = memoryview(mmap.mmap(-1, size))
         b.head = size
         # Data first: it ends up at the end of the file, as TensorFlow's converter lays it out.
-        readers: dict[int, list[str]] = {}
-        for name, index in self.buffer_of.items():
-            readers.setdefault(index, []).append(name)
         data_vectors, holes = [], []
         for k, data in enumerate(self.buffer_data):
             vector = self._reserve(b, data.nbytes)
@@ -213,8 +237,8 @@ class _Writer:
                 # The Flatbuffer holds the data now, until it is written out: drop every other
                 # reference to it, so that each array goes as soon as it is in the file.
                 self.buffer_data[k] = None
-                for name in readers[k + 1]:
-                    self.model.arrays[name].data = None
+                for graph, name in self.buffer_readers[k + 1]:
+                    graph.arrays[name].data = None
         layout = self._io_layout()
         if layout is not None:
             data_vectors.append(self._reserve(b, len(layout), layout))
@@ -229,16 +253,21 @@ class _Writer:
             name = b.CreateString(IO_LAYOUT_METADATA)
             metadata = self._vector(b, "ModelStartMetadataVector", [self._table(
                 b, "Metadata", [("Name", name), ("Buffer", len(buffers) - 1)])])
-        tensors = [self._tensor(b, name) for name in self.tensor_index]
-        operators = [self._operator(b, op, code) for op, code in zip(self.model.operators, self.op_code)]
-        subgraph = self._subgraph(b, tensors, operators)
+        subgraphs = []
+        for number, graph in enumerate(self.graphs):
+            self._enter(number)
+            tensors = [self._tensor(b, name) for name in self.tensor_index]
+            operators = [self._operator(b, op, code)
+                         for op, code in zip(graph.operators, self.op_code[number])]
+            subgraphs.append(self._subgraph(b, tensors, operators, self._graph_name(number)))
+        self._enter(0)
         codes = [self._opcode(b, op_type, version) for (op_type, version) in self.opcode_index]
         signature = self._signature(b)
         description = b.CreateString(self.description)
         model = self._table(b, "Model", [
             ("Version", 3),
             ("OperatorCodes", self._vector(b, "ModelStartOperatorCodesVector", codes)),
-            ("Subgraphs", self._vector(b, "ModelStartSubgraphsVector", [subgraph])),
+            ("Subgraphs", self._vector(b, "ModelStartSubgraphsVector", subgraphs)),
             ("Description", description),
             ("Buffers", self._vector(b, "ModelStartBuffersVector", buffers)),
             ("SignatureDefs", self._vector(b, "ModelStartSignatureDefsVector", [signature])),
@@ -299,7 +328,7 @@ class _Writer:
             quant = self._quantization(b, array)
         shape = self._ints(b, array.shape)
         signature = None
-        batch = self.model.dynamic_batch
+        batch = self.model.dynamic_batch if self.model is self.main else None
         if batch is not None and name in batch.tensors:
             # TensorFlow's converter marks a dynamic dimension so: -1 where the shape has its
             # current size. LiteRT's resize_tensor_input may then change it (dynamic_batch.py).
@@ -336,7 +365,7 @@ class _Writer:
         return self.shared[key]
 
     def _operator(self, b: flatbuffers.Builder, op, code: int) -> int:
-        options = _options_object(op)
+        options = _options_object(op, self.graph_number)
         options_off = options.Pack(b) if options is not None else None
         inputs = self._ints(b, [self.tensor_index[n] if n else -1 for n in op.inputs])
         outputs = self._ints(b, [self.tensor_index[n] for n in op.outputs])
@@ -349,13 +378,25 @@ class _Writer:
             ("BuiltinOptions", options_off),
         ])
 
-    def _subgraph(self, b: flatbuffers.Builder, tensors: list[int], operators: list[int]) -> int:
+    def _graph_name(self, number: int) -> str:
+        """"main", or the control-flow op's source node and the body's role ("If_3 then")."""
+        if number == 0:
+            return "main"
+        for graph in self.graphs[:number]:
+            for op in graph.operators:
+                for field, body in op.subgraphs.items():
+                    if body is self.graphs[number]:
+                        return f"{op.source} {field.removesuffix('_subgraph_index')}"
+        raise AssertionError("a subgraph without its op")
+
+    def _subgraph(self, b: flatbuffers.Builder, tensors: list[int], operators: list[int],
+                  name: str) -> int:
         return self._table(b, "SubGraph", [
             ("Tensors", self._vector(b, "SubGraphStartTensorsVector", tensors)),
             ("Inputs", self._ints(b, [self.tensor_index[n] for n in self.model.inputs])),
             ("Outputs", self._ints(b, [self.tensor_index[n] for n in self.model.outputs])),
             ("Operators", self._vector(b, "SubGraphStartOperatorsVector", operators)),
-            ("Name", b.CreateString("main")),
+            ("Name", b.CreateString(name)),
         ])
 
     @staticmethod
@@ -377,8 +418,8 @@ class _Writer:
                     ("Name", name_off), ("TensorIndex", self.tensor_index[name])]))
             return self._vector(b, start, maps)
 
-        inputs = tensor_maps(self.model.inputs, "SignatureDefStartInputsVector")
-        outputs = tensor_maps(self.model.outputs, "SignatureDefStartOutputsVector")
+        inputs = tensor_maps(self.main.inputs, "SignatureDefStartInputsVector")
+        outputs = tensor_maps(self.main.outputs, "SignatureDefStartOutputsVector")
         key = b.CreateString(SIGNATURE_KEY)
         return self._table(b, "SignatureDef", [
             ("Inputs", inputs), ("Outputs", outputs), ("SignatureKey", key), ("SubgraphIndex", 0)])

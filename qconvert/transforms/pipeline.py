@@ -128,6 +128,10 @@ def build_pipeline(io_layout: str = "nhwc") -> list[tuple[str, Step]]:
 
 
 def run_pipeline(model: Model, io_layout: str = "nhwc") -> None:
+    """The float steps to a fixed point; the bodies of control-flow ops (IF, WHILE) first, with
+    the ONNX layout at their boundary (their inputs and outputs are the op's, by position)."""
+    for body in model.subgraphs():
+        run_to_fixed_point(body, build_pipeline("onnx"))
     run_to_fixed_point(model, build_pipeline(io_layout))
 
 

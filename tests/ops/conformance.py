@@ -42,8 +42,9 @@ for _range in ("bfloat16_type_positive_delta", "float16_type_positive_delta",
     EXPECTED_FAILURES[f"test_range_{_range}_expanded"] = (
         "the Loop's trip count is computed from graph inputs, so its scan output's shape is "
         "data-dependent")
-EXPECTED_FAILURES["test_if"] = "runtime If (TFLite IF) is not converted yet"
-EXPECTED_FAILURES["test_loop11"] = "runtime Loop (TFLite WHILE) is not converted yet"
+EXPECTED_FAILURES["test_loop11"] = (
+    "the Loop's trip count and condition are graph inputs, so its scan output's shape is "
+    "data-dependent")
 
 
 def expected_failure(case) -> str | None:

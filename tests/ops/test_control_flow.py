@@ -149,3 +149,149 @@ def test_unrolled_loop_int8(tmp_path):
     for name, want in expected.items():
         span = float(np.ptp(want)) or 1.0
         assert np.max(np.abs(actual[name] - want)) < 0.05 * span, name
+
+
+# --- run-time control: TFLite IF and WHILE ----------------------------------------------------
+
+def computed_if(shape=(2, 3)):
+    """z = If(sum(x) > 0, Relu(x) * w, -x + y): the condition is computed, both branches read
+    outer tensors (x, y), one has an initializer."""
+    then, other = branches(shape)
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["z"], then_branch=then, else_branch=other),
+             helper.make_node("Mul", ["z", "x"], ["out"])]
+    return make_model(nodes, {"x": (F, list(shape)), "y": (F, list(shape))}, {"out": F},
+                      inits={"zero": np.array(0, np.float32)})
+
+
+def signs_feeds(model, seed):
+    """Feeds whose x sums to a positive number for even seeds, a negative one for odd seeds."""
+    feeds = random_feeds(model, seed)
+    feeds["x"] = np.abs(feeds["x"]) * (1 if seed % 2 == 0 else -1)
+    return feeds
+
+
+def test_if_with_computed_condition_becomes_tflite_if():
+    model = computed_if()
+    for seed in range(4):
+        flatbuffer, _ = assert_matches_onnxruntime(model, feeds=signs_feeds(model, seed), io_layout="onnx")
+    summary = read_tflite(flatbuffer)
+    assert "IF" in ops_of(flatbuffer)
+    assert [(s.name, [name for name, _ in s.ops]) for s in summary.subgraphs[1:]] == [
+        ("If_2:z then", ["RELU", "MUL"]), ("If_2:z else", ["NEG", "ADD"])]
+
+
+def test_if_in_nhwc_model():
+    """The main graph's layout (NHWC inputs) stops at the IF; its bodies keep the ONNX one."""
+    model = computed_if((1, 2, 3, 3))
+    for seed in range(2):
+        assert_matches_onnxruntime(model, feeds=signs_feeds(model, seed))
+
+
+def test_if_branches_of_different_shapes_are_refused():
+    then = graph([helper.make_node("Relu", ["x"], ["t"])], [value("t", F, [2, 3])])
+    other = graph([helper.make_node("ReduceSum", ["x"], ["e"], keepdims=1, axes=[1])], [value("e", F, [2, 1])])
+    model = make_model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                        helper.make_node("Greater", ["s", "zero"], ["c"]),
+                        helper.make_node("If", ["c"], ["z"], then_branch=then, else_branch=other)],
+                       {"x": (F, [2, 3])}, {"z": F}, inits={"zero": np.array(0, np.float32)}, opset=11)
+    with pytest.raises(ConversionError, match=r"^node 'If_2:z' \(If\): its branches give output 0 as "
+                                              r"float32\[2, 3\] and float32\[2, 1\]"):
+        convert_proto(model)
+
+
+def while_body(shape=(2, 3)):
+    """v' = v * x + 1 while sum(v') < limit (limit and x read from the outer graph)."""
+    return graph([helper.make_node("Mul", ["v", "x"], ["vx"]),
+                  helper.make_node("Add", ["vx", "one"], ["v_next"]),
+                  helper.make_node("ReduceSum", ["v_next"], ["s"], keepdims=0),
+                  helper.make_node("Less", ["s", "limit"], ["running"])],
+                 [value("running", B, []), value("v_next", F, list(shape))],
+                 inputs=[value("i", I64, []), value("cond_in", B, []), value("v", F, list(shape))])
+
+
+def while_model(trip_count=20):
+    return make_model([helper.make_node("Add", ["v_in", "x"], ["v0"]),
+                       helper.make_node("Loop", ["M", "c0", "v0"], ["v_final"], body=while_body()),
+                       helper.make_node("Sigmoid", ["v_final"], ["out"])],
+                      {"x": (F, [2, 3]), "v_in": (F, [2, 3]), "limit": (F, []), "c0": (B, [])}, {"out": F},
+                      inits={"M": np.array(trip_count, np.int64), "one": np.array(1, np.float32)})
+
+
+def while_feeds(model, seed):
+    feeds = random_feeds(model, seed)
+    feeds.update(x=np.abs(feeds["x"]), limit=np.array(10 + 40 * seed, np.float32), c0=np.array(seed != 3))
+    return feeds
+
+
+def test_loop_with_runtime_condition_becomes_while():
+    model = while_model()
+    for seed in range(4):
+        flatbuffer, _ = assert_matches_onnxruntime(model, feeds=while_feeds(model, seed), io_layout="onnx")
+    summary = read_tflite(flatbuffer)
+    assert ops_of(flatbuffer) == {"ADD", "WHILE", "LOGISTIC"}
+    assert [s.name for s in summary.subgraphs] == ["main", "Loop_1:v_final cond", "Loop_1:v_final body"]
+
+
+def test_loop_with_runtime_trip_count_becomes_while():
+    body = counting_body()
+    body.output.pop()  # no scan output
+    model = make_model([helper.make_node("Loop", ["M", "", "v0"], ["v_final"], body=body)],
+                       {"M": (I64, []), "x": (F, [2, 3]), "v0": (F, [2, 3])}, {"v_final": F})
+    for count in (0, 1, 5):
+        feeds = random_feeds(model)
+        feeds["M"] = np.array(count, np.int64)
+        flatbuffer, _ = assert_matches_onnxruntime(model, feeds=feeds, io_layout="onnx")
+    assert "WHILE" in ops_of(flatbuffer)
+
+
+def test_scan_output_of_runtime_loop_is_refused():
+    model = make_model([helper.make_node("Loop", ["M", "", "v0"], ["v_final", "scanned"], body=counting_body())],
+                       {"M": (I64, []), "x": (F, [2, 3]), "v0": (F, [2, 3])}, {"v_final": F, "scanned": F})
+    with pytest.raises(ConversionError, match=r"^node 'Loop_0:v_final' \(Loop\): scan output 'scanned' of "
+                                              r"a loop whose iteration count is known only at run time"):
+        convert_proto(model)
+
+
+def test_runtime_if_nested_in_a_while():
+    """The Loop's body holds an If on a computed condition: WHILE's body holds an IF."""
+    then = graph([helper.make_node("Mul", ["v", "x"], ["t"])], [value("t", F, [2, 3])])
+    other = graph([helper.make_node("Sub", ["v", "x"], ["e"])], [value("e", F, [2, 3])])
+    body = graph([helper.make_node("ReduceSum", ["v"], ["s"], keepdims=0),
+                  helper.make_node("Greater", ["s", "zero"], ["positive"]),
+                  helper.make_node("If", ["positive"], ["v_next"], then_branch=then, else_branch=other),
+                  helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+                 [value("cond_out", B, []), value("v_next", F, [2, 3])],
+                 inputs=[value("i", I64, []), value("cond_in", B, []), value("v", F, [2, 3])])
+    model = make_model([helper.make_node("Loop", ["M", "", "v0"], ["v_final"], body=body)],
+                       {"M": (I64, []), "x": (F, [2, 3]), "v0": (F, [2, 3])}, {"v_final": F},
+                       inits={"zero": np.array(0, np.float32)})
+    for count in (0, 3, 6):
+        feeds = random_feeds(model, count)
+        feeds["M"] = np.array(count, np.int64)
+        flatbuffer, _ = assert_matches_onnxruntime(model, feeds=feeds, io_layout="onnx", rtol=1e-3)
+    assert [s.name for s in read_tflite(flatbuffer).subgraphs] == [
+        "main", "Loop_0:v_final cond", "Loop_0:v_final body", "If_2:v_next then", "If_2:v_next else"]
+
+
+def assert_int8_close(model, flatbuffer, report, feeds, tolerance=0.05):
+    expected, actual = run_onnxruntime(model, feeds), run_tflite(flatbuffer, report, feeds)
+    for name, want in expected.items():
+        span = float(np.ptp(want)) or 1.0
+        assert np.max(np.abs(actual[name] - want)) <= tolerance * span, name
+
+
+@pytest.mark.parametrize("make, feeds_of", [(computed_if, signs_feeds), (while_model, while_feeds)],
+                         ids=["IF", "WHILE"])
+def test_control_flow_int8(make, feeds_of, tmp_path):
+    """The op and its bodies run float; the main graph quantizes around it."""
+    model = make()
+    samples = [feeds_of(model, seed) for seed in range(4)]
+    calibration = {name: np.stack([s[name] for s in samples]) for name in samples[0]}
+    flatbuffer, report = convert_quantized(model, calibration, tmp_path, io_layout="onnx")
+    op = "IF" if "IF" in ops_of(flatbuffer) else "WHILE"
+    assert {"QUANTIZE", "DEQUANTIZE", op} <= ops_of(flatbuffer)
+    assert any(o.op == op and o.reason == "control flow runs float" for o in report.quantization.float_ops)
+    for feeds in samples:
+        assert_int8_close(model, flatbuffer, report, feeds)
