@@ -22,8 +22,10 @@ NaN and infinities, which JSON lacks, as the strings "nan", "inf", "-inf"), keys
                       know it); custom_code: a CUSTOM op's name, else null
   subgraphs           [{index, name, inputs, outputs, operators, tensors}]
     operators         [{index, op, builtin_code, custom_code, version, opcode_index, inputs, outputs,
-                      delegate_partition}]; inputs, outputs: tensor indices (-1: an omitted
-                      optional input); delegate_partition: the index of the partition (see
+                      calls, delegate_partition}]; inputs, outputs: tensor indices (-1: an omitted
+                      optional input); calls: the subgraphs a control-flow op runs ({"then": 1,
+                      "else": 2} for IF, {"cond": .., "body": ..} for WHILE), else null;
+                      delegate_partition: the index of the partition (see
                       delegation) that runs the op, null when the interpreter runs it, when the
                       delegation is unknown, and in subgraphs other than 0
     tensors           [{index, name, dtype, shape, shape_signature, buffer, bytes, is_variable,
@@ -134,12 +136,26 @@ def _tensor(t, index: int, buffers: list[dict]) -> dict:
             "is_variable": bool(t.IsVariable()), "quantization": _quantization(t.Quantization())}
 
 
+# The options tables that name subgraphs, with their fields: control-flow ops run other subgraphs.
+_CALLS = {"IfOptions": ("then", "else"), "WhileOptions": ("cond", "body")}
+
+
+def _calls(op) -> dict | None:
+    """The subgraphs an IF or WHILE runs, by role ({"then": 1, "else": 2}); None for other ops."""
+    kind = next((k for k, v in vars(S.BuiltinOptions).items() if v == op.BuiltinOptionsType()), None)
+    if kind not in _CALLS or op.BuiltinOptions() is None:
+        return None
+    table = getattr(S, kind)()
+    table.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+    return {role: getattr(table, role.capitalize() + "SubgraphIndex")() for role in _CALLS[kind]}
+
+
 def _operator(op, index: int, codes: list[dict]) -> dict:
     code = codes[op.OpcodeIndex()]
     return {"index": index, "op": code["op"], "builtin_code": code["builtin_code"],
             "custom_code": code["custom_code"], "version": code["version"],
             "opcode_index": op.OpcodeIndex(), "inputs": _vector(op, "Inputs"),
-            "outputs": _vector(op, "Outputs"), "delegate_partition": None}
+            "outputs": _vector(op, "Outputs"), "calls": _calls(op), "delegate_partition": None}
 
 
 def _subgraph(graph, index: int, codes: list[dict], buffers: list[dict]) -> dict:
@@ -380,7 +396,9 @@ def _op_rows(graph: dict, delegation: dict) -> list[tuple[str, ...]]:
     rows = [("op", "name/version", "runs on", "inputs", "outputs")]
     for op in graph["operators"]:
         name = f"{op['custom_code']} (custom)" if op["custom_code"] is not None else op["op"]
-        rows.append((str(op["index"]), f"{name}/{op['version']}", _runner(op, graph["index"], delegation),
+        calls = op.get("calls")
+        runs = f" ({', '.join(f'{role} {k}' for role, k in calls.items())})" if calls else ""
+        rows.append((str(op["index"]), f"{name}/{op['version']}{runs}", _runner(op, graph["index"], delegation),
                      ",".join(map(str, op["inputs"])), ",".join(map(str, op["outputs"]))))
     return rows
 

@@ -716,7 +716,7 @@ def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
             if dtype.kind == "f":
                 sample[port.onnx_name] = rng.standard_normal(shape).astype(dtype)
             elif dtype.kind == "b":
-                sample[port.onnx_name] = rng.random(shape) > 0.5
+                sample[port.onnx_name] = np.asarray(rng.random(shape) > 0.5)  # 0-d too
             else:
                 sample[port.onnx_name] = rng.integers(0, INTEGER_INPUT_HIGH, shape).astype(dtype)
         samples.append(sample)

@@ -295,3 +295,22 @@ def test_control_flow_int8(make, feeds_of, tmp_path):
     assert any(o.op == op and o.reason == "control flow runs float" for o in report.quantization.float_ops)
     for feeds in samples:
         assert_int8_close(model, flatbuffer, report, feeds)
+
+
+def test_inspect_lists_the_subgraphs_an_op_runs():
+    from qconvert.check.inspect_tflite import read_structure
+
+    flatbuffer, _ = convert_proto(while_model(), io_layout="onnx")
+    subgraphs = read_structure(flatbuffer)["subgraphs"]
+    assert [g["name"] for g in subgraphs] == ["main", "Loop_1:v_final cond", "Loop_1:v_final body"]
+    assert [op["calls"] for op in subgraphs[0]["operators"]] == [None, {"cond": 1, "body": 2}, None]
+
+
+def test_verification_runs_control_flow():
+    """qconvert's own verification (generated samples, a scalar bool input among them) runs a
+    model with IF and WHILE against onnxruntime."""
+    import qconvert
+
+    for model in (computed_if(), while_model()):
+        report = qconvert.convert(model, verify=True).report
+        assert report.verify is not None and report.verify.passed
