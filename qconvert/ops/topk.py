@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import transpose
-from .registry import onnx_op, tflite_op
+from .registry import SAME, onnx_op, tflite_op
 from .versions import INT8, INT16, input_dtype, output_dtype
 
 
@@ -26,9 +26,9 @@ def _topk_version(op, model):
     return 2 if input_dtype(op, model) == INT8 else 1
 
 
-# No QuantRule: TOPK_V2's int8 kernel needs its values output int8 with the input's params but its
-# indices output int32, and a QuantRule gives every output of an op the same treatment.
-tflite_op("TOPK_V2", options="TopKV2Options", version=_topk_version)
+# int8: the values output shares the input's params (the kernel copies int8 values); the int32
+# indices output is not quantized (transforms/quantization.value_outputs).
+tflite_op("TOPK_V2", options="TopKV2Options", version=_topk_version, quant=SAME)
 
 
 def _k(node, ctx, axis_dim: int) -> int:

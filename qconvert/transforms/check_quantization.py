@@ -25,14 +25,15 @@ from ..ir import Array, Model, Operator
 from .quantization import (
     BOUNDARY_OPS,
     FLOAT32,
-    INT8,
     INT16,
+    INT8,
     fixed_params,
     input_scale,
     op_activation_type,
     require_representable,
     rule_of,
     same_params,
+    value_outputs,
 )
 
 
@@ -93,7 +94,7 @@ def _op_problem(op: Operator, model: Model) -> str | None:
     dtype = op_activation_type(op)
     arrays = model.arrays
     inputs = [arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
-    outputs = [arrays[n] for n in op.outputs] if rule.output != "none" else []
+    outputs = [arrays[n] for n in value_outputs(op, model)] if rule.output != "none" else []
     for array in inputs + outputs:
         problem = _activation_problem(array, dtype)
         if problem:

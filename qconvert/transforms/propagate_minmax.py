@@ -37,6 +37,7 @@ from .quantization import (
     is_float_activation,
     rule_of,
     sweep_until_stable,
+    value_outputs,
     value_range,
 )
 
@@ -66,7 +67,7 @@ def _unify(model: Model, op: Operator, int16: Int16Choice) -> list[str]:
     rule = rule_of(op)
     if op.type in BOUNDARY_OPS or rule is None or op.float_reason:  # float: no shared scale
         return []
-    outputs = [model.arrays[n] for n in op.outputs]
+    outputs = [model.arrays[n] for n in value_outputs(op, model)]
     if rule.output == "fixed":
         if int16.runs_int16(op):
             return []

@@ -131,6 +131,12 @@ def same_params(a: QuantParams | None, b: QuantParams | None) -> bool:
             and np.array_equal(np.asarray(a.zero_point), np.asarray(b.zero_point)))
 
 
+def value_outputs(op: Operator, model: Model) -> list[str]:
+    """The op's outputs that carry its values (float32, or quantized already): an integer output
+    beside them (TOPK_V2's int32 indices) is never quantized."""
+    return [n for n in op.outputs if model.arrays[n].dtype == FLOAT32 or model.arrays[n].quant is not None]
+
+
 def is_float_activation(array: Array) -> bool:
     return array.dtype == FLOAT32 and not array.is_constant
 
@@ -265,8 +271,8 @@ def _fill_across(model: Model, op: Operator, concat_pieces: bool) -> list[str]:
     if rule is None or rule.output != "same":
         return []
     inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
-    outputs = [model.arrays[n] for n in op.outputs]
-    if not inputs or any(a.dtype != FLOAT32 for a in inputs):
+    outputs = [model.arrays[n] for n in value_outputs(op, model)]
+    if not inputs or not outputs or any(a.dtype != FLOAT32 for a in inputs):
         return []
     if len(inputs) > 1:
         # A concat's piece (a grouped conv's group) lies within the output's range.
@@ -348,7 +354,7 @@ def representable_problem(op: Operator, model: Model) -> str | None:
         names = [n for n in op.inputs + op.outputs if arrays[n].quant is not None]
     else:
         names = [op.inputs[i] for i in rule.activation_inputs(op)]
-        names += op.outputs if rule.output != "none" else []
+        names += value_outputs(op, model) if rule.output != "none" else []
     scales = {}
     for name in names:
         params = arrays[name].quant if op.type in BOUNDARY_OPS else activation_params(arrays[name], dtype)

@@ -27,8 +27,8 @@ from __future__ import annotations
 from ..ir import Model, Operator
 from .quantization import (
     BOUNDARY_OPS,
-    INT8,
     INT16,
+    INT8,
     Int16Choice,
     activation_params,
     fixed_params,
@@ -37,6 +37,7 @@ from .quantization import (
     int8_blocker,
     params_for_range,
     rule_of,
+    value_outputs,
 )
 
 
@@ -89,7 +90,7 @@ def quantize_activations(model: Model, float_outputs: bool = True,
                 changed = True
             continue
         inputs = [model.arrays[op.inputs[i]] for i in rule.activation_inputs(op)]
-        for name in op.outputs:
+        for name in value_outputs(op, model):
             array = model.arrays[name]
             if rule.output == "none":
                 continue

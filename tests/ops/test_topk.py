@@ -119,9 +119,9 @@ def test_version_function_follows_op_version_cc(inputs, outputs, expected):
     assert TFLITE_OPS["TOPK_V2"].version(op, model) == expected
 
 
-def test_int8_model_keeps_topk_float(tmp_path):
-    """No QuantRule (its indices output is not int8): under --quantize TOPK_V2 runs float
-    between the int8 ops, and the model still ranks like onnxruntime."""
+def test_int8_model_runs_topk_int8(tmp_path):
+    """Under --quantize TOPK_V2 runs int8 (values with its input's params, indices int32) behind
+    an int8 MatMul, and ranks like onnxruntime."""
     w = RNG.standard_normal((8, 6)).astype(np.float32)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["h"]),
                         helper.make_node("TopK", ["h", "k"], ["v", "i"], axis=-1)],
@@ -129,7 +129,7 @@ def test_int8_model_keeps_topk_float(tmp_path):
                        {"w": w, "k": np.array([3], np.int64)}, opset=11)
     calibration = calibration_set(model)
     flatbuffer, report = convert_quantized(model, calibration, tmp_path)
-    assert "TOPK_V2" in [f.op for f in report.quantization.float_ops]
+    assert "TOPK_V2" not in [f.op for f in report.quantization.float_ops]
     feeds = {"x": calibration["x"][0]}
     got, want = run_tflite(flatbuffer, report, feeds), run_onnxruntime(model, feeds)
     np.testing.assert_allclose(got["v"], want["v"], atol=0.15 * np.abs(want["v"]).max())

@@ -210,6 +210,13 @@ def clip(low, high):
     return with_const("Clip", {"lo": np.float32(low), "hi": np.float32(high)}, inputs=("x", "lo", "hi"))
 
 
+def topk():
+    """TopK of the last axis, both outputs read: int8 values (the input's params), int32 indices."""
+    return lambda: make_model([helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=-1)],
+                              {"x": (F, (2, 3, 8))}, {"y": F, "i": I64}, {"k": np.array([3], np.int64)},
+                              opset=11)
+
+
 def ints(*values):
     return np.array(values, np.int64)
 
@@ -237,6 +244,7 @@ CASES = [
     Case("reduce-min", "REDUCE_MIN", unary("ReduceMin", axes=[1])),
     Case("argmax", "ARG_MAX", unary("ArgMax", out=I64, axis=-1, keepdims=0), distinct),
     Case("argmin", "ARG_MIN", unary("ArgMin", out=I64, axis=1), distinct),
+    Case("topk", "TOPK_V2", topk(), distinct),
     # Data movement: output params equal the input's.
     Case("concat", "CONCATENATION", concat()),
     # Standard normal a: its range within 16x of the sigmoid's (a wider one stays float: the
@@ -344,8 +352,8 @@ def check_int8_op(flatbuffer: bytes, op_name: str, per_tensor_weights: bool = Fa
         tensors = [summary.tensors[i] if i >= 0 else None for i in op.inputs]
         activations = range(len(tensors)) if rule.activations is None else rule.activations
         quantized = [tensors[i] for i in activations if i < len(tensors) and tensors[i] is not None]
-        if rule.output != "none":
-            quantized += [summary.tensors[i] for i in op.outputs]
+        if rule.output != "none":  # (an int32 output beside the values is not quantized)
+            quantized += [summary.tensors[i] for i in op.outputs if summary.tensors[i].dtype != "INT32"]
         else:
             assert all(summary.tensors[i].dtype in ("BOOL", "INT32") for i in op.outputs), op
         for tensor in quantized:
@@ -460,6 +468,7 @@ MICRO_UNSUPPORTED = {
     "gather-table": "TFLite Micro's CAST cannot read INT64 (the Gather indices)",
     "lstm-reverse": "TFLite Micro's UNIDIRECTIONAL_SEQUENCE_LSTM fails to prepare (float model too)",
     "tile": "TFLite Micro has no TILE kernel",
+    "topk": "TFLite Micro has no TOPK_V2 kernel",
     "relu-n1-to-1": "TFLite Micro has no RELU_N1_TO_1 kernel",
     "gelu": "TFLite Micro has no GELU kernel",
     "gelu-tanh": "TFLite Micro has no GELU kernel",
