@@ -18,6 +18,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
 from ..ir import Model, Operator
+from .file import OnnxFile
 
 CONTROL_OPS = ("If", "Loop", "Scan")
 # Unrolling bound: a Loop or Scan is unrolled when it runs at most this many iterations and its
@@ -414,7 +415,8 @@ class _Outer:
                                   ir_version=max(proto.ir_version, 4))
         model.functions.extend(proto.functions)
         try:
-            loaded = self.load(model, {name: tuple(shape) for name, _, shape in inputs})
+            # Checked with the outer model (validate.check_model reads every subgraph).
+            loaded = self.load(OnnxFile(model, checked=True), {name: tuple(shape) for name, _, shape in inputs})
         except ConversionError as e:
             raise self.error(f"in its body {body.name!r}: {e}") from None
         return _internal_boundary(loaded)

@@ -370,3 +370,29 @@ def test_control_flow_with_stored_weights(weights):
         feeds = signs_feeds(model, seed)
         expected, actual = run_onnxruntime(model, feeds), run_tflite(flatbuffer, report, feeds)
         np.testing.assert_allclose(actual["out"], expected["out"], rtol=1e-2, atol=1e-2)
+
+
+def test_bodies_passing_values_through():
+    """An IF branch returning an outer tensor (through Identity) or an outer constant, and a
+    WHILE body carrying a value unchanged: subgraph outputs that are its inputs."""
+    then = graph([helper.make_node("Identity", ["x"], ["t"])], [value("t", F, [2, 3])])
+    other = graph([helper.make_node("Identity", ["w"], ["e"])], [value("e", F, [2, 3])])
+    model = make_model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                        helper.make_node("Greater", ["s", "zero"], ["c"]),
+                        helper.make_node("If", ["c"], ["z"], then_branch=then, else_branch=other)],
+                       {"x": (F, [2, 3])}, {"z": F},
+                       inits={"zero": np.array(0, np.float32), "w": np.ones((2, 3), np.float32)})
+    for seed in range(2):
+        assert_matches_onnxruntime(model, feeds=signs_feeds(model, seed), io_layout="onnx")
+    body = graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                  helper.make_node("Add", ["a", "x"], ["a_next"])],
+                 [value("cond_out", B, []), value("a_next", F, [2, 3]), value("b", F, [2, 3])],
+                 inputs=[value("i", I64, []), value("cond_in", B, []), value("a", F, [2, 3]),
+                         value("b", F, [2, 3])])
+    model = make_model([helper.make_node("Loop", ["M", "", "a0", "b0"], ["a_final", "b_final"], body=body)],
+                       {"M": (I64, []), "x": (F, [2, 3]), "a0": (F, [2, 3]), "b0": (F, [2, 3])},
+                       {"a_final": F, "b_final": F})
+    for count in (0, 3):
+        feeds = random_feeds(model)
+        feeds["M"] = np.array(count, np.int64)
+        assert_matches_onnxruntime(model, feeds=feeds, io_layout="onnx")
