@@ -112,6 +112,7 @@ class Verification:
     data: str = "generated"  # where the inputs came from
     check: str = "sqnr"  # "float": a float conversion, judged by the float check; "sqnr": by SQNR
     tolerance: float | None = None  # the float check's FLOAT_TOLERANCE
+    reason: str | None = None  # why a model is judged by SQNR rather than exactly (run_time_quantization)
 
     @property
     def worst(self) -> OutputCheck:
@@ -166,6 +167,8 @@ class Verification:
             return f"{text} {count}"
         worst = self.worst
         text = f"verify: worst output {worst.name!r} {_db(worst.sqnr_db)}"
+        if self.reason:
+            text = f"verify: by SQNR, {self.reason}; worst output {worst.name!r} {_db(worst.sqnr_db)}"
         sliced = self.worst_slice
         if sliced is not None:
             text += f", worst slice {sliced.name!r} {sliced.worst_slice} {_db(sliced.worst_slice_sqnr_db)}"
@@ -173,6 +176,8 @@ class Verification:
 
     def as_dict(self) -> dict:
         result = asdict(self)
+        if result["reason"] is None:
+            del result["reason"]  # only a model judged by SQNR for a reason has one
         result["outputs"] = [{k: json_number(v) for k, v in o.items()} for o in result["outputs"]]
         return result
 
@@ -485,12 +490,30 @@ def near_ties(node: onnx.NodeProto, operands: list[np.ndarray], ref: np.ndarray,
 def rounding_dropped(proto: onnx.ModelProto) -> bool:
     """Whether a float conversion of the model drops rounding that onnxruntime keeps: a
     QuantizeLinear of a tensor that is not a constant (a pair on an activation; qdq/importer.py
-    makes it a Clip)."""
+    makes it a Clip), or run-time quantization (run_time_quantization)."""
     graph = proto.graph
     constants = {t.name for t in graph.initializer}
     constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     return any(n.op_type == "QuantizeLinear" and _plain(n) and n.input and n.input[0] not in constants
-               for n in graph.node)
+               for n in graph.node) or run_time_quantization(proto) is not None
+
+
+def run_time_quantization(proto: onnx.ModelProto) -> str | None:
+    """Why no conversion repeats onnxruntime's rounding of the model's activations, when it
+    quantizes them at run time (quantize_dynamic's DynamicQuantizeLinear, com.microsoft's
+    DynamicQuantizeLSTM): a float conversion computes them in float (ops/dynamic_quant.py), an
+    int8 one with calibrated params, --weight-only with TFLite's per-row run-time params. Such a
+    model is judged by SQNR; None when it does not."""
+    counts: dict[str, int] = {}
+    for n in proto.graph.node:
+        if (n.op_type, n.domain or "ai.onnx") in (("DynamicQuantizeLinear", "ai.onnx"),
+                                                   ("DynamicQuantizeLSTM", "com.microsoft")):
+            counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    if not counts:
+        return None
+    ops = ", ".join(f"{k} {op}" for op, k in sorted(counts.items()))
+    return (f"onnxruntime quantizes activations at run time ({ops}), a rounding the .tflite "
+            "does not repeat")
 
 
 # --- the two runtimes ------------------------------------------------------------------------
@@ -855,7 +878,8 @@ class OutputStacks:
                   for name in self.names]
         result = Verification(checks, samples, min_sqnr, data=data,
                               check="float" if float_check else "sqnr",
-                              tolerance=FLOAT_TOLERANCE if float_check else None)
+                              tolerance=FLOAT_TOLERANCE if float_check else None,
+                              reason=None if float_check else run_time_quantization(self.proto))
         result.passed = (min_sqnr is None or not result.below(min_sqnr)) and not result.float_failures()
         return result
 

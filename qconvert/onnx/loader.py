@@ -22,7 +22,7 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
-from . import control_flow, dynamic_batch
+from . import control_flow, dynamic_batch, dynamic_quant
 from ..errors import FOLDED_BYTES, ConversionError, UsageError
 from ..ir import DynamicBatch, Model, Operator
 from .file import OnnxFile
@@ -569,6 +569,7 @@ def load(source: OnnxFile | onnx.ModelProto,
     source = upgrade_old_opset(source)
     proto = source.proto
     graph = _Graph(source, input_shapes or {})
+    dynamic_quant.dequantize(graph)  # onnxruntime's quantize_dynamic ops as float ops
     probe = dynamic_batch.probe(graph) if graph.batch is not None else None
     _settle(graph)
 

@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     control_flow,
     conv,
     conv_transpose,
+    dynamic_quant,
     elementwise,
     folded,
     gather,

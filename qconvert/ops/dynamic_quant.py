@@ -1,0 +1,115 @@
+"""onnxruntime's dynamic quantization (quantize_dynamic): DynamicQuantizeLinear, MatMulInteger,
+ConvInteger and com.microsoft's DynamicQuantizeLSTM, as the float ops they stand for.
+
+A dynamically quantized model stores its weights as integers q with a scale s and a zero point z
+(the float weight is (q - z) * s) and quantizes activations at run time, per tensor:
+DynamicQuantizeLinear gives x_q, x_s, x_z, then MatMulInteger / ConvInteger accumulate
+(x_q - x_z)(q - z) in int32, and a Cast to float and a Mul by x_s * s scale the sum back. A float
+conversion computes that in float, as TOCO drops fake quantization (`--weight-only` gets run-time
+quantization back: TFLite's hybrid kernels): the activation is used as it is (x_q := x, x_s := 1,
+x_z := 0) and the integer operands become float (q - z) constants, so that the MatMul, Conv and
+LSTM importers convert the result and the pipeline folds the scales into the weights. What is
+dropped is onnxruntime's rounding of activations, so verification judges such a model by SQNR
+(check/verify.py, rounding_dropped). onnxruntime's own integer sums are not exact either on x86
+without VNNI: its u8 x s8 kernel (VPMADDUBSW) saturates pairs of products at 16 bits.
+
+qconvert/onnx/dynamic_quant.py applies these rewrites at load time, before shape inference (which
+knows no com.microsoft op, and would give integer activations that TFLite's float kernels do not
+take). The functions here turn one node into its float nodes and constants; the loader step
+checks how the node's outputs are read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from ..errors import ConversionError
+
+# The ops of the family, keyed like ONNX_IMPORTERS ("domain.op" outside the default domain).
+DYNAMIC_QUANTIZE = "DynamicQuantizeLinear"
+# Integer products: (operand, its zero point) input pairs, and the axis a per-entry zero point
+# of that operand runs along (MatMulInteger: a per row, b per column; ConvInteger: w per output
+# channel).
+INTEGER_PRODUCTS = {"MatMulInteger": (((0, 2), -2), ((1, 3), -1)),
+                    "ConvInteger": (((0, 2), 0), ((1, 3), 0))}
+QUANTIZED_LSTM = "com.microsoft.DynamicQuantizeLSTM"
+FAMILY = {DYNAMIC_QUANTIZE, QUANTIZED_LSTM, *INTEGER_PRODUCTS}
+# DynamicQuantizeLSTM's inputs: X, W, R, B, sequence_lens, initial_h, initial_c, P (ONNX LSTM's,
+# but W is [D, input, 4H] and R [D, H, 4H]: transposed), then W_scale, W_zero_point, R_scale,
+# R_zero_point, one per direction [D] or per gate row [D, 4H].
+_LSTM_ATTRIBUTES = ("activation_alpha", "activation_beta", "activations", "clip", "direction",
+                    "hidden_size", "input_forget")
+_FLOAT_TYPES = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def key(node) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
+def float_cast(node) -> bool:
+    """Whether `node` is a Cast to a float type (what reads an integer product's sum)."""
+    to = next((a.i for a in node.attribute if a.name == "to"), None)
+    return key(node) == "Cast" and to in _FLOAT_TYPES
+
+
+def levels(label: str, what: str, q: np.ndarray, zero_point: np.ndarray | None, axis: int) -> np.ndarray:
+    """(q - zero_point) as float32, exact (integers within +-255). `zero_point` is a scalar or
+    one per entry of q's `axis`."""
+    q = np.asarray(q)
+    if q.dtype.kind not in "iu" or q.dtype.itemsize != 1:
+        raise ConversionError(f"node {label}: {what} has dtype {q.dtype}; the integer ops take "
+                              "int8 or uint8")
+    z = np.zeros((), np.float32) if zero_point is None else np.asarray(zero_point)
+    if z.size > 1:
+        if q.ndim < 2 or z.ndim != 1 or z.size != q.shape[axis]:
+            raise ConversionError(f"node {label}: {what}'s zero point has shape {list(z.shape)}, "
+                                  f"not a scalar or one per entry of axis {axis} of {list(q.shape)}")
+        z = z.reshape([-1 if a == axis % q.ndim else 1 for a in range(q.ndim)])
+    return (q.astype(np.float32) - z.astype(np.float32)).astype(np.float32)
+
+
+def float_product(node, operands: list[str]):
+    """MatMulInteger / ConvInteger as MatMul / Conv of the float `operands` (a run-time
+    activation as it is, or a constant q - z), with the node's attributes: its output holds the
+    sum the integer op accumulates, in float."""
+    op_type = "MatMul" if node.op_type == "MatMulInteger" else "Conv"
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return helper.make_node(op_type, operands, [node.output[0]], name=node.name, **attrs)
+
+
+def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict]:
+    """DynamicQuantizeLSTM as ONNX LSTM: W and R dequantized, (q - z) * s per direction or per
+    gate row, and transposed from [D, rows, 4H] to ONNX's [D, 4H, rows]; the other inputs and the
+    attributes as they are. Returns the node and its new constants {name: array}; `fresh(hint)`
+    gives an unused name."""
+    inputs = list(node.input) + [""] * (12 - len(node.input))
+    weights = {}
+    for index, what, scale_index in ((1, "W", 8), (2, "R", 10)):
+        names = (inputs[index], inputs[scale_index], inputs[scale_index + 1])
+        needed = names[:2] + ((names[2],) if names[2] else ())  # an omitted zero point is 0
+        missing = next((n for n in needed if n not in constants), None)
+        if missing is not None:
+            raise ConversionError(f"node {label}: {what}, its scale and its zero point must be "
+                                  f"constants; {missing or '(omitted)'!r} is not")
+        q, s = np.asarray(constants[names[0]]), np.asarray(constants[names[1]])
+        z = np.asarray(constants[names[2]]) if names[2] else np.zeros(s.shape, np.int8)
+        if q.ndim != 3 or s.size not in (q.shape[0], q.shape[0] * q.shape[2]) or z.size != s.size:
+            raise ConversionError(
+                f"node {label}: {what} {list(q.shape)} with scale {list(s.shape)} and zero point "
+                f"{list(z.shape)}: expected [directions, rows, 4*hidden] and one scale and zero "
+                "point per direction or per gate row")
+        per = (q.shape[0], 1, -1 if s.size > q.shape[0] else 1)
+        value = (levels(label, what, q, None, 0) - z.reshape(per).astype(np.float32)) \
+            * s.reshape(per).astype(np.float32)
+        name = fresh(f"{names[0]}_dequantized")
+        weights[name] = np.ascontiguousarray(value.astype(np.float32).transpose(0, 2, 1))
+        inputs[index] = name
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    unknown = sorted(set(attrs) - set(_LSTM_ATTRIBUTES))
+    if unknown:
+        raise ConversionError(f"node {label}: attribute {unknown[0]!r} is not DynamicQuantizeLSTM's")
+    lstm_inputs = inputs[:8]
+    while lstm_inputs and not lstm_inputs[-1]:
+        lstm_inputs.pop()
+    return helper.make_node("LSTM", lstm_inputs, list(node.output), name=node.name, **attrs), weights
