@@ -361,7 +361,49 @@ def loop_output_shapes(graph) -> list[onnx.ValueInfoProto]:
             if output and initial in graph.shapes and initial in graph.dtypes:
                 shapes.append(helper.make_tensor_value_info(
                     output, helper.np_dtype_to_tensor_dtype(graph.dtypes[initial]), graph.shapes[initial]))
+        n = len(node.input) - 2
+        scans = [name for name in node.output[n:] if name]
+        trip, cond = node.input[0], node.input[1] if len(node.input) > 1 else ""
+        count = _static_count(graph, trip, cond, _attr(node, "body")) if scans else None
+        if count:
+            for output, value in zip(node.output[n:], _body_output_types(graph, node)[1 + n:]):
+                if output and value is not None:
+                    shapes.append(helper.make_tensor_value_info(output, value[0], (count,) + value[1]))
     return shapes
+
+
+def _body_output_types(graph, node: onnx.NodeProto) -> list[tuple[int, tuple] | None]:
+    """(element type, static shape) of each output of a Loop's body, by ONNX shape inference
+    over the body with its inputs typed as the loop gives them (None where not static)."""
+    body = _attr(node, "body")
+    typed = {v.name: (graph.dtypes[name], graph.shapes[name])
+             for v, name in zip(body.input[2:], node.input[2:]) if name in graph.shapes}
+    typed[body.input[0].name] = (np.dtype(np.int64), ())
+    cond = node.input[1] if len(node.input) > 1 else ""
+    typed[body.input[1].name] = (np.dtype(np.bool_), graph.shapes.get(cond, ()))
+    for name in free_names(body):
+        if name in graph.shapes and name in graph.dtypes:
+            typed[name] = (graph.dtypes[name], graph.shapes[name])
+    inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(d), s)
+              for name, (d, s) in typed.items()]
+    g = helper.make_graph(list(body.node), "body", inputs,
+                          [helper.make_tensor_value_info(v.name, 0, None) for v in body.output],
+                          list(body.initializer))
+    proto = graph.proto
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            helper.make_model(g, opset_imports=list(proto.opset_import), ir_version=max(proto.ir_version, 4)),
+            strict_mode=False)
+    except Exception:  # noqa: BLE001  (onnx raises several types; no shape is the answer)
+        return [None] * len(body.output)
+    known = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)
+             + list(inferred.graph.input)}
+    types = []
+    for v in body.output:
+        info = known.get(v.name)
+        dims = _declared_shape(info) if info is not None else None
+        types.append(None if dims is None else (info.type.tensor_type.elem_type, dims))
+    return types
 
 
 class _Outer:
@@ -501,6 +543,42 @@ def _import_if(outer: _Outer) -> None:
 FLOAT_REASON = "control flow runs float"
 
 
+def _static_count(graph, trip: str, cond: str, body: onnx.GraphProto) -> int | None:
+    """The loop's iteration count when it is known before it runs (a constant trip count, a
+    condition that starts and stays true), else None; None for 0 too (empty scan outputs).
+    `graph` is the loader's _Graph."""
+    constants = graph.constants
+    if not trip or trip not in constants or (cond and cond not in constants) or not _stays_true(body):
+        return None
+    if cond and not bool(np.ravel(constants[cond])[0]):
+        return None
+    return int(np.ravel(constants[trip])[0]) or None
+
+
+def _stack_in_place(step: Model, i: str, scanned: list[str], count: int | None,
+                    label: str) -> tuple[list[str], list[str]]:
+    """For each per-iteration value in `scanned`, a loop variable [count, *shape] in the WHILE
+    body whose row i the iteration writes (SELECT_V2 where an iota equals i: exact, static), and
+    its next value; the loop's scan output is its final value."""
+    stacks_in, stacks_out = [], []
+    for value in scanned:
+        array = step.arrays[value]
+        shape = (count,) + array.shape
+        stack = step.add_array(f"{value}_stacked", shape, array.dtype)
+        rows = step.add_constant("rows", np.arange(count, dtype=np.int32).reshape(
+            (count,) + (1,) * len(array.shape)))
+        here = step.add_array("this_row", (count,) + (1,) * len(array.shape), np.bool_)
+        step.add_operator(Operator("EQUAL", [rows, i], [here], source=label))
+        row_shape = step.add_constant("row_shape", np.array((1,) + array.shape, dtype=np.int32))
+        row = step.add_array(f"{value}_row", (1,) + array.shape, array.dtype)
+        step.add_operator(Operator("RESHAPE", [value, row_shape], [row], source=label))
+        updated = step.add_array(f"{value}_stacked_next", shape, array.dtype)
+        step.add_operator(Operator("SELECT_V2", [here, row, stack], [updated], source=label))
+        stacks_in.append(stack)
+        stacks_out.append(updated)
+    return stacks_in, stacks_out
+
+
 def _import_loop(outer: _Outer) -> None:
     node, model = outer.node, outer.model
     body = _attr(node, "body")
@@ -510,13 +588,14 @@ def _import_loop(outer: _Outer) -> None:
     n = len(initial)
     if not trip and not cond:
         raise outer.error("it has neither a trip count nor a condition: it never ends")
-    for name in node.output[n:]:
-        if name:
+    scans = list(node.output[n:])
+    count = _static_count(outer.graph, trip, cond, body) if any(scans) else None
+    for name in scans:
+        if name and not count:
             raise outer.error(
                 f"scan output {name!r} of a loop whose iteration count is known only at run time "
                 "has a data-dependent shape, which a static TFLite graph cannot hold (a loop with "
-                f"a constant trip count, a condition that stays true and at most "
-                f"{MAX_UNROLLED_ITERATIONS} iterations is unrolled)")
+                f"a constant trip count and a condition that stays true keeps its scan outputs)")
     captured, constants = outer.captured([body])
     carried = [outer.array(name) for name in initial]
     arrays = [outer.array(name) for name in captured]
@@ -534,12 +613,12 @@ def _import_loop(outer: _Outer) -> None:
     inputs += [(v.name, outer.elem_type(name), model.arrays[a].shape)
                for v, name, a in zip(body.input[2:], initial, carried)]
     inputs += [(name, outer.elem_type(name), model.arrays[a].shape) for name, a in zip(captured, arrays)]
-    step = outer.load_body(body, inputs, constants, body.output[:1 + n])
+    step = outer.load_body(body, inputs, constants, body.output[:1 + n + (len(scans) if count else 0)])
     # The body as WHILE runs it: i + 1, M and the captured values passed on, the condition and
     # the carried values from the ONNX body.
     i_in, cond_in = step.inputs[0], step.inputs[1]
     carried_in, captured_in = step.inputs[2:2 + n], step.inputs[2 + n:]
-    cond_out, carried_out = step.outputs[0], step.outputs[1:]
+    cond_out, carried_out, scanned = step.outputs[0], step.outputs[1:1 + n], step.outputs[1 + n:]
     for k, (a, b) in enumerate(zip(carried_in, carried_out)):
         if step.arrays[a].shape != step.arrays[b].shape or step.arrays[a].dtype != step.arrays[b].dtype:
             raise outer.error(
@@ -555,15 +634,16 @@ def _import_loop(outer: _Outer) -> None:
     i_next = step.add_array("iteration_next", (), np.int32)
     step.add_operator(Operator("ADD", [i_in, one], [i_next], source=outer.label))
     trip_in = [step.add_array("trip_count", model.arrays[trip_array].shape, np.int32)] if trip else []
-    step.inputs = [i_in] + trip_in + [cond_in] + carried_in + captured_in
-    step.outputs = [i_next] + trip_in + [cond_out] + carried_out + captured_in
+    stacks_in, stacks_out = _stack_in_place(step, i_in, scanned, count, outer.label)
+    step.inputs = [i_in] + trip_in + [cond_in] + carried_in + captured_in + stacks_in
+    step.outputs = [i_next] + trip_in + [cond_out] + carried_out + captured_in + stacks_out
 
     check = Model()
     loop_vars = [check.add_array("iteration", (), np.int32)]
     if trip:
         loop_vars.append(check.add_array("trip_count", model.arrays[trip_array].shape, np.int32))
     loop_vars.append(check.add_array("cond", cond_shape, np.bool_))
-    for a in carried_in + captured_in:
+    for a in carried_in + captured_in + stacks_in:
         loop_vars.append(check.add_array(a, step.arrays[a].shape, step.arrays[a].dtype))
     check.inputs = list(loop_vars)
     result = loop_vars[2 if trip else 1]
@@ -578,10 +658,20 @@ def _import_loop(outer: _Outer) -> None:
             result = both
     check.outputs = [result]
 
-    op_inputs = [counter] + ([trip_array] if trip else []) + [cond_array] + carried + arrays
-    op_outputs, first = [], len(op_inputs) - n - len(arrays)  # where the carried values start
+    stacks = []
+    for a in stacks_in:  # each scan output starts as zeros, FILLed at run time (not stored)
+        array = step.arrays[a]
+        dims = model.add_constant(f"{outer.label}_scan_shape", np.array(array.shape, dtype=np.int32))
+        zero = model.add_constant(f"{outer.label}_zero", np.zeros((), dtype=array.dtype))
+        stacks.append(model.add_array(f"{outer.label}_scan_start", array.shape, array.dtype))
+        model.add_operator(Operator("FILL", [dims, zero], [stacks[-1]], source=outer.label))
+    op_inputs = [counter] + ([trip_array] if trip else []) + [cond_array] + carried + arrays + stacks
+    targets = {len(op_inputs) - len(stacks) - len(arrays) - n + k: name
+               for k, name in enumerate(node.output[:n])}
+    targets.update({len(op_inputs) - len(stacks) + k: name for k, name in enumerate(scans[:len(stacks)])})
+    op_outputs = []
     for k, a in enumerate(op_inputs):
-        target = node.output[k - first] if 0 <= k - first < min(n, len(node.output)) else ""
+        target = targets.get(k, "")
         array = model.arrays[a]
         if target:
             _output_array(outer, target, array.shape, array.dtype)

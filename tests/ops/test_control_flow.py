@@ -396,3 +396,20 @@ def test_bodies_passing_values_through():
         feeds = random_feeds(model)
         feeds["M"] = np.array(count, np.int64)
         assert_matches_onnxruntime(model, feeds=feeds, io_layout="onnx")
+
+
+@pytest.mark.parametrize("count", [control_flow.MAX_UNROLLED_ITERATIONS + 36, 1])
+def test_long_loop_with_scan_outputs_becomes_while(count, monkeypatch):
+    """Beyond the unrolling bound, a loop with a constant trip count whose condition stays true
+    is a WHILE that writes each iteration's scan output into row i of a [count, ...] loop
+    variable (count 1: the bound set to 0 to take this path)."""
+    if count == 1:
+        monkeypatch.setattr(control_flow, "MAX_UNROLLED_ITERATIONS", 0)
+    model = make_model([helper.make_node("Loop", ["M", "", "v0"], ["v_final", "scanned"], body=counting_body()),
+                        helper.make_node("Sigmoid", ["scanned"], ["out"])],
+                       {"x": (F, [2, 3]), "v0": (F, [2, 3])}, {"v_final": F, "out": F},
+                       inits={"M": np.array(count, np.int64)})
+    feeds = random_feeds(model)
+    feeds["x"] = np.clip(feeds["x"], -1, 1).astype(np.float32)
+    flatbuffer, _ = assert_matches_onnxruntime(model, feeds=feeds, io_layout="onnx", rtol=1e-3, atol=1e-4)
+    assert {"WHILE", "FILL"} <= ops_of(flatbuffer)
