@@ -1,4 +1,5 @@
-"""ONNX control flow (If, Loop, Scan): flattened at load time when its control is constant.
+"""ONNX control flow (If, Loop, Scan): flattened at load time when its control is constant,
+else TFLite's IF and WHILE with their bodies as subgraphs.
 
 `flatten` runs in the loader's folding loop (loader._settle): an If whose condition folded to a
 constant becomes its chosen branch's nodes; a Loop with a constant trip count whose condition
@@ -8,6 +9,16 @@ a CONCATENATION of the per-iteration values. The rest of the pipeline then sees 
 
 A body reads the outer scope implicitly, by name; inlining binds its inputs to outer values and
 renames its own values (a suffix per iteration) so that the graph stays in SSA form.
+
+`import_control` (the loader's hook for the If and Loop nodes left) makes the rest run-time
+control: an If becomes IF (inputs: the condition, then the outer values its branches read), a
+Loop WHILE (loop variables: the iteration counter, the trip count, the condition, the carried
+values, the outer values the body reads, and the scan outputs of a loop whose iteration count is
+static). Each body is loaded by the loader itself into a Model of its own (Operator.subgraphs),
+with the outer constants it reads copied in and the outer activations as explicit inputs: a TFLite
+subgraph sees only its inputs. Static shapes everywhere: both branches give the same shapes, a
+loop-carried value keeps its shape, and a scan output needs an iteration count known before the
+loop runs; the rest is refused in one line naming the node.
 """
 
 from __future__ import annotations
@@ -242,7 +253,7 @@ def _flatten_loop(inliner, node, label, opset):
     for k, (value, target) in enumerate(zip(carried, node.output[:n_carried])):
         if target:
             nodes.append(inliner.node(f"{label}/output_{k}", "Identity", [value], [target]))
-    for values, target, declared in zip(scans, node.output[n_carried:], body.output[1 + n_carried:]):
+    for values, target in zip(scans, node.output[n_carried:]):
         if target:
             nodes.extend(_stack(inliner, label, values, 0, None, target, opset))
     return nodes

@@ -413,3 +413,13 @@ def test_long_loop_with_scan_outputs_becomes_while(count, monkeypatch):
     feeds["x"] = np.clip(feeds["x"], -1, 1).astype(np.float32)
     flatbuffer, _ = assert_matches_onnxruntime(model, feeds=feeds, io_layout="onnx", rtol=1e-3, atol=1e-4)
     assert {"WHILE", "FILL"} <= ops_of(flatbuffer)
+
+
+def test_loop_without_trip_count_or_condition_is_refused():
+    body = counting_body()
+    body.output.pop()
+    model = make_model([helper.make_node("Loop", ["", "", "v0"], ["v_final"], body=body)],
+                       {"x": (F, [2, 3]), "v0": (F, [2, 3])}, {"v_final": F})
+    with pytest.raises(ConversionError, match=r"^node 'Loop_0:v_final' \(Loop\): it has neither a trip "
+                                              r"count nor a condition: it never ends$"):
+        convert_proto(model)
