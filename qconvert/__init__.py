@@ -34,7 +34,7 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
             weight_only_min_elements: int | None = None, float16: bool = False,
             keep_float=(), target_sqnr: float | None = None, target: str | None = None,
             verify: bool = False, verify_samples: int | None = None, verify_data=None,
-            min_sqnr: float | None = None, report=None) -> Conversion:
+            min_sqnr: float | None = None, report=None, latency: bool = True) -> Conversion:
     """Converts an ONNX model to a TFLite flatbuffer, as `qconvert IN.onnx OUT.tflite` does.
 
     `model`: a path (str or os.PathLike), the bytes of an .onnx file, or an onnx.ModelProto (not
@@ -51,7 +51,9 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
     list of them), with the same defaults, checks and messages, but for the verification: the
     command line verifies every conversion, the API when asked (`verify=True`, or any of
     verify_samples, verify_data, min_sqnr, report: a FILE.json or FILE.html path), as the
-    command line does; its result is the report's `verify`.
+    command line does; its result is the report's `verify`, and a verified quantized or
+    weight-stored conversion is timed against its float model (the report's `latency`;
+    latency=False skips it).
 
     Returns Conversion(tflite=bytes, report=ConversionReport). Raises UsageError for malformed or
     contradictory arguments, ConversionError when the model or the data cannot be converted and
@@ -61,6 +63,7 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
     from .driver.conversion import convert as convert_source
 
     asked = verify or any(v is not None for v in (verify_samples, verify_data, min_sqnr, report))
+    flags["no_latency"] = not flags.pop("latency")
     source, data, options = _options(flags, no_verify=not asked)
     flatbuffer, report = convert_source(source, options, data=data, output_name="<bytes>")
     return Conversion(flatbuffer, report)

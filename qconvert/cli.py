@@ -252,6 +252,9 @@ def _print_json(report, report_path: str | None = None) -> None:
 @_option("--verify-data", metavar="PATH",
               help="Verification inputs in the calibration-data format [default: the calibration "
                    "data, else seeded standard normal inputs].")
+@_option("--no-latency", is_flag=True,
+              help="Skip timing a quantized or weight-stored model against its float model in "
+                   "LiteRT, which a verified conversion does (about a second).")
 @_option("--min-sqnr", type=float, metavar="DB",
               help="Exit 4 and write nothing when an output (or an output's slice) of the "
                    "written model is below DB dB SQNR against onnxruntime (a float conversion: "

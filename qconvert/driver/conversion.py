@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..check.latency import Latency
 from ..check.report import ConversionNotes
 from ..check.verify import Verification
 from ..errors import BelowThreshold, ConversionError, ReferenceFailed, UsageError, first_line
@@ -46,6 +47,9 @@ log = logging.getLogger("qconvert")
 
 DESCRIPTION = f"qconvert {__version__}"
 WARN_BELOW_DB = 20.0  # a verified quantized conversion below this warns (without --min-sqnr)
+# A quantized model slower than its float model warns from this float time on (below it the
+# interpreter's fixed costs of a few microseconds decide; the summary still shows the ratio).
+SLOWER_WARNS_FROM_MS = 0.05
 
 # write(flatbuffer, finish): puts the model where it goes, calling finish(path of the complete
 # file) before it appears there (finish verifies and may raise to keep it from appearing).
@@ -75,6 +79,7 @@ class State:
     qdq_tensors: int = 0
     quantization: QuantizationReport | None = None
     weights: WeightsReport | None = None
+    float_tflite: bytes | None = None  # the float model, timed next to the written one
 
 
 def convert(source: str, options: Options, *, data: bytes | None = None, output_name: str = "",
@@ -99,6 +104,7 @@ def build(source: str, options: Options, *, data: bytes | None = None, progress:
     state = load_model(state)
     state = calibrate(state)
     state = run_float_pipeline(state)
+    state = keep_float_model(state)
     if before_quantizing is not None and state.steps is not None:
         before_quantizing(state.model)
     state = quantize(state)
@@ -189,6 +195,14 @@ def run_float_pipeline(state: State) -> State:
     return replace(state, float_bytes=stored_bytes(state.model) if stores_less else 0)
 
 
+def keep_float_model(state: State) -> State:
+    """The float model as a .tflite's bytes, when the written one is to be timed against it (a
+    quantized or weight-stored conversion that verifies: check/latency.py)."""
+    if not state.options.verify.latency or (state.steps is None and state.options.weights is None):
+        return state
+    return replace(state, float_tflite=bytes(serialize(state.model, DESCRIPTION, release_data=False)))
+
+
 def quantize(state: State) -> State:
     """The quantize steps, or the precision planner choosing which ops stay float
     (driver/planner.py); then the report of what became int8."""
@@ -266,7 +280,8 @@ def write_and_verify(state: State, flatbuffer: Flatbuffer, report: ConversionRep
 
     def finish(path: str | None) -> ConversionReport:
         verification = verify_written(state, path, report) if verifying and path else None
-        final.append(replace(report, verify=verification))
+        latency = time_written(state, path, report) if verification is not None else None
+        final.append(replace(report, verify=verification, latency=latency))
         return final[-1]
 
     if write is not None:
@@ -304,6 +319,40 @@ def verify_written(state: State, path: str, report: ConversionReport) -> Verific
         raise ConversionError(str(e).replace(path, f"{report.output} (not written)")) from None
     require_passed(result)
     return result
+
+
+def time_written(state: State, path: str, report: ConversionReport) -> Latency | None:
+    """The written model timed next to the float model (check/latency.py), with a warning when
+    it runs slower and the likely reasons."""
+    if state.float_tflite is None:
+        return None
+    from ..check.latency import measure
+
+    with tempfile.TemporaryDirectory(prefix="qconvert-float-") as folder:
+        float_path = os.path.join(folder, "float.tflite")
+        with open(float_path, "wb") as f:
+            f.write(state.float_tflite)
+        latency = measure(path, float_path)
+    if latency.ratio > 1.0 and latency.float_ms >= SLOWER_WARNS_FROM_MS:
+        kind = "int8" if report.quantization is not None else report.weights.mode
+        log.warning("warning: the %s model runs %.2fx the float model's time in LiteRT on this CPU "
+                    "(%s)%s", kind, latency.ratio, latency.cpu, _slower_because(report, latency))
+    return latency
+
+
+def _slower_because(report: ConversionReport, latency: Latency) -> str:
+    """The likely reasons a quantized model runs slower than its float model."""
+    reasons = []
+    if latency.float_ms < 1.0:
+        reasons.append("a small graph, where the interpreter's fixed costs weigh")
+    q = report.quantization
+    if q is not None and q.float_ops:
+        reasons.append(f"{len(q.float_ops)} ops stay float, each behind a DEQUANTIZE/QUANTIZE pair")
+    if report.weights is not None and report.weights.mode == "int8":
+        reasons.append("dynamic-range kernels quantize their float inputs on every run")
+    if "no VNNI" in latency.cpu:
+        reasons.append("no VNNI or dot-product instructions for int8 on this CPU")
+    return ": " + "; ".join(reasons) if reasons else ""
 
 
 def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options: VerifyOptions,

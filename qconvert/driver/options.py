@@ -66,6 +66,7 @@ class VerifyOptions:
     min_sqnr: float | None = None  # --min-sqnr
     report: str | None = None  # --report FILE.json or FILE.html
     float_check: bool = False  # a float conversion: exact against onnxruntime (verify.py)
+    latency: bool = False  # time the written model against the float model (check/latency.py)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
                        io_type=None, activations=None, per_tensor_fc=False, weight_only=False,
                        weight_only_min_elements=None, float16=False, keep_float=(),
                        target_sqnr=None, target=None, verify=False, no_verify=False,
-                       verify_samples=None, verify_data=None, min_sqnr=None, report=None) -> Options:
+                       verify_samples=None, verify_data=None, min_sqnr=None, report=None,
+                       no_latency=False) -> Options:
     """The Options of a conversion from the command line's flags (the keywords are the flags'
     parameter names; the API gives Python values: input_shapes a {name: dims} mapping,
     default_range (MIN, MAX), keep_float a pattern or patterns). The checks run in the command
@@ -106,10 +108,11 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
     activations = _choice("--activations", activations, ACTIVATION_TYPES)
     target = _choice("--target", target, PLAN_TARGETS)
     target_sqnr, min_sqnr = _number("--target-sqnr", target_sqnr), _number("--min-sqnr", min_sqnr)
-    quantize, per_tensor_fc, weight_only, float16, verify, no_verify = (
+    quantize, per_tensor_fc, weight_only, float16, verify, no_verify, no_latency = (
         _flag(f, v) for f, v in (("--quantize", quantize), ("--per-tensor-fc", per_tensor_fc),
                                  ("--weight-only", weight_only), ("--float16", float16),
-                                 ("--verify", verify), ("--no-verify", no_verify)))
+                                 ("--verify", verify), ("--no-verify", no_verify),
+                                 ("--no-latency", no_latency)))
     keep_float = (keep_float,) if isinstance(keep_float, str) else tuple(keep_float)
 
     shapes = parse_input_shape(input_shapes)
@@ -133,7 +136,8 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
         input=InputOptions(shapes, io_layout), quantize=request, weights=weights,
         verify=VerifyOptions(enabled, bool(asked), verify_samples,
                              verify_data or (calibration if isinstance(calibration, str) else None),
-                             min_sqnr, report, float_conversion),
+                             min_sqnr, report, float_conversion,
+                             latency=enabled and not float_conversion and not no_latency),
         plan=plan)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 from dataclasses import asdict, dataclass, field
 
+from ..check.latency import Latency
 from ..check.report import ConversionNotes
 from ..check.verify import Verification, json_number
 from .planner import Plan
@@ -73,11 +74,14 @@ class ConversionReport:
     weights: WeightsReport | None = None
     verify: Verification | None = None  # the written file against onnxruntime
     batch: BatchReport | None = None  # the model's dynamic batch, set to 1
+    latency: Latency | None = None  # the written model timed next to the float model
     notes: ConversionNotes | None = field(default=None, repr=False)  # for the per-tensor report
 
     def as_dict(self) -> dict:
         result = asdict(self)
         result["verify"] = self.verify.as_dict() if self.verify is not None else None
+        if self.latency is not None:
+            result["latency"]["ratio"] = json_number(self.latency.ratio)
         if result["quantization"] and result["quantization"]["plan"]:
             for round_ in result["quantization"]["plan"]["rounds"]:
                 round_["worst_sqnr_db"] = json_number(round_["worst_sqnr_db"])
@@ -107,6 +111,8 @@ class ConversionReport:
                      f" -> {_human_size(w.weights_bytes)}")
         if self.verify is not None:
             text += "; " + self.verify.summary()
+        if self.latency is not None:
+            text += "; " + self.latency.summary("int8" if q is not None else w.mode)
         if self.batch is not None:
             text += "; " + self.batch.note
         return text

@@ -1,0 +1,76 @@
+"""The written model timed next to its float model (qconvert/check/latency.py): in the --json
+report and the summary line of a verified quantized or weight-stored conversion, not for a float
+one or with --no-latency, and a warning with its reasons when the quantized model is slower."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import qconvert
+from qconvert.check import latency
+from tests.harness import small_classifier
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("latency")
+    onnx.save(small_classifier(np.random.default_rng(7)), root / "m.onnx")
+    np.savez(root / "cal.npz", x=np.random.default_rng(8).standard_normal((8, 1, 3, 8, 8)).astype(np.float32))
+    return root
+
+
+def _qconvert(files: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "qconvert", "m.onnx", *args, "--json"], cwd=files,
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("flags,kind", [(["--quantize", "--calibration", "cal.npz"], "int8"),
+                                        (["--weight-only", "--weight-only-min-elements", "8"], "int8"),
+                                        (["--float16"], "float16")])
+def test_a_verified_quantized_conversion_is_timed(files, flags, kind):
+    run = _qconvert(files, "q.tflite", *flags)
+    assert run.returncode == 0, run.stderr
+    timed = json.loads(run.stdout)["latency"]
+    assert timed["rounds"] >= latency.MIN_ROUNDS and timed["threads"] == 1
+    assert timed["model_ms"] > 0 and timed["float_ms"] > 0
+    assert timed["ratio"] == pytest.approx(timed["model_ms"] / timed["float_ms"], rel=0.005)
+    assert timed["cpu"] == latency.cpu_description()
+    assert f"{kind}/float latency {timed['ratio']:.2f}x" in run.stderr.splitlines()[-1]
+
+
+def test_float_conversions_and_no_latency_are_not_timed(files):
+    for args in (["f.tflite"], ["n.tflite", "--quantize", "--calibration", "cal.npz", "--no-latency"]):
+        run = _qconvert(files, *args)
+        assert run.returncode == 0 and json.loads(run.stdout)["latency"] is None, run.stderr
+        assert "latency" not in run.stderr
+
+
+def test_the_same_model_times_alike(files, tmp_path):
+    tflite, _ = qconvert.convert(files / "m.onnx")
+    (tmp_path / "a.tflite").write_bytes(tflite)
+    timed = latency.measure(str(tmp_path / "a.tflite"), str(tmp_path / "a.tflite"), budget_s=0.3)
+    assert 1 / 3 < timed.ratio < 3 and timed.rounds >= latency.MIN_ROUNDS
+
+
+def test_a_slower_quantized_model_warns_with_its_reasons(files, monkeypatch, caplog):
+    """The timing is LiteRT's; here it is replaced by a slower one to reach the warning."""
+    slower = latency.Latency(3.0, 2.0, 1.5, 10, 1, "Some CPU: AVX2, no VNNI")
+    monkeypatch.setattr(latency, "measure", lambda *args, **kwargs: slower)
+    with caplog.at_level("WARNING", logger="qconvert"):
+        _, report = qconvert.convert(files / "m.onnx", quantize=True, calibration=files / "cal.npz",
+                                     verify=True)
+    assert report.latency == slower
+    (warning,) = [r.getMessage() for r in caplog.records if "float model's time" in r.getMessage()]
+    assert "1.50x" in warning and "no VNNI or dot-product instructions" in warning
+
+
+def test_the_cpu_is_named_with_its_int8_extensions():
+    text = latency.cpu_description()
+    assert ":" in text and ("VNNI" in text or "dot product" in text or "no SIMD" in text)
