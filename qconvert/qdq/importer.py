@@ -35,7 +35,6 @@ from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
 from ..ir import MinMax, Model, counterpart
-from ..onnx.runtime import has_qdq
 from ..onnx.loader import node_names
 from ..transforms.quantization import QDQ_SOURCE, params_for_range, set_loaded_ranges
 
@@ -232,9 +231,22 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
             if not any(id(r) not in removed for r in g.readers.get(quantize.output[0], [])):
                 removed.add(id(quantize))
             continue
+        elif _moves_constant(g, quantize) and scale.size == 1 and zero.size == 1:
+            # An int8 table gathered (an embedding), reshaped or transposed before its DQ: with one
+            # scale and zero point the DQ commutes with the data movement, so the table is
+            # dequantized once and moved as float.
+            table = g.constant(quantize.input[0])
+            name = _fresh_initializer(g, f"{quantize.input[0]}_dequantized", _checked(
+                node, quantize.input[0], table.shape, _dequantized, table, scale, zero, axis))
+            quantize.input[0] = name
+            _forget_declared_type(graph, x)
+            _bypass(g, node, x, appended)
+            found.constants[y] = str(table.dtype)
         else:
-            raise ConversionError(f"{_label(node)}: dequantizes {x!r}, which is neither a constant nor "
-                                  "a QuantizeLinear's output (an int8 graph input is not supported yet)")
+            raise ConversionError(f"{_label(node)}: dequantizes {x!r}, which is neither a constant, a "
+                                  "constant moved by Gather/Reshape/Transpose/Squeeze/Unsqueeze/"
+                                  "Flatten/Slice, nor a QuantizeLinear's output (an int8 graph input "
+                                  "is not supported yet)")
         removed.add(id(node))
     leftover = next((n for n in graph.node if n.op_type == "QuantizeLinear" and id(n) not in removed), None)
     if leftover is not None:
@@ -349,6 +361,35 @@ def _clip(proto: onnx.ModelProto, source: str, y: str, span: tuple[float, float]
     for name, value in zip(bounds, span):
         proto.graph.initializer.append(numpy_helper.from_array(np.array(value, np.float32), name))
     return helper.make_node("Clip", [source, *bounds], [y], name=f"{y}_qdq_clip")
+
+
+# Ops that move an input's values without computing new ones (input 0: the data).
+_DATA_MOVEMENT = ("Gather", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice")
+
+
+def _moves_constant(g: _Graph, node: onnx.NodeProto | None) -> bool:
+    """Whether `node` moves the values of an integer constant (its data input)."""
+    return (node is not None and node.op_type in _DATA_MOVEMENT and node.domain in ("", "ai.onnx")
+            and g.constant(node.input[0]) is not None
+            and np.issubdtype(g.constant(node.input[0]).dtype, np.integer))
+
+
+def _fresh_initializer(g: _Graph, hint: str, value: np.ndarray) -> str:
+    """A new initializer named after `hint` (no tensor of the graph has the name); returns it."""
+    name, k = hint, 1
+    while name in g.initializers or name in g.producer or name in g.inputs:
+        name, k = f"{hint}_{k}", k + 1
+    g.initializers[name] = numpy_helper.from_array(value, name)
+    g.graph.initializer.append(g.initializers[name])
+    return name
+
+
+def _forget_declared_type(graph: onnx.GraphProto, name: str) -> None:
+    """Drops the value_info of `name` (its declared integer type no longer holds)."""
+    kept = [v for v in graph.value_info if v.name != name]
+    if len(kept) != len(graph.value_info):
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
 
 
 def _replace_by_constant(g: _Graph, node: onnx.NodeProto, value: np.ndarray) -> None:

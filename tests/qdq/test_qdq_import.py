@@ -295,3 +295,35 @@ def test_int16_pairs_with_a_zero_point_become_symmetric_with_a_warning_each(tmp_
     feeds = {"x": SAMPLES[20]}
     np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["y"], run_onnxruntime(qdq, feeds)["y"],
                                rtol=0, atol=8 * step)
+
+
+@pytest.mark.parametrize("mover", ["Gather", "Transpose", "Reshape"])
+def test_a_dequantized_table_moved_before_its_dq_converts(mover):
+    """An int8 embedding table gathered (or transposed, reshaped) before its DequantizeLinear, as
+    onnxruntime's dynamic quantizer writes it: with per-tensor params the DQ commutes with the
+    data movement, so the float model is exact against onnxruntime."""
+    rng = np.random.default_rng(0)
+    table = rng.integers(-127, 128, (6, 8)).astype(np.int8)
+    moved = {"Gather": (helper.make_node("Gather", ["table", "ids"], ["g"], axis=0), (1, 6, 8)),
+             "Transpose": (helper.make_node("Transpose", ["table"], ["g"], perm=[1, 0]), (8, 6)),
+             "Reshape": (helper.make_node("Reshape", ["table", "shape"], ["g"]), (8, 6))}
+    node, moved_shape = moved[mover]
+    w = rng.standard_normal((moved_shape[-1], 4)).astype(np.float32)
+    nodes = [node, helper.make_node("DequantizeLinear", ["g", "s", "z"], ["e"]),
+             helper.make_node("MatMul", ["e", "w"], ["y"])]
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+             numpy_helper.from_array(np.array(3, np.int8), "z"), numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.array([8, 6], np.int64), "shape")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, (1, 6))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+                              value_info=[helper.make_tensor_value_info("g", TensorProto.INT8, moved_shape)])
+    if mover != "Gather":  # the ids input still feeds the graph: add it to y
+        graph.node.append(helper.make_node("Cast", ["ids"], ["idf"], to=TensorProto.FLOAT))
+        graph.node[2].output[0] = "y0"
+        graph.node.append(helper.make_node("ReduceSum", ["idf"], ["ids_sum"], keepdims=1))
+        graph.node.append(helper.make_node("Add", ["y0", "ids_sum"], ["y"]))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    feeds = {"ids": np.array([[1, 5, 0, 3, 2, 2]], np.int64)}
+    flatbuffer, report = convert_proto(model)
+    np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["y"],
+                               run_onnxruntime(model, feeds)["y"], rtol=1e-5, atol=1e-5)
