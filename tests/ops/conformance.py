@@ -42,9 +42,6 @@ for _range in ("bfloat16_type_positive_delta", "float16_type_positive_delta",
     EXPECTED_FAILURES[f"test_range_{_range}_expanded"] = (
         "the Loop's trip count is computed from graph inputs, so its scan output's shape is "
         "data-dependent")
-EXPECTED_FAILURES["test_loop11"] = (
-    "the Loop's trip count and condition are graph inputs, so its scan output's shape is "
-    "data-dependent")
 
 
 def expected_failure(case) -> str | None:
@@ -118,6 +115,8 @@ PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "ConstantOfShape": (0,), "Range": (0, 1, 2), "LSTM": (1, 2, 3, 4, 7), "PRelu": (1,),
     "GRU": (1, 2, 3, 4), "RNN": (1, 2, 3, 4),
     "TopK": (1,), "CumSum": (1,), "OneHot": (1, 2), "Gemm": (1, 2),
+    # A Loop's trip count and condition: with them constant its scan outputs have a static shape.
+    "Loop": (0, 1),
 }
 
 
