@@ -423,3 +423,21 @@ def test_loop_without_trip_count_or_condition_is_refused():
     with pytest.raises(ConversionError, match=r"^node 'Loop_0:v_final' \(Loop\): it has neither a trip "
                                               r"count nor a condition: it never ends$"):
         convert_proto(model)
+
+
+def test_if_with_convolutions_in_its_branches():
+    """Layout-sensitive ops in a body: transposes at the body's edges (its boundary keeps the
+    ONNX layout), the main graph's NHWC input stops at the IF."""
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", F, [4, 4, 3, 3], rng.standard_normal((4, 4, 3, 3)).astype(np.float32).ravel())
+    then = graph([helper.make_node("Conv", ["x", "w"], ["t"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", ["t"], ["tr"])], [value("tr", F, [1, 4, 5, 5])], inits=[w])
+    other = graph([helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+                  [value("p", F, [1, 4, 5, 5])])
+    model = make_model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                        helper.make_node("Greater", ["s", "zero"], ["c"]),
+                        helper.make_node("If", ["c"], ["z"], then_branch=then, else_branch=other),
+                        helper.make_node("Add", ["z", "x"], ["out"])],
+                       {"x": (F, [1, 4, 5, 5])}, {"out": F}, inits={"zero": np.array(0, np.float32)})
+    for seed in range(2):
+        assert_matches_onnxruntime(model, feeds=signs_feeds(model, seed), rtol=1e-3, atol=1e-4)
