@@ -34,6 +34,13 @@ def _compose_or_drop(model: Model, op: Operator) -> bool:
     return False
 
 
+def _single_value(model: Model, name: str, opdef) -> bool:
+    """A computed operand of one value (a scalar bound, all dimensions 1) that an elementwise op
+    broadcasts: it has no layout, so a transpose moves past it as past a constant."""
+    array = model.arrays[name]
+    return opdef.layout == "elementwise" and not array.is_constant and all(d == 1 for d in array.shape)
+
+
 def _sink_through(model: Model, op: Operator) -> bool:
     """Rewrites `op` to read the transposes' sources; returns False if it does not apply."""
     opdef = TFLITE_OPS[op.type]
@@ -41,7 +48,7 @@ def _sink_through(model: Model, op: Operator) -> bool:
     perm = None
     for i in data_inputs:
         name = op.inputs[i] if i < len(op.inputs) else ""
-        if not name or model.arrays[name].is_constant:
+        if not name or model.arrays[name].is_constant or _single_value(model, name, opdef):
             continue
         producer = model.producer(name)
         if producer is None or producer.type != "TRANSPOSE":
@@ -57,7 +64,8 @@ def _sink_through(model: Model, op: Operator) -> bool:
         return False
     for i in data_inputs:
         name = op.inputs[i] if i < len(op.inputs) else ""
-        if name and model.arrays[name].is_constant and model.arrays[name].data.ndim > rank:
+        if name and (model.arrays[name].is_constant or _single_value(model, name, opdef)) \
+                and len(model.arrays[name].shape) > rank:
             return False
     out_perm = perm
     if opdef.layout == "axis":
@@ -67,7 +75,7 @@ def _sink_through(model: Model, op: Operator) -> bool:
     back = inverse(perm)
     for i in data_inputs:
         name = op.inputs[i] if i < len(op.inputs) else ""
-        if not name:
+        if not name or _single_value(model, name, opdef):
             continue
         if model.arrays[name].is_constant:
             value = model.arrays[name].data

@@ -84,3 +84,21 @@ def test_mixed_permutations_do_not_move():
     b.op("ADD", ["t", "z"], "y", (1, 5, 2, 3)).output("y")
     run(b.model)
     assert op_types(b.model) == ["TRANSPOSE", "ADD"]
+
+
+def test_a_computed_single_value_operand_lets_the_transpose_move():
+    """MAXIMUM(transposed x, a scalar computed at run time): the scalar has no layout, so the
+    transposes move past the op and cancel; a computed per-channel operand keeps them."""
+    for bound_shape, moved in (((1, 1, 1, 1), True), ((), True), ((1, 5, 1, 1), False)):
+        b = Builder().input("x", (1, 2, 3, 5)).input("s", bound_shape)
+        b.const("p1", np.array(NCHW, np.int32)).const("p2", np.array(NHWC, np.int32))
+        b.op("TRANSPOSE", ["x", "p1"], "t", (1, 5, 2, 3))
+        b.op("MAXIMUM", ["t", "s"], "m", (1, 5, 2, 3))
+        b.op("TRANSPOSE", ["m", "p2"], "y", (1, 2, 3, 5)).output("y")
+        rng = np.random.default_rng(3)
+        feeds = {"x": rng.standard_normal((1, 2, 3, 5)).astype(np.float32),
+                 "s": rng.standard_normal(bound_shape).astype(np.float32)}
+        before = evaluate_model(b.model, feeds)["y"]
+        run(b.model)
+        assert (op_types(b.model) == ["MAXIMUM"]) == moved, op_types(b.model)
+        np.testing.assert_array_equal(evaluate_model(b.model, feeds)["y"], before)
