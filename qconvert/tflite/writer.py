@@ -167,6 +167,12 @@ class _Writer:
         self.main = model
         self.graphs = [model] + model.subgraphs()
         self.graph_number = {id(graph): k for k, graph in enumerate(self.graphs)}
+        # "main", or the control-flow op's source node and the body's role ("If_3 then").
+        self.graph_name = {id(model): "main"}
+        for graph in self.graphs:
+            for op in graph.operators if len(self.graphs) > 1 else ():
+                for field, body in op.subgraphs.items():
+                    self.graph_name[id(body)] = f"{op.source} {field.removesuffix('_subgraph_index')}"
         self.description = description
         self.release_data = release_data
         self.tensor_index: dict[str, int] = {}  # of the subgraph being written
@@ -259,7 +265,7 @@ class _Writer:
             tensors = [self._tensor(b, name) for name in self.tensor_index]
             operators = [self._operator(b, op, code)
                          for op, code in zip(graph.operators, self.op_code[number])]
-            subgraphs.append(self._subgraph(b, tensors, operators, self._graph_name(number)))
+            subgraphs.append(self._subgraph(b, tensors, operators, self.graph_name[id(graph)]))
         self._enter(0)
         codes = [self._opcode(b, op_type, version) for (op_type, version) in self.opcode_index]
         signature = self._signature(b)
@@ -377,17 +383,6 @@ class _Writer:
              getattr(S.BuiltinOptions, TFLITE_OPS[op.type].options) if options is not None else None),
             ("BuiltinOptions", options_off),
         ])
-
-    def _graph_name(self, number: int) -> str:
-        """"main", or the control-flow op's source node and the body's role ("If_3 then")."""
-        if number == 0:
-            return "main"
-        for graph in self.graphs[:number]:
-            for op in graph.operators:
-                for field, body in op.subgraphs.items():
-                    if body is self.graphs[number]:
-                        return f"{op.source} {field.removesuffix('_subgraph_index')}"
-        raise AssertionError("a subgraph without its op")
 
     def _subgraph(self, b: flatbuffers.Builder, tensors: list[int], operators: list[int],
                   name: str) -> int:
