@@ -284,10 +284,14 @@ def _flatten_scan(inliner, node, label, opset):
     output_axes = list(_attr(node, "scan_output_axes", [0] * n_out))
     output_dirs = list(_attr(node, "scan_output_directions", [0] * n_out))
     lengths = set()
+    typed = {v.name: (graph.dtypes[name], graph.shapes[name])
+             for v, name in zip(body.input[:n_state], node.input[:n_state]) if name in graph.shapes}
     for k, name in enumerate(scan_inputs):
-        rank = len(graph.shapes[name])
-        input_axes[k] = input_axes[k] + rank if input_axes[k] < 0 else input_axes[k]
-        lengths.add(graph.shapes[name][input_axes[k]])
+        shape = graph.shapes[name]
+        input_axes[k] = input_axes[k] + len(shape) if input_axes[k] < 0 else input_axes[k]
+        lengths.add(shape[input_axes[k]])
+        typed[body.input[n_state + k].name] = (graph.dtypes[name],
+                                               shape[:input_axes[k]] + shape[input_axes[k] + 1:])
     if len(lengths) != 1:
         raise ConversionError(f"node {label!r} (Scan): scan inputs of different lengths "
                               f"{sorted(lengths)}")
@@ -299,6 +303,8 @@ def _flatten_scan(inliner, node, label, opset):
     states = list(node.input[:n_state])
     scans: list[list[str]] = [[] for _ in range(n_out)]
     ranks = [None] * n_out
+    if any(axis < 0 for axis in output_axes):  # the per-iteration values' ranks are needed
+        ranks = [None if t is None else len(t[1]) for t in _infer_body(graph, body, typed)[n_state:]]
     nodes = []
     for k in range(count):
         bindings = {v.name: s for v, s in zip(body.input[:n_state], states)}
@@ -314,8 +320,6 @@ def _flatten_scan(inliner, node, label, opset):
         states = outputs[:n_state]
         for j, value in enumerate(outputs[n_state:]):
             scans[j].append(value)
-            declared = _declared_shape(body.output[n_state + j])
-            ranks[j] = len(declared) if declared is not None else ranks[j]
     for k, (value, target) in enumerate(zip(states, node.output[:n_state])):
         if target:
             nodes.append(inliner.node(f"{label}/output_{k}", "Identity", [value], [target]))
@@ -392,6 +396,14 @@ def _body_output_types(graph, node: onnx.NodeProto) -> list[tuple[int, tuple] | 
     typed[body.input[0].name] = (np.dtype(np.int64), ())
     cond = node.input[1] if len(node.input) > 1 else ""
     typed[body.input[1].name] = (np.dtype(np.bool_), graph.shapes.get(cond, ()))
+    return _infer_body(graph, body, typed)
+
+
+def _infer_body(graph, body: onnx.GraphProto, typed: dict) -> list[tuple[int, tuple] | None]:
+    """(element type, static shape) of each output of `body` by ONNX shape inference, its inputs
+    typed by `typed` ({name: (dtype, shape)}) and the outer values it reads as the loader's
+    graph knows them (None where not static)."""
+    typed = dict(typed)
     for name in free_names(body):
         if name in graph.shapes and name in graph.dtypes:
             typed[name] = (graph.dtypes[name], graph.shapes[name])

@@ -116,7 +116,7 @@ def test_loop_with_constant_trip_count_is_unrolled(cond_out):
 def test_scan_is_unrolled_with_axes_and_directions():
     body = graph([helper.make_node("Add", ["s", "e"], ["s2"]),
                   helper.make_node("Mul", ["s2", "e"], ["o"])],
-                 [value("s2", F, [3]), value("o", F, [3])],
+                 [value("s2", F, [3]), value("o", F, None)],  # o's rank: by shape inference
                  inputs=[value("s", F, [3]), value("e", F, [3])])
     model = make_model([helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body,
                                          num_scan_inputs=1, scan_input_axes=[1],
