@@ -469,10 +469,22 @@ class _Outer:
                 raise self.error(f"its body {body.name!r} gives {v.name!r} as a "
                                  f"{v.type.WhichOneof('value').removesuffix('_type')}; qconvert "
                                  "converts tensors only")
+        # A body output that is one of its inputs (a value carried unchanged) gets an Identity:
+        # the loader gives a graph's inputs and outputs tensors of their own.
+        given, nodes, names = {name for name, _, _ in inputs}, list(body.node), []
+        taken = given | _defined(body) | set(constants)
+        for v in outputs:
+            name = v.name
+            if name in given:
+                while name in taken:
+                    name += "_out"
+                taken.add(name)
+                nodes.append(helper.make_node("Identity", [v.name], [name]))
+            names.append(name)
         graph = helper.make_graph(
-            list(body.node), body.name or "body",
+            nodes, body.name or "body",
             [helper.make_tensor_value_info(name, elem, list(shape)) for name, elem, shape in inputs],
-            [helper.make_tensor_value_info(v.name, 0, None) for v in outputs],
+            [helper.make_tensor_value_info(name, 0, None) for name in names],
             [numpy_helper.from_array(np.asarray(value), name) for name, value in constants.items()]
             + list(body.initializer))
         proto = self.graph.proto
@@ -490,6 +502,9 @@ class _Outer:
         return helper.np_dtype_to_tensor_dtype(self.graph.dtypes[name])
 
 
+_WIDE = {np.dtype(np.int64): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.float32)}
+
+
 def _internal_boundary(model: Model) -> Model:
     """Drops the CASTs the loader puts at a graph's inputs and outputs (int64 <-> int32): a
     body's boundary tensors are the outer graph's, which are narrowed already."""
@@ -499,6 +514,9 @@ def _internal_boundary(model: Model) -> Model:
                 model.remove_operator(op)
                 model.inputs[k] = op.outputs[0]
                 del model.arrays[name]
+        array = model.arrays[model.inputs[k]]
+        if array.dtype in _WIDE:  # an unused input (its CAST went): the op passes it narrowed
+            array.dtype = _WIDE[array.dtype]
     for k, name in enumerate(model.outputs):
         op = model.producer(name)
         if op is not None and op.type == "CAST" and op.source == f"output {name}":
