@@ -25,6 +25,7 @@ from . import (  # noqa: F401
     reshape,
     resize,
     scatter,
+    sequence,
     slice,
     softmax,
     space_depth,
