@@ -231,7 +231,8 @@ class _InputData:
         value = self.rows(index, local, local + 1)[0]
         if self.segments[index].rows_per_sample and self.shape and self.shape[0] is not None:
             value = value.reshape((self.shape[0],) + value.shape[1:])
-        return np.ascontiguousarray(value, dtype=self.dtype)
+        # np.require, not np.ascontiguousarray: that makes a scalar (a rank-0 input) 1-D.
+        return np.require(value, dtype=self.dtype, requirements="C")
 
 
 class CalibrationSet(Sequence):

@@ -216,3 +216,23 @@ def test_raised_limits_let_a_large_file_through(model, tmp_path):
     env["QCONVERT_MAX_CALIBRATION_SAMPLES"], env["QCONVERT_MAX_CALIBRATION_BYTES"] = "12", str(nbytes - 1)
     result, out = _convert(model, tmp_path, calibration, "--no-verify", env=env)
     _assert_refused(result, out, [f"{nbytes:,} bytes of calibration data exceed"])
+
+
+def test_a_scalar_input_keeps_its_rank(tmp_path):
+    """A rank-0 input (Silero VAD's sample rate) is an .npz array of shape [N]: each sample is a
+    scalar, which LiteRT must be given as one (not as [1]), in calibration and verification."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4)),
+                               helper.make_tensor_value_info("s", TensorProto.FLOAT, ())],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), model)
+    calibration = tmp_path / "d.npz"
+    np.savez(calibration, x=np.random.default_rng(0).standard_normal((3, 1, 4)).astype(np.float32),
+             s=np.array([1.0, 2.0, 3.0], np.float32))
+    result, out = _convert(model, tmp_path, calibration)
+    assert result.exit_code == 0 and out.exists(), result.stderr
+    plain = CliRunner().invoke(cli, [str(model), str(tmp_path / "f.tflite"), "--verify-data", str(calibration)])
+    assert plain.exit_code == 0 and "(3 samples)" in plain.stderr, plain.stderr
