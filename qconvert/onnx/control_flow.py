@@ -465,9 +465,10 @@ class _Outer:
         (ValueInfos). The Model's inputs and outputs are in the graph's internal dtypes (int32 for
         int64...), as the outer tensors that the control-flow op passes are."""
         for v in outputs:
-            if v.type.WhichOneof("value") not in (None, "tensor_type"):
-                raise self.error(f"its body {body.name!r} gives {v.name!r} as a "
-                                 f"{v.type.WhichOneof('value').removesuffix('_type')}; qconvert "
+            kind = (v.type.WhichOneof("value") or "tensor_type").removesuffix("_type")
+            if kind != "tensor":
+                raise self.error(f"its body {body.name!r} gives {v.name!r} as "
+                                 f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}; qconvert "
                                  "converts tensors only")
         # A body output that is one of its inputs (a value carried unchanged) gets an Identity:
         # the loader gives a graph's inputs and outputs tensors of their own.
