@@ -35,6 +35,7 @@ from .insert_quantize_dequantize import insert_quantize_dequantize
 from .keep_mixed_concatenation_float import keep_mixed_concatenation_float
 from .keep_normalization_statistics_float import keep_normalization_statistics_float
 from .keep_requested_float import keep_requested_float
+from .keep_unrepresentable_float import keep_unrepresentable_float
 from .merge_constant_binary_chains import merge_constant_binary_chains
 from .merge_reshapes import merge_reshapes
 from .propagate_minmax import propagate_minmax
@@ -101,6 +102,7 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("average_pool_to_depthwise", partial(average_pool_to_depthwise, int16=options.int16)),
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range,
                                      int16=options.int16)),
+        ("keep_unrepresentable_float", partial(keep_unrepresentable_float, int16=options.int16)),
         ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float",
                                          int16=options.int16)),
         ("quantize_weights", partial(quantize_weights, per_tensor_fc=options.per_tensor_fc)),
