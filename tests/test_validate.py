@@ -396,3 +396,21 @@ def test_an_empty_model_is_refused_under_an_address_space_limit(tmp_path, via_st
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip().endswith("not an ONNX model (no IR version or empty graph)")
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.INT64, TensorProto.FLOAT])
+def test_a_graph_input_that_is_also_a_graph_output_is_returned_as_it_is(dtype):
+    """An int64 input returned untouched (it was an internal error: the CAST to the ONNX dtype
+    tried to create a second tensor of the input's name)."""
+    from tests.harness import convert_proto, run_tflite
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4)),
+                               helper.make_tensor_value_info("k", dtype, (2,))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("k", dtype, (2,))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    flatbuffer, report = convert_proto(model)
+    k = np.array([2**40, -3], np.int64 if dtype == TensorProto.INT64 else np.float32)
+    out = run_tflite(flatbuffer, report, {"x": np.ones((1, 4), np.float32), "k": k})
+    np.testing.assert_array_equal(out["k"], k)

@@ -626,6 +626,7 @@ def load(source: OnnxFile | onnx.ModelProto,
                                         source=f"input {i.name}"))
             aliases[i.name] = inner
     output_names = [o.name for o in proto.graph.output]
+    graph_input_names = {i.name for i in graph.inputs}
 
     ctx = ImportContext(model, graph.opset, consumed)
     for node in graph.nodes:
@@ -645,6 +646,9 @@ def load(source: OnnxFile | onnx.ModelProto,
     # Graph outputs keep their ONNX name and dtype (a narrowed one through a CAST); a constant
     # output gets a producing op so that the TFLite graph has a tensor to return.
     for name in output_names:
+        if name in graph_input_names:  # an input returned as it is: the same tensor
+            model.outputs.append(name)
+            continue
         ensure_array(name, "graph output")
         inner = aliases.get(name, name)
         onnx_dtype = np.dtype(graph.dtypes.get(name, model.arrays[inner].dtype))
