@@ -168,7 +168,8 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     found = QdqRanges(warnings=_bias_scale_warnings(g))
     removed: set[int] = set()
     int16_nodes: list[onnx.NodeProto] = []  # to run 16x8 kernels: around int16 pairs
-    in_place: dict[int, onnx.NodeProto] = {}  # a removed DQ's Clip, written where the DQ was
+    # a removed DQ's replacement where the DQ was: its Clip, or the data movement redone in float
+    in_place: dict[int, onnx.NodeProto | list[onnx.NodeProto]] = {}
     appended: list[onnx.NodeProto] = []  # Identity nodes, last (their sources come before)
     for node in list(graph.node):
         if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
@@ -231,17 +232,18 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
             if not any(id(r) not in removed for r in g.readers.get(quantize.output[0], [])):
                 removed.add(id(quantize))
             continue
-        elif _moves_constant(g, quantize) and scale.size == 1 and zero.size == 1:
+        elif scale.size == 1 and zero.size == 1 and (moved := _moved_constant(g, quantize)):
             # An int8 table gathered (an embedding), reshaped or transposed before its DQ: with one
             # scale and zero point the DQ commutes with the data movement, so the table is
-            # dequantized once and moved as float.
-            table = g.constant(quantize.input[0])
-            name = _fresh_initializer(g, f"{quantize.input[0]}_dequantized", _checked(
-                node, quantize.input[0], table.shape, _dequantized, table, scale, zero, axis))
-            quantize.input[0] = name
-            _forget_declared_type(graph, x)
-            _bypass(g, node, x, appended)
-            found.constants[y] = str(table.dtype)
+            # dequantized once and the movement repeated on it in float, in the DQ's place.
+            in_place[id(node)] = _dequantized_moves(g, node, moved, scale, zero, axis)
+            found.constants[y] = str(g.constant(moved[-1].input[0]).dtype)
+            for mover in moved:  # the integer originals go once nothing else reads them
+                readers = g.readers.get(mover.output[0], [])
+                if mover.output[0] in g.outputs or any(r is not node and id(r) not in removed
+                                                       for r in readers):
+                    break
+                removed.add(id(mover))
         else:
             raise ConversionError(f"{_label(node)}: dequantizes {x!r}, which is neither a constant, a "
                                   "constant moved by Gather/Reshape/Transpose/Squeeze/Unsqueeze/"
@@ -252,7 +254,12 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     if leftover is not None:
         raise ConversionError(f"{_label(leftover)}: a QuantizeLinear without a DequantizeLinear after "
                               "it (an integer graph output) is not supported yet")
-    final = [in_place.get(id(n), n) for n in graph.node if id(n) not in removed or id(n) in in_place]
+    final = []
+    for n in graph.node:  # a removed node's replacement (one node, or several) where it was
+        if id(n) in in_place:
+            final.extend(in_place[id(n)] if isinstance(in_place[id(n)], list) else [in_place[id(n)]])
+        elif id(n) not in removed:
+            final.append(n)
     final += appended
     marked = {id(n) for n in int16_nodes}
     places = [k for k, n in enumerate(final) if id(n) in marked]
@@ -367,29 +374,49 @@ def _clip(proto: onnx.ModelProto, source: str, y: str, span: tuple[float, float]
 _DATA_MOVEMENT = ("Gather", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice")
 
 
-def _moves_constant(g: _Graph, node: onnx.NodeProto | None) -> bool:
-    """Whether `node` moves the values of an integer constant (its data input)."""
-    return (node is not None and node.op_type in _DATA_MOVEMENT and node.domain in ("", "ai.onnx")
-            and g.constant(node.input[0]) is not None
-            and np.issubdtype(g.constant(node.input[0]).dtype, np.integer))
+def _moved_constant(g: _Graph, node: onnx.NodeProto | None) -> list[onnx.NodeProto] | None:
+    """The data-movement ops that carry an integer constant to `node`'s output (`node` first,
+    the one reading the constant last), or None."""
+    chain = []
+    while node is not None and node.op_type in _DATA_MOVEMENT and node.domain in ("", "ai.onnx"):
+        chain.append(node)
+        value = g.constant(node.input[0])
+        if value is not None:
+            return chain if np.issubdtype(value.dtype, np.integer) else None
+        node = g.producer.get(node.input[0])
+    return None
 
 
-def _fresh_initializer(g: _Graph, hint: str, value: np.ndarray) -> str:
-    """A new initializer named after `hint` (no tensor of the graph has the name); returns it."""
+def _fresh_name(g: _Graph, hint: str) -> str:
+    """A tensor name no initializer, node output or graph input of the graph has (and takes it)."""
     name, k = hint, 1
     while name in g.initializers or name in g.producer or name in g.inputs:
         name, k = f"{hint}_{k}", k + 1
-    g.initializers[name] = numpy_helper.from_array(value, name)
-    g.graph.initializer.append(g.initializers[name])
+    g.producer[name] = None
     return name
 
 
-def _forget_declared_type(graph: onnx.GraphProto, name: str) -> None:
-    """Drops the value_info of `name` (its declared integer type no longer holds)."""
-    kept = [v for v in graph.value_info if v.name != name]
-    if len(kept) != len(graph.value_info):
-        del graph.value_info[:]
-        graph.value_info.extend(kept)
+def _dequantized_moves(g: _Graph, node: onnx.NodeProto, moved: list[onnx.NodeProto], scale, zero,
+                       axis: int) -> list[onnx.NodeProto]:
+    """Copies of the data-movement ops `moved` reading the dequantized constant, the last one
+    writing the DQ `node`'s output; the integer originals stay for any other reader (or go as
+    unused)."""
+    first = moved[-1]
+    table = g.constant(first.input[0])
+    source = _fresh_name(g, f"{first.input[0]}_dequantized")
+    g.initializers[source] = numpy_helper.from_array(_checked(
+        node, first.input[0], table.shape, _dequantized, table, scale, zero, axis), source)
+    g.graph.initializer.append(g.initializers[source])
+    copies = []
+    for k, mover in enumerate(reversed(moved)):
+        copy = onnx.NodeProto()
+        copy.CopyFrom(mover)
+        copy.input[0] = source
+        source = node.output[0] if k == len(moved) - 1 else _fresh_name(g, f"{mover.output[0]}_dequantized")
+        copy.output[0] = source
+        copy.name = f"{mover.name}_dequantized" if mover.name else ""
+        copies.append(copy)
+    return copies
 
 
 def _replace_by_constant(g: _Graph, node: onnx.NodeProto, value: np.ndarray) -> None:
