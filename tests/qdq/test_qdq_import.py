@@ -327,3 +327,24 @@ def test_a_dequantized_table_moved_before_its_dq_converts(mover):
     flatbuffer, report = convert_proto(model)
     np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["y"],
                                run_onnxruntime(model, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_table_moved_twice_and_read_by_two_dqs_converts():
+    """text2tashkeel's form: Gather(int8 table) read by a DQ and by a Transpose whose output has
+    its own DQ; both become float data movement on the dequantized table."""
+    rng = np.random.default_rng(1)
+    table = rng.integers(0, 256, (6, 8)).astype(np.uint8)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["g"], axis=0),
+             helper.make_node("DequantizeLinear", ["g", "s", "z"], ["e1"]),
+             helper.make_node("Transpose", ["g"], ["t"], perm=[1, 0, 2]),
+             helper.make_node("DequantizeLinear", ["t", "s", "z"], ["e2"]),
+             helper.make_node("Transpose", ["e2"], ["e2t"], perm=[1, 0, 2]),
+             helper.make_node("Add", ["e1", "e2t"], ["y"])]
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, (1, 5))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    feeds = {"ids": np.array([[1, 5, 0, 3, 3]], np.int64)}
+    flatbuffer, report = convert_proto(model)
+    np.testing.assert_array_equal(run_tflite(flatbuffer, report, feeds)["y"], run_onnxruntime(model, feeds)["y"])
