@@ -414,7 +414,7 @@ def _dequantized_moves(g: _Graph, node: onnx.NodeProto, moved: list[onnx.NodePro
         copy.input[0] = source
         source = node.output[0] if k == len(moved) - 1 else _fresh_name(g, f"{mover.output[0]}_dequantized")
         copy.output[0] = source
-        copy.name = f"{mover.name}_dequantized" if mover.name else ""
+        copy.name = f"{mover.name}_for_{node.output[0]}" if mover.name else ""  # one per DQ
         copies.append(copy)
     return copies
 
