@@ -153,6 +153,15 @@ def _check_weights(ctx, shapes: dict, count: int, hidden: int, size: int, gates:
                             f"{list(expected[name])}")
 
 
+def _check_full_length(ctx, lens_name: str, steps: int) -> None:
+    """sequence_lens, when given, must be every sequence's full length (no masking)."""
+    if lens_name:
+        lens = ctx.require_const(lens_name, "sequence_lens")
+        if np.any(lens != steps):
+            raise ctx.error(f"sequence_lens {lens.tolist()} differ from the sequence length "
+                            f"{steps}; only full-length sequences convert")
+
+
 def _parse(node, ctx) -> _Spec:
     inputs = node.inputs + [""] * (8 - len(node.inputs))
     x, w_name, r_name, b_name, lens_name, h_name, c_name, p_name = inputs[:8]
@@ -172,11 +181,7 @@ def _parse(node, ctx) -> _Spec:
     p = _peepholes(ctx, p_name, count, hidden)
     axis = 1 if layout else 0
     steps = ctx.shape(x)[axis]
-    if lens_name:
-        lens = ctx.require_const(lens_name, "sequence_lens")
-        if np.any(lens != steps):
-            raise ctx.error(f"sequence_lens {lens.tolist()} differ from the sequence length "
-                            f"{steps}; only full-length sequences convert")
+    _check_full_length(ctx, lens_name, steps)
     acts = list(node.attr("activations", _DEFAULT_ACTIVATIONS * count))
     unknown = sorted(set(acts) - set(_ACTIVATION_OPS))
     if unknown:
@@ -351,11 +356,7 @@ def _parse_cell(node, ctx, gates: int, default_acts: list[str]) -> tuple[_Spec, 
                    hidden, size, gates)
     axis = 1 if node.attr("layout", 0) else 0
     steps, batch = ctx.shape(x)[axis], ctx.shape(x)[1 - axis]
-    if lens_name:
-        lens = ctx.require_const(lens_name, "sequence_lens")
-        if np.any(lens != steps):
-            raise ctx.error(f"sequence_lens {lens.tolist()} differ from the sequence length "
-                            f"{steps}; only full-length sequences convert")
+    _check_full_length(ctx, lens_name, steps)
     acts = list(node.attr("activations", default_acts * count))
     unknown = sorted(set(acts) - set(_ACTIVATION_OPS))
     if unknown or len(acts) != len(default_acts) * count:
