@@ -35,8 +35,9 @@ from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
 from ..ir import MinMax, Model, counterpart
-from ..onnx.loader import node_names
+from ..onnx.loader import node_names, onnx_names
 from ..transforms.quantization import QDQ_SOURCE, params_for_range, set_loaded_ranges
+from .names import FreshNames
 
 # Metadata `qconvert fakequant` writes (qdq/fakequant.py): {IR array name: [min, max]} for the int8
 # tensors that have no ONNX tensor to carry a pair (a decomposition's intermediates).
@@ -166,6 +167,7 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     graph = proto.graph
     g = _Graph(graph)
     found = QdqRanges(warnings=_bias_scale_warnings(g))
+    names = FreshNames(onnx_names(graph))  # for the float copies of moved integer tables
     removed: set[int] = set()
     int16_nodes: list[onnx.NodeProto] = []  # to run 16x8 kernels: around int16 pairs
     # a removed DQ's replacement where the DQ was: its Clip, or the data movement redone in float
@@ -236,7 +238,7 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
             # An int8 table gathered (an embedding), reshaped or transposed before its DQ: with one
             # scale and zero point the DQ commutes with the data movement, so the table is
             # dequantized once and the movement repeated on it in float, in the DQ's place.
-            in_place[id(node)] = _dequantized_moves(g, node, moved, scale, zero, axis)
+            in_place[id(node)] = _dequantized_moves(g, names, node, moved, scale, zero, axis)
             found.constants[y] = str(g.constant(moved[-1].input[0]).dtype)
             for mover in moved:  # the integer originals go once nothing else reads them
                 readers = g.readers.get(mover.output[0], [])
@@ -387,23 +389,14 @@ def _moved_constant(g: _Graph, node: onnx.NodeProto | None) -> list[onnx.NodePro
     return None
 
 
-def _fresh_name(g: _Graph, hint: str) -> str:
-    """A tensor name no initializer, node output or graph input of the graph has (and takes it)."""
-    name, k = hint, 1
-    while name in g.initializers or name in g.producer or name in g.inputs:
-        name, k = f"{hint}_{k}", k + 1
-    g.producer[name] = None
-    return name
-
-
-def _dequantized_moves(g: _Graph, node: onnx.NodeProto, moved: list[onnx.NodeProto], scale, zero,
-                       axis: int) -> list[onnx.NodeProto]:
+def _dequantized_moves(g: _Graph, names: FreshNames, node: onnx.NodeProto, moved: list[onnx.NodeProto],
+                       scale, zero, axis: int) -> list[onnx.NodeProto]:
     """Copies of the data-movement ops `moved` reading the dequantized constant, the last one
     writing the DQ `node`'s output; the integer originals stay for any other reader (or go as
     unused)."""
     first = moved[-1]
     table = g.constant(first.input[0])
-    source = _fresh_name(g, f"{first.input[0]}_dequantized")
+    source = names.fresh(f"{first.input[0]}_dequantized")
     g.initializers[source] = numpy_helper.from_array(_checked(
         node, first.input[0], table.shape, _dequantized, table, scale, zero, axis), source)
     g.graph.initializer.append(g.initializers[source])
@@ -412,7 +405,7 @@ def _dequantized_moves(g: _Graph, node: onnx.NodeProto, moved: list[onnx.NodePro
         copy = onnx.NodeProto()
         copy.CopyFrom(mover)
         copy.input[0] = source
-        source = node.output[0] if k == len(moved) - 1 else _fresh_name(g, f"{mover.output[0]}_dequantized")
+        source = node.output[0] if k == len(moved) - 1 else names.fresh(f"{mover.output[0]}_dequantized")
         copy.output[0] = source
         copy.name = f"{mover.name}_for_{node.output[0]}" if mover.name else ""  # one per DQ
         copies.append(copy)
