@@ -11,7 +11,6 @@ ratios from two machines are not one number (an int8 model without VNNI may run 
 
 from __future__ import annotations
 
-import os
 import platform
 import statistics
 import time
@@ -107,10 +106,3 @@ def measure(model_path: str, float_path: str, budget_s: float = BUDGET_S) -> Lat
     return Latency(float(f"{model_s * 1e3:.4g}"), float(f"{float_s * 1e3:.4g}"),
                    round(model_s / float_s, 3) if float_s > 0 else float("inf"), len(times[0]),
                    THREADS, cpu_description())
-
-
-def write_temporary(content: bytes, folder: str, name: str) -> str:
-    path = os.path.join(folder, name)
-    with open(path, "wb") as f:
-        f.write(content)
-    return path

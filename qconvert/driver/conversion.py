@@ -7,6 +7,7 @@ copy taken then (State.reference), its weights put back from the file when neede
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import tempfile
@@ -32,7 +33,6 @@ from ..transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pi
 from ..version import __version__
 from .files import replace_atomically
 from .options import Options, VerifyOptions
-from .planner import Plan
 from .reports import (
     BatchReport,
     ConversionReport,
@@ -75,7 +75,6 @@ class State:
     calibration_seconds: float = 0.0
     model: Model | None = None
     float_bytes: int = 0  # the weights' bytes before they were quantized or stored smaller
-    plan: Plan | None = None
     qdq_tensors: int = 0
     quantization: QuantizationReport | None = None
     weights: WeightsReport | None = None
@@ -235,7 +234,7 @@ def quantize(state: State) -> State:
                    if op.float_reason],
         weights_bytes_float=state.float_bytes, weights_bytes=stored_bytes(model), plan=plan,
         qdq_tensors=state.qdq_tensors)
-    return replace(state, model=model, plan=plan, quantization=quantization)
+    return replace(state, model=model, quantization=quantization)
 
 
 def store_weights(state: State) -> State:
@@ -290,11 +289,18 @@ def write_and_verify(state: State, flatbuffer: Flatbuffer, report: ConversionRep
     content = bytes(flatbuffer)
     if not verifying:
         return content, finish(None)
+    with _temporary_file(content, "model.tflite") as path:
+        return content, finish(path)
+
+
+@contextlib.contextmanager
+def _temporary_file(content: bytes, name: str):
+    """The path of a file holding `content`, in a directory of its own gone afterwards."""
     with tempfile.TemporaryDirectory(prefix="qconvert-") as folder:
-        path = os.path.join(folder, "model.tflite")
+        path = os.path.join(folder, name)
         with open(path, "wb") as f:
             f.write(content)
-        return content, finish(path)
+        yield path
 
 
 def verify_written(state: State, path: str, report: ConversionReport) -> Verification | None:
@@ -328,10 +334,7 @@ def time_written(state: State, path: str, report: ConversionReport) -> Latency |
         return None
     from ..check.latency import measure
 
-    with tempfile.TemporaryDirectory(prefix="qconvert-float-") as folder:
-        float_path = os.path.join(folder, "float.tflite")
-        with open(float_path, "wb") as f:
-            f.write(state.float_tflite)
+    with _temporary_file(state.float_tflite, "float.tflite") as float_path:
         latency = measure(path, float_path)
     if latency.ratio > 1.0 and latency.float_ms >= SLOWER_WARNS_FROM_MS:
         kind = "int8" if report.quantization is not None else report.weights.mode
@@ -461,7 +464,7 @@ def fake_quant(source: str, options: Options, *, data: bytes | None = None, outp
     if has_qdq(proto):  # the model's own pairs give way to the conversion's
         strip_qdq(proto)
     proto = with_opset(proto, INT16_OPSET if state.quantization.int16_ops else PER_AXIS_OPSET)
-    steps, plan = state.steps, state.plan
+    steps, plan = state.steps, state.quantization.plan
     promoted = {p.node: p.reason for p in plan.promotions} if plan is not None else {}
     to_int16 = plan is not None and plan.promoted_to == "int16"
     precision = Precision(  # what no pair says: the ops kept float or promoted, by ONNX node
