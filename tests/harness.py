@@ -95,6 +95,20 @@ def fake_quant(source: str, *, data: bytes | None = None, **options):
     return conversion.fake_quant(source, options_of(**options), data=data)
 
 
+def assert_refused_in_one_line(model: onnx.ModelProto, match: str, node: str | None = None) -> str:
+    """Converting `model` raises a ConversionError of one line matching `match` (and naming the
+    node `node` when given); returns the message."""
+    import pytest
+
+    from qconvert.errors import ConversionError
+
+    with pytest.raises(ConversionError, match=match) as caught:
+        convert_proto(model)
+    message = str(caught.value)
+    assert "\n" not in message and (node is None or f"'{node}'" in message), message
+    return message
+
+
 def convert_proto(model: onnx.ModelProto, **options):
     """(tflite bytes, report) for an in-memory ONNX model."""
     flatbuffer, report = convert("<test>", data=model.SerializeToString(), **options)

@@ -4,13 +4,15 @@ the signs differ on integers), with negative operands, divisors that divide the 
 extremes, float edge values and broadcasting beyond FLOOR_MOD's rank 4; float fmod=0 (opset 28)
 against numpy; an int8 model around it; one-line refusals."""
 
+import functools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.errors import ConversionError
 from qconvert.tflite import reader
 from tests.harness import (
+    assert_refused_in_one_line,
     assert_matches_onnxruntime,
     calibration_set,
     convert_proto,
@@ -120,10 +122,7 @@ def test_int8_model_keeps_mod_float(tmp_path):
     run_tflite(flatbuffer, report, {"x": calibration["x"][0]})
 
 
-def refused(model, match):
-    with pytest.raises(ConversionError, match=match) as caught:
-        convert_proto(model)
-    assert "\n" not in str(caught.value) and "'mod'" in str(caught.value)
+refused = functools.partial(assert_refused_in_one_line, node='mod')
 
 
 def test_float_fmod_0_before_opset_28_is_refused():

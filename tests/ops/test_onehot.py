@@ -3,13 +3,15 @@ wrapped (index + depth) as ONNX wraps them while TFLite writes all-off, indices 
 both sides all-off, float indices truncated, [off, on] as a constant or a run-time input, int
 values, depth as a scalar or a one-element vector; an int8 model around it; one-line refusals."""
 
+import functools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.errors import ConversionError
 from qconvert.tflite import reader
 from tests.harness import (
+    assert_refused_in_one_line,
     assert_matches_onnxruntime,
     calibration_set,
     convert_proto,
@@ -122,10 +124,7 @@ def test_int8_model_keeps_one_hot_float(tmp_path):
     np.testing.assert_allclose(got, want, atol=0.05 * np.abs(want).max())
 
 
-def refused(model, match):
-    with pytest.raises(ConversionError, match=match) as caught:
-        convert_proto(model)
-    assert "\n" not in str(caught.value) and "'hot'" in str(caught.value)
+refused = functools.partial(assert_refused_in_one_line, node='hot')
 
 
 def test_runtime_depth_is_refused():

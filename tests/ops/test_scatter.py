@@ -3,13 +3,15 @@ reduction with constant and run-time indices, negative indices, slices (indices 
 data's rank), int data, infinities kept exact by the select; an int8 model around it; one-line
 refusals of what SCATTER_ND cannot express."""
 
+import functools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.errors import ConversionError
 from qconvert.tflite import reader
 from tests.harness import (
+    assert_refused_in_one_line,
     assert_matches_onnxruntime,
     calibration_set,
     convert_proto,
@@ -154,10 +156,7 @@ def test_int8_model_keeps_scatter_float(tmp_path):
 
 
 # --- refusals ---------------------------------------------------------------------------------
-def refused(model, match):
-    with pytest.raises(ConversionError, match=match) as caught:
-        convert_proto(model)
-    assert "\n" not in str(caught.value) and "'scatter'" in str(caught.value)
+refused = functools.partial(assert_refused_in_one_line, node='scatter')
 
 
 def test_duplicate_constant_indices_without_reduction_are_refused():

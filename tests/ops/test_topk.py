@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.errors import ConversionError
 from qconvert.ops.registry import TFLITE_OPS
 from qconvert.tflite import reader
 from tests.harness import (
+    assert_refused_in_one_line,
     assert_matches_onnxruntime,
     calibration_set,
     convert_proto,
@@ -135,11 +135,7 @@ def test_int8_model_runs_topk_int8(tmp_path):
     np.testing.assert_allclose(got["v"], want["v"], atol=0.15 * np.abs(want["v"]).max())
 
 
-def refused(model, match):
-    with pytest.raises(ConversionError, match=match) as caught:
-        convert_proto(model)
-    assert "\n" not in str(caught.value)
-    return str(caught.value)
+refused = assert_refused_in_one_line
 
 
 @pytest.mark.parametrize("declared", [False, True])
