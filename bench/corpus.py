@@ -721,21 +721,11 @@ COLUMNS = ["model", "task", "license", "MB", "float", "convert (s)", "peak RSS (
 
 
 def cpu_line() -> str:
-    """The CPU's model name and the ISA extensions that matter to int8 kernels."""
-    name, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and name == "unknown CPU":
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    have = lambda flag: "yes" if flag in flags else "no"  # noqa: E731
-    vnni = [f for f in ("avx512_vnni", "avx_vnni") if f in flags]
-    return (f"CPU: {name} ({os.cpu_count()} CPUs visible); AVX2 {have('avx2')}, AVX-512 "
-            f"{have('avx512f')}, VNNI {'yes (' + ', '.join(vnni) + ')' if vnni else 'no'}")
+    """The CPU's model name and the ISA extensions that matter to int8 kernels (as a
+    conversion's latency report names them)."""
+    from qconvert.check.latency import cpu_description
+
+    return f"CPU: {cpu_description()} ({os.cpu_count()} CPUs visible)"
 
 
 def _ulps(report: dict) -> str:
@@ -892,12 +882,7 @@ def header(args) -> str:
 
 
 def model_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CORPUS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown corpus model(s) {', '.join(unknown)}; known: "
-                                         f"{', '.join(CORPUS)}")
-    return names
+    return runners.names_from(text, CORPUS, "corpus model(s)")
 
 
 def main(argv=None) -> int:

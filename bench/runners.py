@@ -428,3 +428,15 @@ def ort_seconds(source: Path, calibration: Path, timeout: float) -> float:
     if proc.returncode != 0:
         raise RuntimeError(f"onnxruntime: {one_line(proc.stderr)}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def names_from(text: str, known, what: str = "model(s)") -> list[str]:
+    """A comma-separated list of names from `known` (an argparse type: a bad name is its error)."""
+    import argparse
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(unknown)}; known: "
+                                         f"{', '.join(known)}")
+    return names

@@ -336,12 +336,7 @@ def prepare(names: list[str]) -> int:
 
 
 def model_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SPECS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown model(s) {', '.join(unknown)}; known: "
-                                         f"{', '.join(SPECS)}")
-    return names
+    return runners.names_from(text, SPECS, "model(s)")
 
 
 def main(argv=None) -> int:
