@@ -32,8 +32,8 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
             calibration_method: str | None = None, default_range=None, io_type: str | None = None,
             activations: str | None = None, per_tensor_fc: bool = False, weight_only: bool = False,
             weight_only_min_elements: int | None = None, float16: bool = False,
-            keep_float=(), target_sqnr: float | None = None, target: str | None = None,
-            verify: bool = False, verify_samples: int | None = None, verify_data=None,
+            keep_float=(), precision: str | None = None, target_sqnr: float | None = None,
+            target: str | None = None, evaluate=None, max_drop: float | None = None, verify: bool = False, verify_samples: int | None = None, verify_data=None,
             min_sqnr: float | None = None, report=None, latency: bool = True) -> Conversion:
     """Converts an ONNX model to a TFLite flatbuffer, as `qconvert IN.onnx OUT.tflite` does.
 
@@ -54,6 +54,13 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
     command line does; its result is the report's `verify`, and a verified quantized or
     weight-stored conversion is timed against its float model (the report's `latency`;
     latency=False skips it).
+
+    `evaluate` and `max_drop` (the API only): the plan holds a metric instead of --target-sqnr.
+    evaluate({output name: array}) -> score, higher is better, gets each output of the plan's
+    samples stacked on a first axis (the first verify_samples samples of verify_data, else of
+    the calibration data, in their order: labels can be lined up with them); the plan keeps the
+    fewest ops float whose score is at most `max_drop` below the float model's. The report's
+    quantization.plan.metric has both scores.
 
     Returns Conversion(tflite=bytes, report=ConversionReport). Raises UsageError for malformed or
     contradictory arguments, ConversionError when the model or the data cannot be converted and

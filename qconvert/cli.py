@@ -265,15 +265,19 @@ def _print_json(report, report_path: str | None = None) -> None:
 @_option("--keep-float", multiple=True, metavar="PATTERN",
               help="With --quantize: keep the ops of these ONNX nodes float (repeatable: a node "
                    "name, an op type, or a regular expression over node names).")
+@_option("--precision", type=click.Choice(["auto", "int8"]), default=None,
+              help="With --quantize: auto plans which ops stay float (or int16, see --target) "
+                   "from what each quantization is measured to cost, so that the model holds "
+                   "--target-sqnr on the calibration data; int8 makes every op int8 that can be "
+                   "[default: auto with --calibration].")
 @_option("--target-sqnr", type=float, metavar="DB",
-              help="With --quantize and --calibration: promote the ops that lose the most (to "
-                   "float or int16, see --target) until every output and output slice reaches DB "
-                   "dB on the verification samples (or a budget is spent); 0 keeps the all-int8 "
-                   "plan.")
+              help="The plan's target: every output reaches DB dB SQNR against onnxruntime and "
+                   "every output slice DB-10 dB, on the first --verify-samples samples of the "
+                   "calibration data (or --verify-data) [default: 25]; 0 is --precision int8.")
 @_option("--target", type=click.Choice(["cpu", "integer"]), default=None,
-              help="With --target-sqnr: what the planner promotes an op to. cpu: float (LiteRT's "
-                   "CPU path, XNNPACK, runs float ops well); integer: its 16x8 kernel (int16 "
-                   "activations), for runtimes that must stay all-integer [default: cpu].")
+              help="What the plan keeps out of int8. cpu: float (LiteRT's CPU path, XNNPACK, runs "
+                   "float ops well); integer: 16x8 kernels (int16 activations), for runtimes that "
+                   "must stay all-integer [default: cpu].")
 @_option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 @_option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
 @_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
@@ -412,7 +416,7 @@ def inspect_cli(path, as_json, debug):
 
 # The conversion's options that decide where and how the int8 model quantizes, shared with cli.
 FAKEQUANT_OPTIONS = ("input_shapes", "calibration", "calibration_samples", "calibration_method",
-                     "default_range", "activations", "per_tensor_fc", "keep_float", "target_sqnr", "target",
+                     "default_range", "activations", "per_tensor_fc", "keep_float", "precision", "target_sqnr", "target",
                      "as_json", "verbose", "debug")
 
 

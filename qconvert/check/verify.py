@@ -884,6 +884,19 @@ class OutputStacks:
         return result
 
 
+def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]],
+            reference: Reference | None = None):
+    """Both models on `samples`: (the Verification, the .tflite's outputs, onnxruntime's), the
+    outputs as {ONNX output name: [samples, ...]}. `reference`: as run_both's."""
+    model, samples = prepare(proto, tflite_path, samples, len(samples))
+    stacks = OutputStacks(proto)
+    for values, outputs in run_both(proto, model, samples, reference=reference):
+        stacks.add(values, outputs)
+    return (stacks.verification(len(samples)),
+            {name: np.stack(values) for name, values in stacks.actual.items()},
+            {name: np.stack(values) for name, values in stacks.expected.items()})
+
+
 def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]] | None = None,
            count: int = 8, min_sqnr: float | None = None, data: str = "generated",
            float_check: bool = False, onnx_path: str | None = None) -> Verification:

@@ -209,15 +209,7 @@ def quantize(state: State) -> State:
         return state
     model, plan, request = state.model, None, state.options.quantize
     if state.options.plan is not None and request.calibration is not None:
-        from .planner import plan_precision
-
-        reference = state.reference
-        reference.restore_weights()  # onnxruntime's model
-        checks = list(calibration_set(state.options.plan.data or request.calibration,
-                                      reference.proto, state.options.plan.samples))
-        model, plan = plan_precision(model, state.steps, reference.proto, checks,
-                                     state.options.plan.target_sqnr, _write_candidate,
-                                     conversion_notes, state.options.plan.runtime)
+        model, plan = _planned(state)
     else:
         run_quantize_pipeline(model, state.steps)
     if state.qdq:
@@ -235,6 +227,21 @@ def quantize(state: State) -> State:
         weights_bytes_float=state.float_bytes, weights_bytes=stored_bytes(model), plan=plan,
         qdq_tensors=state.qdq_tensors)
     return replace(state, model=model, quantization=quantization)
+
+
+def _planned(state: State):
+    """The planner's model and plan (driver/planner.py), on the plan's samples."""
+    from ..check.verify import Reference, compare
+    from .planner import plan_precision
+
+    options, request = state.options.plan, state.options.quantize
+    reference = state.reference
+    reference.restore_weights()  # onnxruntime's model
+    samples = list(calibration_set(options.data or request.calibration, reference.proto, options.samples))
+    session = Reference(reference.proto)
+    return plan_precision(state.model, state.steps, reference.proto, samples, options.target_sqnr,
+                          _write_candidate, lambda path: compare(reference.proto, path, samples, session),
+                          options.runtime, options.metric)
 
 
 def store_weights(state: State) -> State:

@@ -25,6 +25,8 @@ IO_LAYOUTS = ("nhwc", "onnx")
 IO_TYPES = ("float", "int8", "uint8")
 ACTIVATION_TYPES = ("int8", "int16")
 PLAN_TARGETS = ("cpu", "integer")
+PRECISIONS = ("auto", "int8")  # --precision: planned (driver/planner.py), or all int8
+DEFAULT_TARGET_SQNR = 20.0  # the plan's target without --target-sqnr (planner.py says why)
 WEIGHT_ONLY_MIN_ELEMENTS = 1024
 PLAN_SAMPLES = 8  # the planner's verification samples without --verify-samples
 QUANTIZED_VERIFY_SAMPLES = 8  # a quantized conversion's error is statistical
@@ -71,13 +73,16 @@ class VerifyOptions:
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """--target-sqnr: plan precision to `target_sqnr` dB on the first `samples` samples of the
-    calibration-format file `data` (None: the calibration data)."""
+    """--precision auto (the default with --quantize --calibration): plan precision to
+    `target_sqnr` dB (--target-sqnr) on the first `samples` samples of the calibration-format
+    file `data` (None: the calibration data); with `metric` (the API's evaluate and max_drop,
+    a planner.Metric), to the metric instead."""
 
-    target_sqnr: float
+    target_sqnr: float = DEFAULT_TARGET_SQNR
     samples: int = PLAN_SAMPLES
-    data: str | None = None
+    data: str | Mapping | None = None
     runtime: str = "cpu"  # --target: what a promoted op becomes (planner.PROMOTE_TO)
+    metric: object = None
 
 
 @dataclass(frozen=True)
@@ -93,9 +98,9 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
                        calibration_samples=None, calibration_method=None, default_range=None,
                        io_type=None, activations=None, per_tensor_fc=False, weight_only=False,
                        weight_only_min_elements=None, float16=False, keep_float=(),
-                       target_sqnr=None, target=None, verify=False, no_verify=False,
-                       verify_samples=None, verify_data=None, min_sqnr=None, report=None,
-                       no_latency=False) -> Options:
+                       precision=None, target_sqnr=None, target=None, evaluate=None, max_drop=None,
+                       verify=False, no_verify=False, verify_samples=None, verify_data=None,
+                       min_sqnr=None, report=None, no_latency=False) -> Options:
     """The Options of a conversion from the command line's flags (the keywords are the flags'
     parameter names; the API gives Python values: input_shapes a {name: dims} mapping,
     default_range (MIN, MAX), keep_float a pattern or patterns). The checks run in the command
@@ -106,6 +111,7 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
     io_layout = _choice("--io-layout", io_layout, IO_LAYOUTS)
     io_type = _choice("--io-type", io_type, IO_TYPES)
     activations = _choice("--activations", activations, ACTIVATION_TYPES)
+    precision = _choice("--precision", precision, PRECISIONS)
     target = _choice("--target", target, PLAN_TARGETS)
     target_sqnr, min_sqnr = _number("--target-sqnr", target_sqnr), _number("--min-sqnr", min_sqnr)
     quantize, per_tensor_fc, weight_only, float16, verify, no_verify, no_latency = (
@@ -122,7 +128,8 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
     method = _calibration_method(calibration_method, calibration, quantize)
     if keep_float and steps is None:
         raise UsageError("--keep-float only applies with --quantize")
-    plan = _plan_options(target_sqnr, steps, calibration, verify_samples, verify_data, target)
+    plan = _plan_options(precision, target_sqnr, steps, calibration, verify_samples, verify_data,
+                         target, _metric(evaluate, max_drop))
     request = None if steps is None else QuantizeRequest(steps, calibration, calibration_samples,
                                                            method, keep_float)
     check_report_path(report)
@@ -304,16 +311,44 @@ def _calibration_method(text, calibration, quantize: bool) -> CalibrationMethod:
         raise _invalid("--calibration-method", str(e), quoted=False) from None
 
 
-def _plan_options(target_sqnr, steps, calibration, verify_samples, verify_data,
-                  runtime) -> PlanOptions | None:
-    """The planner's request for --target-sqnr (None: no planning, or 0: the all-int8 plan)."""
-    if target_sqnr is None or target_sqnr == 0:
-        if runtime is not None:
-            raise UsageError("--target only applies with --target-sqnr")
+def _plan_options(precision, target_sqnr, steps, calibration, verify_samples, verify_data,
+                  runtime, metric) -> PlanOptions | None:
+    """The planner's request: on with --quantize --calibration, unless --precision int8 or
+    --target-sqnr 0 ask for the all-int8 model (None: no planning)."""
+    asked = ("--target-sqnr" if target_sqnr else "--target" if runtime is not None
+             else "evaluate" if metric is not None else None)
+    if precision is not None and steps is None:
+        raise UsageError("--precision only applies with --quantize")
+    if target_sqnr is not None and target_sqnr < 0:
+        raise _invalid("--target-sqnr", f"{target_sqnr:g} is below 0 (0: every op int8)", quoted=False)
+    if precision == "int8" or target_sqnr == 0:
+        if asked:
+            raise UsageError(f"{asked} plans precision: it does not apply to the all-int8 model "
+                             "(--precision int8 or --target-sqnr 0)")
         return None
     if steps is None or calibration is None:
-        raise UsageError("--target-sqnr needs --quantize with --calibration")
-    return PlanOptions(target_sqnr, verify_samples or PLAN_SAMPLES, verify_data, runtime or "cpu")
+        if asked:
+            raise UsageError(f"{asked} needs --quantize with --calibration")
+        return None
+    return PlanOptions(target_sqnr or DEFAULT_TARGET_SQNR, verify_samples or PLAN_SAMPLES,
+                       verify_data, runtime or "cpu", metric)
+
+
+def _metric(evaluate, max_drop):
+    """The API's metric hook (planner.Metric), or None."""
+    if evaluate is None and max_drop is None:
+        return None
+    if evaluate is None or max_drop is None:
+        raise UsageError("evaluate and max_drop go together: a function scoring the model's "
+                         "outputs, and the drop from the float model's score it tolerates")
+    if not callable(evaluate):
+        raise UsageError(f"evaluate must be a function of the outputs, not {type(evaluate).__name__}")
+    drop = _number("max_drop", max_drop)
+    if drop < 0:
+        raise UsageError(f"max_drop must be 0 or more, not {drop:g}")
+    from .planner import Metric
+
+    return Metric(evaluate, drop)
 
 
 def check_report_path(report: str | None) -> None:

@@ -1,24 +1,34 @@
-"""The precision planner (--target-sqnr DB): starts from the all-int8 plan, measures it, promotes
-the ops that lose the most to float, and measures again, until every model output and every
-output slice reaches DB on the verification samples, or the budget is spent.
+"""The precision planner, on by default with --quantize --calibration: which ops stay float (or
+16x8, --target integer) so that the written model holds an accuracy target, chosen from what
+each quantization is measured to cost.
 
-Each round quantizes a fresh copy of the calibrated float model (Model.copy) with the promoted
-nodes kept float (QuantizeOptions.keep_float), writes it, and runs it in LiteRT next to
-onnxruntime once (report.measure): the outputs and their slices as verify measures them, and every
-tensor with an ONNX counterpart, from which each op's error amplification (its output's SQNR minus
-its worst input's) follows. The next promotions are the int8 ops that lose at least MIN_LOSS_DB and
-whose output is below the target plus MARGIN_DB (an op whose output stays far above the target does
-not decide it), losing the most first, at most PER_ROUND of the int8 ops per round and MAX_SHARE in
-all. A promoted op is named by its ONNX node: every op of that node stays float.
+1. The all-int8 model is written and run in LiteRT on the plan's samples (the first
+   PLAN_SAMPLES of the calibration data, or --verify-data). When every output reaches the target
+   (--target-sqnr, DEFAULT_TARGET_DB) and every output slice the target less SLICE_MARGIN_DB, it
+   is the plan: nothing else runs, and the bytes are those of `--precision int8`.
+2. Otherwise each quantization's cost is measured in the gated fake-quant graph
+   (check/sensitivity.py): alone (only it quantized) and poisoned (after everything before it).
+3. The plan keeps float the units that cost the most alone, until the predicted error (the sum
+   of what the units left int8 cost) is within HEADROOM of the allowed error at every output and
+   slice. A unit stays unquantized only when all the ONNX nodes around it (an activation's
+   producer and readers, a weight's node) stay float, so what is kept float grows as connected
+   regions; an int8 op with no weight whose every neighbour is float joins them (it would cost a
+   QUANTIZE and a DEQUANTIZE to save nothing). At most MAX_SHARE of the int8 ops go float.
+4. The plan is written and measured in LiteRT; when it misses, the allowed error shrinks by what
+   it missed by and the plan grows, up to MAX_ROUNDS. The plan chosen is the first that reaches
+   the target, else the best measured.
+
+With a metric (the API's `evaluate` and `max_drop`), step 1 and 4 judge by the metric's drop from
+the float model's score instead, and the plans tried are those of a ladder of SQNR targets
+(METRIC_LADDER_DB), the lowest that holds the metric chosen by bisection.
 
 Promotion is to float for LiteRT's default CPU path (--target cpu): XNNPACK runs float ops, so a
-float island stays inside the delegate, where int16 kernels would leave it (XNNPACK delegates no
-int16 tensor at all). For a model that must stay all-integer (--target integer: microcontrollers,
-NPUs) it is to the op's 16x8 kernel (int16 activations), and only ops that have one are promoted.
+float region stays inside the delegate, where int16 kernels would leave it (XNNPACK delegates no
+int16 tensor at all). For a model that must stay all-integer (--target integer) it is to the op's
+16x8 kernel, and only ops that have one are promoted.
 
-The plan chosen is the first that reaches the target, else the best measured (highest worst
-output or slice SQNR, the earlier on ties). Everything depends only on the model, the samples and
-the options: the same input gives the same plan and the same bytes.
+Everything depends only on the model, the samples and the options: the same input gives the same
+plan and the same bytes.
 """
 
 from __future__ import annotations
@@ -26,36 +36,55 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import onnx
 
 from ..ir import Model
 from ..ops.registry import TFLITE_OPS
-from ..ops.unary import ERF_MARK
 from ..transforms.pipeline import QuantizeOptions, run_quantize_pipeline
 
 # What a promoted op becomes, by --target.
 PROMOTE_TO = {"cpu": "float", "integer": "int16"}
 
-MIN_LOSS_DB = 3.0
-MARGIN_DB = 10.0
-PER_ROUND = 0.04
-MAX_SHARE = 0.25
-MAX_ROUNDS = 6
+DEFAULT_TARGET_DB = 20.0  # --target-sqnr's default (README "Precision plan": how it was chosen)
+SLICE_MARGIN_DB = 10.0  # an output's slices are held to the target less this
+HEADROOM = 0.8  # a plan measured in the gated graph aims at this share of the allowed error
+MAX_ROUNDS = 4  # plans written and measured in LiteRT after the all-int8 one
+# The plans measured in the gated graph keep float the costliest 1, 2, 3, ... units.
+PLAN_SIZES = frozenset([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512])
+MAX_SHARE = 0.2  # at most this share of the int8 ops goes float,
+MIN_LIMIT = 8  # or this many nodes in a small graph
+SHOWN_UNITS = 12  # the plan lists the costliest units
 
 
 @dataclass
 class Promotion:
     node: str
-    op: str  # the op type that ranked it
+    op: str  # the ONNX op type
     reason: str
 
 
 @dataclass
 class Round:
     promoted: int  # nodes kept float in this round's plan
-    worst_sqnr_db: float  # the lowest output or output-slice SQNR
+    worst_sqnr_db: float  # the lowest output SQNR (or, with a metric, the metric's drop)
+    worst_slice_sqnr_db: float | None = None
+
+
+@dataclass
+class TensorCost:
+    """What quantizing one unit costs at the worst output or slice, in SQNR there."""
+
+    tensors: list[str]
+    kind: str  # "activation", "weight", or "region" (a block of several)
+    alone_db: float  # the worst output's SQNR with only it quantized
+    poisoned_db: float | None  # ... with it and everything before it in the graph quantized
+    poisoned_loss_db: float | None  # what it takes off that SQNR (None: nothing before it)
+    kept_float: bool
 
 
 @dataclass
@@ -65,35 +94,58 @@ class Plan:
     promoted_to: str = "float"  # or "int16"
     promotions: list[Promotion] = field(default_factory=list)
     rounds: list[Round] = field(default_factory=list)
+    costs: list[TensorCost] = field(default_factory=list)  # the costliest units, measured
+    sensitivity_runs: int = 0
+    seconds: float = 0.0
+    metric: dict | None = None  # with a metric: float score, chosen score, max_drop
 
     def summary(self) -> str:
-        text = (f"plan: {len(self.promotions)} ops promoted to {self.promoted_to} in "
-                f"{len(self.rounds)} rounds")
+        if not self.promotions and self.reached:
+            return "plan: all int8"
+        text = f"plan: {len(self.promotions)} ops {self.promoted_to}"
+        if self.metric is not None:
+            text += f", metric {self.metric['score']:.4g} (float {self.metric['float']:.4g})"
         if not self.reached:
-            text += f", target {self.target_sqnr_db:g} dB not reached"
+            text += (f", target {self.target_sqnr_db:g} dB not reached" if self.metric is None
+                     else f", drop above {self.metric['max_drop']:g}")
         return text
 
 
-def _worst(verification) -> float:
-    values = [o.sqnr_db for o in verification.outputs]
-    values += [o.worst_slice_sqnr_db for o in verification.outputs if o.worst_slice_sqnr_db is not None]
-    return min(values) if values else math.inf
+@dataclass(frozen=True)
+class Metric:
+    """The API's metric hook: evaluate({output name: [samples, ...]}) -> score (higher is
+    better), and the drop from the float model's score that is tolerated."""
+
+    evaluate: Callable
+    max_drop: float
 
 
-def _candidates(content: dict, target: float, promoted: dict[str, str], to: str) -> list[dict]:
-    """The report's ops worth promoting (to int16: those with a 16x8 kernel), losing the most
-    first (its order)."""
-    chosen, seen = [], set()
-    for op in content["ops"]:
-        node = op["node"].removesuffix(ERF_MARK)
-        loss, out = op["amplification_db"], op["output_sqnr_db"]
-        if (op["precision"] != "int8" or loss is None or loss > -MIN_LOSS_DB or out is None
-                or out >= target + MARGIN_DB or node in promoted or node in seen or node in ("", "-")
-                or (to == "int16" and not getattr(TFLITE_OPS[op["type"]].quant, "int16", False))):
-            continue
-        seen.add(node)
-        chosen.append(op)
-    return chosen
+def allowed_error(slices: np.ndarray, target_db: float) -> np.ndarray:
+    """The error energy allowed at each output (target) and slice (target less SLICE_MARGIN_DB)."""
+    return np.where(slices, 10.0 ** (-(target_db - SLICE_MARGIN_DB) / 10), 10.0 ** (-target_db / 10))
+
+
+def meets(verification, target_db: float) -> bool:
+    """Whether every output reaches the target and every slice the target less the margin."""
+    return all(o.sqnr_db >= target_db and (o.worst_slice_sqnr_db is None
+                                           or o.worst_slice_sqnr_db >= target_db - SLICE_MARGIN_DB)
+               for o in verification.outputs)
+
+
+def _worst(verification) -> tuple[float, float | None]:
+    outputs = [o.sqnr_db for o in verification.outputs]
+    slices = [o.worst_slice_sqnr_db for o in verification.outputs if o.worst_slice_sqnr_db is not None]
+    return (min(outputs) if outputs else math.inf), (min(slices) if slices else None)
+
+
+def _margin(verification, target_db: float) -> float:
+    """How many times over the allowed error the worst output or slice is (<= 1: within)."""
+    worst = 0.0
+    for o in verification.outputs:
+        worst = max(worst, 10 ** ((target_db - o.sqnr_db) / 10))
+        if o.worst_slice_sqnr_db is not None:
+            worst = max(worst, 10 ** ((target_db - SLICE_MARGIN_DB - o.worst_slice_sqnr_db) / 10))
+    return worst
 
 
 def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, str], to: str) -> Model:
@@ -106,44 +158,216 @@ def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, str],
     return candidate
 
 
+class _Regions:
+    """The ONNX graph's neighbourhoods (the gated graph's), for growing float regions."""
+
+    def __init__(self, graph, candidate: Model, to: str):
+        self.graph = graph
+        self.float_already = {op.source for op in candidate.operators if op.quantized not in ("int8", "int16")}
+        self.weighted = {g.node for g in graph.gates.values() if g.kind == "weight"}
+        ir_types: dict[str, set[str]] = {}
+        for op in candidate.operators:
+            ir_types.setdefault(op.source, set()).add(op.type)
+        self.ir_types = ir_types
+        self.to = to
+        self.int8_nodes = sorted({op.source for op in candidate.operators if op.quantized == "int8"},
+                                 key=lambda n: graph.position.get(n, -1))
+
+    def promotable(self, node: str) -> bool:
+        """To float, any node; to int16, one whose every op has a 16x8 kernel."""
+        return self.to == "float" or all(getattr(TFLITE_OPS[t].quant, "int16", False)
+                                         for t in self.ir_types.get(node, ()))
+
+    def neighbours(self, node: str) -> list[str]:
+        k = self.graph.position.get(node)
+        if k is None:
+            return []
+        found = [self.graph.producer[i] for i in self.graph.node_inputs[k] if i in self.graph.producer]
+        for o in self.graph.node_outputs[k]:
+            found += self.graph.readers.get(o, [])
+        return found
+
+    def bridged(self, kept: set[str]) -> list[str]:
+        """The int8 nodes with no weight whose every neighbour is float (kept or float already)."""
+        joined = []
+        for node in self.int8_nodes:
+            if node in kept or node in self.weighted or not self.promotable(node):
+                continue
+            around = self.neighbours(node)
+            if around and all(n in kept or n in self.float_already for n in around):
+                joined.append(node)
+        return joined
+
+
+@dataclass
+class _Candidate:
+    """A plan measured in the gated graph: the nodes kept float with why, and its error there
+    over the allowed one (the worst output or slice)."""
+
+    kept: dict[str, str]
+    off: float
+
+
+def _candidates(sensitivity, graph, regions: _Regions, allowed: np.ndarray, limit: int) -> list[_Candidate]:
+    """The plans keeping float the units that cost the most alone, the first 1, 2, 3, 4, 6, 8,
+    12, ... of them (PLAN_SIZES), each measured in the gated graph with the gates of every unit
+    left without an int8 neighbour closed (the costs do not add up once errors are large: a
+    unit's cost depends on what else is quantized, so each plan is measured whole). Stops at the
+    first within HEADROOM of the allowed error, or at `limit` nodes."""
+    from ..check.sensitivity import sqnr_db
+
+    units = sensitivity.units
+    ranked = sorted(range(len(units)), key=lambda k: (-float(np.max(units[k].alone / allowed)), k))
+    every = [g for unit in units for g in unit.gates]
+    kept: dict[str, str] = {}
+    found: list[_Candidate] = []
+    for count, k in enumerate(ranked, 1):
+        unit = units[k]
+        promoted = {n for n in unit.nodes if regions.promotable(n)}  # to int16: those with a kernel
+        if not promoted:
+            continue
+        what = unit.tensors[0] if len(unit.tensors) == 1 else f"{len(unit.tensors)} tensors from {unit.tensors[0]}"
+        reason = f"quantizing {what} alone gives {sqnr_db(unit.alone[~graph.slices]):.1f} dB at the outputs"
+        if graph.slices.any():
+            reason += f", {sqnr_db(unit.alone[graph.slices]):.1f} dB at the worst slice"
+        for node in sorted(promoted - kept.keys() - regions.float_already):
+            kept[node] = reason
+        if len(kept) > limit:
+            break
+        if count not in PLAN_SIZES and count < len(ranked):
+            continue
+        plan = dict(kept)
+        for node in regions.bridged(set(plan)):
+            plan[node] = "joins the float ops around it (saves a QUANTIZE and a DEQUANTIZE)"
+        floating = plan.keys() | regions.float_already
+        closed = {g for u in units if u.nodes <= floating for g in u.gates}
+        sensitivity.runs += 1
+        error = graph.error([g for g in every if g not in closed])
+        found.append(_Candidate(plan, float(np.max(error / allowed))))
+        if found[-1].off <= HEADROOM:
+            break
+    return found
+
+
+@dataclass
+class _Attempt:
+    off: float  # how many times over the allowed error, or the tolerated drop (<= 1: it holds)
+    model: Model
+    kept: dict[str, str]
+    score: float | None = None
+
+
+def _chosen(tried: list[_Attempt]) -> _Attempt:
+    """The first plan that holds; else the one missing by the least when it at least halves the
+    all-int8 model's excess error (what is kept float costs time: a plan that gains little is
+    not worth it), else the all-int8 model."""
+    holding = [a for a in tried if a.off <= 1]
+    if holding:
+        return holding[0]
+    best = min(tried, key=lambda a: a.off)
+    return best if best.off <= tried[0].off / 2 else tried[0]
+
+
 def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProto, samples: list,
-                   target: float, write, notes_of, runtime: str = "cpu") -> tuple[Model, Plan]:
+                   target: float, write, check, runtime: str = "cpu",
+                   metric: Metric | None = None) -> tuple[Model, Plan]:
     """The quantized model of the chosen plan, and the plan. `model` is the calibrated float model
     after the float pipeline (left as it is); `proto` the ONNX model with its weights; `samples`
-    the verification inputs; write(model, path) writes a quantized model as a .tflite;
-    notes_of(model) gives the report's ConversionNotes of one; `runtime` the --target (PROMOTE_TO)."""
-    from ..check.report import measure
+    the plan's inputs; write(model, path) writes a quantized model as a .tflite; check(path) runs
+    it in LiteRT next to onnxruntime on the samples: (its Verification, LiteRT's outputs,
+    onnxruntime's outputs, each {output name: [samples, ...]}); `runtime` the --target."""
+    from ..check.sensitivity import GatedGraph, measure
+    from ..qdq.fakequant import FloatWeights
 
+    started = time.perf_counter()
     to = PROMOTE_TO[runtime]
     plan = Plan(target, False, to)
-    promoted: dict[str, str] = {}
-    best = None  # (worst SQNR, round, model)
-    int8_ops = None
+    float_weights = FloatWeights()
+    float_weights(model)
+    tried: list[_Attempt] = []
     with tempfile.TemporaryDirectory(prefix="qconvert-plan-") as folder:
         path = os.path.join(folder, "plan.tflite")
-        for round_number in range(MAX_ROUNDS + 1):
-            candidate = _quantized(model, options, promoted, to)
-            if int8_ops is None:
-                int8_ops = sum(op.quantized == "int8" for op in candidate.operators)
+
+        def attempt(kept: dict[str, str]) -> float:
+            """Writes and measures the plan keeping `kept`; how far off it is (<= 1: it holds)."""
+            for earlier in tried:
+                if earlier.kept == kept:
+                    return earlier.off
+            candidate = _quantized(model, options, kept, to)
             write(candidate, path)
-            verification, content = measure(proto, path, samples, len(samples), notes_of(candidate))
-            worst = _worst(verification)
-            plan.rounds.append(Round(len(promoted), worst))
-            if best is None or worst > best[0]:
-                best = (worst, round_number, candidate)
-            if worst >= target:
-                plan.reached = True
-                break
-            budget = max(1, int(MAX_SHARE * int8_ops)) - len(promoted)
-            per_round = max(1, math.ceil(PER_ROUND * int8_ops))
-            chosen = _candidates(content, target, promoted, to)[:max(0, min(per_round, budget))]
-            if not chosen or round_number == MAX_ROUNDS:
-                break
-            for op in chosen:
-                node = op["node"].removesuffix(ERF_MARK)
-                reason = (f"promoted to {to} by --target-sqnr {target:g}: its {op['type']} lost "
-                          f"{-op['amplification_db']:.1f} dB (output {op['output_sqnr_db']:.1f} dB)")
-                promoted[node] = reason
-                plan.promotions.append(Promotion(node, op["type"], reason))
-    plan.promotions = plan.promotions[:plan.rounds[best[1]].promoted]  # the chosen plan's
-    return best[2], plan
+            verification, outputs, reference = check(path)
+            plan.rounds.append(Round(len(kept), *_worst(verification)))
+            if metric is None:
+                tried.append(_Attempt(_margin(verification, target), candidate, kept))
+            else:
+                if plan.metric is None:
+                    plan.metric = {"float": float(metric.evaluate(reference)), "max_drop": metric.max_drop}
+                score = float(metric.evaluate(outputs))
+                drop = plan.metric["float"] - score
+                off = drop / metric.max_drop if metric.max_drop > 0 else (0.0 if drop <= 0 else math.inf)
+                tried.append(_Attempt(max(off, 0.0), candidate, kept, score))
+            return tried[-1].off
+
+        graph = None
+        if attempt({}) > 1:
+            all_int8 = tried[0].model
+            graph = GatedGraph(proto, all_int8, float_weights, samples)
+            regions = _Regions(graph, all_int8, to)
+            limit = max(MIN_LIMIT, int(MAX_SHARE * len(regions.int8_nodes)))
+            allowed = allowed_error(graph.slices, target)
+            sensitivity = measure(graph, allowed)
+            candidates = _candidates(sensitivity, graph, regions, allowed, limit)
+            if metric is None:
+                # The smallest plan within the headroom first, then the closest ones.
+                ordered = sorted(candidates, key=lambda c: (c.off > HEADROOM, 0 if c.off <= HEADROOM else c.off))
+                for candidate in ordered[:MAX_ROUNDS]:
+                    if attempt(candidate.kept) <= 1:
+                        break
+            else:
+                _bisect_metric(candidates, attempt)
+            plan.sensitivity_runs = sensitivity.runs
+    chosen = _chosen(tried)
+    plan.reached = chosen.off <= 1
+    if metric is not None:
+        plan.metric["score"] = chosen.score
+    if graph is not None:
+        plan.costs = _costs(sensitivity, graph, set(chosen.kept), allowed_error(graph.slices, target))
+        types = dict(zip(graph.nodes, graph.types))
+        plan.promotions = [Promotion(node, types.get(node, ""), f"kept {to}: {reason}")
+                           for node, reason in sorted(chosen.kept.items(),
+                                                      key=lambda item: graph.position.get(item[0], -1))]
+    plan.seconds = round(time.perf_counter() - started, 3)
+    return chosen.model, plan
+
+
+def _bisect_metric(candidates: list[_Candidate], attempt) -> None:
+    """With a metric: the smallest of the growing plans that holds it, by bisection (each step
+    one LiteRT run of the samples), then the largest if none did."""
+    low, high = 0, len(candidates) - 1
+    while low <= high:
+        middle = (low + high) // 2
+        if attempt(candidates[middle].kept) <= 1:
+            high = middle - 1
+        else:
+            low = middle + 1
+
+
+def _costs(sensitivity, graph, kept: set[str], allowed: np.ndarray) -> list[TensorCost]:
+    """The SHOWN_UNITS costliest units, alone and poisoned, in SQNR at the worst output."""
+    from ..check.sensitivity import sqnr_db
+
+    outputs = ~graph.slices
+    ranked = sorted(range(len(sensitivity.units)),
+                    key=lambda k: (-float(np.max(sensitivity.units[k].alone / allowed)), k))[:SHOWN_UNITS]
+    costs = []
+    for k in ranked:
+        unit = sensitivity.units[k]
+        poisoned = loss = None
+        if unit.poisoned is not None:
+            before, after = (sqnr_db(e[outputs]) for e in unit.poisoned)
+            poisoned = round(after, 1)
+            loss = round(before - after, 1) if math.isfinite(before - after) else None
+        costs.append(TensorCost(unit.tensors, unit.kinds[0] if len(unit.kinds) == 1 else "region",
+                                round(sqnr_db(unit.alone[outputs]), 1), poisoned, loss,
+                                bool(unit.nodes) and unit.nodes <= kept))
+    return costs

@@ -83,8 +83,13 @@ class ConversionReport:
         if self.latency is not None:
             result["latency"]["ratio"] = json_number(self.latency.ratio)
         if result["quantization"] and result["quantization"]["plan"]:
-            for round_ in result["quantization"]["plan"]["rounds"]:
+            plan = result["quantization"]["plan"]
+            for round_ in plan["rounds"]:
                 round_["worst_sqnr_db"] = json_number(round_["worst_sqnr_db"])
+                round_["worst_slice_sqnr_db"] = json_number(round_["worst_slice_sqnr_db"])
+            for cost in plan["costs"]:
+                cost["alone_db"] = json_number(cost["alone_db"])
+                cost["poisoned_db"] = json_number(cost["poisoned_db"])
         del result["notes"]
         return result
 

@@ -56,7 +56,7 @@ from ..errors import ConversionError
 from ..ir import Model, counterpart, without_layout_suffix, without_type_suffix
 from ..onnx.loader import node_names, onnx_names
 from ..onnx.file import attribute
-from ..transforms.quantization import rule_of
+from ..transforms.quantization import FIXED_BY_OP, rule_of
 from .importer import ACTIVATIONS_KEY, PRECISION_KEY, RANGES_KEY
 from .names import FreshNames
 
@@ -82,6 +82,23 @@ class FakeQuantGraph:
     float_weights: list[str] = field(default_factory=list)  # int8 in the IR, float here
     # Tensors whose range no pair carries (by their loader names): the metadata's RANGES_KEY.
     ranges_in_metadata: list[str] = field(default_factory=list)
+    # With gates (insert_fake_quant's `gated`): each gate's graph input (a bool scalar: true runs
+    # the pair, false passes the float value) -> what it quantizes, an ONNX tensor (an activation)
+    # or the ONNX node whose weight (and bias) it is, as Gate.
+    gates: dict[str, "Gate"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What one gate of a gated fake-quant graph quantizes: an activation (`tensor`, read through
+    its pair by `readers`, ONNX node names; None: by every reader; `imposed`: params its
+    producer's kernel fixes, see _imposed) or the weight of `node`."""
+
+    kind: str  # "activation" or "weight"
+    tensor: str  # the ONNX tensor, or the weight's initializer
+    node: str = ""  # the weight's node
+    readers: frozenset[str] | None = None
+    imposed: bool = False
 
 
 class FloatWeights:
@@ -137,6 +154,7 @@ class _Pair:
     zero_point: int
     dtype: np.dtype  # int8, or int16 (a 16x8 kernel's activation)
     readers: set[str] | None = None
+    imposed: bool = False  # the params are the producer's kernel's (_imposed)
 
 
 def activation_params(model: Model, values: set[str]):
@@ -167,7 +185,8 @@ def activation_params(model: Model, values: set[str]):
             ranges.setdefault(key, _span(*chosen))
         else:
             producer_quantized = first.setdefault(key, True)
-            pair = pairs.setdefault(key, _Pair(*chosen, None if producer_quantized else set()))
+            pair = pairs.setdefault(key, _Pair(*chosen, None if producer_quantized else set(),
+                                               _imposed(array)))
             if pair.readers is not None:
                 pair.readers.update(op.source for op in model.consumers(name))
     for tensor, pair in list(pairs.items()):
@@ -178,6 +197,12 @@ def activation_params(model: Model, values: set[str]):
         # A float tensor keeps its range in the metadata beside its pair: its copies (int8 and
         # int16 ones may differ) all take their params from that range.
     return pairs, ranges
+
+
+def _imposed(array) -> bool:
+    """Whether an activation's params are its producer's kernel's (TANH, LOGISTIC, SOFTMAX: a
+    fixed output range), not its calibrated range's."""
+    return array.minmax is not None and array.minmax.source == FIXED_BY_OP
 
 
 def _span(scale: float, zero_point: int, dtype: np.dtype) -> list[float]:
@@ -202,10 +227,13 @@ class Precision:
 
 
 def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: FloatWeights,
-                      precision: Precision = Precision()) -> FakeQuantGraph:
+                      precision: Precision = Precision(), gated: bool = False) -> FakeQuantGraph:
     """Rewrites `proto` (the float ONNX model `model` was converted from, with its weights) in
     place into the fake-quant graph of the quantized IR `model` (see the module docstring), with
-    `precision` in its metadata."""
+    `precision` in its metadata. `gated`: each pair (each weight with its bias) behind a gate, a
+    bool graph input choosing between the pair's value and the float one (Where), for measuring
+    what each quantization costs (check/sensitivity.py); the float weights stay beside their
+    integers."""
     graph = proto.graph
     names = FreshNames(onnx_names(graph) | {node.name for node in graph.node})  # node names too
     values = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
@@ -218,8 +246,9 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
         _set_metadata(proto, PRECISION_KEY, json.dumps(  # sorted: the same bytes every run
             {"float": dict(sorted(precision.float_nodes.items())), "int16": sorted(precision.int16_nodes)}))
     own_names = node_names(proto)  # before any node changes: the IR ops' sources
+    gates = _Gates(graph, names, result) if gated else None
     weight_nodes, replaced = _fake_quantize_weights(graph, dict(zip(own_names, graph.node)), model,
-                                                    float_weights, names, result)
+                                                    float_weights, names, result, gates)
     outputs = {o.name for o in graph.output}
     inputs = [i.name for i in graph.input if i.name in wanted]
     inputs_set = set(inputs)
@@ -233,9 +262,9 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
         if tensor in outputs and pair.readers is None:  # the output itself is int8 in TFLite
             source, target = names.fresh(f"{tensor}_fq_float"), tensor
             writes[tensor] = source
-        pairs[tensor] = _pair(graph, names, tensor, source, target, pair)
+        pairs[tensor] = _pair(graph, names, tensor, source, target, pair, gates)
         result.activations.append(tensor)
-    through = {t: pair[1].output[0] for t, pair in pairs.items() if pair[1].output[0] != t}
+    through = {t: pair[-1].output[0] for t, pair in pairs.items() if pair[-1].output[0] != t}
     nodes = weight_nodes + [n for t in inputs for n in pairs[t]]
     for node, node_name in zip(graph.node, own_names):
         if node.op_type == "Constant" and node.output[0] in replaced:
@@ -283,23 +312,60 @@ def _initializer(graph: onnx.GraphProto, names: FreshNames, hint: str, value: np
     return name
 
 
-def _pair(graph, names: FreshNames, tensor: str, source: str, target: str, pair: _Pair):
-    """Q(source) -> DQ -> target with the pair's params, on its type's grid."""
+class _Gates:
+    """The gates of a gated fake-quant graph: bool graph inputs, and the Where nodes behind them."""
+
+    def __init__(self, graph: onnx.GraphProto, names: FreshNames, result: FakeQuantGraph):
+        self.graph, self.names, self.result = graph, names, result
+
+    def open(self, gate: Gate) -> str:
+        """A new gate for what `gate` says: its graph input's name."""
+        name = self.names.fresh(f"qconvert_gate_{len(self.result.gates)}")
+        self.graph.input.append(helper.make_tensor_value_info(name, onnx.TensorProto.BOOL, []))
+        self.result.gates[name] = gate
+        return name
+
+    def branch(self, gate: str, quantize: list[onnx.NodeProto], quantized: str, unquantized: str,
+               target: str) -> onnx.NodeProto:
+        """If(gate): the `quantize` nodes' value `quantized`, else `unquantized`, -> target. An If
+        rather than a Where: a closed gate costs nothing (the pair does not run)."""
+        out = helper.make_tensor_value_info(quantized, onnx.TensorProto.FLOAT, None)
+        passed = self.names.fresh(f"{target}_fq_float")
+        then = helper.make_graph(quantize, self.names.fresh(f"{target}_fq_then"), [], [out])
+        otherwise = helper.make_graph([helper.make_node("Identity", [unquantized], [passed])],
+                                      self.names.fresh(f"{target}_fq_else"), [],
+                                      [helper.make_tensor_value_info(passed, onnx.TensorProto.FLOAT, None)])
+        return helper.make_node("If", [gate], [target], name=self.names.fresh(f"{target}_fq_gate"),
+                                then_branch=then, else_branch=otherwise)
+
+
+def _pair(graph, names: FreshNames, tensor: str, source: str, target: str, pair: _Pair,
+          gates: _Gates | None = None):
+    """Q(source) -> DQ -> target with the pair's params, on its type's grid (behind a gate:
+    the DQ's value or `source` -> target)."""
     s = _initializer(graph, names, f"{tensor}_fq_scale", np.array(pair.scale, np.float32))
     z = _initializer(graph, names, f"{tensor}_fq_zero_point", np.array(pair.zero_point, pair.dtype))
     quantized = names.fresh(f"{tensor}_fq_{pair.dtype.name}")
-    return [helper.make_node("QuantizeLinear", [source, s, z], [quantized],
-                             name=names.fresh(f"{tensor}_fq_q")),
-            helper.make_node("DequantizeLinear", [quantized, s, z], [target],
-                             name=names.fresh(f"{tensor}_fq_dq"))]
+    dequantized = target if gates is None else names.fresh(f"{tensor}_fq_value")
+    nodes = [helper.make_node("QuantizeLinear", [source, s, z], [quantized],
+                              name=names.fresh(f"{tensor}_fq_q")),
+             helper.make_node("DequantizeLinear", [quantized, s, z], [dequantized],
+                              name=names.fresh(f"{tensor}_fq_dq"))]
+    if gates is not None:
+        readers = None if pair.readers is None else frozenset(pair.readers)
+        gate = gates.open(Gate("activation", tensor, readers=readers, imposed=pair.imposed))
+        nodes = [gates.branch(gate, nodes, dequantized, source, target)]
+    return nodes
 
 
 def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx.NodeProto], model: Model,
-                           float_weights: FloatWeights, names: FreshNames, result: FakeQuantGraph):
+                           float_weights: FloatWeights, names: FreshNames, result: FakeQuantGraph,
+                           gates: _Gates | None = None):
     """Each int8 weight (and unchanged bias) of the IR onto its ONNX initializer (or Constant
     node) as integers + DequantizeLinear. Returns the DQ nodes, which read only constants (first
     in the graph), and the names they now write: the initializers are gone, the Constant nodes
-    writing them are for the caller to drop."""
+    writing them are for the caller to drop. With `gates`, each weight and its bias sit behind
+    one gate, their float values kept as initializers of fresh names."""
     # Weights are initializers, or Constant nodes' values (PaddlePaddle's exporter writes those).
     initializers = {i.name: i for i in graph.initializer}
     for node in graph.node:
@@ -337,8 +403,9 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
             result.float_weights.append(op.source)
             continue
         q = _onnx_integers(w, axis, factor, ir_weight, weight.data, ir_axis)
-        dequantize.append(_constant_dq(graph, names, node.input[1], (q + 128).astype(np.uint8), scales,
-                                       np.uint8(128), axis))
+        gate = None if gates is None else (gates, gates.open(Gate("weight", node.input[1], op.source)))
+        dequantize.extend(_constant_dq(graph, names, node.input[1], (q + 128).astype(np.uint8), scales,
+                                       np.uint8(128), axis, gate, init))
         dropped.add(node.input[1])
         result.weights.append(node.input[1])
         # The bias as TFLite's int32, where the IR's is the ONNX one (nothing folded into it).
@@ -346,8 +413,9 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
         quantized_bias = model.arrays[op.inputs[rule.bias]] if ir_bias is not None else None
         if (bias is not None and quantized_bias is not None and quantized_bias.dtype == np.int32
                 and np.all(factor == 1) and np.array_equal(numpy_helper.to_array(bias), ir_bias)):
-            dequantize.append(_constant_dq(graph, names, node.input[2], quantized_bias.data,
-                                           quantized_bias.quant.scale.astype(np.float32), np.int32(0), 0))
+            dequantize.extend(_constant_dq(graph, names, node.input[2], quantized_bias.data,
+                                           quantized_bias.quant.scale.astype(np.float32), np.int32(0), 0,
+                                           gate, bias))
             dropped.add(node.input[2])
             result.biases.append(node.input[2])
     kept = [i for i in graph.initializer if i.name not in dropped]
@@ -409,9 +477,11 @@ def _onnx_integers(w: np.ndarray, axis: int, factor: np.ndarray, ir: np.ndarray,
 
 
 def _constant_dq(graph, names: FreshNames, target: str, values: np.ndarray, scales: np.ndarray,
-                 zero_point: np.generic, axis: int) -> onnx.NodeProto:
+                 zero_point: np.generic, axis: int, gate: tuple[_Gates, str] | None = None,
+                 float_value: onnx.TensorProto | None = None) -> list[onnx.NodeProto]:
     """DequantizeLinear(integer initializer `values`, at `zero_point`) -> `target` (what the readers
-    read): per slice along `axis`, or per tensor for a single scale."""
+    read): per slice along `axis`, or per tensor for a single scale. Behind `gate` (its _Gates and
+    input), Where(gate, the DQ's value, `float_value` kept under a fresh name) -> target."""
     zeros = np.full(scales.shape, zero_point, zero_point.dtype)
     per_axis = scales.size > 1
     if not per_axis:
@@ -420,5 +490,13 @@ def _constant_dq(graph, names: FreshNames, target: str, values: np.ndarray, scal
     s = _initializer(graph, names, f"{target}_scale", scales)
     z = _initializer(graph, names, f"{target}_zero_point", zeros)
     attributes = {"axis": axis} if per_axis else {}
-    return helper.make_node("DequantizeLinear", [q, s, z], [target], name=names.fresh(f"{target}_dq"),
-                            **attributes)
+    dequantized = target if gate is None else names.fresh(f"{target}_fq_value")
+    nodes = [helper.make_node("DequantizeLinear", [q, s, z], [dequantized],
+                              name=names.fresh(f"{target}_dq"), **attributes)]
+    if gate is not None:
+        kept = onnx.TensorProto()
+        kept.CopyFrom(float_value)
+        kept.name = names.fresh(f"{target}_float")
+        graph.initializer.append(kept)
+        nodes = [gate[0].branch(gate[1], nodes, dequantized, kept.name, target)]
+    return nodes

@@ -86,10 +86,13 @@ def fixed_params(rule: QuantRule, dtype: np.dtype = INT8) -> QuantParams:
     return QuantParams(np.array([scale], np.float32), np.array([zero_point], np.int64))
 
 
+FIXED_BY_OP = "fixed by the op"  # the source of a fixed-output op's output range
+
+
 def fixed_range(rule: QuantRule) -> MinMax:
     """The real range a fixed-output op's int8 params represent (SOFTMAX: [0, 255/256])."""
     lo, hi = nudged_range(*rule.fixed_params)
-    return MinMax(lo, hi, "fixed by the op")
+    return MinMax(lo, hi, FIXED_BY_OP)
 
 
 def activation_params(array: Array, dtype: np.dtype = INT8) -> QuantParams | None:

@@ -1,8 +1,11 @@
-"""The precision planner (--target-sqnr, --target): a TANH whose input spans +-0.05 loses most of
-its precision to its int8 kernel's fixed output step of 1/128 (about 23 dB on the output slices);
-promoted to float (--target cpu) or to its 16x8 kernel (--target integer) it keeps its input's
-precision, and the plan reaches 30 dB as the conversion's own verification measures it (the written
-file in LiteRT against onnxruntime). Promotions are listed in --json; the result is deterministic."""
+"""The precision planner (on by default with --quantize --calibration; --target-sqnr, --target,
+--precision): a TANH whose input spans +-0.05 loses most of its precision to its int8 kernel's
+fixed output step of 1/128 (about 23 dB on the output slices); kept float (--target cpu) or on its
+16x8 kernel (--target integer) it keeps its input's precision, and the plan reaches 30 dB as the
+conversion's own verification measures it (the written file in LiteRT against onnxruntime). Only
+the TANH goes: its output's params are its kernel's, so the conv reading it keeps int8 (its input
+quantized to the range it has). Promotions are listed in --json; the result is deterministic;
+--precision int8 is the all-int8 model, and so is the plan of a model that holds the target."""
 
 from __future__ import annotations
 
@@ -54,8 +57,9 @@ def test_plan_promotes_the_tanh_and_reaches_the_target(files, tmp_path, target, 
     report = _convert(files, tmp_path / "plan.tflite", "--target-sqnr", "30", "--target", target)
     plan = report["quantization"]["plan"]
     assert plan["reached"] and plan["promoted_to"] == promoted_to
-    assert [(p["node"], p["op"]) for p in plan["promotions"]] == [("tanh", "TANH")]
-    assert f"promoted to {promoted_to}" in plan["promotions"][0]["reason"]
+    assert [(p["node"], p["op"]) for p in plan["promotions"]] == [("tanh", "Tanh")]
+    assert plan["promotions"][0]["reason"].startswith(f"kept {promoted_to}: quantizing t alone gives")
+    assert plan["costs"][0]["tensors"] == ["t"] and plan["costs"][0]["kept_float"]
     assert [r["promoted"] for r in plan["rounds"]] == [0, 1]
     assert _worst(report) >= 30
     summary = read_tflite((tmp_path / "plan.tflite").read_bytes())
@@ -69,9 +73,36 @@ def test_plan_is_deterministic(files, tmp_path):
     assert (tmp_path / "a.tflite").read_bytes() == (tmp_path / "b.tflite").read_bytes()
 
 
-def test_target_without_target_sqnr_is_a_usage_error(files, tmp_path):
+def test_the_plan_is_on_by_default_and_all_int8_when_the_model_holds_the_target(files, tmp_path):
+    """The tanh model's all-int8 file reaches 20 dB (the default target): the default plan is it,
+    byte for byte, measured once; --precision int8 and --target-sqnr 0 write the same bytes."""
+    report = _convert(files, tmp_path / "default.tflite")
+    plan = report["quantization"]["plan"]
+    assert plan["reached"] and plan["target_sqnr_db"] == 20 and not plan["promotions"]
+    assert len(plan["rounds"]) == 1 and plan["sensitivity_runs"] == 0
+    assert report["quantization"]["int8_ops"] == 3
+    int8 = _convert(files, tmp_path / "int8.tflite", "--precision", "int8")
+    assert int8["quantization"]["plan"] is None
+    _convert(files, tmp_path / "zero.tflite", "--target-sqnr", "0")
+    written = {(tmp_path / f"{name}.tflite").read_bytes() for name in ("default", "int8", "zero")}
+    assert len(written) == 1
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--precision", "int8", "--target", "integer"], "--target plans precision: it does not apply"),
+    (["--target-sqnr", "0", "--target", "cpu"], "--target plans precision: it does not apply"),
+    (["--precision", "int8", "--target-sqnr", "30"], "--target-sqnr plans precision"),
+    (["--target-sqnr", "-3"], "Invalid value for --target-sqnr: -3 is below 0"),
+])
+def test_plan_flags_that_contradict_are_usage_errors(files, tmp_path, flags, message):
     result = CliRunner().invoke(cli, [str(files / "tanh.onnx"), str(tmp_path / "o.tflite"), "--quantize",
-                                      "--calibration", str(files / "cal.npz"), "--target", "integer"])
-    assert result.exit_code == 2 and "--target only applies with --target-sqnr" in result.stderr
+                                      "--calibration", str(files / "cal.npz"), *flags])
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
     assert not (tmp_path / "o.tflite").exists()
+
+
+def test_precision_without_quantize_is_a_usage_error(files, tmp_path):
+    result = CliRunner().invoke(cli, [str(files / "tanh.onnx"), str(tmp_path / "o.tflite"),
+                                      "--precision", "int8"])
+    assert result.exit_code == 2 and "--precision only applies with --quantize" in result.stderr
 

@@ -1,0 +1,257 @@
+"""What each quantization costs at the model's outputs, measured.
+
+The int8 model's fake-quant graph (qdq/fakequant.py) with every pair behind a gate (a bool graph
+input: the pair's value, or the float one) runs in onnxruntime with graph optimizations off (the
+same arithmetic on every CPU, session_options). A *unit* is one gate: an activation's pair, or a
+weight with its bias. Opening a set of gates gives the outputs of the model with only those
+quantized; the error is measured at each float output and at each slice along its feature axis
+(verify.feature_axis) as the energy of the error over the energy of the reference: 10^(-SQNR/10).
+
+- **Alone**: the cost of a unit when only it is quantized. For small independent errors the costs
+  add (the errors' cross terms average out), so the units are found by bisection over the graph's
+  order: a block of units is measured with its gates open; a block that costs nothing worth
+  keeping float (below FINE of the allowed error) is done, its units sharing what it cost; any
+  other is split in two and both halves measured, down to single units. A few bad units among
+  many take a few dozen runs; loss spread everywhere takes up to about two runs per unit, capped
+  at MAX_RUNS, the costliest blocks split first (blocks left unsplit stay one unit, a connected
+  region). Each run takes the first SAMPLES samples. A gate is an If: a closed one costs
+  nothing, so a run costs the float model plus the pairs it opens.
+- **Poisoned**: what a unit adds when everything before it in the graph is quantized already (the
+  all-int8 model up to it), for the units that cost the most alone: the difference between the
+  prefix ending before it and the prefix ending with it.
+
+Everything depends on the model, the samples and the params only: one thread, fixed order, the
+same numbers every run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from ..ir import Model
+from ..onnx.loader import node_names
+from ..onnx.runtime import has_qdq
+from ..qdq.fakequant import PER_AXIS_OPSET, FloatWeights, insert_fake_quant, with_opset
+from ..qdq.importer import strip_qdq
+from .verify import feature_axis
+
+FINE = 0.1  # a block costing below this share of the allowed error is not split further
+MAX_RUNS = 24  # onnxruntime runs of the gated graph for the alone costs (each on every sample)
+SAMPLES = 2  # the samples each run takes (the first of the plan's)
+POISONED_UNITS = 6  # units whose poisoned cost is measured (the costliest alone)
+
+
+@dataclass
+class Unit:
+    """One gate, or a block of neighbouring gates the bisection did not split."""
+
+    gates: list[str]  # the gate inputs' names
+    tensors: list[str]  # what they quantize: ONNX activations, weights' initializers
+    kinds: list[str]  # "activation" / "weight", per tensor
+    nodes: frozenset[str]  # the ONNX nodes that must stay float for none of it to be quantized
+    alone: np.ndarray  # the error at each target when only this is quantized
+    # The error with everything before it quantized, and with it too (None: not measured).
+    poisoned: tuple[np.ndarray, np.ndarray] | None = None
+
+
+@dataclass
+class Sensitivity:
+    """The measured units, in graph order, and what the errors are measured at."""
+
+    targets: list[str]  # "output" or "output[axis a, index k]" per error entry
+    slices: np.ndarray  # bool per target: a slice (judged against the slice target)
+    units: list[Unit] = field(default_factory=list)
+    all_int8: np.ndarray | None = None  # the error with every gate open
+    runs: int = 0
+
+
+class GatedGraph:
+    """The gated fake-quant graph of the quantized IR `model` in onnxruntime, with the float
+    reference of `samples` (dicts of ONNX inputs by name)."""
+
+    def __init__(self, proto: onnx.ModelProto, model: Model, float_weights: FloatWeights, samples: list):
+        from ..calibration.calibrate import CalibrationRun
+
+        work = onnx.ModelProto()
+        work.CopyFrom(proto)
+        self.nodes = node_names(work)  # before the pairs: the IR ops' sources
+        readers: dict[str, list[str]] = {}
+        self.producer: dict[str, str] = {}
+        self.position: dict[str, int] = {}
+        for k, (node, name) in enumerate(zip(work.graph.node, self.nodes)):
+            self.position[name] = k
+            for i in node.input:
+                readers.setdefault(i, []).append(name)
+            for o in node.output:
+                self.producer[o] = name
+        self.readers = readers
+        self.types = [node.op_type for node in work.graph.node]
+        self.node_inputs = [list(node.input) for node in work.graph.node]
+        self.node_outputs = [list(node.output) for node in work.graph.node]
+        if has_qdq(work):
+            strip_qdq(work)
+        work = with_opset(work, PER_AXIS_OPSET)
+        graph = insert_fake_quant(work, model, float_weights, gated=True)
+        self.gates = graph.gates
+        initializers = {t.name for t in work.graph.initializer}
+        self.outputs = [o.name for o in work.graph.output
+                        if o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
+                                                            onnx.TensorProto.FLOAT16)]
+        self.run_ = CalibrationRun(work, self.outputs)
+        del work
+        self.inputs = [i.name for i in self.run_.session.get_inputs() if i.name not in self.gates
+                       and i.name not in initializers]
+        self.samples = [{n: s[n] for n in self.inputs} for s in samples[:SAMPLES]]
+        closed = {g: np.array(False) for g in self.gates}
+        self.reference = [self._run(sample, closed) for sample in self.samples]
+        self._targets()
+
+    def _run(self, sample: dict, gates: dict) -> list[np.ndarray]:
+        values = self.run_.session.run(self.outputs, {**sample, **gates})
+        return [np.asarray(v, np.float64) for v in values]
+
+    def _targets(self) -> None:
+        """The error entries: each output whole, then its slices along its feature axis (those
+        whose reference is not all zero); the reference energy of each."""
+        self.targets, slices, energies, self.axes = [], [], [], []
+        for k, name in enumerate(self.outputs):
+            ref = np.stack([r[k] for r in self.reference])
+            finite = np.where(np.isfinite(ref), ref, 0.0)
+            self.targets.append(name)
+            slices.append(False)
+            energies.append(float(np.sum(finite ** 2)))
+            axis = feature_axis(ref.shape[1:])
+            self.axes.append(axis)
+            if axis is not None:
+                per_slice = np.sum(np.moveaxis(finite, axis + 1, 0).reshape(ref.shape[axis + 1], -1) ** 2, 1)
+                for index, energy in enumerate(per_slice):
+                    self.targets.append(f"{name}[axis {axis}, index {index}]")
+                    slices.append(True)
+                    energies.append(float(energy))
+        self.slices = np.array(slices)
+        self.energy = np.array(energies)
+
+    def error(self, open_gates) -> np.ndarray:
+        """The error energy over the reference energy at each target with `open_gates` quantized
+        (inf where a value is not finite or the reference is zero and the value is not)."""
+        opened = set(open_gates)
+        gates = {g: np.array(g in opened) for g in self.gates}
+        noise = np.zeros(len(self.targets))
+        for sample, reference in zip(self.samples, self.reference):
+            values = self._run(sample, gates)
+            t = 0
+            for k, (ref, got) in enumerate(zip(reference, values)):
+                known = np.isfinite(ref)
+                diff = np.where(known, np.where(np.isfinite(got), got - ref, np.inf), 0.0)
+                squared = diff ** 2
+                noise[t] += float(np.sum(squared))
+                t += 1
+                axis = self.axes[k]
+                if axis is not None:
+                    per_slice = np.sum(np.moveaxis(squared, axis, 0).reshape(ref.shape[axis], -1), 1)
+                    noise[t:t + len(per_slice)] += per_slice
+                    t += len(per_slice)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.energy > 0, noise / np.where(self.energy > 0, self.energy, 1),
+                            np.where(noise > 0, np.inf, 0.0))
+
+    def nodes_of(self, gate: str) -> frozenset[str]:
+        """The ONNX nodes that keep the gate's quantization away when they all stay float: an
+        activation's producer and its readers through the pair (only the producer when its
+        kernel imposes the params: a float producer's output is quantized to its calibrated
+        range instead, which holds it); a weight's node."""
+        g = self.gates[gate]
+        if g.kind == "weight":
+            return frozenset([g.node])
+        producer = self.producer.get(g.tensor)
+        if g.imposed and producer and g.readers is None:
+            return frozenset([producer])
+        readers = g.readers if g.readers is not None else self.readers.get(g.tensor, [])
+        return frozenset(readers) | (frozenset([producer]) if producer and g.readers is None else frozenset())
+
+    def order(self) -> list[str]:
+        """The gates in graph order: by the first node each concerns."""
+        def place(gate: str) -> tuple[int, int]:
+            nodes = self.nodes_of(gate)
+            return (min((self.position[n] for n in nodes if n in self.position), default=-1),
+                    0 if self.gates[gate].kind == "weight" else 1)
+        return sorted(self.gates, key=lambda g: (*place(g), int(g.rsplit("_", 1)[-1])))
+
+
+def measure(graph: GatedGraph, allowed: np.ndarray, max_runs: int = MAX_RUNS) -> Sensitivity:
+    """The units' alone costs by bisection (see the module docstring), and the poisoned costs of
+    the POISONED_UNITS costliest; `allowed` is the error allowed at each target."""
+    order = graph.order()
+    result = Sensitivity(graph.targets, graph.slices)
+    if not order:
+        result.all_int8 = np.zeros(len(graph.targets))
+        return result
+
+    def weight(error: np.ndarray) -> float:
+        return float(np.max(error / allowed))
+
+    def cost(lo: int, hi: int) -> np.ndarray:
+        result.runs += 1
+        return graph.error(order[lo:hi])
+
+    total = cost(0, len(order))
+    result.all_int8 = total
+    heap = [(-weight(total), 0, len(order), total)]
+    done: list[tuple[int, int, np.ndarray]] = []
+    while heap:
+        w, lo, hi, error = heapq.heappop(heap)
+        if -w < FINE or hi - lo == 1 or result.runs + 2 > max_runs:
+            done.append((lo, hi, error))
+            continue
+        mid = (lo + hi) // 2
+        for a, b in ((lo, mid), (mid, hi)):
+            part = cost(a, b)
+            heapq.heappush(heap, (-weight(part), a, b, part))
+    for lo, hi, error in sorted(done, key=lambda d: d[0]):
+        gates = order[lo:hi]
+        if weight(error) < FINE and hi - lo > 1:  # a quiet block: its units share what it cost
+            for gate in gates:
+                result.units.append(_unit(graph, [gate], error / (hi - lo)))
+        else:
+            result.units.append(_unit(graph, gates, error))
+    _poisoned(graph, order, result, allowed)
+    return result
+
+
+def _unit(graph: GatedGraph, gates: list[str], alone: np.ndarray) -> Unit:
+    found = [graph.gates[g] for g in gates]
+    return Unit(gates, [g.tensor for g in found], [g.kind for g in found],
+                frozenset().union(*(graph.nodes_of(g) for g in gates)), alone)
+
+
+def _poisoned(graph: GatedGraph, order: list[str], result: Sensitivity, allowed: np.ndarray) -> None:
+    """Each of the costliest units' poisoned cost: error(prefix with it) - error(prefix before it),
+    the prefixes in graph order; neighbouring prefixes are measured once."""
+    place = {g: k for k, g in enumerate(order)}
+    ranked = sorted(range(len(result.units)),
+                    key=lambda k: (-float(np.max(result.units[k].alone / allowed)), k))[:POISONED_UNITS]
+    prefixes: dict[int, np.ndarray] = {}
+
+    def prefix(end: int) -> np.ndarray:
+        if end not in prefixes:
+            result.runs += 1
+            prefixes[end] = graph.error(order[:end]) if end else np.zeros(len(graph.targets))
+        return prefixes[end]
+
+    for k in sorted(ranked, key=lambda k: place[result.units[k].gates[0]]):
+        unit = result.units[k]
+        start, end = place[unit.gates[0]], place[unit.gates[-1]] + 1
+        unit.poisoned = (prefix(start), prefix(end))
+
+
+def sqnr_db(error: np.ndarray | float) -> float:
+    """The SQNR of a normalized error energy (the worst of several): -10 log10(error)."""
+    error = float(np.max(error)) if np.size(error) else 0.0
+    if error <= 0:
+        return math.inf
+    return -10 * math.log10(error) if math.isfinite(error) else -math.inf
