@@ -169,6 +169,8 @@ def activation_params(model: Model, values: set[str]):
     pairs: dict[str, _Pair] = {}
     first: dict[str, bool] = {}  # ONNX tensor -> whether its producer's holder is quantized
     ranges: dict[str, list[float]] = {}
+    copied: set[str] = set()  # int8 tensors with an int16 copy (or the other way)
+    holders: dict[str, object] = {}  # ONNX tensor -> the IR array its pair was made from
     ordered = list(model.inputs) + [o for op in model.operators for o in op.outputs]
     for name in ordered:
         array = model.arrays.get(name)
@@ -185,14 +187,20 @@ def activation_params(model: Model, values: set[str]):
             ranges.setdefault(key, _span(*chosen))
         else:
             producer_quantized = first.setdefault(key, True)
+            holders.setdefault(key, array)
             pair = pairs.setdefault(key, _Pair(*chosen, None if producer_quantized else set(),
                                                _imposed(array)))
             if pair.readers is not None:
                 pair.readers.update(op.source for op in model.consumers(name))
+            elif chosen[2] != pair.dtype and holders[key].minmax is not None:
+                # A copy of the other type (an int16 one of an int8 tensor, for 16x8 readers)
+                # takes its params from the tensor's range, which the pair's span only approximates.
+                ranges.setdefault(key, [holders[key].minmax.min, holders[key].minmax.max])
+                copied.add(key)
     for tensor, pair in list(pairs.items()):
         if pair.readers is not None and not pair.readers:  # no ONNX node reads a copy
             del pairs[tensor]
-        elif pair.readers is None:
+        elif pair.readers is None and tensor not in copied:
             ranges.pop(tensor, None)  # the pair gives it
         # A float tensor keeps its range in the metadata beside its pair: its copies (int8 and
         # int16 ones may differ) all take their params from that range.
