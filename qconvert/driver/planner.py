@@ -97,7 +97,7 @@ class Plan:
     costs: list[TensorCost] = field(default_factory=list)  # the costliest units, measured
     sensitivity_runs: int = 0
     seconds: float = 0.0
-    metric: dict | None = None  # with a metric: float score, chosen score, max_drop
+    metric: dict | None = None  # with a metric: float, score (the chosen plan's), max_drop, scores
 
     def summary(self) -> str:
         if not self.promotions and self.reached:
@@ -301,8 +301,10 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
                 tried.append(_Attempt(_margin(verification, target), candidate, kept))
             else:
                 if plan.metric is None:
-                    plan.metric = {"float": float(metric.evaluate(reference)), "max_drop": metric.max_drop}
+                    plan.metric = {"float": float(metric.evaluate(reference)), "max_drop": metric.max_drop,
+                                   "scores": []}
                 score = float(metric.evaluate(outputs))
+                plan.metric["scores"].append(score)  # per round
                 drop = plan.metric["float"] - score
                 off = drop / metric.max_drop if metric.max_drop > 0 else (0.0 if drop <= 0 else math.inf)
                 tried.append(_Attempt(max(off, 0.0), candidate, kept, score))

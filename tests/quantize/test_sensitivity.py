@@ -1,0 +1,135 @@
+"""Sensitivity measured (check/sensitivity.py) and the plan made from it (driver/planner.py), on
+graphs where the answer is known (tests/quantize/precision_models.py):
+
+- one bad tensor among many: the Tanh output whose int8 kernel's fixed step holds a few steps of
+  its signal ranks first by its cost alone, far ahead of every other; the plan keeps only the Tanh
+  float and the written file reaches the target in LiteRT;
+- a poisoning LayerNorm early in a graph: quantizing the input row mean (or x) alone ruins the
+  outputs, while each tensor after the centering costs little alone; all int8, every tensor after
+  it is wrong (the poisoned case: the per-tensor report of the all-int8 file shows it). The plan
+  keeps the mean and the centering float and reaches the target;
+- the gated graph with every gate closed is the float model, with every gate open the fake-quant
+  graph's error; the API's metric hook plans against a user's metric; plans are deterministic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qconvert
+from qconvert.check.sensitivity import GatedGraph, measure, sqnr_db
+from qconvert.driver import conversion
+from qconvert.driver.planner import allowed_error
+from qconvert.qdq.fakequant import FloatWeights
+from qconvert.transforms.pipeline import QuantizeOptions
+from tests.harness import options_of, run_onnxruntime, run_tflite
+from tests.quantize.precision_models import layernorm_model, one_bad_tensor_model
+
+
+def _sensitivity(model, calibration, tmp_path):
+    """The gated graph of the all-int8 model, and its measured sensitivity (target 20 dB)."""
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, **calibration)
+    float_weights = FloatWeights()
+    state = conversion.build(str(path), options_of(quantize=QuantizeOptions(), calibration=str(cal)),
+                             before_quantizing=float_weights, reference=True)
+    state.reference.restore_weights()
+    samples = [{name: values[k] for name, values in calibration.items()} for k in range(4)]
+    graph = GatedGraph(state.reference.proto, state.model, float_weights, samples)
+    return graph, measure(graph, allowed_error(graph.slices, 20.0))
+
+
+def _ranked(sensitivity, graph):
+    outputs = ~graph.slices
+    return sorted(((sqnr_db(u.alone[outputs]), u.tensors) for u in sensitivity.units), key=lambda c: c[0])
+
+
+def test_one_bad_tensor_among_many_ranks_first(tmp_path):
+    graph, sensitivity = _sensitivity(*one_bad_tensor_model(), tmp_path)
+    ranked = _ranked(sensitivity, graph)
+    (worst, tensors), (second, _) = ranked[0], ranked[1]
+    assert tensors == ["t4"] and worst < 10 and second > worst + 25, ranked[:3]
+    # Everything quantized costs about what the bad tensor costs alone.
+    assert abs(sqnr_db(sensitivity.all_int8[~graph.slices]) - worst) < 3
+    assert sensitivity.runs <= 40  # bisection, not one run per tensor
+
+
+def test_a_poisoning_layernorm_is_found_by_its_cost_alone(tmp_path):
+    graph, sensitivity = _sensitivity(*layernorm_model(), tmp_path)
+    ranked = _ranked(sensitivity, graph)
+    first_two = {tuple(t) for _, t in ranked[:2]}
+    assert first_two == {("x",), ("mean",)} and all(db < 10 for db, _ in ranked[:2]), ranked[:4]
+    # Each tensor after the centering costs little alone ...
+    assert all(db > 30 for db, _ in ranked[2:]), ranked
+    # ... but the whole model quantized is ruined: the poisoned case.
+    assert sqnr_db(sensitivity.all_int8[~graph.slices]) < 5
+    poisoned = [u for u in sensitivity.units if u.poisoned is not None and u.tensors == ["mean"]]
+    assert poisoned and sqnr_db(poisoned[0].poisoned[1][~graph.slices]) < 5
+
+
+def test_closed_gates_are_the_float_model_and_open_ones_quantize(tmp_path):
+    model, calibration = one_bad_tensor_model()
+    graph, _ = _sensitivity(model, calibration, tmp_path)
+    assert np.all(graph.error([]) == 0)
+    sample = {"x": calibration["x"][0]}
+    float_output = run_onnxruntime(model, sample)
+    name = next(iter(float_output))
+    np.testing.assert_allclose(graph.reference[0][0], float_output[name], rtol=1e-5, atol=1e-5)
+    assert np.all(graph.error(list(graph.gates)) > 0)
+
+
+@pytest.mark.parametrize("make, kept", [(one_bad_tensor_model, {"tanh"}),
+                                        (layernorm_model, {"ln_mean", "ln_sub"})])
+def test_the_default_plan_keeps_the_bad_part_float_and_reaches_the_target(make, kept):
+    model, calibration = make()
+    int8 = qconvert.convert(model, quantize=True, calibration=calibration, precision="int8",
+                            verify=True, latency=False)
+    assert int8.report.verify.worst.sqnr_db < 10
+    planned = qconvert.convert(model, quantize=True, calibration=calibration, verify=True, latency=False)
+    plan = planned.report.quantization.plan
+    assert plan.reached and {p.node for p in plan.promotions} == kept
+    assert planned.report.verify.worst.sqnr_db >= 20
+    # The written file, run by LiteRT, against onnxruntime on a sample it never saw.
+    feeds = {"x": calibration["x"][-1]}
+    expected = run_onnxruntime(model, feeds)
+    got = run_tflite(planned.tflite, planned.report, feeds)
+    for name, value in expected.items():
+        error = np.sum((got[name] - value) ** 2) / np.sum(value ** 2)
+        assert -10 * np.log10(error) > 15, name
+    again = qconvert.convert(model, quantize=True, calibration=calibration, verify=True, latency=False)
+    assert again.tflite == planned.tflite  # deterministic
+
+
+def test_the_metric_hook_plans_against_the_users_metric():
+    """evaluate gets the outputs of the plan's samples stacked; the plan keeps the fewest ops
+    float whose score is within max_drop of the float model's."""
+    model, calibration = layernorm_model()
+    seen = []
+
+    def agreement(outputs):  # top-1 agreement with the float model's classes, per row
+        seen.append(outputs["y"].shape)
+        return float(np.mean(outputs["y"].argmax(-1) == labels))
+
+    reference = np.stack([run_onnxruntime(model, {"x": x})["y"] for x in calibration["x"][:8]])
+    labels = reference.argmax(-1)
+    result = qconvert.convert(model, quantize=True, calibration=calibration, evaluate=agreement,
+                              max_drop=0.05, latency=False)
+    plan = result.report.quantization.plan
+    assert seen[0] == (8, 1, 8, 4)
+    assert plan.metric["float"] == 1.0 and plan.metric["score"] >= 0.95 and plan.reached
+    assert plan.promotions and plan.metric["scores"][0] < 0.9  # all int8 missed it
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"evaluate": len}, "evaluate and max_drop go together"),
+    ({"evaluate": 3, "max_drop": 0.1}, "evaluate must be a function"),
+    ({"evaluate": len, "max_drop": -1}, "max_drop must be 0 or more"),
+    ({"evaluate": len, "max_drop": 0.1, "precision": "int8"}, "evaluate plans precision"),
+])
+def test_metric_hook_arguments_are_checked(keywords, message):
+    model, calibration = layernorm_model()
+    with pytest.raises(qconvert.UsageError, match=message):
+        qconvert.convert(model, quantize=True, calibration=calibration, **keywords)
