@@ -384,7 +384,7 @@ def main(argv=None) -> int:
         print(trained.header())
         print(markdown_table(trained_rows[0], trained.COLUMNS))
         print("\n" + "\n".join(trained_rows[1]))
-        print(trained.MODES_HEADER.format(target=trained.PLAN_TARGET))
+        print(trained.MODES_HEADER.format(target=trained.PLAN_TARGET, slice=trained.PLAN_TARGET - 10))
         print(markdown_table(trained_rows[2], trained.MODE_COLUMNS))
     if "qat" in args.tables:
         print(qat_digits.header())

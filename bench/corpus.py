@@ -716,7 +716,7 @@ def shape_flags(model: Model) -> tuple[str, ...]:
 
 # --- the table ---------------------------------------------------------------------------------
 COLUMNS = ["model", "task", "license", "MB", "float", "convert (s)", "peak RSS (MB)",
-           "float check (ulps)", "int8", "int8 (s)", "SQNR (dB)", "float (ms)", "int8 (ms)",
+           "float check (ulps)", "int8", "int8 (s)", "SQNR (dB)", "plan", "float (ms)", "int8 (ms)",
            "int8 / float"]
 
 
@@ -802,6 +802,7 @@ def bench_model(model: Model, out_dir: Path, args) -> dict:
     if "error" in quantized:
         return row
     row["SQNR (dB)"] = _sqnr(quantized["report"])
+    row["plan"] = _plan(quantized["report"])
     try:
         timed = runners.run_tflite(dest8, quantized["report"], {k: v[:1] for k, v in held.items()},
                                    args.work, args, (dest, converted["report"]))
@@ -812,6 +813,19 @@ def bench_model(model: Model, out_dir: Path, args) -> dict:
     row["float (ms)"] = _ms(timed["baseline_ms"])
     row["int8 / float"] = f"{timed['ms'] / timed['baseline_ms']:.2f}"
     return row
+
+
+def _plan(report: dict) -> str:
+    """The precision plan in a few words: all int8, or the ops kept float (and whether the
+    target was reached)."""
+    plan = (report.get("quantization") or {}).get("plan")
+    if not plan:
+        return "-"
+    kept = len(plan["promotions"])
+    text = "all int8" if not kept else f"{kept} float"
+    if not plan["reached"]:
+        text += ", missed"
+    return f"{text} ({plan['seconds']:.0f} s)" if plan["sensitivity_runs"] else text
 
 
 def bench_corpus(out_dir: Path, args) -> tuple[list[dict], list[str]]:

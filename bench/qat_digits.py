@@ -191,7 +191,7 @@ QAT (bench/qat_digits.py, the model class of tests/qat): a classifier fed raw 0.
 stem concatenates them (a frozen 1x1 copy) with batch-normed ReLU6 features (one int8 scale for
 both). Trained here (float {float_steps} steps, then {qat_steps} QAT steps with
 qconvert.qat.prepare_qat), scored on {eval} samples made here.
-float: the torch model; PTQ int8: `qconvert --quantize` calibrated on {calibration} other samples, in
+float: the torch model; PTQ int8: `qconvert --quantize --precision int8` calibrated on {calibration} other samples, in
 LiteRT; QAT int8: qconvert.qat.export's QDQ model converted with `--quantize` and no calibration, in
 LiteRT; QAT = fake-quant: the share of its logits within one int8 output step of the fake-quant
 torch model (eval mode); size: the QAT .tflite.
@@ -219,7 +219,8 @@ def bench_rows(out_dir) -> tuple[list[dict], list[str]]:
         model = build()
         train(model, FLOAT_STEPS, FLOAT_LR, TRAIN_SEED)
         float_seconds = time.perf_counter() - start
-        ptq, _ = qconvert.convert(float_onnx(model), quantize=True, calibration={INPUT: calibration[:, None]})
+        ptq, _ = qconvert.convert(float_onnx(model), quantize=True, precision="int8",
+                                  calibration={INPUT: calibration[:, None]})
         prepared, qat_seconds = qat_model(model)
         qdq = qat_onnx(prepared)
         qat, _ = qconvert.convert(qdq, quantize=True)

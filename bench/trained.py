@@ -58,34 +58,38 @@ else:  # run as a script: bench/ is on sys.path
     import runners
     from trained_models import SPECS, common
 
-# The quantized modes of the per-mode table, each with the flags added to `--quantize`: the plain
-# all-int8 plan (qconvert's default), whole-model int16 activations, and planning to PLAN_TARGET dB
-# with promotions to float (--target cpu).
+# The quantized modes of the per-mode table, each with the flags added to `--quantize`: the
+# default (the precision plan, 20 dB), all int8 (--precision int8) with each calibration method,
+# whole-model int16 activations, and the plan to PLAN_TARGET dB. MAIN is the main table's.
 PLAN_TARGET = 30
-MODES = {"int8": ("--target-sqnr", "0"), "int8 mse": ("--calibration-method", "mse"),
-         "int8 percentile": ("--calibration-method", "percentile"),
-         "int16": ("--activations", "int16"), f"plan {PLAN_TARGET} dB": ("--target-sqnr", str(PLAN_TARGET))}
+MAIN = "default"
+MODES = {MAIN: (), "int8": ("--precision", "int8"),
+         "int8 mse": ("--precision", "int8", "--calibration-method", "mse"),
+         "int8 percentile": ("--precision", "int8", "--calibration-method", "percentile"),
+         "int16": ("--precision", "int8", "--activations", "int16"),
+         f"plan {PLAN_TARGET} dB": ("--target-sqnr", str(PLAN_TARGET))}
 MODE_COLUMNS = ["model", "mode", "metric", "= float", "SQNR out / slice (dB)", "ms", "x float",
                 "XNNPACK", "promoted / float ops", "convert (s)"]
 MODES_HEADER = """
 Per mode (bench/trained.py, the same models and data): float, and each quantized mode of MODES --
-int8 (`--quantize`, the default: rules, no planning, minmax ranges), int8 mse and int8 percentile
-(`--calibration-method mse`, `percentile`, i.e. 99.99), int16 (`--activations int16`: every op with a
-16x8 kernel), plan (`--target-sqnr {target}`: ops promoted to float until every output and slice
-reaches {target} dB on 8 samples). metric: the task metric in LiteRT; = float: scored against the
+default (`--quantize`: the precision plan, ops kept float where measured sensitivity says int8
+loses the 20 dB target), int8 (`--precision int8`: every op int8 that can be, minmax ranges), int8
+mse and int8 percentile (the same with `--calibration-method mse`, `percentile`, i.e. 99.99), int16
+(`--activations int16`: every op with a 16x8 kernel), plan (`--target-sqnr {target}`: the plan to
+{target} dB outputs, {slice} dB slices). metric: the task metric in LiteRT; = float: scored against the
 float model's predictions; SQNR from the conversion's own verification; ms: LiteRT, 1 thread,
 XNNPACK, timed in turn with the float file (x float: the ratio); XNNPACK: delegated ops / ops,
 partitions; promoted / float ops: the plan's promotions, and the ops left float; convert: the
 whole conversion incl. calibration, planning and verification.
 """
-COLUMNS = ["model", "metric", "ORT float", "LiteRT float", "LiteRT int8", "int8 = float",
-           "SQNR out / slice (dB)", "float (ms)", "int8 (ms)", "XNNPACK float", "XNNPACK int8",
+COLUMNS = ["model", "metric", "ORT float", "LiteRT float", f"LiteRT {MAIN}", "int8 = float",
+           "SQNR out / slice (dB)", "float (ms)", "int8 (ms)", "XNNPACK float", f"XNNPACK {MAIN}",
            "status"]
 HEADER_TOP = """
 Trained models (bench/trained.py): real weights, each scored on its task on data made here; the
-same metric for the float ONNX model in onnxruntime, the float .tflite and the int8 .tflite
-(`--quantize`, {samples} calibration samples apart from the evaluation set) in LiteRT. int8 = float:
-the int8 predictions scored against the float model's. SQNR: the int8 conversion's own
+same metric for the float ONNX model in onnxruntime, the float .tflite and the quantized .tflite
+(default: `--quantize`, the precision plan; {samples} calibration samples apart from the evaluation
+set) in LiteRT. int8 = float: its predictions scored against the float model's. SQNR: the int8 conversion's own
 verification, worst output / worst slice. Latency: LiteRT, 1 thread, XNNPACK, float and int8 timed
 in turn. XNNPACK: delegated ops / ops in the file, partitions.
 """
@@ -161,7 +165,7 @@ def bench_model(spec, out_dir: Path, args) -> tuple[dict, list[str], list[dict]]
     files = {}
     seconds = {}
     for mode, dest, cal in (("float", out_dir / f"{spec.name}.tflite", None),
-                            ("int8", out_dir / f"{spec.name}.int8.tflite", calibration)):
+                            (MAIN, out_dir / f"{spec.name}.int8.tflite", calibration)):
         converted = convert(spec, source, dest, cal, args, MODES[mode] if cal else ())
         if "error" in converted:
             problems.append(f"{mode}: {converted['error']}")
@@ -172,21 +176,21 @@ def bench_model(spec, out_dir: Path, args) -> tuple[dict, list[str], list[dict]]
     results = {}
     if "float" in files:  # its outputs only: it is timed beside the int8 model when there is one
         quick = copy.copy(args)
-        if "int8" in files:
+        if MAIN in files:
             quick.runs, quick.warmup = 1, 0
         results["float"] = _run(files["float"], data, args.work, quick, None, problems)
-    if "int8" in files:
-        results["int8"] = _run(files["int8"], data, args.work, args, files.get("float"), problems)
+    if MAIN in files:
+        results[MAIN] = _run(files[MAIN], data, args.work, args, files.get("float"), problems)
     for mode, result in results.items():
         if result is not None:
             predicted = spec.decode(result["outputs"])
             row[f"LiteRT {mode}"] = _value(common.score(spec.kind, predicted, data.truth))
             row[f"XNNPACK {mode}"] = delegation(files[mode][0], args.timeout)
-            if mode == "int8":
+            if mode == MAIN:
                 row["int8 = float"] = _value(common.score(spec.kind, predicted, reference))
     _latencies(row, results)
-    if "int8" in files:
-        facts += _int8_facts(row, files["int8"])
+    if MAIN in files:
+        facts += _int8_facts(row, files[MAIN])
     row["status"] = "; ".join(problems) or "ok"
     modes = _mode_rows(spec, source, data, reference, calibration, files, results, seconds, out_dir, args)
     return row, [f"- {spec.name}: " + "; ".join(facts)], modes
@@ -221,7 +225,7 @@ def _mode_rows(spec, source, data, reference, calibration, files, results, secon
         row["metric"] = _value(common.score(spec.kind, predicted, data.truth))
         row["= float"] = _value(common.score(spec.kind, predicted, reference))
         # The float file alone ran once (its outputs); its time is the one measured in turn.
-        timed = results.get("int8") if mode == "float" else None
+        timed = results.get(MAIN) if mode == "float" else None
         row["ms"] = _ms(timed["baseline_ms"] if timed and timed.get("baseline_ms") else result["ms"])
         if result.get("baseline_ms"):
             row["x float"] = f"{result['ms'] / result['baseline_ms']:.2f}"
@@ -251,10 +255,10 @@ def _ms(value: float) -> str:
 
 
 def _latencies(row: dict, results: dict) -> None:
-    if results.get("int8"):
-        row["int8 (ms)"] = _ms(results["int8"]["ms"])
-        if results["int8"].get("baseline_ms"):
-            row["float (ms)"] = _ms(results["int8"]["baseline_ms"])
+    if results.get(MAIN):
+        row["int8 (ms)"] = _ms(results[MAIN]["ms"])
+        if results[MAIN].get("baseline_ms"):
+            row["float (ms)"] = _ms(results[MAIN]["baseline_ms"])
     elif results.get("float"):
         row["float (ms)"] = _ms(results["float"]["ms"])
 

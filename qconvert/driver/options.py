@@ -26,6 +26,7 @@ IO_TYPES = ("float", "int8", "uint8")
 ACTIVATION_TYPES = ("int8", "int16")
 PLAN_TARGETS = ("cpu", "integer")
 PRECISIONS = ("auto", "int8")  # --precision: planned (driver/planner.py), or all int8
+MAX_TARGET_SQNR = 200.0
 DEFAULT_TARGET_SQNR = 20.0  # the plan's target without --target-sqnr (planner.py says why)
 WEIGHT_ONLY_MIN_ELEMENTS = 1024
 PLAN_SAMPLES = 8  # the planner's verification samples without --verify-samples
@@ -75,8 +76,8 @@ class VerifyOptions:
 class PlanOptions:
     """--precision auto (the default with --quantize --calibration): plan precision to
     `target_sqnr` dB (--target-sqnr) on the first `samples` samples of the calibration-format
-    file `data` (None: the calibration data); with `metric` (the API's evaluate and max_drop,
-    a planner.Metric), to the metric instead."""
+    file `data` (None: the calibration data; with a SQNR target always); with `metric` (the API's
+    evaluate and max_drop, a planner.Metric), to the metric instead, on verify_data's samples."""
 
     target_sqnr: float = DEFAULT_TARGET_SQNR
     samples: int = PLAN_SAMPLES
@@ -319,8 +320,9 @@ def _plan_options(precision, target_sqnr, steps, calibration, verify_samples, ve
              else "evaluate" if metric is not None else None)
     if precision is not None and steps is None:
         raise UsageError("--precision only applies with --quantize")
-    if target_sqnr is not None and target_sqnr < 0:
-        raise _invalid("--target-sqnr", f"{target_sqnr:g} is below 0 (0: every op int8)", quoted=False)
+    if target_sqnr is not None and not 0 <= target_sqnr <= MAX_TARGET_SQNR:
+        raise _invalid("--target-sqnr", f"{target_sqnr:g} is not in 0..{MAX_TARGET_SQNR:g} dB (0: every op "
+                       "int8; float32 itself holds about 140 dB)", quoted=False)
     if precision == "int8" or target_sqnr == 0:
         if asked:
             raise UsageError(f"{asked} plans precision: it does not apply to the all-int8 model "
@@ -330,6 +332,10 @@ def _plan_options(precision, target_sqnr, steps, calibration, verify_samples, ve
         if asked:
             raise UsageError(f"{asked} needs --quantize with --calibration")
         return None
+    # The plan measures on the calibration data, so that the verification's data (--verify-data)
+    # stays data the plan never saw; a metric scores the user's data, labels lined up with it.
+    if metric is None:
+        return PlanOptions(target_sqnr or DEFAULT_TARGET_SQNR, PLAN_SAMPLES, None, runtime or "cpu")
     return PlanOptions(target_sqnr or DEFAULT_TARGET_SQNR, verify_samples or PLAN_SAMPLES,
                        verify_data, runtime or "cpu", metric)
 

@@ -92,7 +92,8 @@ def test_the_plan_is_on_by_default_and_all_int8_when_the_model_holds_the_target(
     (["--precision", "int8", "--target", "integer"], "--target plans precision: it does not apply"),
     (["--target-sqnr", "0", "--target", "cpu"], "--target plans precision: it does not apply"),
     (["--precision", "int8", "--target-sqnr", "30"], "--target-sqnr plans precision"),
-    (["--target-sqnr", "-3"], "Invalid value for --target-sqnr: -3 is below 0"),
+    (["--target-sqnr", "-3"], "Invalid value for --target-sqnr: -3 is not in 0..200 dB"),
+    (["--target-sqnr", "1e308"], "Invalid value for --target-sqnr: 1e+308 is not in 0..200 dB"),
 ])
 def test_plan_flags_that_contradict_are_usage_errors(files, tmp_path, flags, message):
     result = CliRunner().invoke(cli, [str(files / "tanh.onnx"), str(tmp_path / "o.tflite"), "--quantize",
