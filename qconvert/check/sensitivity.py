@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from ..errors import ReferenceFailed, first_line
 from ..ir import Model
 from ..onnx.loader import node_names
 from ..onnx.runtime import has_qdq
@@ -112,7 +113,10 @@ class GatedGraph:
         self._targets()
 
     def _run(self, sample: dict, gates: dict) -> list[np.ndarray]:
-        values = self.run_.session.run(self.outputs, {**sample, **gates})
+        try:
+            values = self.run_.session.run(self.outputs, {**sample, **gates})
+        except Exception as e:  # onnxruntime raises its own exception types
+            raise ReferenceFailed(f"onnxruntime failed on the gated fake-quant graph: {first_line(e)}") from None
         return [np.asarray(v, np.float64) for v in values]
 
     def _targets(self) -> None:

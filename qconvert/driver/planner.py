@@ -33,6 +33,7 @@ plan and the same bytes.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import tempfile
@@ -43,9 +44,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
+from ..errors import ConversionError, ReferenceFailed, first_line
 from ..ir import Model
 from ..ops.registry import TFLITE_OPS
 from ..transforms.pipeline import QuantizeOptions, run_quantize_pipeline
+
+log = logging.getLogger("qconvert")
 
 # What a promoted op becomes, by --target.
 PROMOTE_TO = {"cpu": "float", "integer": "int16"}
@@ -98,6 +102,7 @@ class Plan:
     sensitivity_runs: int = 0
     seconds: float = 0.0
     metric: dict | None = None  # with a metric: float, score (the chosen plan's), max_drop, scores
+    note: str = ""  # why the plan could not measure
 
     def summary(self) -> str:
         if not self.promotions and self.reached:
@@ -108,6 +113,8 @@ class Plan:
         if not self.reached:
             text += (f", target {self.target_sqnr_db:g} dB not reached" if self.metric is None
                      else f", drop above {self.metric['max_drop']:g}")
+        if self.note:
+            text += f" ({self.note})"
         return text
 
 
@@ -276,7 +283,7 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
     the plan's inputs; write(model, path) writes a quantized model as a .tflite; check(path) runs
     it in LiteRT next to onnxruntime on the samples: (its Verification, LiteRT's outputs,
     onnxruntime's outputs, each {output name: [samples, ...]}); `runtime` the --target."""
-    from ..check.sensitivity import GatedGraph, measure
+    from ..check.sensitivity import GatedGraph
     from ..qdq.fakequant import FloatWeights
 
     started = time.perf_counter()
@@ -310,29 +317,23 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
                 tried.append(_Attempt(max(off, 0.0), candidate, kept, score))
             return tried[-1].off
 
-        graph = None
+        graph = sensitivity = None
         if attempt({}) > 1:
-            all_int8 = tried[0].model
-            graph = GatedGraph(proto, all_int8, float_weights, samples)
-            regions = _Regions(graph, all_int8, to)
-            limit = max(MIN_LIMIT, int(MAX_SHARE * len(regions.int8_nodes)))
-            allowed = allowed_error(graph.slices, target)
-            sensitivity = measure(graph, allowed)
-            candidates = _candidates(sensitivity, graph, regions, allowed, limit)
-            if metric is None:
-                # The smallest plan within the headroom first, then the closest ones.
-                ordered = sorted(candidates, key=lambda c: (c.off > HEADROOM, 0 if c.off <= HEADROOM else c.off))
-                for candidate in ordered[:MAX_ROUNDS]:
-                    if attempt(candidate.kept) <= 1:
-                        break
-            else:
-                _bisect_metric(candidates, attempt)
-            plan.sensitivity_runs = sensitivity.runs
+            try:  # a model the gated graph cannot run keeps the all-int8 plan, with a warning
+                graph = GatedGraph(proto, tried[0].model, float_weights, samples)
+                sensitivity = _search(graph, tried[0].model, to, target, metric, attempt)
+            except (ConversionError, ReferenceFailed) as e:
+                plan.note = f"sensitivity not measured: {first_line(e)}"
+                log.warning("warning: the precision plan keeps every op int8: %s", plan.note)
+                graph, sensitivity = None, None
+                del tried[1:]
+            if sensitivity is not None:
+                plan.sensitivity_runs = sensitivity.runs
     chosen = _chosen(tried)
     plan.reached = chosen.off <= 1
     if metric is not None:
         plan.metric["score"] = chosen.score
-    if graph is not None:
+    if sensitivity is not None:
         plan.costs = _costs(sensitivity, graph, set(chosen.kept), allowed_error(graph.slices, target))
         types = dict(zip(graph.nodes, graph.types))
         plan.promotions = [Promotion(node, types.get(node, ""), f"kept {to}: {reason}")
@@ -340,6 +341,26 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
                                                       key=lambda item: graph.position.get(item[0], -1))]
     plan.seconds = round(time.perf_counter() - started, 3)
     return chosen.model, plan
+
+
+def _search(graph, all_int8: Model, to: str, target: float, metric: Metric | None, attempt):
+    """Measures the sensitivity, then tries the growing plans in LiteRT (attempt(kept)): the
+    smallest within the headroom first, then the closest ones; with a metric, by bisection."""
+    from ..check.sensitivity import measure
+
+    regions = _Regions(graph, all_int8, to)
+    limit = max(MIN_LIMIT, int(MAX_SHARE * len(regions.int8_nodes)))
+    allowed = allowed_error(graph.slices, target)
+    sensitivity = measure(graph, allowed)
+    candidates = _candidates(sensitivity, graph, regions, allowed, limit)
+    if metric is None:
+        ordered = sorted(candidates, key=lambda c: (c.off > HEADROOM, 0 if c.off <= HEADROOM else c.off))
+        for candidate in ordered[:MAX_ROUNDS]:
+            if attempt(candidate.kept) <= 1:
+                break
+    else:
+        _bisect_metric(candidates, attempt)
+    return sensitivity
 
 
 def _bisect_metric(candidates: list[_Candidate], attempt) -> None:
