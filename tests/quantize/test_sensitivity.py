@@ -133,3 +133,22 @@ def test_metric_hook_arguments_are_checked(keywords, message):
     model, calibration = layernorm_model()
     with pytest.raises(qconvert.UsageError, match=message):
         qconvert.convert(model, quantize=True, calibration=calibration, **keywords)
+
+
+def test_a_model_the_gated_graph_cannot_run_keeps_the_all_int8_plan(monkeypatch, caplog):
+    """onnxruntime refusing the gated graph (here: made to) is no failed conversion: the all-int8
+    model is written, the plan says why, and a warning says so."""
+    from qconvert.check import sensitivity
+    from qconvert.errors import ReferenceFailed
+
+    def refuse(*args, **kwargs):
+        raise ReferenceFailed("onnxruntime cannot load the model: refused for the test")
+
+    monkeypatch.setattr(sensitivity.GatedGraph, "__init__", refuse)
+    model, calibration = one_bad_tensor_model()
+    result = qconvert.convert(model, quantize=True, calibration=calibration, latency=False)
+    int8 = qconvert.convert(model, quantize=True, calibration=calibration, precision="int8", latency=False)
+    plan = result.report.quantization.plan
+    assert result.tflite == int8.tflite and not plan.promotions and not plan.reached
+    assert plan.note == "sensitivity not measured: onnxruntime cannot load the model: refused for the test"
+    assert "keeps every op int8" in caplog.text and plan.note in plan.summary()
