@@ -86,7 +86,8 @@ class FakeQuant(NamedTuple):
 def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
                calibration_samples: int | None = None, calibration_method: str | None = None,
                default_range=None, activations: str | None = None, per_tensor_fc: bool = False,
-               keep_float=(), target_sqnr: float | None = None, target: str | None = None) -> FakeQuant:
+               keep_float=(), precision: str | None = None, target_sqnr: float | None = None,
+               target: str | None = None) -> FakeQuant:
     """The fake-quant ONNX model, as `qconvert fakequant IN.onnx OUT.onnx` writes it: Q/DQ pairs
     where the int8 conversion with these options quantizes, holding its params (qdq/fakequant.py).
     Arguments as convert's with quantize=True."""

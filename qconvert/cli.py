@@ -272,8 +272,8 @@ def _print_json(report, report_path: str | None = None) -> None:
                    "[default: auto with --calibration].")
 @_option("--target-sqnr", type=float, metavar="DB",
               help="The plan's target: every output reaches DB dB SQNR against onnxruntime and "
-                   "every output slice DB-10 dB, on the first --verify-samples samples of the "
-                   "calibration data (or --verify-data) [default: 25]; 0 is --precision int8.")
+                   "every output slice DB-10 dB, on the first 8 samples of the calibration data "
+                   "[default: 20]; 0 is --precision int8.")
 @_option("--target", type=click.Choice(["cpu", "integer"]), default=None,
               help="What the plan keeps out of int8. cpu: float (LiteRT's CPU path, XNNPACK, runs "
                    "float ops well); integer: 16x8 kernels (int16 activations), for runtimes that "
