@@ -276,6 +276,9 @@ def parse_args(argv=None):
                         help=f"comma-separated subset of: {','.join(scaling.FAMILIES)}")
     parser.add_argument("--trained-models", type=trained.model_list, default=list(trained.SPECS),
                         help=f"comma-separated subset of: {','.join(trained.SPECS)}")
+    parser.add_argument("--trained-modes", type=comma_list, default=list(trained.MODES),
+                        help=f"the per-mode table's quantized modes, a comma-separated subset of: "
+                             f"{','.join(trained.MODES)} (the default mode always runs)")
     parser.add_argument("--corpus-models", type=corpus.model_list, default=list(corpus.CORPUS),
                         help=f"comma-separated subset of: {','.join(corpus.CORPUS)}")
     parser.add_argument("--corpus-calibration", type=int, default=corpus.CALIBRATION,

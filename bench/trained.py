@@ -200,7 +200,9 @@ def _mode_rows(spec, source, data, reference, calibration, files, results, secon
                args) -> list[dict]:
     """The per-mode rows: float and int8 from the runs above, the other MODES converted and run
     here, each timed in turn with the float file."""
-    for mode, flags in MODES.items():
+    chosen = [m for m in MODES if m == MAIN or m in getattr(args, "trained_modes", MODES)]
+    for mode in chosen:
+        flags = MODES[mode]
         if mode in files or "float" not in files:
             continue
         dest = out_dir / f"{spec.name}.{mode.replace(' ', '-')}.tflite"
@@ -213,7 +215,7 @@ def _mode_rows(spec, source, data, reference, calibration, files, results, secon
         results[mode] = _run(files[mode], data, args.work, args, files["float"], problems) or {
             "error": "; ".join(problems)}
     rows = []
-    for mode in ("float", *MODES):
+    for mode in ("float", *chosen):
         row = dict.fromkeys(MODE_COLUMNS, "-")
         row.update(model=spec.name, mode=mode)
         result = results.get(mode)
