@@ -57,6 +57,7 @@ PROMOTE_TO = {"cpu": "float", "integer": "int16"}
 DEFAULT_TARGET_DB = 20.0  # --target-sqnr's default (README "Precision plan": how it was chosen)
 SLICE_MARGIN_DB = 10.0  # an output's slices are held to the target less this
 HEADROOM = 0.8  # a plan measured in the gated graph aims at this share of the allowed error
+MARGIN = 0.25  # plans keep growing (measured) until this share of HEADROOM, for LiteRT's misses
 MAX_ROUNDS = 4  # plans written and measured in LiteRT after the all-int8 one
 # The plans measured in the gated graph keep float the costliest 1, 2, 3, ... units.
 PLAN_SIZES = frozenset([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512])
@@ -220,7 +221,9 @@ def _candidates(sensitivity, graph, regions: _Regions, allowed: np.ndarray, limi
     12, ... of them (PLAN_SIZES), each measured in the gated graph with the gates of every unit
     left without an int8 neighbour closed (the costs do not add up once errors are large: a
     unit's cost depends on what else is quantized, so each plan is measured whole). Stops at the
-    first within HEADROOM of the allowed error, or at `limit` nodes."""
+    first within HEADROOM * MARGIN of the allowed error (the larger plans within HEADROOM are
+    there for LiteRT, whose kernels round their own way, when the smallest misses), or at `limit`
+    nodes."""
     from ..check.sensitivity import sqnr_db
 
     units = sensitivity.units
@@ -251,7 +254,7 @@ def _candidates(sensitivity, graph, regions: _Regions, allowed: np.ndarray, limi
         sensitivity.runs += 1
         error = graph.error([g for g in every if g not in closed])
         found.append(_Candidate(plan, float(np.max(error / allowed))))
-        if found[-1].off <= HEADROOM:
+        if found[-1].off <= HEADROOM * MARGIN:
             break
     return found
 
@@ -334,7 +337,9 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
     if metric is not None:
         plan.metric["score"] = chosen.score
     if sensitivity is not None:
-        plan.costs = _costs(sensitivity, graph, set(chosen.kept), allowed_error(graph.slices, target))
+        floating = set(chosen.kept) | {op.source for op in chosen.model.operators
+                                       if op.quantized not in ("int8", "int16")}
+        plan.costs = _costs(sensitivity, graph, floating, allowed_error(graph.slices, target))
         types = dict(zip(graph.nodes, graph.types))
         plan.promotions = [Promotion(node, types.get(node, ""), f"kept {to}: {reason}")
                            for node, reason in sorted(chosen.kept.items(),
@@ -354,6 +359,7 @@ def _search(graph, all_int8: Model, to: str, target: float, metric: Metric | Non
     sensitivity = measure(graph, allowed)
     candidates = _candidates(sensitivity, graph, regions, allowed, limit)
     if metric is None:
+        # Those within the headroom, smallest first; then the closest of the others.
         ordered = sorted(candidates, key=lambda c: (c.off > HEADROOM, 0 if c.off <= HEADROOM else c.off))
         for candidate in ordered[:MAX_ROUNDS]:
             if attempt(candidate.kept) <= 1:

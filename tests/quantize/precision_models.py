@@ -64,3 +64,4 @@ def one_bad_tensor_model(seed: int = 0, depth: int = 8, bad: int = 4):
         x = f"a{k}" if k < depth - 1 else f"c{k}"
     model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 8, 6, 6))}, {x: TensorProto.FLOAT}, inits)
     return model, {"x": rng.standard_normal((16, 1, 8, 6, 6)).astype(np.float32)}
+
