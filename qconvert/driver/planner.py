@@ -166,12 +166,24 @@ def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, str],
     return candidate
 
 
+CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")  # ops that move a tensor between types, computing nothing
+
+
+def float_nodes(model: Model) -> set[str]:
+    """The ONNX nodes that run float: some op computes for them, none of theirs is quantized (a
+    node whose only ops are QUANTIZE or DEQUANTIZE, a graph input's conversion that takes the
+    node's name, is not: its tensor is quantized)."""
+    quantized = {op.source for op in model.operators if op.quantized in ("int8", "int16")}
+    return {op.source for op in model.operators
+            if op.type not in CONVERSIONS and op.source not in quantized}
+
+
 class _Regions:
     """The ONNX graph's neighbourhoods (the gated graph's), for growing float regions."""
 
     def __init__(self, graph, candidate: Model, to: str):
         self.graph = graph
-        self.float_already = {op.source for op in candidate.operators if op.quantized not in ("int8", "int16")}
+        self.float_already = float_nodes(candidate)
         self.weighted = {g.node for g in graph.gates.values() if g.kind == "weight"}
         ir_types: dict[str, set[str]] = {}
         for op in candidate.operators:
@@ -337,8 +349,7 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
     if metric is not None:
         plan.metric["score"] = chosen.score
     if sensitivity is not None:
-        floating = set(chosen.kept) | {op.source for op in chosen.model.operators
-                                       if op.quantized not in ("int8", "int16")}
+        floating = set(chosen.kept) | float_nodes(chosen.model)
         plan.costs = _costs(sensitivity, graph, floating, allowed_error(graph.slices, target))
         types = dict(zip(graph.nodes, graph.types))
         plan.promotions = [Promotion(node, types.get(node, ""), f"kept {to}: {reason}")
