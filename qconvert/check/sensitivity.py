@@ -1,8 +1,9 @@
 """What each quantization costs at the model's outputs, measured.
 
 The int8 model's fake-quant graph (qdq/fakequant.py) with every pair behind a gate (a bool graph
-input: the pair's value, or the float one) runs in onnxruntime with graph optimizations off (the
-same arithmetic on every CPU, session_options). A *unit* is one gate: an activation's pair, or a
+input: the pair's value, or the float one) runs in onnxruntime at its basic optimization level:
+each pair sits inside an If, so no integer kernel fusion can take it (the concern of
+onnx/runtime.py session_options): the arithmetic is the unfused pairs', the same on every CPU. A *unit* is one gate: an activation's pair, or a
 weight with its bias. Opening a set of gates gives the outputs of the model with only those
 quantized; the error is measured at each float output and at each slice along its feature axis
 (verify.feature_axis) as the energy of the error over the energy of the reference: 10^(-SQNR/10).
@@ -20,8 +21,9 @@ quantized; the error is measured at each float output and at each slice along it
   all-int8 model up to it), for the units that cost the most alone: the difference between the
   prefix ending before it and the prefix ending with it.
 
-Everything depends on the model, the samples and the params only: one thread, fixed order, the
-same numbers every run.
+Everything depends on the model, the samples and the params only, in a fixed order: the same
+numbers every run on a machine (onnxruntime's thread count can move float sums in their last
+bits, which a plan decision would follow only at an exact tie).
 """
 
 from __future__ import annotations

@@ -2,25 +2,27 @@
 16x8, --target integer) so that the written model holds an accuracy target, chosen from what
 each quantization is measured to cost.
 
-1. The all-int8 model is written and run in LiteRT on the plan's samples (the first
-   PLAN_SAMPLES of the calibration data, or --verify-data). When every output reaches the target
-   (--target-sqnr, DEFAULT_TARGET_DB) and every output slice the target less SLICE_MARGIN_DB, it
-   is the plan: nothing else runs, and the bytes are those of `--precision int8`.
+1. The all-int8 model is written and run in LiteRT on the plan's samples (the first 8 of the
+   calibration data). When every output reaches the target (--target-sqnr) and every output slice
+   the target less SLICE_MARGIN_DB, it is the plan: nothing else runs, and the bytes are those of
+   `--precision int8`.
 2. Otherwise each quantization's cost is measured in the gated fake-quant graph
    (check/sensitivity.py): alone (only it quantized) and poisoned (after everything before it).
-3. The plan keeps float the units that cost the most alone, until the predicted error (the sum
-   of what the units left int8 cost) is within HEADROOM of the allowed error at every output and
-   slice. A unit stays unquantized only when all the ONNX nodes around it (an activation's
-   producer and readers, a weight's node) stay float, so what is kept float grows as connected
-   regions; an int8 op with no weight whose every neighbour is float joins them (it would cost a
-   QUANTIZE and a DEQUANTIZE to save nothing). At most MAX_SHARE of the int8 ops go float.
-4. The plan is written and measured in LiteRT; when it misses, the allowed error shrinks by what
-   it missed by and the plan grows, up to MAX_ROUNDS. The plan chosen is the first that reaches
-   the target, else the best measured.
+3. The candidate plans keep float the units that cost the most alone, the first 1, 2, 3, 4, 6,
+   ... of them (PLAN_SIZES). A unit stays unquantized only when all the ONNX nodes around it (an
+   activation's producer and readers, only the producer when its kernel fixes the params; a
+   weight's node) stay float, so what is kept float grows as connected regions; an int8 op with
+   no weight whose every neighbour is float joins them (it would cost a QUANTIZE and a DEQUANTIZE
+   to save nothing). Each candidate is measured whole in the gated graph (costs do not add up once
+   errors are large), up to one within HEADROOM * MARGIN of the allowed error, or MAX_SHARE of the
+   int8 ops (MIN_LIMIT nodes in a small graph).
+4. The candidates within HEADROOM, smallest first (the fewest float ops: the lowest latency we
+   can rank without timing each), then the closest others, are written and run in LiteRT, up to
+   MAX_ROUNDS. The first that holds the target is chosen; when none does, the one that missed by
+   the least if it at least halves the all-int8 model's excess error, else the all-int8 model.
 
-With a metric (the API's `evaluate` and `max_drop`), step 1 and 4 judge by the metric's drop from
-the float model's score instead, and the plans tried are those of a ladder of SQNR targets
-(METRIC_LADDER_DB), the lowest that holds the metric chosen by bisection.
+With a metric (the API's `evaluate` and `max_drop`), steps 1 and 4 judge by the metric's drop from
+the float model's score instead, and the smallest candidate that holds it is found by bisection.
 
 Promotion is to float for LiteRT's default CPU path (--target cpu): XNNPACK runs float ops, so a
 float region stays inside the delegate, where int16 kernels would leave it (XNNPACK delegates no
@@ -54,7 +56,6 @@ log = logging.getLogger("qconvert")
 # What a promoted op becomes, by --target.
 PROMOTE_TO = {"cpu": "float", "integer": "int16"}
 
-DEFAULT_TARGET_DB = 20.0  # --target-sqnr's default (README "Precision plan": how it was chosen)
 SLICE_MARGIN_DB = 10.0  # an output's slices are held to the target less this
 HEADROOM = 0.8  # a plan measured in the gated graph aims at this share of the allowed error
 MARGIN = 0.25  # plans keep growing (measured) until this share of HEADROOM, for LiteRT's misses
@@ -76,7 +77,7 @@ class Promotion:
 @dataclass
 class Round:
     promoted: int  # nodes kept float in this round's plan
-    worst_sqnr_db: float  # the lowest output SQNR (or, with a metric, the metric's drop)
+    worst_sqnr_db: float  # the lowest output SQNR
     worst_slice_sqnr_db: float | None = None
 
 
@@ -131,13 +132,6 @@ class Metric:
 def allowed_error(slices: np.ndarray, target_db: float) -> np.ndarray:
     """The error energy allowed at each output (target) and slice (target less SLICE_MARGIN_DB)."""
     return np.where(slices, 10.0 ** (-(target_db - SLICE_MARGIN_DB) / 10), 10.0 ** (-target_db / 10))
-
-
-def meets(verification, target_db: float) -> bool:
-    """Whether every output reaches the target and every slice the target less the margin."""
-    return all(o.sqnr_db >= target_db and (o.worst_slice_sqnr_db is None
-                                           or o.worst_slice_sqnr_db >= target_db - SLICE_MARGIN_DB)
-               for o in verification.outputs)
 
 
 def _worst(verification) -> tuple[float, float | None]:
