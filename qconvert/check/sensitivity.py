@@ -105,9 +105,9 @@ class GatedGraph:
         self.outputs = [o.name for o in work.graph.output
                         if o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
                                                             onnx.TensorProto.FLOAT16)]
-        self.run_ = CalibrationRun(work, self.outputs)
+        self.runner = CalibrationRun(work, self.outputs)
         del work
-        self.inputs = [i.name for i in self.run_.session.get_inputs() if i.name not in self.gates
+        self.inputs = [i.name for i in self.runner.session.get_inputs() if i.name not in self.gates
                        and i.name not in initializers]
         self.samples = [{n: s[n] for n in self.inputs} for s in samples[:SAMPLES]]
         closed = {g: np.array(False) for g in self.gates}
@@ -116,7 +116,7 @@ class GatedGraph:
 
     def _run(self, sample: dict, gates: dict) -> list[np.ndarray]:
         try:
-            values = self.run_.session.run(self.outputs, {**sample, **gates})
+            values = self.runner.session.run(self.outputs, {**sample, **gates})
         except Exception as e:  # onnxruntime raises its own exception types
             raise ReferenceFailed(f"onnxruntime failed on the gated fake-quant graph: {first_line(e)}") from None
         return [np.asarray(v, np.float64) for v in values]
