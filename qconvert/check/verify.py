@@ -788,6 +788,20 @@ class Reference:
         return values
 
 
+class RecordedReference:
+    """A Reference whose values of each sample number are computed once: the same samples checked
+    against several .tflite files (the precision planner's plans) need onnxruntime once."""
+
+    def __init__(self, reference: Reference):
+        self.reference = reference
+        self.values: dict[int, dict[str, np.ndarray]] = {}
+
+    def run(self, feeds: dict[str, np.ndarray], k: int = 0) -> dict[str, np.ndarray]:
+        if k not in self.values:
+            self.values[k] = self.reference.run(feeds, k)
+        return self.values[k]
+
+
 def reads_file(proto: onnx.ModelProto) -> bool:
     """Whether Reference can read the model from its file: no near-ties to look into (no tensor
     but the outputs to fetch), no graph input that a node computes (onnxruntime refuses it)."""
@@ -885,7 +899,7 @@ class OutputStacks:
 
 
 def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]],
-            reference: Reference | None = None):
+            reference: Reference | RecordedReference | None = None):
     """Both models on `samples`: (the Verification, the .tflite's outputs, onnxruntime's), the
     outputs as {ONNX output name: [samples, ...]}. `reference`: as run_both's."""
     model, samples = prepare(proto, tflite_path, samples, len(samples))

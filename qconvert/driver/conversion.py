@@ -231,14 +231,14 @@ def quantize(state: State) -> State:
 
 def _planned(state: State):
     """The planner's model and plan (driver/planner.py), on the plan's samples."""
-    from ..check.verify import Reference, compare
+    from ..check.verify import RecordedReference, Reference, compare
     from .planner import plan_precision
 
     options, request = state.options.plan, state.options.quantize
     reference = state.reference
     reference.restore_weights()  # onnxruntime's model
     samples = list(calibration_set(options.data or request.calibration, reference.proto, options.samples))
-    session = Reference(reference.proto)
+    session = RecordedReference(Reference(reference.proto))  # one onnxruntime run for all the plans
     return plan_precision(state.model, state.steps, reference.proto, samples, options.target_sqnr,
                           _write_candidate, lambda path: compare(reference.proto, path, samples, session),
                           options.runtime, options.metric)
