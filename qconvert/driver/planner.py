@@ -135,9 +135,9 @@ def allowed_error(slices: np.ndarray, target_db: float) -> np.ndarray:
 
 
 def _worst(verification) -> tuple[float, float | None]:
-    outputs = [o.sqnr_db for o in verification.outputs]
-    slices = [o.worst_slice_sqnr_db for o in verification.outputs if o.worst_slice_sqnr_db is not None]
-    return (min(outputs) if outputs else math.inf), (min(slices) if slices else None)
+    """The worst output's SQNR and the worst slice's (None: no output has slices)."""
+    worst_slice = verification.worst_slice
+    return verification.worst.sqnr_db, worst_slice.worst_slice_sqnr_db if worst_slice else None
 
 
 def _margin(verification, target_db: float) -> float:
