@@ -200,7 +200,7 @@ def _mode_rows(spec, source, data, reference, calibration, files, results, secon
                args) -> list[dict]:
     """The per-mode rows: float and int8 from the runs above, the other MODES converted and run
     here, each timed in turn with the float file."""
-    chosen = [m for m in MODES if m == MAIN or m in getattr(args, "trained_modes", MODES)]
+    chosen = [m for m in MODES if m == MAIN or m in args.trained_modes]
     for mode in chosen:
         flags = MODES[mode]
         if mode in files or "float" not in files:

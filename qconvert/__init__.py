@@ -33,7 +33,8 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
             activations: str | None = None, per_tensor_fc: bool = False, weight_only: bool = False,
             weight_only_min_elements: int | None = None, float16: bool = False,
             keep_float=(), precision: str | None = None, target_sqnr: float | None = None,
-            target: str | None = None, evaluate=None, max_drop: float | None = None, verify: bool = False, verify_samples: int | None = None, verify_data=None,
+            target: str | None = None, evaluate=None, max_drop: float | None = None,
+            verify: bool = False, verify_samples: int | None = None, verify_data=None,
             min_sqnr: float | None = None, report=None, latency: bool = True) -> Conversion:
     """Converts an ONNX model to a TFLite flatbuffer, as `qconvert IN.onnx OUT.tflite` does.
 

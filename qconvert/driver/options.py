@@ -29,7 +29,7 @@ PRECISIONS = ("auto", "int8")  # --precision: planned (driver/planner.py), or al
 MAX_TARGET_SQNR = 200.0
 DEFAULT_TARGET_SQNR = 20.0  # the plan's target without --target-sqnr (README "Precision plan": why)
 WEIGHT_ONLY_MIN_ELEMENTS = 1024
-PLAN_SAMPLES = 8  # the planner's verification samples without --verify-samples
+PLAN_SAMPLES = 8  # the plan's samples (of the calibration data; a metric's: without --verify-samples)
 QUANTIZED_VERIFY_SAMPLES = 8  # a quantized conversion's error is statistical
 REPORT_SUFFIXES = (".json", ".html", ".htm")
 

@@ -239,7 +239,7 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     """Rewrites `proto` (the float ONNX model `model` was converted from, with its weights) in
     place into the fake-quant graph of the quantized IR `model` (see the module docstring), with
     `precision` in its metadata. `gated`: each pair (each weight with its bias) behind a gate, a
-    bool graph input choosing between the pair's value and the float one (Where), for measuring
+    bool graph input choosing between the pair's value and the float one (an If), for measuring
     what each quantization costs (check/sensitivity.py); the float weights stay beside their
     integers."""
     graph = proto.graph
@@ -321,7 +321,7 @@ def _initializer(graph: onnx.GraphProto, names: FreshNames, hint: str, value: np
 
 
 class _Gates:
-    """The gates of a gated fake-quant graph: bool graph inputs, and the Where nodes behind them."""
+    """The gates of a gated fake-quant graph: bool graph inputs, and the If nodes behind them."""
 
     def __init__(self, graph: onnx.GraphProto, names: FreshNames, result: FakeQuantGraph):
         self.graph, self.names, self.result = graph, names, result
