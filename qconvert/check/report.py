@@ -32,7 +32,7 @@ from ..ir import CHANNELS_LAST, counterpart
 from ..onnx.loader import node_names
 from ..tflite.reader import read
 from ..tflite.reader import io_layout_metadata
-from .verify import OutputStacks, Verification, json_number, prepare, run_both
+from .verify import json_number, prepare, run_both
 
 SQNR_CEILING = 60.0
 # Ops whose output holds their first input's values rearranged: an output without an ONNX
@@ -93,13 +93,6 @@ class _Comparison:
 def build_report(proto: onnx.ModelProto, tflite_path: str, samples=None, count: int = 8,
                  notes: ConversionNotes | None = None) -> dict:
     """The report's content (see the module docstring); `proto` must hold its weights."""
-    return measure(proto, tflite_path, samples, count, notes)[1]
-
-
-def measure(proto: onnx.ModelProto, tflite_path: str, samples=None, count: int = 8,
-            notes: ConversionNotes | None = None) -> tuple[Verification, dict]:
-    """One run of both models for the verification of the outputs (as verify.verify, but
-    without a delegate) and the report's content."""
     model, samples = prepare(proto, tflite_path, samples, count, preserve_all=True)
     with open(tflite_path, "rb") as f:
         summary = read(f.read())
@@ -119,9 +112,7 @@ def measure(proto: onnx.ModelProto, tflite_path: str, samples=None, count: int =
         quantization = (tensor.scales[0], tensor.zero_points[0]) if len(tensor.scales) == 1 else None
         comparisons[index] = _Comparison(index, found[0], found[1], quantization)
     extra = sorted({c.onnx_name for c in comparisons.values()})
-    stacks = OutputStacks(proto)
-    for reference, outputs in run_both(proto, model, samples, extra):
-        stacks.add(reference, outputs)
+    for reference, _ in run_both(proto, model, samples, extra):
         for index, comparison in comparisons.items():
             value = reference.get(comparison.onnx_name)
             if value is not None and np.asarray(value).dtype.kind == "f":
@@ -129,8 +120,7 @@ def measure(proto: onnx.ModelProto, tflite_path: str, samples=None, count: int =
     for index in [i for i, c in comparisons.items() if not c.fits]:
         unmatched.append(summary.tensors[index].name)
         del comparisons[index]
-    return (stacks.verification(len(samples)),
-            _content(proto, summary, comparisons, unmatched, len(samples), notes))
+    return _content(proto, summary, comparisons, unmatched, len(samples), notes)
 
 
 _COMPARED = {"FLOAT32", "FLOAT16", "INT8", "UINT8", "INT16"}
