@@ -67,7 +67,14 @@ MODES = {MAIN: (), "int8": ("--precision", "int8"),
          "int8 mse": ("--precision", "int8", "--calibration-method", "mse"),
          "int8 percentile": ("--precision", "int8", "--calibration-method", "percentile"),
          "int16": ("--precision", "int8", "--activations", "int16"),
-         f"plan {PLAN_TARGET} dB": ("--target-sqnr", str(PLAN_TARGET))}
+         f"plan {PLAN_TARGET} dB": ("--target-sqnr", str(PLAN_TARGET)),
+         # issue 23's techniques: all off (round to nearest, biases as they are, no equalization),
+         # then each one off alone against "int8" (all on)
+         "int8 plain": ("--precision", "int8", "--weight-rounding", "nearest", "--no-bias-correction",
+                        "--no-equalization"),
+         "int8 nearest": ("--precision", "int8", "--weight-rounding", "nearest"),
+         "int8 no bias correction": ("--precision", "int8", "--no-bias-correction"),
+         "int8 no equalization": ("--precision", "int8", "--no-equalization")}
 MODE_COLUMNS = ["model", "mode", "metric", "= float", "SQNR out / slice (dB)", "ms", "x float",
                 "XNNPACK", "promoted / float ops", "convert (s)"]
 MODES_HEADER = """

@@ -30,7 +30,9 @@ class Conversion(NamedTuple):
 def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhwc",
             quantize: bool = False, calibration=None, calibration_samples: int | None = None,
             calibration_method: str | None = None, default_range=None, io_type: str | None = None,
-            activations: str | None = None, per_tensor_fc: bool = False, weight_only: bool = False,
+            activations: str | None = None, per_tensor_fc: bool = False,
+            weight_rounding: str | None = None, bias_correction: bool = True, equalization: bool = True,
+            weight_only: bool = False,
             weight_only_min_elements: int | None = None, float16: bool = False,
             keep_float=(), precision: str | None = None, target_sqnr: float | None = None,
             target: str | None = None, evaluate=None, max_drop: float | None = None,
@@ -72,6 +74,8 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
 
     asked = verify or any(v is not None for v in (verify_samples, verify_data, min_sqnr, report))
     flags["no_latency"] = not flags.pop("latency")
+    flags["no_bias_correction"] = not flags.pop("bias_correction")
+    flags["no_equalization"] = not flags.pop("equalization")
     source, data, options = _options(flags, no_verify=not asked)
     flatbuffer, report = convert_source(source, options, data=data, output_name="<bytes>")
     return Conversion(flatbuffer, report)
@@ -87,14 +91,17 @@ class FakeQuant(NamedTuple):
 def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
                calibration_samples: int | None = None, calibration_method: str | None = None,
                default_range=None, activations: str | None = None, per_tensor_fc: bool = False,
-               keep_float=(), precision: str | None = None, target_sqnr: float | None = None,
-               target: str | None = None) -> FakeQuant:
+               weight_rounding: str | None = None, bias_correction: bool = True,
+               equalization: bool = True, keep_float=(), precision: str | None = None,
+               target_sqnr: float | None = None, target: str | None = None) -> FakeQuant:
     """The fake-quant ONNX model, as `qconvert fakequant IN.onnx OUT.onnx` writes it: Q/DQ pairs
     where the int8 conversion with these options quantizes, holding its params (qdq/fakequant.py).
     Arguments as convert's with quantize=True."""
     flags = dict(locals())  # the keywords are the command line's flags (first: nothing else yet)
     from .driver.conversion import fake_quant as fake_quant_source
 
+    flags["no_bias_correction"] = not flags.pop("bias_correction")
+    flags["no_equalization"] = not flags.pop("equalization")
     source, data, options = _options(flags, quantize=True, no_verify=True)
     written, report = fake_quant_source(source, options, data=data, output_name="<bytes>")
     return FakeQuant(written, report)

@@ -235,6 +235,16 @@ def _print_json(report, report_path: str | None = None) -> None:
 @_option("--per-tensor-fc", is_flag=True,
               help="Quantize FULLY_CONNECTED weights per tensor, for runtimes without per-channel "
                    "dense layers (TFLite Micro before 2024).")
+@_option("--weight-rounding", type=click.Choice(["output", "nearest"]), default=None,
+              help="With --quantize --calibration: output rounds each int8 weight for its layer's "
+                   "output error on the calibration inputs (GPTQ-style); nearest rounds each to "
+                   "nearest [default: output].")
+@_option("--no-bias-correction", is_flag=True,
+              help="With --quantize --calibration: keep each int8 layer's bias as is, rather than "
+                   "taking back the mean output shift its rounded weights cause.")
+@_option("--no-equalization", is_flag=True,
+              help="With --quantize --calibration: do not rescale the channels between two "
+                   "weighted layers (cross-layer equalization) so one int8 scale fits them all.")
 @_option("--weight-only", is_flag=True,
               help="Store large weights as int8 (TFLite's dynamic-range mode); activations stay "
                    "float, no calibration data needed.")
@@ -416,7 +426,8 @@ def inspect_cli(path, as_json, debug):
 
 # The conversion's options that decide where and how the int8 model quantizes, shared with cli.
 FAKEQUANT_OPTIONS = ("input_shapes", "calibration", "calibration_samples", "calibration_method",
-                     "default_range", "activations", "per_tensor_fc", "keep_float", "precision", "target_sqnr", "target",
+                     "default_range", "activations", "per_tensor_fc", "weight_rounding",
+                     "no_bias_correction", "no_equalization", "keep_float", "precision", "target_sqnr", "target",
                      "as_json", "verbose", "debug")
 
 

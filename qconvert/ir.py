@@ -54,6 +54,10 @@ class Array:
     quant: QuantParams | None = None
     narrow_range: bool = False
     is_variable: bool = False  # TFLite stateful tensor (LSTM state)
+    # The values are the computed ones divided per channel (last axis) by this: a rewrite that
+    # equalized the channels' ranges (None: as computed). What maps the tensor back (the
+    # fake-quant graph) multiplies by it.
+    channel_scale: np.ndarray | None = None
 
     @property
     def is_constant(self) -> bool:

@@ -52,9 +52,10 @@ class ConversionNotes:
 class _Comparison:
     """Running signal and noise energy of one tensor over the samples."""
 
-    def __init__(self, index: int, onnx_name: str, layout, quantization):
+    def __init__(self, index: int, onnx_name: str, layout, quantization, channel_scale=None):
         self.index, self.onnx_name, self.layout = index, onnx_name, layout
         self.quantization = quantization
+        self.channel_scale = channel_scale  # the file's values are the ONNX ones over this
         self.signal = self.noise = 0.0
         self.fits = True
 
@@ -62,6 +63,8 @@ class _Comparison:
         if self.quantization is not None:
             scale, zero_point = self.quantization
             value = (value.astype(np.float32) - np.float32(zero_point)) * np.float32(scale)
+        if self.channel_scale is not None:  # equalized channels (last axis of the file's tensor)
+            value = value.astype(np.float32) * self.channel_scale
         perm = self.layout
         if perm == CHANNELS_LAST:
             perm = (0,) + tuple(range(2, value.ndim)) + (1,) if value.ndim >= 3 else None
@@ -98,8 +101,9 @@ def build_report(proto: onnx.ModelProto, tflite_path: str, samples=None, count: 
         summary = read(f.read())
     onnx_names = {o for node in proto.graph.node for o in node.output} | {i.name for i in proto.graph.input}
     details = {d["index"]: d for d in model.interpreter.get_tensor_details()}
-    io_layouts = {name: tuple(perm)
-                  for name, perm in io_layout_metadata(tflite_path).get("outputs", {}).items()}
+    recorded = io_layout_metadata(tflite_path)
+    io_layouts = {name: tuple(perm) for name, perm in recorded.get("outputs", {}).items()}
+    channel_scales = recorded.get("channel_scales", {})
     io_layouts.update((p.onnx_name, p.permutation) for p in model.inputs if p.permutation)
     comparisons, unmatched = {}, []
     for index, tensor in enumerate(summary.tensors):
@@ -110,7 +114,9 @@ def build_report(proto: onnx.ModelProto, tflite_path: str, samples=None, count: 
             unmatched.append(tensor.name)
             continue
         quantization = (tensor.scales[0], tensor.zero_points[0]) if len(tensor.scales) == 1 else None
-        comparisons[index] = _Comparison(index, found[0], found[1], quantization)
+        scale = channel_scales.get(tensor.name)
+        comparisons[index] = _Comparison(index, found[0], found[1], quantization,
+                                         None if scale is None else np.asarray(scale, np.float32))
     extra = sorted({c.onnx_name for c in comparisons.values()})
     for reference, _ in run_both(proto, model, samples, extra):
         for index, comparison in comparisons.items():

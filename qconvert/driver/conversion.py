@@ -29,7 +29,13 @@ from ..onnx.runtime import has_qdq
 from ..qdq.importer import QdqRanges, apply_qdq_ranges, changed_params, strip_qdq, with_model_precision
 from ..tflite.writer import Flatbuffer, serialize, stored_bytes
 from ..transforms.keep_requested_float import KEPT_FLOAT
-from ..transforms.pipeline import QuantizeOptions, run_pipeline, run_quantize_pipeline, run_weight_pipeline
+from ..transforms.pipeline import (
+    QuantizeOptions,
+    run_equalization,
+    run_pipeline,
+    run_quantize_pipeline,
+    run_weight_pipeline,
+)
 from ..version import __version__
 from .files import replace_atomically
 from .options import Options, VerifyOptions
@@ -104,6 +110,7 @@ def build(source: str, options: Options, *, data: bytes | None = None, progress:
     state = calibrate(state)
     state = run_float_pipeline(state)
     state = keep_float_model(state)
+    state = measure_layer_inputs(state)
     if before_quantizing is not None and state.steps is not None:
         before_quantizing(state.model)
     state = quantize(state)
@@ -200,6 +207,27 @@ def keep_float_model(state: State) -> State:
     if not state.options.verify.latency or (state.steps is None and state.options.weights is None):
         return state
     return replace(state, float_tflite=bytes(serialize(state.model, DESCRIPTION, release_data=False)))
+
+
+def measure_layer_inputs(state: State) -> State:
+    """The inputs' moments of the weighted ops in the float model on the calibration samples
+    (check/layer_inputs.py); with them the channels between two weighted ops are equalized (a
+    float rewrite, transforms/equalize_channel_ranges.py), and the quantize steps round weights
+    for each op's output and correct its bias (quantize/rounding.py). Not when all three are off."""
+    steps = state.steps
+    if steps is None or not state.samples or not (steps.round_for_output or steps.correct_bias
+                                                   or steps.equalize):
+        return state
+    from ..check.layer_inputs import measure_layer_inputs as measure
+
+    started = time.perf_counter()
+    moments = measure(state.model, state.samples, DESCRIPTION)
+    if steps.equalize:
+        moments = run_equalization(state.model, moments)
+    log.debug("layer inputs measured for %d ops in %.2f s", len(moments), time.perf_counter() - started)
+    if not (steps.round_for_output or steps.correct_bias):
+        moments = {}
+    return replace(state, steps=replace(steps, layer_inputs=moments))
 
 
 def quantize(state: State) -> State:

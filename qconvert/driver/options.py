@@ -25,6 +25,7 @@ IO_LAYOUTS = ("nhwc", "onnx")
 IO_TYPES = ("float", "int8", "uint8")
 ACTIVATION_TYPES = ("int8", "int16")
 PLAN_TARGETS = ("cpu", "integer")
+WEIGHT_ROUNDINGS = ("output", "nearest")  # --weight-rounding (quantize/rounding.py)
 PRECISIONS = ("auto", "int8")  # --precision: planned (driver/planner.py), or all int8
 MAX_TARGET_SQNR = 200.0
 DEFAULT_TARGET_SQNR = 20.0  # the plan's target without --target-sqnr (README "Precision plan": why)
@@ -97,7 +98,8 @@ class Options:
 
 def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, calibration=None,
                        calibration_samples=None, calibration_method=None, default_range=None,
-                       io_type=None, activations=None, per_tensor_fc=False, weight_only=False,
+                       io_type=None, activations=None, per_tensor_fc=False, weight_rounding=None,
+                       no_bias_correction=False, no_equalization=False, weight_only=False,
                        weight_only_min_elements=None, float16=False, keep_float=(),
                        precision=None, target_sqnr=None, target=None, evaluate=None, max_drop=None,
                        verify=False, no_verify=False, verify_samples=None, verify_data=None,
@@ -115,8 +117,12 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
     precision = _choice("--precision", precision, PRECISIONS)
     target = _choice("--target", target, PLAN_TARGETS)
     target_sqnr, min_sqnr = _number("--target-sqnr", target_sqnr), _number("--min-sqnr", min_sqnr)
-    quantize, per_tensor_fc, weight_only, float16, verify, no_verify, no_latency = (
+    weight_rounding = _choice("--weight-rounding", weight_rounding, WEIGHT_ROUNDINGS)
+    (quantize, per_tensor_fc, no_bias_correction, no_equalization, weight_only, float16, verify, no_verify,
+     no_latency) = (
         _flag(f, v) for f, v in (("--quantize", quantize), ("--per-tensor-fc", per_tensor_fc),
+                                 ("--no-bias-correction", no_bias_correction),
+                                 ("--no-equalization", no_equalization),
                                  ("--weight-only", weight_only), ("--float16", float16),
                                  ("--verify", verify), ("--no-verify", no_verify),
                                  ("--no-latency", no_latency)))
@@ -125,7 +131,7 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
     shapes = parse_input_shape(input_shapes)
     weights = _weight_options(weight_only, weight_only_min_elements, float16, quantize, calibration)
     steps = _quantize_steps(quantize, calibration, calibration_samples, default_range, io_type,
-                            per_tensor_fc, activations)
+                            per_tensor_fc, activations, weight_rounding, no_bias_correction, no_equalization)
     method = _calibration_method(calibration_method, calibration, quantize)
     if keep_float and steps is None:
         raise UsageError("--keep-float only applies with --quantize")
@@ -277,14 +283,18 @@ def _weight_options(weight_only: bool, min_elements, float16: bool, quantize: bo
 
 
 def _quantize_steps(quantize: bool, calibration, calibration_samples, default_range, io_type,
-                    per_tensor_fc, activations) -> QuantizeOptions | None:
+                    per_tensor_fc, activations, weight_rounding=None, no_bias_correction=False,
+                    no_equalization=False) -> QuantizeOptions | None:
     """The quantize pipeline's options the flags ask for (None: float)."""
     if not quantize:
         used = [flag for flag, value in (("--calibration", calibration),
                                          ("--calibration-samples", calibration_samples),
                                          ("--default-range", default_range), ("--io-type", io_type),
                                          ("--per-tensor-fc", per_tensor_fc),
-                                         ("--activations", activations))
+                                         ("--activations", activations),
+                                         ("--weight-rounding", weight_rounding),
+                                         ("--no-bias-correction", no_bias_correction),
+                                         ("--no-equalization", no_equalization))
                 if value is not None and value is not False]  # an empty value was given too
         if used:
             raise UsageError(f"{used[0]} only applies with --quantize")
@@ -297,7 +307,9 @@ def _quantize_steps(quantize: bool, calibration, calibration_samples, default_ra
         raise UsageError("--activations int16 takes --io-type float or int8")
     default = None if default_range is None else parse_default_range(default_range)
     return QuantizeOptions(io_type=io_type or "float", per_tensor_fc=per_tensor_fc,
-                           default_range=default, activations=activations or "int8")
+                           default_range=default, activations=activations or "int8",
+                           round_for_output=(weight_rounding or "output") == "output",
+                           correct_bias=not no_bias_correction, equalize=not no_equalization)
 
 
 def _calibration_method(text, calibration, quantize: bool) -> CalibrationMethod:

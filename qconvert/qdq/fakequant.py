@@ -68,6 +68,9 @@ _WEIGHT_AXIS = {
     "MatMul": lambda node: 1,
 }
 PER_AXIS_OPSET = 13  # DequantizeLinear's `axis`
+# IR ops whose weights hold the input channels on their last axis (OHWI, [O, I]); a depthwise
+# conv's input channel is its output channel, which the per-channel factor already covers.
+INPUT_LAST = ("CONV_2D", "FULLY_CONNECTED")
 INT16_OPSET = 21  # QuantizeLinear/DequantizeLinear on int16
 
 
@@ -155,6 +158,10 @@ class _Pair:
     dtype: np.dtype  # int8, or int16 (a 16x8 kernel's activation)
     readers: set[str] | None = None
     imposed: bool = False  # the params are the producer's kernel's (_imposed)
+    # The IR tensor is the ONNX one divided per channel by this (equalize_channel_ranges): the
+    # pair's scale is per channel, along `axis` of the ONNX tensor.
+    channel_scale: np.ndarray | None = None
+    axis: int = 1
 
 
 def activation_params(model: Model, values: set[str]):
@@ -189,7 +196,8 @@ def activation_params(model: Model, values: set[str]):
             producer_quantized = first.setdefault(key, True)
             holders.setdefault(key, array)
             pair = pairs.setdefault(key, _Pair(*chosen, None if producer_quantized else set(),
-                                               _imposed(array)))
+                                               _imposed(array), array.channel_scale,
+                                               1 if len(array.shape) == 4 else len(array.shape) - 1))
             if pair.readers is not None:
                 pair.readers.update(op.source for op in model.consumers(name))
             elif chosen[2] != pair.dtype and holders[key].minmax is not None:
@@ -351,14 +359,19 @@ def _pair(graph, names: FreshNames, tensor: str, source: str, target: str, pair:
           gates: _Gates | None = None):
     """Q(source) -> DQ -> target with the pair's params, on its type's grid (behind a gate:
     the DQ's value or `source` -> target)."""
-    s = _initializer(graph, names, f"{tensor}_fq_scale", np.array(pair.scale, np.float32))
-    z = _initializer(graph, names, f"{tensor}_fq_zero_point", np.array(pair.zero_point, pair.dtype))
+    scale, zero_point, attributes = np.array(pair.scale, np.float32), np.array(pair.zero_point, pair.dtype), {}
+    if pair.channel_scale is not None:  # per channel of the ONNX tensor (ir.Array.channel_scale)
+        scale = (pair.scale * pair.channel_scale).astype(np.float32)
+        zero_point = np.full(scale.shape, pair.zero_point, pair.dtype)
+        attributes = {"axis": pair.axis}
+    s = _initializer(graph, names, f"{tensor}_fq_scale", scale)
+    z = _initializer(graph, names, f"{tensor}_fq_zero_point", zero_point)
     quantized = names.fresh(f"{tensor}_fq_{pair.dtype.name}")
     dequantized = target if gates is None else names.fresh(f"{tensor}_fq_value")
     nodes = [helper.make_node("QuantizeLinear", [source, s, z], [quantized],
-                              name=names.fresh(f"{tensor}_fq_q")),
+                              name=names.fresh(f"{tensor}_fq_q"), **attributes),
              helper.make_node("DequantizeLinear", [quantized, s, z], [dequantized],
-                              name=names.fresh(f"{tensor}_fq_dq"))]
+                              name=names.fresh(f"{tensor}_fq_dq"), **attributes)]
     if gates is not None:
         readers = None if pair.readers is None else frozenset(pair.readers)
         gate = gates.open(Gate("activation", tensor, readers=readers, imposed=pair.imposed))
@@ -405,15 +418,21 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
             continue
         w = numpy_helper.to_array(init)
         ir_axis = rule.weight_axis % ir_weight.ndim
-        factor = _channel_factor(w, axis, ir_weight, ir_axis)
+        # An input equalized per channel (equalize_channel_ranges): the IR's weight is the ONNX
+        # one times s along its input channels, which the DQ's per-output-channel scales cannot
+        # say; the DQ's value is divided by s (a Mul) on the ONNX side.
+        equalized = model.arrays[op.inputs[0]].channel_scale if op.type in INPUT_LAST else None
+        unequalized = ir_weight if equalized is None else ir_weight / equalized.astype(np.float32)
+        factor = _channel_factor(w, axis, unequalized, ir_axis)
         scales = None if factor is None else _onnx_scales(weight.quant, factor)
         if scales is None or weight.data is None or weight.data.shape != ir_weight.shape:
             result.float_weights.append(op.source)
             continue
-        q = _onnx_integers(w, axis, factor, ir_weight, weight.data, ir_axis)
+        q = _onnx_integers(w, axis, factor, unequalized, weight.data, ir_axis)
+        divisor = None if equalized is None else _input_divisor(node, w.ndim, equalized)
         gate = None if gates is None else (gates, gates.open(Gate("weight", node.input[1], op.source)))
         dequantize.extend(_constant_dq(graph, names, node.input[1], (q + 128).astype(np.uint8), scales,
-                                       np.uint8(128), axis, gate, init))
+                                       np.uint8(128), axis, gate, init, divisor))
         dropped.add(node.input[1])
         result.weights.append(node.input[1])
         # The bias as TFLite's int32, where the IR's is the ONNX one (nothing folded into it).
@@ -484,9 +503,20 @@ def _onnx_integers(w: np.ndarray, axis: int, factor: np.ndarray, ir: np.ndarray,
     return np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
 
 
+def _input_divisor(node: onnx.NodeProto, rank: int, scale: np.ndarray) -> np.ndarray:
+    """`scale` shaped to divide an ONNX weight along its input channels: Conv's [O, I, ...]
+    axis 1, a MatMul's (or Gemm's without transB) [I, O] axis 0, Gemm's with transB [O, I] axis 1."""
+    transposed = node.op_type == "MatMul" or (node.op_type == "Gemm" and not attribute(node, "transB", 0))
+    axis = 0 if transposed else 1
+    shape = [1] * rank
+    shape[axis] = scale.size
+    return scale.astype(np.float32).reshape(shape)
+
+
 def _constant_dq(graph, names: FreshNames, target: str, values: np.ndarray, scales: np.ndarray,
                  zero_point: np.generic, axis: int, gate: tuple[_Gates, str] | None = None,
-                 float_value: onnx.TensorProto | None = None) -> list[onnx.NodeProto]:
+                 float_value: onnx.TensorProto | None = None,
+                 divisor: np.ndarray | None = None) -> list[onnx.NodeProto]:
     """DequantizeLinear(integer initializer `values`, at `zero_point`) -> `target` (what the readers
     read): per slice along `axis`, or per tensor for a single scale. Behind `gate` (its _Gates and
     input), Where(gate, the DQ's value, `float_value` kept under a fresh name) -> target."""
@@ -499,8 +529,12 @@ def _constant_dq(graph, names: FreshNames, target: str, values: np.ndarray, scal
     z = _initializer(graph, names, f"{target}_zero_point", zeros)
     attributes = {"axis": axis} if per_axis else {}
     dequantized = target if gate is None else names.fresh(f"{target}_fq_value")
-    nodes = [helper.make_node("DequantizeLinear", [q, s, z], [dequantized],
+    integers = dequantized if divisor is None else names.fresh(f"{target}_fq_equalized")
+    nodes = [helper.make_node("DequantizeLinear", [q, s, z], [integers],
                               name=names.fresh(f"{target}_dq"), **attributes)]
+    if divisor is not None:  # ... then divided by the equalization's per-input-channel scale
+        d = _initializer(graph, names, f"{target}_equalization", divisor)
+        nodes.append(helper.make_node("Div", [integers, d], [dequantized], name=names.fresh(f"{target}_unequalize")))
     if gate is not None:
         kept = onnx.TensorProto()
         kept.CopyFrom(float_value)

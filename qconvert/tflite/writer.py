@@ -288,13 +288,19 @@ class _Writer:
     # --- pieces -------------------------------------------------------------------------------
     def _io_layout(self) -> bytes | None:
         """The permuted graph inputs and outputs as JSON {"inputs": {name: ONNX axes in the
-        file's order}, "outputs": {...}} (qconvert.check.verify reads it), or None when none is."""
+        file's order}, "outputs": {...}} (qconvert.check.verify reads it), and the tensors whose
+        channels were equalized, "channel_scales": {name: [the ONNX values over the file's, per
+        channel of the last axis]} (the report reads it); None when there is neither."""
         model = self.model
         perms = model.io_permutation
-        if not any(name in perms for name in model.inputs + model.outputs):
+        scales = {name: [float(v) for v in model.arrays[name].channel_scale] for name in self.tensor_indices[0]
+                  if name in model.arrays and model.arrays[name].channel_scale is not None}
+        if not any(name in perms for name in model.inputs + model.outputs) and not scales:
             return None
         layout = {kind: {n: list(perms[n]) for n in names if n in perms}
                   for kind, names in (("inputs", model.inputs), ("outputs", model.outputs))}
+        if scales:
+            layout["channel_scales"] = scales
         return json.dumps(layout, sort_keys=True).encode()
 
     @staticmethod

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ..ir import Model
+from ..quantize.rounding import InputMoments
 from .quantization import Int16Choice
 from .affine_to_depthwise import affine_to_depthwise
 from .average_pool_to_depthwise import average_pool_to_depthwise
@@ -22,6 +23,7 @@ from .clamp_by_quantized_range import clamp_by_quantized_range
 from .decompose_hard_swish import decompose_hard_swish
 from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
 from .divide_as_multiply import divide_as_multiply
+from .equalize_channel_ranges import equalize_channel_ranges
 from .engine import Step, run_once, run_to_fixed_point
 from .fold_constants import fold_constants
 from .fold_transpose_into_fully_connected import fold_transpose_into_fully_connected
@@ -82,6 +84,12 @@ class QuantizeOptions:
     activations: str = "int8"  # "int16": every op with a 16x8 kernel runs it (--activations)
     # Source nodes whose ops run their 16x8 kernel in an int8 model, with the reason (the planner).
     int16_nodes: Mapping[str, str] = field(default_factory=dict)
+    # The weighted ops' input moments on the calibration samples, by op output
+    # (check/layer_inputs.py): weights rounded for the output, biases corrected (quantize_weights).
+    layer_inputs: Mapping[str, InputMoments] = field(default_factory=dict)
+    round_for_output: bool = True  # --weight-rounding output (nearest: False)
+    correct_bias: bool = True  # not --no-bias-correction
+    equalize: bool = True  # not --no-equalization
 
     @property
     def int16(self) -> Int16Choice:
@@ -105,7 +113,10 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("keep_unrepresentable_float", partial(keep_unrepresentable_float, int16=options.int16)),
         ("quantize_activations", partial(quantize_activations, float_outputs=options.io_type == "float",
                                          int16=options.int16)),
-        ("quantize_weights", partial(quantize_weights, per_tensor_fc=options.per_tensor_fc)),
+        ("quantize_weights", partial(quantize_weights, per_tensor_fc=options.per_tensor_fc,
+                                     layer_inputs=options.layer_inputs,
+                                     round_for_output=options.round_for_output,
+                                     correct_bias=options.correct_bias)),
         ("quantize_biases", quantize_biases),
         ("insert_quantize_dequantize", partial(insert_quantize_dequantize, io_type=options.io_type)),
         ("remove_trivial_activation", remove_trivial_activation),
@@ -135,6 +146,13 @@ def run_pipeline(model: Model, io_layout: str = "nhwc") -> None:
     for body in model.subgraphs():
         run_to_fixed_point(body, build_pipeline("onnx"))
     run_to_fixed_point(model, build_pipeline(io_layout))
+
+
+def run_equalization(model: Model, layer_inputs: Mapping[str, InputMoments]) -> dict[str, InputMoments]:
+    """After run_pipeline, before the quantize steps, with the weighted ops' input moments
+    measured on the float model: the one float step that needs measured data
+    (equalize_channel_ranges, exact in float). Returns the moments of the equalized model."""
+    return equalize_channel_ranges(model, layer_inputs)
 
 
 def run_quantize_pipeline(model: Model, options: QuantizeOptions) -> None:

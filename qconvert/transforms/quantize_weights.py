@@ -7,6 +7,12 @@ Before quantizing, a channel's scale is widened where its bias would not fit in 
 range at scale input_scale * weight_scale (TFLite's AdjustWeightsForBiasScale); an all-zero
 channel gets a positive scale so its bias survives (see quantize/params.py). A weight tensor read
 by another op as well is copied, so each op owns the params it was quantized with.
+
+With the moments of an op's inputs on the calibration samples (`layer_inputs`, measured by
+check/layer_inputs.py), the integers are chosen for the op's output error rather than each
+weight's own (`round_for_output`), and the mean output shift left is added to the float bias
+(`correct_bias`) that quantize_biases then quantizes: quantize/rounding.py. The scales stay
+those of round-to-nearest.
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConversionError
+from collections.abc import Mapping
+
 from ..ir import Model, Operator, QuantParams
 from .quantization import FLOAT32, INT8, input_scale, rule_of
+from ..quantize.rounding import InputMoments, bias_shift, round_for_output
 from ..quantize.params import (
     adjust_weight_scales_for_bias,
     quantize_weights_per_channel,
@@ -34,7 +43,9 @@ def require_finite(op: Operator, what: str, name: str, values: np.ndarray) -> No
                               "only finite values can be quantized")
 
 
-def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
+def quantize_weights(model: Model, per_tensor_fc: bool = False,
+                     layer_inputs: Mapping[str, InputMoments] | None = None,
+                     round_for_output: bool = True, correct_bias: bool = True) -> bool:
     changed = False
     single_use = single_use_constants(model)
     for op in model.operators:
@@ -64,6 +75,10 @@ def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
                     q, _ = quantize_weights_per_tensor(w, scale=float(scales[0]))
                 else:
                     q, _ = quantize_weights_per_channel(w, rule.weight_axis, scales=scales)
+        moments = (layer_inputs or {}).get(op.outputs[0])
+        if moments is not None and moments.tensor == op.inputs[0]:
+            q = _for_output(model, op, rule, w, q, scales, moments, round_for_output,
+                            correct_bias and bias is not None, single_use)
         name = own_constant(model, op, rule.weight, single_use)
         array = model.arrays[name]
         array.data, array.dtype = q, INT8
@@ -72,3 +87,24 @@ def quantize_weights(model: Model, per_tensor_fc: bool = False) -> bool:
         array.narrow_range = True
         changed = True
     return changed
+
+
+def _for_output(model: Model, op: Operator, rule, w: np.ndarray, q: np.ndarray, scales: np.ndarray,
+                moments: InputMoments, rounding: bool, correcting: bool, single_use) -> np.ndarray:
+    """The op's integers rounded for its output (`rounding`), and its float bias corrected for the
+    mean shift the integers leave (`correcting`): weights as rows, one per output channel, in the
+    order of the moments' patches."""
+    axis = rule.weight_axis % w.ndim
+    rows = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
+    row_scales = np.broadcast_to(scales.astype(np.float64), (rows.shape[0],))
+    second = moments.second
+    if rounding and second.shape[-1] == rows.shape[1]:
+        q_rows = round_for_output(rows, row_scales, second).astype(np.int8)
+        q = np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
+    if correcting and moments.mean.shape[-1] == rows.shape[1]:
+        q_rows = np.moveaxis(q, axis, 0).reshape(rows.shape)
+        shift = bias_shift(rows, q_rows * row_scales[:, None], moments.mean)
+        name = own_constant(model, op, rule.bias, single_use)
+        bias = model.arrays[name]
+        bias.data = (bias.data.astype(np.float64) + shift.reshape(bias.data.shape)).astype(np.float32)
+    return q

@@ -1,0 +1,156 @@
+"""equalize_channel_ranges (float, with measured data; the driver runs it once before the
+quantize steps, pipeline.run_equalization): where a weighted op (CONV_2D, DEPTHWISE_CONV_2D,
+FULLY_CONNECTED) feeds only another, through no activation or a RELU, the channels between them
+are rescaled so that one int8 scale serves them all (cross-layer equalization, Nagel et al.
+2019): channel c of the tensor is divided by s_c -- the first op's output channel c (weights and
+bias) divided by s_c, the second op's input channel c multiplied by s_c. Exact in float: RELU is
+positively homogeneous, and nothing else reads the tensor.
+
+Why: the tensor gets one int8 scale for all its channels, set by the widest. PP-OCRv4's
+recognizer's first conv writes 16 channels whose ranges run from 1.1 to 21: quantized per
+tensor, the narrow channels keep 2 to 3 bits, and quantizing that one tensor alone takes the
+backbone output to 4 dB (per channel: 32 dB).
+
+The scales come from the channels' calibrated ranges r_c (the measured moments of the second
+op's input, check/layer_inputs.py):
+- into a DEPTHWISE_CONV_2D, whose weights are per channel already: s_c = r_c / max r (every
+  channel gets the widest range; no weight loses);
+- into a CONV_2D or FULLY_CONNECTED, whose weights share one scale per output channel across
+  input channels: s_c = sqrt(r_c / w_c), w_c the largest weight magnitude of input channel c,
+  which balances the activation's and the weights' ranges, and only where a first-order
+  estimate of the output's quantization noise (activation step^2 x weight energy + weight
+  steps^2 x input energy) goes down.
+The tensor's calibrated range becomes the equalized channels' (minmax of the measured ones),
+its `channel_scale` records s so that what maps it back to the source model can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..ir import MinMax, Model, Operator
+from ..quantize.rounding import InputMoments
+from .quantization import FLOAT32
+
+WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+HOMOGENEOUS = ("NONE", "RELU")
+MIN_FACTOR = 1e-2  # a channel is magnified at most 100x (a dead channel stays as it is)
+
+
+def equalize_channel_ranges(model: Model, layer_inputs: Mapping[str, InputMoments]) -> dict[str, InputMoments]:
+    """Rescales the pairs in place; returns `layer_inputs` with each second op's moments those of
+    its equalized input (the first op's input is unchanged)."""
+    result = dict(layer_inputs)
+    for second in model.operators:
+        moments = layer_inputs.get(second.outputs[0])
+        pair = _pair(model, second, moments)
+        if pair is None:
+            continue
+        first, tensor = pair
+        factor = _factors(model, second, moments)
+        if factor is None:
+            continue
+        _rescale(model, first, second, tensor, factor, moments)
+        result[second.outputs[0]] = moments.scaled(factor)
+    return result
+
+
+def _pair(model: Model, second: Operator, moments: InputMoments | None) -> tuple[Operator, str] | None:
+    """The op whose output only `second` reads as its input, both weighted and to run int8."""
+    if moments is None or moments.channel_min is None or second.type not in WEIGHTED:
+        return None
+    tensor = second.inputs[0]
+    array = model.arrays[tensor]
+    first = model.producer(tensor)
+    if (first is None or first.type not in WEIGHTED or first.fused_activation not in HOMOGENEOUS
+            or moments.tensor != tensor or array.channel_scale is not None or array.minmax is None
+            or not model.is_discardable(tensor) or first.float_reason or second.float_reason
+            or len(model.consumers(tensor)) != 1 or tensor in model.outputs):
+        return None
+    if second.type == "DEPTHWISE_CONV_2D" and second.options.get("depth_multiplier", 1) != 1:
+        return None
+    for op in (first, second):
+        w = model.arrays[op.inputs[1]]
+        if not w.is_constant or w.dtype != FLOAT32 or len(op.inputs) < 3 or model.constant(op.inputs[2]) is None:
+            return None
+    if model.arrays[first.inputs[1]].shape[0 if first.type != "DEPTHWISE_CONV_2D" else 3] != moments.channel_min.size:
+        return None
+    return first, tensor
+
+
+def _ranges(moments: InputMoments) -> np.ndarray:
+    return np.maximum(moments.channel_max, 0) - np.minimum(moments.channel_min, 0)
+
+
+def _input_columns(model: Model, second: Operator, channels: int) -> np.ndarray:
+    """The second op's weights as (input channel, everything else)."""
+    w = model.arrays[second.inputs[1]].data
+    if second.type == "DEPTHWISE_CONV_2D":  # [1, kh, kw, C]
+        return w.reshape(-1, channels).T
+    return np.moveaxis(w, -1, 0).reshape(channels, -1)  # OHWI or [O, I]: input channels last
+
+
+def _factors(model: Model, second: Operator, moments: InputMoments) -> np.ndarray | None:
+    ranges = _ranges(moments)
+    if not np.any(ranges > 0):
+        return None
+    if second.type == "DEPTHWISE_CONV_2D":
+        factor = ranges / ranges.max()
+    else:
+        columns = np.abs(_input_columns(model, second, ranges.size)).max(axis=1).astype(np.float64)
+        live = (ranges > 0) & (columns > 0)
+        factor = np.ones_like(ranges)
+        factor[live] = np.sqrt(ranges[live] / columns[live])
+        factor[live] /= np.exp(np.mean(np.log(factor[live])))  # geometric mean 1
+    factor = np.where(ranges > 0, np.maximum(factor, MIN_FACTOR), 1.0)
+    if np.allclose(factor, 1.0, rtol=0.05):
+        return None
+    if second.type != "DEPTHWISE_CONV_2D" and _noise(model, second, moments, factor) >= _noise(
+            model, second, moments, np.ones_like(factor)):
+        return None
+    return factor
+
+
+def _noise(model: Model, second: Operator, moments: InputMoments, factor: np.ndarray) -> float:
+    """A first-order estimate of the second op's output noise from int8 rounding with the
+    channels divided by `factor`: the activation's step^2 times the weights' energy, plus each
+    output channel's weight step^2 times the input's energy."""
+    columns = _input_columns(model, second, factor.size).astype(np.float64) * factor[:, None]
+    span = np.max(np.maximum(moments.channel_max, 0) / factor) - np.min(np.minimum(moments.channel_min, 0) / factor)
+    activation = (span / 255) ** 2 * np.sum(columns ** 2)
+    w = model.arrays[second.inputs[1]].data.astype(np.float64)
+    w = w * factor  # input channels are the last axis (OHWI, [O, I])
+    row_steps = (np.abs(w.reshape(w.shape[0], -1)).max(axis=1) / 127) ** 2
+    per_element = np.tile(1.0 / factor ** 2, moments.mean.size // factor.size)
+    energy = float(np.sum(np.diagonal(moments.second) * per_element))
+    return activation + float(np.sum(row_steps)) * energy
+
+
+def _rescale(model: Model, first: Operator, second: Operator, tensor: str, factor: np.ndarray,
+             moments: InputMoments) -> None:
+    f32 = factor.astype(np.float32)
+    w1 = model.arrays[first.inputs[1]].data
+    if first.type == "DEPTHWISE_CONV_2D":  # [1, kh, kw, C]: output channels last
+        new_w1 = w1 / f32
+    else:  # OHWI or [O, I]: output channels first
+        new_w1 = w1 / f32.reshape((-1,) + (1,) * (w1.ndim - 1))
+    _set_constant(model, first, 1, new_w1)
+    _set_constant(model, first, 2, model.constant(first.inputs[2]) / f32)
+    w2 = model.arrays[second.inputs[1]].data
+    _set_constant(model, second, 1, w2 * f32)  # input channels are the last axis for all three
+    array = model.arrays[tensor]
+    low = float(np.min(np.minimum(moments.channel_min, 0) / factor))
+    high = float(np.max(np.maximum(moments.channel_max, 0) / factor))
+    array.minmax = MinMax(low, high, "calibration, channels equalized")
+    array.channel_scale = factor
+
+
+def _set_constant(model: Model, op: Operator, index: int, value: np.ndarray) -> None:
+    """The op's constant input `index` holds `value`, in an array of its own."""
+    name = op.inputs[index]
+    if model.is_discardable(name):
+        model.arrays[name].data = value.astype(np.float32)
+    else:
+        model.set_input(op, index, model.add_constant(name, value.astype(np.float32)))
