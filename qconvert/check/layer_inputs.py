@@ -25,7 +25,7 @@ from ..quantize.rounding import InputMoments
 from ..tflite.writer import serialize
 from .verify import OnnxValue, TFLiteModel
 
-MAX_SAMPLES = 32  # calibration samples run
+MAX_SAMPLES = 16  # calibration samples run (each in LiteRT with every tensor kept, no delegate)
 # Patches per op: PATCHES_PER_INPUT per element of a patch, at least MIN_PATCHES, at most what
 # keeps the second moments near WORK multiply-adds (patches x length^2 [x channels]), never
 # fewer than twice the patch length.
@@ -106,12 +106,16 @@ class _Sums:
         self.rng = np.random.default_rng(SEED)
         self.first = self.second = self.low = self.high = None
         self.count = 0
+        # The per-channel range, for equalize_channel_ranges: only where a weighted op writes it.
+        producer = model.producer(op.inputs[0])
+        self.ranged = producer is not None and producer.type in WEIGHTED
 
     def add(self, x: np.ndarray) -> None:
-        axes = tuple(range(x.ndim - 1))
-        low, high = x.min(axis=axes), x.max(axis=axes)
-        self.low = low if self.low is None else np.minimum(self.low, low)
-        self.high = high if self.high is None else np.maximum(self.high, high)
+        if self.ranged:
+            axes = tuple(range(x.ndim - 1))
+            low, high = x.min(axis=axes), x.max(axis=axes)
+            self.low = low if self.low is None else np.minimum(self.low, low)
+            self.high = high if self.high is None else np.maximum(self.high, high)
         patches = _patches(self.op, x, self.kernel, self.per_sample, self.rng)
         patches = patches.astype(np.float64)  # float32 products overflow on values near 1e19
         if self.op.type == "DEPTHWISE_CONV_2D":  # (patches, length, channels): per channel
@@ -126,8 +130,10 @@ class _Sums:
         self.count += patches.shape[0]
 
     def moments(self) -> InputMoments:
+        low, high = ((None, None) if self.low is None else
+                     (self.low.astype(np.float64), self.high.astype(np.float64)))
         return InputMoments(self.op.inputs[0], self.first / self.count, self.second / self.count,
-                            self.count, self.low.astype(np.float64), self.high.astype(np.float64))
+                            self.count, low, high)
 
 
 def _patches(op: Operator, x: np.ndarray, kernel: tuple[int, int], limit: int,
