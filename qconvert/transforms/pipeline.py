@@ -31,6 +31,7 @@ from .fuse_activation import fuse_activation
 from .fuse_binary_into_affine import fuse_binary_into_affine
 from .fuse_binary_into_following_affine import fuse_binary_into_following_affine
 from .hoist_transpose_through_reshape import hoist_transpose_through_reshape
+from .identify_activations import identify_activations
 from .identify_gelu import identify_gelu
 from .identify_relu6 import identify_relu6
 from .insert_quantize_dequantize import insert_quantize_dequantize
@@ -68,6 +69,7 @@ FLOAT_STEPS: list[tuple[str, Step]] = [
     ("fuse_binary_into_following_affine", fuse_binary_into_following_affine),
     ("identify_relu6", identify_relu6),
     ("identify_gelu", identify_gelu),
+    ("identify_activations", identify_activations),
     ("fuse_activation", fuse_activation),
 ]
 
