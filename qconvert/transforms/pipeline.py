@@ -22,6 +22,7 @@ from .check_quantization import check_quantization
 from .clamp_by_quantized_range import clamp_by_quantized_range
 from .decompose_hard_swish import decompose_hard_swish
 from .distribute_binary_over_concatenation import distribute_binary_over_concatenation
+from .distribute_split_over_concatenation import distribute_split_over_concatenation
 from .divide_as_multiply import divide_as_multiply
 from .equalize_channel_ranges import equalize_channel_ranges
 from .engine import Step, run_once, run_to_fixed_point
@@ -64,6 +65,7 @@ FLOAT_STEPS: list[tuple[str, Step]] = [
     ("merge_reshapes", merge_reshapes),
     ("fold_transpose_into_fully_connected", fold_transpose_into_fully_connected),
     ("distribute_binary_over_concatenation", distribute_binary_over_concatenation),
+    ("distribute_split_over_concatenation", distribute_split_over_concatenation),
     ("merge_constant_binary_chains", merge_constant_binary_chains),
     ("fuse_binary_into_affine", fuse_binary_into_affine),
     ("fuse_binary_into_following_affine", fuse_binary_into_following_affine),
