@@ -186,12 +186,14 @@ def calibration_set(model: onnx.ModelProto, count: int = 16, seed: int = 0, scal
 def convert_quantized(model: onnx.ModelProto, calibration: dict[str, np.ndarray], tmp_path, **options):
     """(flatbuffer, report) for `model` converted with --quantize, calibrated on `calibration`
     ({input: [N, *shape]}) written to an .npz under tmp_path. QuantizeOptions fields (io_type,
-    per_tensor_fc, default_range) may be passed with the other convert() options."""
+    per_tensor_fc, default_range, activations, round_for_output, correct_bias, equalize) may be
+    passed with the other convert() options."""
     from qconvert.transforms.pipeline import QuantizeOptions
 
     path = tmp_path / "calibration.npz"
     np.savez(path, **calibration)
-    fields = {k: options.pop(k) for k in ("io_type", "per_tensor_fc", "default_range", "activations")
+    fields = {k: options.pop(k) for k in ("io_type", "per_tensor_fc", "default_range", "activations",
+                                          "round_for_output", "correct_bias", "equalize")
               if k in options}
     return convert_proto(model, quantize=QuantizeOptions(**fields), calibration=str(path), **options)
 
