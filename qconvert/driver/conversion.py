@@ -221,7 +221,12 @@ def measure_layer_inputs(state: State) -> State:
     from ..check.layer_inputs import measure_layer_inputs as measure
 
     started = time.perf_counter()
-    moments = measure(state.model, state.samples, DESCRIPTION)
+    try:
+        moments = measure(state.model, state.samples, DESCRIPTION)
+    except ConversionError as e:  # LiteRT cannot run the float model: round to nearest
+        log.warning("warning: layer inputs not measured (%s); weights round to nearest, biases "
+                    "and channels stay as they are", first_line(e))
+        return state
     if steps.equalize:
         moments = run_equalization(state.model, moments)
     log.debug("layer inputs measured for %d ops in %.2f s", len(moments), time.perf_counter() - started)

@@ -136,6 +136,12 @@ def _cancel(model: Model, split: Operator, concat: Operator, axis: int, sizes: l
         if len(covered) > 1:
             model.insert_before(split, Operator("CONCATENATION", list(covered), [output], {"axis": axis},
                                                 source=concat.source))
+    # A part the loader made (a grouped conv's) has no range of its own: the whole's it was in.
+    whole = model.arrays[concat.outputs[0]].minmax
+    for output, covered in zip(split.outputs, parts):
+        for name in (output, *covered):
+            if model.arrays[name].minmax is None:
+                model.arrays[name].minmax = model.arrays[output].minmax or whole
     model.remove_operator(split)
     for output, covered in zip(split.outputs, parts):
         if len(covered) == 1:

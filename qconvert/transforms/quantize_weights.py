@@ -104,7 +104,10 @@ def _for_output(model: Model, op: Operator, rule, w: np.ndarray, q: np.ndarray, 
     if correcting and moments.mean.shape[-1] == rows.shape[1]:
         q_rows = np.moveaxis(q, axis, 0).reshape(rows.shape)
         shift = bias_shift(rows, q_rows * row_scales[:, None], moments.mean)
-        name = own_constant(model, op, rule.bias, single_use)
-        bias = model.arrays[name]
-        bias.data = (bias.data.astype(np.float64) + shift.reshape(bias.data.shape)).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            corrected = (model.constant(op.inputs[rule.bias]).astype(np.float64)
+                         + shift.reshape(-1)).astype(np.float32)
+        if np.all(np.isfinite(corrected)):  # inputs near float32's limits: the bias as it was
+            name = own_constant(model, op, rule.bias, single_use)
+            model.arrays[name].data = corrected.reshape(model.arrays[name].shape)
     return q
