@@ -105,7 +105,7 @@ class _Sums:
         self.per_sample = max(1, math.ceil(budget / samples))
         self.rng = np.random.default_rng(SEED)
         self.first = self.second = self.low = self.high = None
-        self.count = 0
+        self.count = self.positions = 0
         # The per-channel range, for equalize_channel_ranges: only where a weighted op writes it.
         producer = model.producer(op.inputs[0])
         self.ranged = producer is not None and producer.type in WEIGHTED
@@ -116,6 +116,7 @@ class _Sums:
             low, high = x.min(axis=axes), x.max(axis=axes)
             self.low = low if self.low is None else np.minimum(self.low, low)
             self.high = high if self.high is None else np.maximum(self.high, high)
+            self.positions += x.size // max(x.shape[-1], 1)
         patches = _patches(self.op, x, self.kernel, self.per_sample, self.rng)
         patches = patches.astype(np.float64)  # float32 products overflow on values near 1e19
         if self.op.type == "DEPTHWISE_CONV_2D":  # (patches, length, channels): per channel
@@ -133,7 +134,7 @@ class _Sums:
         low, high = ((None, None) if self.low is None else
                      (self.low.astype(np.float64), self.high.astype(np.float64)))
         return InputMoments(self.op.inputs[0], self.first / self.count, self.second / self.count,
-                            self.count, low, high)
+                            self.count, low, high, self.positions)
 
 
 def _patches(op: Operator, x: np.ndarray, kernel: tuple[int, int], limit: int,

@@ -28,6 +28,10 @@ import numpy as np
 from .params import round_half_away
 
 DAMPING = 0.01  # of the mean input energy, added to the second moments' diagonal (GPTQ's)
+# Patches per element of a row below which the second moments are too few to round for (a
+# squeeze-excitation conv sees one patch per sample: its moments have the rank of the sample
+# count, and rounding into their null space loses on other inputs): such rows round to nearest.
+MIN_PATCHES_PER_INPUT = 8
 BLOCK = 128  # columns rounded before the update reaches the rest (one matrix product per block)
 
 
@@ -43,6 +47,7 @@ class InputMoments:
     count: int  # patches measured
     channel_min: np.ndarray | None = None  # the input tensor's least value per channel (last axis)
     channel_max: np.ndarray | None = None  # ... and its largest
+    positions: int = 0  # values per channel those ranges are over (samples x positions)
 
     def scaled(self, factor: np.ndarray) -> InputMoments:
         """The moments of the input divided by `factor` per channel (the input's last axis; each
@@ -56,7 +61,12 @@ class InputMoments:
             second = self.second * np.outer(per_element, per_element)
         low = None if self.channel_min is None else self.channel_min / factor
         high = None if self.channel_max is None else self.channel_max / factor
-        return InputMoments(self.tensor, self.mean * per_element, second, self.count, low, high)
+        return InputMoments(self.tensor, self.mean * per_element, second, self.count, low, high,
+                            self.positions)
+
+
+def enough_patches(moments: InputMoments) -> bool:
+    return moments.count >= MIN_PATCHES_PER_INPUT * moments.mean.shape[-1]
 
 
 def round_for_output(w: np.ndarray, scales: np.ndarray, second: np.ndarray, qmax: int = 127) -> np.ndarray:

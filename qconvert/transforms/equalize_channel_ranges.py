@@ -20,8 +20,10 @@ op's input, check/layer_inputs.py):
   which balances the activation's and the weights' ranges, and only where a first-order
   estimate of the output's quantization noise (activation step^2 x weight energy + weight
   steps^2 x input energy) goes down.
-The tensor's calibrated range becomes the equalized channels' (minmax of the measured ones),
-its `channel_scale` records s so that what maps it back to the source model can.
+The tensor's calibrated range becomes the equalized channels' (minmax of the measured ones, widened
+by as much as the calibrated range exceeds theirs: the measurement sees the first samples only),
+its `channel_scale` records s so that what maps it back to the source model can. A tensor with
+fewer than MIN_POSITIONS values per channel measured (a squeeze-excitation's 1x1 map) is left.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from .quantization import FLOAT32
 WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 HOMOGENEOUS = ("NONE", "RELU")
 MIN_FACTOR = 1e-2  # a channel is magnified at most 100x (a dead channel stays as it is)
+# Values per channel below which its measured range says too little (a squeeze-excitation's
+# 1x1 map has one value per sample): not equalized.
+MIN_POSITIONS = 256
 
 
 def equalize_channel_ranges(model: Model, layer_inputs: Mapping[str, InputMoments]) -> dict[str, InputMoments]:
@@ -59,7 +64,8 @@ def equalize_channel_ranges(model: Model, layer_inputs: Mapping[str, InputMoment
 
 def _pair(model: Model, second: Operator, moments: InputMoments | None) -> tuple[Operator, str] | None:
     """The op whose output only `second` reads as its input, both weighted and to run int8."""
-    if moments is None or moments.channel_min is None or second.type not in WEIGHTED:
+    if (moments is None or moments.channel_min is None or second.type not in WEIGHTED
+            or moments.positions < MIN_POSITIONS):
         return None
     tensor = second.inputs[0]
     array = model.arrays[tensor]
@@ -140,9 +146,14 @@ def _rescale(model: Model, first: Operator, second: Operator, tensor: str, facto
     _set_constant(model, first, 2, model.constant(first.inputs[2]) / f32)
     w2 = model.arrays[second.inputs[1]].data
     _set_constant(model, second, 1, w2 * f32)  # input channels are the last axis for all three
+    # The measured samples are the calibration's first few: the calibrated range (all samples,
+    # the calibration method's) widens the equalized one by as much as it exceeds theirs.
     array = model.arrays[tensor]
-    low = float(np.min(np.minimum(moments.channel_min, 0) / factor))
-    high = float(np.max(np.maximum(moments.channel_max, 0) / factor))
+    measured_low, measured_high = float(np.min(moments.channel_min)), float(np.max(moments.channel_max))
+    widen_low = array.minmax.min / measured_low if measured_low < 0 and array.minmax.min < 0 else 1.0
+    widen_high = array.minmax.max / measured_high if measured_high > 0 and array.minmax.max > 0 else 1.0
+    low = float(np.min(np.minimum(moments.channel_min, 0) / factor)) * widen_low
+    high = float(np.max(np.maximum(moments.channel_max, 0) / factor)) * widen_high
     array.minmax = MinMax(low, high, "calibration, channels equalized")
     array.channel_scale = factor
 

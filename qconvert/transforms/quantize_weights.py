@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from ..ir import Model, Operator, QuantParams
 from .quantization import FLOAT32, INT8, input_scale, rule_of
-from ..quantize.rounding import InputMoments, bias_shift, round_for_output
+from ..quantize.rounding import InputMoments, bias_shift, enough_patches, round_for_output
 from ..quantize.params import (
     adjust_weight_scales_for_bias,
     quantize_weights_per_channel,
@@ -98,7 +98,7 @@ def _for_output(model: Model, op: Operator, rule, w: np.ndarray, q: np.ndarray, 
     rows = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
     row_scales = np.broadcast_to(scales.astype(np.float64), (rows.shape[0],))
     second = moments.second
-    if rounding and second.shape[-1] == rows.shape[1]:
+    if rounding and second.shape[-1] == rows.shape[1] and enough_patches(moments):
         q_rows = round_for_output(rows, row_scales, second).astype(np.int8)
         q = np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
     if correcting and moments.mean.shape[-1] == rows.shape[1]:
