@@ -8,8 +8,8 @@ give the first and second moments the int8 weight rounding and bias correction n
 every tensor a transformation made exists.
 
 The cost is bounded: at most MAX_SAMPLES samples, and per op a number of patches that grows with
-the patch length within bounds (drawn from a seeded generator, the same on every run). Ops whose
-patch length exceeds MAX_LENGTH are left out (they round to nearest).
+the patch length within bounds (drawn from a seeded generator, the same on every run); long
+patches get their mean only (bias correction, no rounding for the output).
 """
 
 from __future__ import annotations
@@ -21,18 +21,24 @@ import tempfile
 import numpy as np
 
 from ..ir import Model, Operator
-from ..quantize.rounding import InputMoments
+from ..quantize.rounding import MIN_PATCHES_PER_INPUT, InputMoments
 from ..tflite.writer import serialize
 from .verify import OnnxValue, TFLiteModel
 
-MAX_SAMPLES = 16  # calibration samples run (each in LiteRT with every tensor kept, no delegate)
+# Calibration samples run (each in LiteRT with every tensor kept, no delegate, the slowest way):
+# as many as keep the weighted ops' multiply-adds over all of them near SAMPLE_MACS, within
+# [MIN_SAMPLES, MAX_SAMPLES] (PP-OCRv4's recognizer: 16; a 416x416 YOLOX: 4).
+MAX_SAMPLES = 16
+MIN_SAMPLES = 4
+SAMPLE_MACS = 8e9
 # Patches per op: PATCHES_PER_INPUT per element of a patch, at least MIN_PATCHES, at most what
-# keeps the second moments near WORK multiply-adds (patches x length^2 [x channels]), never
-# fewer than twice the patch length.
-PATCHES_PER_INPUT = 32
+# keeps the second moments near WORK multiply-adds (patches x length^2 [x channels]); an op whose
+# budget is below MIN_PATCHES_PER_INPUT per element gets its mean alone (MIN_PATCHES patches).
+# So the second moments cover patches up to about 790 long (3x3 x 64 channels, 1x1 x 768).
+PATCHES_PER_INPUT = 16
 MIN_PATCHES = 2048
-WORK = 2e9
-MAX_LENGTH = 2304  # longest patch measured (3x3 x 256 channels); GPTQ's cost grows as its cube
+WORK = 4e9
+MAX_LENGTH = 1 << 14  # longest patch measured at all (its mean: 2048 x 16384 values)
 SEED = 0
 
 WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
@@ -44,7 +50,10 @@ def measure_layer_inputs(model: Model, samples, description: str = "") -> dict[s
     ops = [op for op in model.operators if _measurable(op, model)]
     if not ops:
         return {}
-    samples = [s for s, _ in zip(samples, range(MAX_SAMPLES))]
+    macs = sum(math.prod(model.arrays[op.outputs[0]].shape) * _length(op, model.arrays[op.inputs[1]].shape)
+               for op in ops)
+    count = int(min(MAX_SAMPLES, max(MIN_SAMPLES, SAMPLE_MACS // max(macs, 1))))
+    samples = [s for s, _ in zip(samples, range(count))]
     if not samples:
         return {}
     content = bytes(serialize(model, description, release_data=False))
@@ -67,7 +76,7 @@ def measure_layer_inputs(model: Model, samples, description: str = "") -> dict[s
     measured = {op.outputs[0]: sums[id(op)].moments() for op in ops if sums[id(op)].count}
     # Values beyond float64's squares (or not finite) give no moments: those ops round to nearest.
     return {name: m for name, m in measured.items()
-            if np.all(np.isfinite(m.second)) and np.all(np.isfinite(m.mean))}
+            if (m.second is None or np.all(np.isfinite(m.second))) and np.all(np.isfinite(m.mean))}
 
 
 def _measurable(op: Operator, model: Model) -> bool:
@@ -98,11 +107,13 @@ class _Sums:
         shape = model.arrays[op.inputs[1]].shape
         self.length = _length(op, shape)
         self.kernel = (shape[1], shape[2]) if op.type != "FULLY_CONNECTED" else (1, 1)
-        # multiply-adds per patch: a depthwise op's per-channel products, else length^2
+        # multiply-adds per patch: a depthwise op's per-channel products, else length^2. The
+        # second moments only where WORK buys the patches rounding for the output needs
+        # (rounding.MIN_PATCHES_PER_INPUT per element); else the mean alone, for bias correction.
         per_patch = self.length ** 2 * (shape[3] if op.type == "DEPTHWISE_CONV_2D" else 1)
-        budget = max(2 * self.length, min(max(PATCHES_PER_INPUT * self.length, MIN_PATCHES),
-                                          int(WORK / max(per_patch, 1))))
-        self.per_sample = max(1, math.ceil(budget / samples))
+        budget = min(max(PATCHES_PER_INPUT * self.length, MIN_PATCHES), int(WORK / max(per_patch, 1)))
+        self.full = budget >= MIN_PATCHES_PER_INPUT * self.length
+        self.per_sample = max(1, math.ceil((budget if self.full else MIN_PATCHES) / samples))
         self.rng = np.random.default_rng(SEED)
         self.first = self.second = self.low = self.high = None
         self.count = self.positions = 0
@@ -118,23 +129,27 @@ class _Sums:
             self.high = high if self.high is None else np.maximum(self.high, high)
             self.positions += x.size // max(x.shape[-1], 1)
         patches = _patches(self.op, x, self.kernel, self.per_sample, self.rng)
-        patches = patches.astype(np.float64)  # float32 products overflow on values near 1e19
-        if self.op.type == "DEPTHWISE_CONV_2D":  # (patches, length, channels): per channel
-            first = patches.sum(0).T
-            by_channel = np.ascontiguousarray(patches.transpose(2, 0, 1))  # (channels, patches, length)
-            second = np.matmul(by_channel.transpose(0, 2, 1), by_channel)
-        else:
-            first = patches.sum(0)
-            second = patches.T @ patches
-        self.first = first if self.first is None else self.first + first
-        self.second = second if self.second is None else self.second + second
+        # Products in float32 (twice float64's speed) unless the values' squares could overflow it.
+        small = patches.size == 0 or float(np.max(np.abs(patches))) < 1e15
+        patches = patches.astype(np.float32 if small else np.float64)
+        depthwise = self.op.type == "DEPTHWISE_CONV_2D"  # (patches, length, channels): per channel
+        first = patches.sum(0, dtype=np.float64)
+        self.first = (first.T if depthwise else first) + (0 if self.first is None else self.first)
+        if self.full:
+            if depthwise:
+                by_channel = np.ascontiguousarray(patches.transpose(2, 0, 1))  # (channels, patches, length)
+                second = np.matmul(by_channel.transpose(0, 2, 1), by_channel).astype(np.float64)
+            else:
+                second = (patches.T @ patches).astype(np.float64)
+            self.second = second if self.second is None else self.second + second
         self.count += patches.shape[0]
 
     def moments(self) -> InputMoments:
         low, high = ((None, None) if self.low is None else
                      (self.low.astype(np.float64), self.high.astype(np.float64)))
-        return InputMoments(self.op.inputs[0], self.first / self.count, self.second / self.count,
-                            self.count, low, high, self.positions)
+        second = None if self.second is None else self.second / self.count
+        return InputMoments(self.op.inputs[0], self.first / self.count, second, self.count, low, high,
+                            self.positions)
 
 
 def _patches(op: Operator, x: np.ndarray, kernel: tuple[int, int], limit: int,

@@ -68,9 +68,6 @@ _WEIGHT_AXIS = {
     "MatMul": lambda node: 1,
 }
 PER_AXIS_OPSET = 13  # DequantizeLinear's `axis`
-# IR ops whose weights hold the input channels on their last axis (OHWI, [O, I]); a depthwise
-# conv's input channel is its output channel, which the per-channel factor already covers.
-INPUT_LAST = ("CONV_2D", "FULLY_CONNECTED")
 INT16_OPSET = 21  # QuantizeLinear/DequantizeLinear on int16
 
 
@@ -158,13 +155,14 @@ class _Pair:
     dtype: np.dtype  # int8, or int16 (a 16x8 kernel's activation)
     readers: set[str] | None = None
     imposed: bool = False  # the params are the producer's kernel's (_imposed)
-    # The IR tensor is the ONNX one divided per channel by this (equalize_channel_ranges): the
-    # pair's scale is per channel, along `axis` of the ONNX tensor.
+    # The IR tensor is the ONNX one divided per channel by this (equalize_channel_ranges) where
+    # _equalize could not make the ONNX graph so: the pair's scale is per channel, along `axis`
+    # of the ONNX tensor (onnxruntime computes the same; converting back refuses it).
     channel_scale: np.ndarray | None = None
     axis: int = 1
 
 
-def activation_params(model: Model, values: set[str]):
+def activation_params(model: Model, values: set[str], equalized: set[str] = frozenset()):
     """{ONNX tensor: _Pair} for the IR's int8 activations, and {IR tensor by its loader name:
     [min, max]} for the ranges no pair carries: the params' span of an int8 tensor without an ONNX
     counterpart, and the range of a float one (the quantize steps' decisions read those too).
@@ -195,8 +193,9 @@ def activation_params(model: Model, values: set[str]):
         else:
             producer_quantized = first.setdefault(key, True)
             holders.setdefault(key, array)
+            scale = None if key in equalized else array.channel_scale
             pair = pairs.setdefault(key, _Pair(*chosen, None if producer_quantized else set(),
-                                               _imposed(array), array.channel_scale,
+                                               _imposed(array), scale,
                                                1 if len(array.shape) == 4 else len(array.shape) - 1))
             if pair.readers is not None:
                 pair.readers.update(op.source for op in model.consumers(name))
@@ -253,7 +252,8 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     graph = proto.graph
     names = FreshNames(onnx_names(graph) | {node.name for node in graph.node})  # node names too
     values = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
-    wanted, ranges = activation_params(model, values)
+    equalized = _equalize(graph, model, values)
+    wanted, ranges = activation_params(model, values, equalized)
     result = FakeQuantGraph(proto, ranges_in_metadata=list(ranges))
     _set_metadata(proto, RANGES_KEY, json.dumps(ranges))
     if precision.activations == "int16":
@@ -297,6 +297,165 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     del graph.node[:]
     graph.node.extend(nodes)
     return result
+
+
+# --- equalized channels ---------------------------------------------------------------------
+def _equalize(graph: onnx.GraphProto, model: Model, values: set[str]) -> set[str]:
+    """The IR's equalized tensors (ir.Array.channel_scale) made so in the ONNX graph: the last
+    weighted node before the tensor divides its output channels by s (a Conv's or Gemm's weights
+    and bias, a BatchNormalization's scale and shift; an Add of a constant on the way gets the
+    constant over s), and every reader, a Conv, Gemm or MatMul, multiplies its input channels by
+    s. Exact in float, like the IR's rewrite; the tensor then takes a per-tensor pair, as the
+    int8 model, and converting the fake-quant graph back gives the same weights and params.
+    Returns the ONNX tensors made so (a structure it does not know keeps the per-channel pair)."""
+    constants = _Constants(graph)
+    producers = {o: node for node in graph.node for o in node.output}
+    readers: dict[str, list[onnx.NodeProto]] = collections.defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            readers[name].append(node)
+    done, outputs = set(), {o.name for o in graph.output}
+    for name in [o for op in model.operators for o in op.outputs]:
+        array = model.arrays.get(name)
+        if array is None or array.channel_scale is None:
+            continue
+        found = counterpart(name, values, {})
+        if found is None or found[0] in done:
+            continue
+        tensor, factor = found[0], array.channel_scale.astype(np.float64)
+        if tensor in outputs:
+            continue
+        edits = _producer_edits(tensor, factor, len(array.shape), producers, readers, constants, outputs)
+        reading = _reader_edits(tensor, factor, readers, constants)
+        if edits is None or reading is None:
+            continue
+        for target, value in edits + reading:
+            constants.set(target, value)
+        done.add(tensor)
+    constants.write()
+    return done
+
+
+class _Constants:
+    """The graph's constant values (initializers and Constant nodes) by name, changed ones written
+    back by `write` (a value read by more than one input gets a copy of its own first: see own)."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.graph = graph
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.nodes = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and len(n.attribute) == 1
+                      and n.attribute[0].name == "value"}
+        self.reads = collections.Counter(name for node in graph.node for name in node.input)
+        self.changed: dict[str, np.ndarray] = {}
+
+    def get(self, name: str) -> np.ndarray | None:
+        if name in self.changed:
+            return self.changed[name]
+        if name in self.initializers:
+            return numpy_helper.to_array(self.initializers[name])
+        if name in self.nodes:
+            return numpy_helper.to_array(self.nodes[name].attribute[0].t)
+        return None
+
+    def single(self, name: str) -> bool:
+        return self.reads[name] == 1
+
+    def set(self, name: str, value: np.ndarray) -> None:
+        self.changed[name] = value
+
+    def write(self) -> None:
+        for name, value in self.changed.items():
+            tensor = numpy_helper.from_array(np.asarray(value), name)
+            if name in self.initializers:
+                self.initializers[name].CopyFrom(tensor)
+            else:
+                self.nodes[name].attribute[0].t.CopyFrom(tensor)
+
+
+def _along(value: np.ndarray, axis: int, factor: np.ndarray) -> np.ndarray | None:
+    """`value` multiplied by `factor` along `axis` (repeated when the axis holds a multiple of its
+    channels: a depthwise conv's multiplier), in its dtype; None when the sizes do not fit."""
+    size = value.shape[axis] if value.ndim > axis else 0
+    if size == 0 or size % factor.size:
+        return None
+    shape = [1] * value.ndim
+    shape[axis] = size
+    return (value * np.repeat(factor, size // factor.size).reshape(shape)).astype(value.dtype)
+
+
+def _producer_edits(tensor, factor, rank, producers, readers, constants, outputs):
+    """[(constant, new value)] that divide `tensor`'s channels (axis 1, of `rank` axes) by factor
+    at the weighted node that makes it, through Relu (positively homogeneous), a Mul by a scalar
+    (it commutes) and an Add of a constant (which gets the constant over factor); or None."""
+    edits, name = [], tensor
+    for _ in range(8):
+        node = producers.get(name)
+        if node is None or name in outputs or (len(readers[name]) != 1 and name != tensor):
+            return None
+        params = [constants.get(i) for i in node.input]
+        if node.op_type in ("Conv", "Gemm", "BatchNormalization"):
+            if node.op_type == "Gemm" and attribute(node, "transA", 0):
+                return None
+            axis = 1 if node.op_type == "Gemm" and not attribute(node, "transB", 0) else 0
+            for k in (1, 2):  # weights (a BatchNormalization's scale) and bias
+                if k >= len(node.input) or not node.input[k]:
+                    continue
+                value = params[k]
+                if value is None or not constants.single(node.input[k]):
+                    return None
+                new = _along(value, axis if k == 1 else 0, 1.0 / factor)
+                if new is None:
+                    return None
+                edits.append((node.input[k], new))
+            return edits
+        if node.op_type == "Relu":
+            name = node.input[0]
+            continue
+        if node.op_type in ("Mul", "Add") and len(node.input) == 2:
+            k = next((k for k in (0, 1) if params[k] is not None), None)
+            if k is None:
+                return None
+            value = params[k]
+            if node.op_type == "Mul":
+                if value.size != 1:
+                    return None
+            else:  # the added constant, per channel over s (axis 1 of an N, C, ... tensor)
+                if not constants.single(node.input[k]) or value.size not in (1, factor.size):
+                    return None
+                shape = [1, factor.size] + [1] * (rank - 2)
+                edits.append((node.input[k], (value.reshape(-1) / factor).reshape(shape).astype(value.dtype)
+                              if value.size == factor.size else
+                              (np.full(factor.size, value.reshape(()), np.float64) / factor)
+                              .reshape(shape).astype(value.dtype)))
+            name = node.input[1 - k]
+            continue
+        return None
+    return None
+
+
+def _reader_edits(tensor, factor, readers, constants):
+    """[(weight, new value)] that multiply every reader's input channels by factor, or None."""
+    edits = []
+    for node in readers[tensor]:
+        if not node.input or node.input[0] != tensor or len(node.input) < 2:
+            return None
+        weight = constants.get(node.input[1])
+        if weight is None or not constants.single(node.input[1]):
+            return None
+        if node.op_type == "Conv":
+            group = attribute(node, "group", 1)
+            axis = 1 if group == 1 else (0 if weight.shape[1] == 1 and group == factor.size else None)
+        elif node.op_type == "Gemm" and not attribute(node, "transA", 0):
+            axis = 1 if attribute(node, "transB", 0) else 0
+        elif node.op_type == "MatMul":
+            axis = 0 if weight.ndim == 2 else None
+        else:
+            axis = None
+        new = None if axis is None else _along(weight, axis, factor)
+        if new is None:
+            return None
+        edits.append((node.input[1], new))
+    return edits
 
 
 def _set_metadata(proto: onnx.ModelProto, key: str, value: str) -> None:
@@ -418,21 +577,15 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
             continue
         w = numpy_helper.to_array(init)
         ir_axis = rule.weight_axis % ir_weight.ndim
-        # An input equalized per channel (equalize_channel_ranges): the IR's weight is the ONNX
-        # one times s along its input channels, which the DQ's per-output-channel scales cannot
-        # say; the DQ's value is divided by s (a Mul) on the ONNX side.
-        equalized = model.arrays[op.inputs[0]].channel_scale if op.type in INPUT_LAST else None
-        unequalized = ir_weight if equalized is None else ir_weight / equalized.astype(np.float32)
-        factor = _channel_factor(w, axis, unequalized, ir_axis)
+        factor = _channel_factor(w, axis, ir_weight, ir_axis)
         scales = None if factor is None else _onnx_scales(weight.quant, factor)
         if scales is None or weight.data is None or weight.data.shape != ir_weight.shape:
             result.float_weights.append(op.source)
             continue
-        q = _onnx_integers(w, axis, factor, unequalized, weight.data, ir_axis)
-        divisor = None if equalized is None else _input_divisor(node, w.ndim, equalized)
+        q = _onnx_integers(w, axis, factor, ir_weight, weight.data, ir_axis)
         gate = None if gates is None else (gates, gates.open(Gate("weight", node.input[1], op.source)))
         dequantize.extend(_constant_dq(graph, names, node.input[1], (q + 128).astype(np.uint8), scales,
-                                       np.uint8(128), axis, gate, init, divisor))
+                                       np.uint8(128), axis, gate, init))
         dropped.add(node.input[1])
         result.weights.append(node.input[1])
         # The bias as TFLite's int32, where the IR's is the ONNX one (nothing folded into it).
@@ -503,20 +656,9 @@ def _onnx_integers(w: np.ndarray, axis: int, factor: np.ndarray, ir: np.ndarray,
     return np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
 
 
-def _input_divisor(node: onnx.NodeProto, rank: int, scale: np.ndarray) -> np.ndarray:
-    """`scale` shaped to divide an ONNX weight along its input channels: Conv's [O, I, ...]
-    axis 1, a MatMul's (or Gemm's without transB) [I, O] axis 0, Gemm's with transB [O, I] axis 1."""
-    transposed = node.op_type == "MatMul" or (node.op_type == "Gemm" and not attribute(node, "transB", 0))
-    axis = 0 if transposed else 1
-    shape = [1] * rank
-    shape[axis] = scale.size
-    return scale.astype(np.float32).reshape(shape)
-
-
 def _constant_dq(graph, names: FreshNames, target: str, values: np.ndarray, scales: np.ndarray,
                  zero_point: np.generic, axis: int, gate: tuple[_Gates, str] | None = None,
-                 float_value: onnx.TensorProto | None = None,
-                 divisor: np.ndarray | None = None) -> list[onnx.NodeProto]:
+                 float_value: onnx.TensorProto | None = None) -> list[onnx.NodeProto]:
     """DequantizeLinear(integer initializer `values`, at `zero_point`) -> `target` (what the readers
     read): per slice along `axis`, or per tensor for a single scale. Behind `gate` (its _Gates and
     input), Where(gate, the DQ's value, `float_value` kept under a fresh name) -> target."""
@@ -529,12 +671,8 @@ def _constant_dq(graph, names: FreshNames, target: str, values: np.ndarray, scal
     z = _initializer(graph, names, f"{target}_zero_point", zeros)
     attributes = {"axis": axis} if per_axis else {}
     dequantized = target if gate is None else names.fresh(f"{target}_fq_value")
-    integers = dequantized if divisor is None else names.fresh(f"{target}_fq_equalized")
-    nodes = [helper.make_node("DequantizeLinear", [q, s, z], [integers],
+    nodes = [helper.make_node("DequantizeLinear", [q, s, z], [dequantized],
                               name=names.fresh(f"{target}_dq"), **attributes)]
-    if divisor is not None:  # ... then divided by the equalization's per-input-channel scale
-        d = _initializer(graph, names, f"{target}_equalization", divisor)
-        nodes.append(helper.make_node("Div", [integers, d], [dequantized], name=names.fresh(f"{target}_unequalize")))
     if gate is not None:
         kept = onnx.TensorProto()
         kept.CopyFrom(float_value)

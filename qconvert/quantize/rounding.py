@@ -11,7 +11,8 @@ an image's padding) its output moves 15x its float value, and every layer after 
   each one's error is pushed onto the columns not yet rounded, weighted by the inputs' second
   moments (the optimal-brain-quantization update of GPTQ, Frantar et al. 2022, in blocks). The
   per-channel scales stay those of round-to-nearest: only which integer each weight gets changes,
-  within the narrow range [-127, 127].
+  within the narrow range [-127, 127], and each row's largest weight keeps its +-127 (so the
+  scale read back from the integers, as a QDQ import does, is the same).
 - `bias_shift`: the mean output shift (W - W_q) E[x] that remains, for the bias to take back
   (bias correction, Nagel et al. 2019): exact on inputs equal to their mean, such as padding.
 
@@ -43,7 +44,7 @@ class InputMoments:
 
     tensor: str  # the op's input the moments are of
     mean: np.ndarray  # E[x]: (d,), or (channels, d)
-    second: np.ndarray  # E[x x^T]: (d, d), or (channels, d, d)
+    second: np.ndarray | None  # E[x x^T]: (d, d), or (channels, d, d); None: not measured
     count: int  # patches measured
     channel_min: np.ndarray | None = None  # the input tensor's least value per channel (last axis)
     channel_max: np.ndarray | None = None  # ... and its largest
@@ -55,10 +56,11 @@ class InputMoments:
         channels = factor.size
         if self.mean.ndim == 2:  # depthwise: (channels, d)
             per_element = 1.0 / factor[:, None]
-            second = self.second * (per_element[:, :, None] * per_element[:, None, :])
+            outer = per_element[:, :, None] * per_element[:, None, :]
         else:
             per_element = 1.0 / np.tile(factor, self.mean.size // channels)
-            second = self.second * np.outer(per_element, per_element)
+            outer = np.outer(per_element, per_element)
+        second = None if self.second is None else self.second * outer
         low = None if self.channel_min is None else self.channel_min / factor
         high = None if self.channel_max is None else self.channel_max / factor
         return InputMoments(self.tensor, self.mean * per_element, second, self.count, low, high,
@@ -66,7 +68,8 @@ class InputMoments:
 
 
 def enough_patches(moments: InputMoments) -> bool:
-    return moments.count >= MIN_PATCHES_PER_INPUT * moments.mean.shape[-1]
+    """Whether the second moments were measured on enough patches to round for the output."""
+    return moments.second is not None and moments.count >= MIN_PATCHES_PER_INPUT * moments.mean.shape[-1]
 
 
 def round_for_output(w: np.ndarray, scales: np.ndarray, second: np.ndarray, qmax: int = 127) -> np.ndarray:
@@ -79,12 +82,17 @@ def round_for_output(w: np.ndarray, scales: np.ndarray, second: np.ndarray, qmax
     inverse = np.where(scales > 0, 1.0 / np.where(scales > 0, scales, 1.0), 0.0)
     root = _inverse_root(np.asarray(second, np.float64))
     q = np.zeros((rows, d), np.int64)
+    # Each row's largest weight keeps its nearest integer (+-127 at the round-to-nearest scale):
+    # the integers then span the same grid, so the scale read back from them is the same.
+    largest = np.argmax(np.abs(w), axis=1)
+    pinned = np.clip(round_half_away(w[np.arange(rows), largest] * inverse), -qmax, qmax).astype(np.int64)
     shared = root.ndim == 2
     for start in range(0, d, BLOCK):
         stop = min(start + BLOCK, d)
         block_errors = np.zeros((rows, stop - start))
         for i in range(start, stop):
             column = np.clip(round_half_away(w[:, i] * inverse), -qmax, qmax).astype(np.int64)
+            column = np.where(largest == i, pinned, column)
             q[:, i] = column
             diagonal = root[i, i] if shared else root[:, i, i]
             error = (w[:, i] - column * scales) / diagonal

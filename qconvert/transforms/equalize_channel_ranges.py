@@ -113,8 +113,8 @@ def _factors(model: Model, second: Operator, moments: InputMoments) -> np.ndarra
     factor = np.where(ranges > 0, np.maximum(factor, MIN_FACTOR), 1.0)
     if np.allclose(factor, 1.0, rtol=0.05):
         return None
-    if second.type != "DEPTHWISE_CONV_2D" and _noise(model, second, moments, factor) >= _noise(
-            model, second, moments, np.ones_like(factor)):
+    if second.type != "DEPTHWISE_CONV_2D" and (moments.second is None or _noise(
+            model, second, moments, factor) >= _noise(model, second, moments, np.ones_like(factor))):
         return None
     return factor
 

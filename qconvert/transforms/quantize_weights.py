@@ -77,8 +77,13 @@ def quantize_weights(model: Model, per_tensor_fc: bool = False,
                     q, _ = quantize_weights_per_channel(w, rule.weight_axis, scales=scales)
         moments = (layer_inputs or {}).get(op.outputs[0])
         if moments is not None and moments.tensor == op.inputs[0]:
-            q = _for_output(model, op, rule, w, q, scales, moments, round_for_output,
-                            correct_bias and bias is not None, single_use)
+            # A weight several ops share keeps one set of integers (one buffer in the file).
+            shared = op.inputs[rule.weight] not in single_use
+            # A 16x8 op's int64 bias keeps its float value: the fake-quant graph carries a bias
+            # only as int32 (else float), and float32 cannot hold an int64 bias's integers.
+            correcting = correct_bias and bias is not None and op.quantized == "int8"
+            q = _for_output(model, op, rule, w, q, scales, moments, round_for_output and not shared,
+                            correcting, single_use)
         name = own_constant(model, op, rule.weight, single_use)
         array = model.arrays[name]
         array.data, array.dtype = q, INT8
@@ -97,9 +102,8 @@ def _for_output(model: Model, op: Operator, rule, w: np.ndarray, q: np.ndarray, 
     axis = rule.weight_axis % w.ndim
     rows = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
     row_scales = np.broadcast_to(scales.astype(np.float64), (rows.shape[0],))
-    second = moments.second
-    if rounding and second.shape[-1] == rows.shape[1] and enough_patches(moments):
-        q_rows = round_for_output(rows, row_scales, second).astype(np.int8)
+    if rounding and enough_patches(moments) and moments.second.shape[-1] == rows.shape[1]:
+        q_rows = round_for_output(rows, row_scales, moments.second).astype(np.int8)
         q = np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
     if correcting and moments.mean.shape[-1] == rows.shape[1]:
         q_rows = np.moveaxis(q, axis, 0).reshape(rows.shape)

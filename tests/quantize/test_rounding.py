@@ -6,7 +6,7 @@ onnxruntime.
   fixes the scale), on inputs whose mean is 5: round-to-nearest lowers every weight by 0.4 steps,
   so the output's mean moves by 0.4 * step * 63 * 5 -- measured within 10 % of that; bias
   correction takes it back (the mean error falls below 5 % of it).
-- A dense layer whose rows each hold one large weight (which sets a coarse step for the rest), on
+- A 1x1 conv whose rows each hold one large weight (which sets a coarse step for the rest), on
   inputs that are mostly one shared value (correlated channels, as on the flat background of an
   image): rounded for its output, the int8 output's SQNR is more than 7 dB above
   round-to-nearest's (38 -> 47 dB here; the output's own int8 step bounds it).
@@ -58,13 +58,14 @@ def test_bias_correction_takes_back_the_mean_shift_of_rounding(tmp_path):
 
 
 def correlated_dense():
+    """A 1x1 conv (a dense layer at every position of an 8x8 map: enough patches to round for)."""
     rng = np.random.default_rng(1)
     w = rng.standard_normal((16, CHANNELS))
     w[:, 0] = 20 * np.sign(w[:, 0])  # one large weight per row sets a coarse step for the others
-    w = w.astype(np.float32)
-    model = make_model([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], {"x": (F, (1, CHANNELS))},
+    w = w.astype(np.float32).reshape(16, CHANNELS, 1, 1)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": (F, (1, CHANNELS, 8, 8))},
                        {"y": F}, {"w": w})
-    shared = 1 + 0.05 * rng.standard_normal((32, 1, CHANNELS))
+    shared = 1 + 0.05 * rng.standard_normal((32, 1, CHANNELS, 8, 8))
     return model, {"x": shared.astype(np.float32)}
 
 

@@ -55,8 +55,9 @@ CASES = {
     # gate (the / 6 merges into the scale first).
     "scale_shift_before_1x1": ([("Mul", scalar(0.17)), ("Add", scalar(-0.2))], 1, 1, None,
                                {"CONV_2D": 2, "ADD": 1, "MUL": 1}),
+    # (what is left of the HardSwish in front is one, identify_activations)
     "sub_and_div_before_1x1": ([("Sub", scalar(0.5)), ("Div", scalar(4.0))], 1, 1, None,
-                               {"CONV_2D": 2, "ADD": 1, "MUL": 1}),
+                               {"CONV_2D": 2, "HARD_SWISH": 1}),
     # A shift before a padded conv would turn its zero padding into the shift: it stays. The
     # scale cannot reach the conv past it, but merges with the / 6.
     "shift_before_padded_3x3": ([("Mul", scalar(0.17)), ("Add", scalar(-0.2))], 3, 1, [1, 1, 1, 1],
@@ -66,7 +67,7 @@ CASES = {
                                 {"CONV_2D": 2, "ADD": 1, "MUL": 1}),
     # ... and a shift into a VALID one.
     "shift_before_valid_3x3": ([("Add", scalar(0.3))], 3, 1, None,
-                               {"CONV_2D": 2, "ADD": 1, "MUL": 1}),
+                               {"CONV_2D": 2, "HARD_SWISH": 1}),
     # Per channel: into a depthwise conv (its input channel is its output channel), even padded
     # for the scale; never into a CONV_2D's weights (it would mix magnitudes in one int8 channel).
     "per_channel_before_depthwise": ([("Mul", per_channel()), ("Add", per_channel())], 1, C, None,
