@@ -60,6 +60,7 @@ import argparse
 import collections
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -283,6 +284,9 @@ def parse_args(argv=None):
                         help=f"comma-separated subset of: {','.join(corpus.CORPUS)}")
     parser.add_argument("--corpus-calibration", type=int, default=corpus.CALIBRATION,
                         help="calibration samples per corpus model")
+    parser.add_argument("--corpus-int8-flags", type=shlex.split, default=[],
+                        help="more flags for each corpus model's int8 conversion, e.g. "
+                             "'--precision int8 --weight-rounding nearest' (one quoted string)")
     parser.add_argument("--corpus-held-out", type=int, default=corpus.HELD_OUT,
                         help="held-out samples that verify each corpus model's int8 file")
     parser.add_argument("--tflite-worker", nargs=4, help=argparse.SUPPRESS,

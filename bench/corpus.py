@@ -795,7 +795,7 @@ def bench_model(model: Model, out_dir: Path, args) -> dict:
     quantized = runners.run_qconvert(
         path, dest8, args.timeout, args.work,
         flags + ("--quantize", "--calibration", str(calibration), "--verify-data", str(held_out),
-                 "--verify-samples", str(args.corpus_held_out)))
+                 "--verify-samples", str(args.corpus_held_out), *args.corpus_int8_flags))
     row["int8"] = _status(quantized, out_dir)
     if "seconds" in quantized:
         row["int8 (s)"] = f"{quantized['seconds']:.1f}"
