@@ -27,7 +27,7 @@ from .verify import OnnxValue, TFLiteModel
 
 # Calibration samples run (each in LiteRT with every tensor kept, no delegate, the slowest way):
 # as many as keep the weighted ops' multiply-adds over all of them near SAMPLE_MACS, within
-# [MIN_SAMPLES, MAX_SAMPLES] (PP-OCRv4's recognizer: 16; a 416x416 YOLOX: 4).
+# [MIN_SAMPLES, MAX_SAMPLES] (PP-OCRv4's recognizer: 11; a 416x416 YOLOX: 4).
 MAX_SAMPLES = 16
 MIN_SAMPLES = 4
 SAMPLE_MACS = 8e9

@@ -17,11 +17,11 @@ those of round-to-nearest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..errors import ConversionError
-from collections.abc import Mapping
-
 from ..ir import Model, Operator, QuantParams
 from .quantization import FLOAT32, INT8, input_scale, rule_of
 from ..quantize.rounding import InputMoments, bias_shift, enough_patches, round_for_output
