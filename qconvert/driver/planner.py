@@ -6,7 +6,11 @@ each quantization is measured to cost.
    calibration data). When every output reaches the target (--target-sqnr) and every output slice
    the target less SLICE_MARGIN_DB, it is the plan: nothing else runs, and the bytes are those of
    `--precision int8`.
-2. Otherwise each quantization's cost is measured in the gated fake-quant graph
+   Otherwise, when the weights were rounded for the output and biases corrected
+   (quantize/rounding.py), the all-int8 model with weights rounded to nearest and biases as they
+   are is measured too, and the better of the two arithmetics is the starting point (Plan's
+   `arithmetic` says when that is round-to-nearest).
+2. Then each quantization's cost is measured in the gated fake-quant graph
    (check/sensitivity.py): alone (only it quantized) and poisoned (after everything before it).
 3. The candidate plans keep float the units that cost the most alone, the first 1, 2, 3, 4, 6,
    ... of them (PLAN_SIZES). A unit stays unquantized only when all the ONNX nodes around it (an
@@ -93,6 +97,9 @@ class TensorCost:
     kept_float: bool
 
 
+NEAREST = "nearest, no bias correction"
+
+
 @dataclass
 class Plan:
     target_sqnr_db: float
@@ -105,6 +112,9 @@ class Plan:
     seconds: float = 0.0
     metric: dict | None = None  # with a metric: float, score (the chosen plan's), max_drop, scores
     note: str = ""  # why the plan could not measure
+    # NEAREST: the plan's int8 weights round to nearest, biases uncorrected (that measured better
+    # than rounding for the output with bias correction); "": as the options say
+    arithmetic: str = ""
 
     def summary(self) -> str:
         if not self.promotions and self.reached:
@@ -304,30 +314,40 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
     with tempfile.TemporaryDirectory(prefix="qconvert-plan-") as folder:
         path = os.path.join(folder, "plan.tflite")
 
+        def measured(candidate: Model, kept: dict[str, str]) -> _Attempt:
+            """The quantized `candidate` written and run in LiteRT: how far off it is (<= 1: it holds)."""
+            write(candidate, path)
+            verification, outputs, reference = check(path)
+            plan.rounds.append(Round(len(kept), *_worst(verification)))
+            if metric is None:
+                return _Attempt(_margin(verification, target), candidate, kept)
+            if plan.metric is None:
+                plan.metric = {"float": float(metric.evaluate(reference)), "max_drop": metric.max_drop,
+                               "scores": []}
+            score = float(metric.evaluate(outputs))
+            plan.metric["scores"].append(score)  # per round
+            drop = plan.metric["float"] - score
+            off = drop / metric.max_drop if metric.max_drop > 0 else (0.0 if drop <= 0 else math.inf)
+            return _Attempt(max(off, 0.0), candidate, kept, score)
+
         def attempt(kept: dict[str, str]) -> float:
             """Writes and measures the plan keeping `kept`; how far off it is (<= 1: it holds)."""
             for earlier in tried:
                 if earlier.kept == kept:
                     return earlier.off
-            candidate = _quantized(model, options, kept, to)
-            write(candidate, path)
-            verification, outputs, reference = check(path)
-            plan.rounds.append(Round(len(kept), *_worst(verification)))
-            if metric is None:
-                tried.append(_Attempt(_margin(verification, target), candidate, kept))
-            else:
-                if plan.metric is None:
-                    plan.metric = {"float": float(metric.evaluate(reference)), "max_drop": metric.max_drop,
-                                   "scores": []}
-                score = float(metric.evaluate(outputs))
-                plan.metric["scores"].append(score)  # per round
-                drop = plan.metric["float"] - score
-                off = drop / metric.max_drop if metric.max_drop > 0 else (0.0 if drop <= 0 else math.inf)
-                tried.append(_Attempt(max(off, 0.0), candidate, kept, score))
+            tried.append(measured(_quantized(model, options, kept, to), kept))
             return tried[-1].off
 
         graph = sensitivity = None
-        if attempt({}) > 1:
+        if attempt({}) > 1 and options.layer_inputs:
+            # The int8 arithmetic measured too: all int8 with its weights rounded to nearest and
+            # its biases as they are; the better of the two is the plan's starting point (the
+            # rounding for the output and bias correction lose on some models, measured).
+            plain = replace(options, layer_inputs={})
+            other = measured(_quantized(model, plain, {}, to), {})
+            if other.off < tried[0].off:
+                options, tried[0], plan.arithmetic = plain, other, NEAREST
+        if tried[0].off > 1:
             try:  # a model the gated graph cannot run keeps the all-int8 plan, with a warning
                 graph = GatedGraph(proto, tried[0].model, float_weights, samples)
                 sensitivity = _search(graph, tried[0].model, to, target, metric, attempt)

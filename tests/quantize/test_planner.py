@@ -60,11 +60,29 @@ def test_plan_promotes_the_tanh_and_reaches_the_target(files, tmp_path, target, 
     assert [(p["node"], p["op"]) for p in plan["promotions"]] == [("tanh", "Tanh")]
     assert plan["promotions"][0]["reason"].startswith(f"kept {promoted_to}: quantizing t alone gives")
     assert plan["costs"][0]["tensors"] == ["t"] and plan["costs"][0]["kept_float"]
-    assert [r["promoted"] for r in plan["rounds"]] == [0, 1]
+    # all int8 (weights rounded for the output, biases corrected), all int8 with TOCO's arithmetic,
+    # then the plan
+    assert [r["promoted"] for r in plan["rounds"]] == [0, 0, 1]
     assert _worst(report) >= 30
     summary = read_tflite((tmp_path / "plan.tflite").read_bytes())
     tanh = next(op for op in summary.operators if op.name == "TANH")
     assert summary.tensors[tanh.outputs[0]].dtype == tanh_type
+
+
+def test_the_plan_measures_the_arithmetic_and_keeps_the_better(files, tmp_path, monkeypatch):
+    """When all int8 misses the target, the all-int8 model with weights rounded to nearest and
+    biases as they are is measured too; rounding for the output made worse here on purpose (every
+    integer's sign flipped), the plan starts from round-to-nearest and says so."""
+    from qconvert.quantize import rounding
+    from qconvert.transforms import quantize_weights
+
+    report = _convert(files, tmp_path / "plan.tflite", "--target-sqnr", "30")
+    assert report["quantization"]["plan"]["arithmetic"] == ""
+    honest = rounding.round_for_output
+    monkeypatch.setattr(quantize_weights, "round_for_output", lambda *a, **k: -honest(*a, **k))
+    report = _convert(files, tmp_path / "plan.tflite", "--target-sqnr", "30")
+    plan = report["quantization"]["plan"]
+    assert plan["arithmetic"] == "nearest, no bias correction" and plan["reached"], plan
 
 
 def test_plan_is_deterministic(files, tmp_path):
