@@ -44,9 +44,11 @@ SEED = 0
 WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 
 
-def measure_layer_inputs(model: Model, samples, description: str = "") -> dict[str, InputMoments]:
+def measure_layer_inputs(model: Model, samples, description: str = "",
+                         written: bytes | None = None) -> dict[str, InputMoments]:
     """{op's first output: the moments of its input} for the weighted ops of the float `model`,
-    from the calibration `samples` (dicts of ONNX-layout arrays by input name)."""
+    from the calibration `samples` (dicts of ONNX-layout arrays by input name). `written`: the
+    model as a .tflite already (else it is written here)."""
     ops = [op for op in model.operators if _measurable(op, model)]
     if not ops:
         return {}
@@ -56,7 +58,7 @@ def measure_layer_inputs(model: Model, samples, description: str = "") -> dict[s
     samples = [s for s, _ in zip(samples, range(count))]
     if not samples:
         return {}
-    content = bytes(serialize(model, description, release_data=False))
+    content = written if written is not None else bytes(serialize(model, description, release_data=False))
     with tempfile.TemporaryDirectory(prefix="qconvert-moments-") as folder:
         path = os.path.join(folder, "float.tflite")
         with open(path, "wb") as f:

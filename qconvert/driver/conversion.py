@@ -222,7 +222,8 @@ def measure_layer_inputs(state: State) -> State:
 
     started = time.perf_counter()
     try:
-        moments = measure(state.model, state.samples, DESCRIPTION)
+        # The float model as keep_float_model wrote it, when it did (nothing changed it since).
+        moments = measure(state.model, state.samples, DESCRIPTION, state.float_tflite)
     except ConversionError as e:  # LiteRT cannot run the float model: round to nearest
         log.warning("warning: layer inputs not measured (%s); weights round to nearest, biases "
                     "and channels stay as they are", first_line(e))

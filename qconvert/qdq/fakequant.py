@@ -337,25 +337,27 @@ def _equalize(graph: onnx.GraphProto, model: Model, values: set[str]) -> set[str
 
 
 class _Constants:
-    """The graph's constant values (initializers and Constant nodes) by name, changed ones written
-    back by `write` (a value read by more than one input gets a copy of its own first: see own)."""
+    """The graph's constant values by name: initializers, or Constant nodes' values (PaddlePaddle's
+    exporter writes those); `own` only for a value one input of one node reads. Values `set`
+    here are written back by `write`."""
 
     def __init__(self, graph: onnx.GraphProto):
-        self.graph = graph
-        self.initializers = {t.name: t for t in graph.initializer}
-        self.nodes = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and len(n.attribute) == 1
-                      and n.attribute[0].name == "value"}
+        self.protos = {t.name: t for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+                self.protos.setdefault(node.output[0], node.attribute[0].t)
         self.reads = collections.Counter(name for node in graph.node for name in node.input)
         self.changed: dict[str, np.ndarray] = {}
+
+    def own(self, name: str) -> onnx.TensorProto | None:
+        """The constant `name` if only one input of one node reads it (else None)."""
+        return self.protos.get(name) if self.reads[name] == 1 else None
 
     def get(self, name: str) -> np.ndarray | None:
         if name in self.changed:
             return self.changed[name]
-        if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
-        if name in self.nodes:
-            return numpy_helper.to_array(self.nodes[name].attribute[0].t)
-        return None
+        proto = self.protos.get(name)
+        return None if proto is None else numpy_helper.to_array(proto)
 
     def single(self, name: str) -> bool:
         return self.reads[name] == 1
@@ -365,11 +367,7 @@ class _Constants:
 
     def write(self) -> None:
         for name, value in self.changed.items():
-            tensor = numpy_helper.from_array(np.asarray(value), name)
-            if name in self.initializers:
-                self.initializers[name].CopyFrom(tensor)
-            else:
-                self.nodes[name].attribute[0].t.CopyFrom(tensor)
+            self.protos[name].CopyFrom(numpy_helper.from_array(np.asarray(value), name))
 
 
 def _along(value: np.ndarray, axis: int, factor: np.ndarray) -> np.ndarray | None:
@@ -422,11 +420,9 @@ def _producer_edits(tensor, factor, rank, producers, readers, constants, outputs
             else:  # the added constant, per channel over s (axis 1 of an N, C, ... tensor)
                 if not constants.single(node.input[k]) or value.size not in (1, factor.size):
                     return None
-                shape = [1, factor.size] + [1] * (rank - 2)
-                edits.append((node.input[k], (value.reshape(-1) / factor).reshape(shape).astype(value.dtype)
-                              if value.size == factor.size else
-                              (np.full(factor.size, value.reshape(()), np.float64) / factor)
-                              .reshape(shape).astype(value.dtype)))
+                per_channel = np.broadcast_to(value.reshape(-1), factor.shape) / factor
+                edits.append((node.input[k], per_channel.reshape([1, factor.size] + [1] * (rank - 2))
+                              .astype(value.dtype)))
             name = node.input[1 - k]
             continue
         return None
@@ -546,22 +542,13 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
     in the graph), and the names they now write: the initializers are gone, the Constant nodes
     writing them are for the caller to drop. With `gates`, each weight and its bias sit behind
     one gate, their float values kept as initializers of fresh names."""
-    # Weights are initializers, or Constant nodes' values (PaddlePaddle's exporter writes those).
-    initializers = {i.name: i for i in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-            initializers.setdefault(node.output[0], node.attribute[0].t)
-    reads = collections.Counter(name for node in graph.node for name in node.input)
+    constants = _Constants(graph)
     weighted = []  # (op, its float weight, its float bias)
     for op in model.operators:
         kept = float_weights.by_op.get((op.source, op.type))
         if kept is not None:
             weighted.append((op, *kept))
     ops_of_node = collections.Counter(op.source for op, _, _ in weighted)
-
-    def own_initializer(name: str):
-        """The initializer `name` if only one input of one node reads it (else None)."""
-        return initializers.get(name) if reads[name] == 1 else None
 
     dequantize, dropped = [], set()
     for op, ir_weight, ir_bias in weighted:
@@ -571,7 +558,7 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
             continue  # the op stayed float
         node = nodes_by_name.get(op.source)
         axis = _WEIGHT_AXIS[node.op_type](node) if node is not None and node.op_type in _WEIGHT_AXIS else None
-        init = own_initializer(node.input[1]) if axis is not None and len(node.input) > 1 else None
+        init = constants.own(node.input[1]) if axis is not None and len(node.input) > 1 else None
         if init is None or ops_of_node[op.source] != 1:
             result.float_weights.append(op.source)
             continue
@@ -589,7 +576,7 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
         dropped.add(node.input[1])
         result.weights.append(node.input[1])
         # The bias as TFLite's int32, where the IR's is the ONNX one (nothing folded into it).
-        bias = own_initializer(node.input[2]) if len(node.input) > 2 and node.op_type != "MatMul" else None
+        bias = constants.own(node.input[2]) if len(node.input) > 2 and node.op_type != "MatMul" else None
         quantized_bias = model.arrays[op.inputs[rule.bias]] if ir_bias is not None else None
         if (bias is not None and quantized_bias is not None and quantized_bias.dtype == np.int32
                 and np.all(factor == 1) and np.array_equal(numpy_helper.to_array(bias), ir_bias)):

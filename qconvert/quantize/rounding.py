@@ -72,9 +72,11 @@ def enough_patches(moments: InputMoments) -> bool:
     return moments.second is not None and moments.count >= MIN_PATCHES_PER_INPUT * moments.mean.shape[-1]
 
 
-def round_for_output(w: np.ndarray, scales: np.ndarray, second: np.ndarray, qmax: int = 127) -> np.ndarray:
+def round_for_output(w: np.ndarray, scales: np.ndarray, second: np.ndarray, nearest: np.ndarray,
+                     qmax: int = 127) -> np.ndarray:
     """Integers for the weight rows `w` (rows, d) at per-row `scales`, each in [-qmax, qmax], chosen
     for the output error on inputs of second moments `second` ((d, d) shared, or (rows, d, d)).
+    `nearest`: round-to-nearest's integers, of which each row's largest weight keeps its own.
     Columns whose input never moves (zero energy) keep round-to-nearest."""
     w = np.array(w, np.float64)
     scales = np.asarray(scales, np.float64).reshape(-1)
@@ -85,7 +87,7 @@ def round_for_output(w: np.ndarray, scales: np.ndarray, second: np.ndarray, qmax
     # Each row's largest weight keeps its nearest integer (+-127 at the round-to-nearest scale):
     # the integers then span the same grid, so the scale read back from them is the same.
     largest = np.argmax(np.abs(w), axis=1)
-    pinned = np.clip(round_half_away(w[np.arange(rows), largest] * inverse), -qmax, qmax).astype(np.int64)
+    pinned = np.asarray(nearest, np.int64).reshape(rows, d)[np.arange(rows), largest]
     shared = root.ndim == 2
     for start in range(0, d, BLOCK):
         stop = min(start + BLOCK, d)
@@ -118,8 +120,7 @@ def _inverse_root(second: np.ndarray) -> np.ndarray:
     diagonal = np.diagonal(h, axis1=-2, axis2=-1)
     dead = diagonal <= 0
     eye = np.eye(d, dtype=bool)
-    h[..., eye] = np.where(dead, 1.0, diagonal + DAMPING * np.mean(diagonal, axis=-1, keepdims=True)
-                           + (np.mean(diagonal, axis=-1, keepdims=True) == 0))
+    h[..., eye] = np.where(dead, 1.0, diagonal + DAMPING * np.mean(diagonal, axis=-1, keepdims=True))
     inverse = np.linalg.inv(h)
     inverse = (inverse + np.swapaxes(inverse, -1, -2)) / 2
     return np.swapaxes(np.linalg.cholesky(inverse), -1, -2)

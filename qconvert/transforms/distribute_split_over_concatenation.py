@@ -61,7 +61,7 @@ def _undoes(model: Model, x: str, axis: int, sizes: list[int], depth: int = 0) -
         return False
     if producer.type == "CONCATENATION":
         if producer.options.get("axis", 0) % len(model.arrays[x].shape) == axis:
-            return _aligned(model, producer, axis, sizes)
+            return _covered(model, producer, axis, sizes) is not None
         return all(_undoes(model, i, axis, sizes, depth + 1) for i in producer.inputs)
     if producer.type == "RESHAPE":
         mapped = _reshaped_axis(model, producer, axis)
@@ -72,9 +72,15 @@ def _undoes(model: Model, x: str, axis: int, sizes: list[int], depth: int = 0) -
     return False
 
 
-def _aligned(model: Model, concat: Operator, axis: int, sizes: list[int]) -> bool:
-    widths = [model.arrays[i].shape[axis] for i in concat.inputs]
-    return set(np.cumsum(sizes).tolist()) <= set(np.cumsum(widths).tolist())
+def _covered(model: Model, concat: Operator, axis: int, sizes: list[int]) -> list[list[str]] | None:
+    """For each part of the split, the concatenation's inputs it covers; None when a part's
+    boundary falls inside an input."""
+    starts = np.concatenate([[0], np.cumsum([model.arrays[i].shape[axis] for i in concat.inputs])])
+    index = {int(s): k for k, s in enumerate(starts)}
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    if any(b not in index for b in bounds):
+        return None
+    return [concat.inputs[index[lo]:index[hi]] for lo, hi in zip(bounds, bounds[1:])]
 
 
 def _reshaped_axis(model: Model, reshape: Operator, axis: int) -> int | None:
@@ -101,17 +107,15 @@ def _split(model: Model, op: Operator) -> tuple[str, int, list[int]] | None:
     return x, axis, [model.arrays[o].shape[axis] for o in op.outputs]
 
 
-def _new_split(model: Model, x: str, axis: int, sizes: list[int], anchor: Operator,
-               outputs: list[str] | None = None) -> list[str]:
-    """A SPLIT_V of x along `axis` into `sizes` before `anchor`; returns its outputs (made with
-    x's range when not given)."""
+def _new_split(model: Model, x: str, axis: int, sizes: list[int], anchor: Operator) -> list[str]:
+    """A SPLIT_V of x along `axis` into `sizes` before `anchor`; returns its outputs (with x's
+    range)."""
     shape = model.arrays[x].shape
-    if outputs is None:
-        outputs = []
-        for k, size in enumerate(sizes):
-            part = model.add_array_like(f"{x}_part{k}", shape[:axis] + (size,) + shape[axis + 1:], x)
-            model.arrays[part].minmax = model.arrays[x].minmax
-            outputs.append(part)
+    outputs = []
+    for k, size in enumerate(sizes):
+        part = model.add_array_like(f"{x}_part{k}", shape[:axis] + (size,) + shape[axis + 1:], x)
+        model.arrays[part].minmax = model.arrays[x].minmax
+        outputs.append(part)
     inputs = [x, model.add_constant("sizes", np.array(sizes, np.int32)),
               model.add_constant("axis", np.array(axis, np.int32))]
     model.insert_before(anchor, Operator("SPLIT_V", inputs, outputs, {"num_splits": len(sizes)},
@@ -121,11 +125,7 @@ def _new_split(model: Model, x: str, axis: int, sizes: list[int], anchor: Operat
 
 def _cancel(model: Model, split: Operator, concat: Operator, axis: int, sizes: list[int]) -> bool:
     """Each part is the concatenation's inputs it covers (the boundaries line up: _undoes)."""
-    widths = [model.arrays[i].shape[axis] for i in concat.inputs]
-    starts = np.concatenate([[0], np.cumsum(widths)])
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    index = {int(s): k for k, s in enumerate(starts)}
-    parts = [concat.inputs[index[int(bounds[k])]:index[int(bounds[k + 1])]] for k in range(len(sizes))]
+    parts = _covered(model, concat, axis, sizes)
     for output, covered in zip(split.outputs, parts):
         # A model output keeps its name: the input's producer writes it (not possible for a
         # model input or output, or a constant).

@@ -123,11 +123,9 @@ def _noise(model: Model, second: Operator, moments: InputMoments, factor: np.nda
     """A first-order estimate of the second op's output noise from int8 rounding with the
     channels divided by `factor`: the activation's step^2 times the weights' energy, plus each
     output channel's weight step^2 times the input's energy."""
-    columns = _input_columns(model, second, factor.size).astype(np.float64) * factor[:, None]
     span = np.max(np.maximum(moments.channel_max, 0) / factor) - np.min(np.minimum(moments.channel_min, 0) / factor)
-    activation = (span / 255) ** 2 * np.sum(columns ** 2)
-    w = model.arrays[second.inputs[1]].data.astype(np.float64)
-    w = w * factor  # input channels are the last axis (OHWI, [O, I])
+    w = model.arrays[second.inputs[1]].data.astype(np.float64) * factor  # input channels last (OHWI, [O, I])
+    activation = (span / 255) ** 2 * np.sum(w ** 2)
     row_steps = (np.abs(w.reshape(w.shape[0], -1)).max(axis=1) / 127) ** 2
     per_element = np.tile(1.0 / factor ** 2, moments.mean.size // factor.size)
     energy = float(np.sum(np.diagonal(moments.second) * per_element))

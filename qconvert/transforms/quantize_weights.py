@@ -103,7 +103,8 @@ def _for_output(model: Model, op: Operator, rule, w: np.ndarray, q: np.ndarray, 
     rows = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
     row_scales = np.broadcast_to(scales.astype(np.float64), (rows.shape[0],))
     if rounding and enough_patches(moments) and moments.second.shape[-1] == rows.shape[1]:
-        q_rows = round_for_output(rows, row_scales, moments.second).astype(np.int8)
+        nearest = np.moveaxis(q, axis, 0).reshape(rows.shape)
+        q_rows = round_for_output(rows, row_scales, moments.second, nearest).astype(np.int8)
         q = np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
     if correcting and moments.mean.shape[-1] == rows.shape[1]:
         q_rows = np.moveaxis(q, axis, 0).reshape(rows.shape)

@@ -89,9 +89,9 @@ def test_the_numerics_never_lose_to_nearest_and_stay_in_range():
         second = x.T @ x / len(x)
         scales = np.abs(w).max(1) / 127
         nearest = np.clip(np.round(w / scales[:, None]), -127, 127)
-        q = round_for_output(w, scales, second)
+        q = round_for_output(w, scales, second, nearest)
         error = lambda ints: np.mean((x @ (ints * scales[:, None] - w).T) ** 2)  # noqa: E731
         assert error(q) <= error(nearest) and np.abs(q).max() <= 127
-        np.testing.assert_array_equal(round_for_output(w, scales, np.broadcast_to(second, (rows, d, d))), q)
+        np.testing.assert_array_equal(round_for_output(w, scales, np.broadcast_to(second, (rows, d, d)), nearest), q)
         shift = bias_shift(w, q * scales[:, None], x.mean(0))
         np.testing.assert_allclose(shift, -((x @ (q * scales[:, None] - w).T).mean(0)), rtol=1e-9, atol=1e-12)
