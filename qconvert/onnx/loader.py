@@ -22,7 +22,7 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
-from . import control_flow, dynamic_batch, dynamic_quant
+from . import control_flow, dynamic_batch, dynamic_quant, fold
 from ..errors import FOLDED_BYTES, ConversionError, UsageError
 from ..ir import DynamicBatch, Model, Operator
 from .file import OnnxFile
@@ -261,17 +261,20 @@ class _Graph:
                                     self.shapes.get(node.output[0]))
         if elements is not None:
             FOLDED_BYTES.check(elements * itemsize, where)
-        # The reference evaluator must see the model's opset: ops changed meaning across opsets.
-        inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-                  for n, v in feeds.items()]
-        g = helper.make_graph([node], "fold", inputs,
-                              [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
-        m = helper.make_model(g, opset_imports=list(self.proto.opset_import),
-                              ir_version=self.proto.ir_version)
         try:
-            from onnx.reference import ReferenceEvaluator
-            results = ReferenceEvaluator(m).run(None, feeds)
-        except Exception as e:  # the reference evaluator raises anything; the node is at fault
+            # numpy where onnx's reference evaluator is wrong or slow (qconvert/onnx/fold.py), else
+            # the evaluator, which must see the model's opset: ops changed meaning across opsets.
+            results = fold.fold(node, [self.constants[n] if n else None for n in node.input])
+            if results is None:
+                inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype),
+                                                        v.shape) for n, v in feeds.items()]
+                g = helper.make_graph([node], "fold", inputs,
+                                      [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
+                m = helper.make_model(g, opset_imports=list(self.proto.opset_import),
+                                      ir_version=self.proto.ir_version)
+                from onnx.reference import ReferenceEvaluator
+                results = ReferenceEvaluator(m).run(None, feeds)
+        except Exception as e:  # numpy and the evaluator raise anything; the node is at fault
             raise ConversionError(
                 f"{where}: cannot evaluate its constant inputs: "
                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None

@@ -1,0 +1,53 @@
+"""numpy folding for the ops onnx's reference evaluator computes wrong, slowly or not at all.
+
+The loader folds a node whose inputs are all known (loader._Graph._evaluate). It asks
+`fold(node, inputs)` first: a node whose op is in `_FOLDERS` is computed here with numpy, as
+onnxruntime computes it; any other goes to onnx's reference evaluator. Each entry says why it is
+here. tests/onnx/test_fold.py folds every op the loader may meet in a graph of initializers and
+compares the .tflite's constant with onnxruntime's output, so that a new gap of the reference
+evaluator shows there and its fix is one entry below.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import helper
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _gather_elements(node, data, indices):
+    """onnx 1.23's evaluator uses np.choose, which takes at most 32 (or 64) choices and then
+    falls back to a wrong path ("cannot reshape array of size 1 into shape (1,32)"): BERT's
+    position ids, gathered along an axis of 512. Indices may be smaller than the data on the
+    other axes (ONNX allows it); negative indices count from the end."""
+    axis = _attrs(node).get("axis", 0) % data.ndim
+    region = tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(indices.shape))
+    indices = np.asarray(indices, dtype=np.int64)
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    return [np.take_along_axis(data[region], indices, axis=axis)]
+
+
+def _identity(node, x):
+    """The evaluator copies its input; an Identity of a weight (tied embeddings) would copy
+    megabytes for nothing. The value is shared, never written."""
+    return [x]
+
+
+# op_type -> function(node, *inputs) -> list of outputs (ONNX domain only).
+_FOLDERS: dict[str, Callable] = {
+    "GatherElements": _gather_elements,
+    "Identity": _identity,
+}
+
+
+def fold(node: onnx.NodeProto, inputs: list) -> list[np.ndarray] | None:
+    """The node's outputs computed with numpy, or None when the reference evaluator is to be used.
+    `inputs` are the node's input values in order (None for an omitted optional input)."""
+    folder = _FOLDERS.get(node.op_type)
+    return None if folder is None else folder(node, *inputs)
