@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     conv,
     conv_transpose,
     dynamic_quant,
+    einsum,
     elementwise,
     folded,
     gather,

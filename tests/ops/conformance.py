@@ -34,6 +34,7 @@ for _window in ("blackman", "hamming", "hann"):
 EXPECTED_FAILURES["test_scan_sum"] = (
     "opset 8 Scan: onnx's version converter (to opset 9) drops its batch axis")
 EXPECTED_FAILURES["test_scan9_scalar"] = "LiteRT's signature runner returns a scalar output as shape [1]"
+EXPECTED_FAILURES["test_einsum_scalar"] = "LiteRT's signature runner returns a scalar output as shape [1]"
 for _affine in ("2d", "2d_align_corners", "3d", "3d_align_corners"):
     EXPECTED_FAILURES[f"test_affine_grid_{_affine}_expanded"] = (
         "the grid's shape is computed from the `size` graph input at run time")

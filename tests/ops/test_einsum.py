@@ -1,0 +1,105 @@
+"""Einsum (qconvert/ops/einsum.py) against onnxruntime: the equations exporters write (tf2onnx's
+BERT attention, batched products, transposes, reductions, dot and outer products), diagonals,
+"..." with broadcasting, implicit outputs, three operands, integer operands, constant weights as
+FULLY_CONNECTED, and one-line refusals of malformed equations."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from qconvert.tflite import reader
+from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line, make_model
+
+RNG = np.random.default_rng(29)
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def einsum_model(equation, shapes, constants=(), elem=F):
+    """Einsum over inputs x0, x1, ... of `shapes`; the positions in `constants` are initializers."""
+    names = [f"x{k}" for k in range(len(shapes))]
+    dtype = np.float32 if elem == F else np.int64
+    inits = {names[k]: RNG.standard_normal(shapes[k]).astype(dtype) for k in constants}
+    inputs = {n: (elem, s) for k, (n, s) in enumerate(zip(names, shapes)) if k not in constants}
+    node = helper.make_node("Einsum", names, ["y"], equation=equation)
+    return make_model([node], inputs, {"y": elem}, inits, opset=12)
+
+
+def op_names(flatbuffer):
+    return [op.name for op in reader.read(flatbuffer).operators]
+
+
+CASES = [
+    ("bfnd,ndh->bfh", [(2, 5, 4, 3), (4, 3, 6)]),  # tf2onnx BERT attention output projection
+    ("abc,cd->abd", [(2, 3, 4), (4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 4), (2, 3, 6, 4)]),  # attention scores
+    ("bhqk,bhkd->bhqd", [(2, 3, 5, 6), (2, 3, 6, 4)]),  # attention context
+    ("...ij,...jk->...ik", [(2, 3, 4, 5), (2, 3, 5, 6)]),
+    ("...ij,...jk->...ik", [(2, 1, 4, 5), (1, 3, 5, 6)]),  # "..." axes broadcast
+    ("ij->ji", [(3, 4)]),
+    ("ii->i", [(4, 4)]),
+    ("...ii->...i", [(2, 3, 4, 4)]),
+    ("iij->j", [(3, 3, 2)]),
+    ("i,i->", [(7,), (7,)]),
+    ("i,i", [(7,), (7,)]),  # implicit output: a scalar
+    ("ij,j->i", [(3, 5), (5,)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("ij->i", [(3, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ij,ij->ij", [(3, 4), (3, 4)]),
+    ("bij,bkj->bik", [(2, 3, 4), (2, 5, 4)]),  # B read transposed (adj_y)
+    ("bji,bjk->bik", [(2, 4, 3), (2, 4, 5)]),  # A read transposed (adj_x)
+    ("ijk,ikl->jl", [(3, 4, 5), (3, 5, 2)]),  # two contracted labels
+    ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 5)]),  # three operands, left to right
+    ("ij,jk", [(2, 3), (3, 4)]),  # implicit: "ik"
+    ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),  # bilinear (torch.nn.Bilinear)
+    ("ijk->kji", [(2, 3, 4)]),
+    ("ij,kj->ikj", [(2, 3), (4, 3)]),  # batch label j in the middle
+    ("ibnd,jbnd->bnij", [(5, 2, 3, 4), (6, 2, 3, 4)]),  # Transformer-XL
+]
+
+
+@pytest.mark.parametrize("equation,shapes", CASES, ids=[c[0] for c in CASES])
+def test_einsum_matches_onnxruntime(equation, shapes):
+    assert_matches_onnxruntime(einsum_model(equation, shapes))
+
+
+@pytest.mark.parametrize("equation,shapes,constant", [
+    ("bfnd,ndh->bfh", [(2, 5, 4, 3), (4, 3, 6)], 1),
+    ("abc,cd->abd", [(2, 3, 4), (4, 5)], 1),
+    ("ij,jk->ik", [(3, 4), (4, 5)], 0),  # a constant left operand: the product swaps
+    ("bfh,hnd->bfnd", [(2, 5, 6), (6, 4, 3)], 1),  # BERT attention's query projection
+], ids=str)
+def test_constant_weights_are_fully_connected(equation, shapes, constant):
+    flatbuffer, _ = assert_matches_onnxruntime(einsum_model(equation, shapes, constants=(constant,)))
+    ops = op_names(flatbuffer)
+    assert "FULLY_CONNECTED" in ops and "BATCH_MATMUL" not in ops, ops
+
+
+def test_attention_product_reads_transposed_operand_without_transpose():
+    flatbuffer, _ = assert_matches_onnxruntime(einsum_model("bhqd,bhkd->bhqk", [(1, 2, 5, 4), (1, 2, 6, 4)]))
+    assert op_names(flatbuffer).count("TRANSPOSE") == 0, op_names(flatbuffer)
+
+
+@pytest.mark.parametrize("equation,shapes", [("ij,jk->ik", [(3, 4), (4, 5)]), ("i,i->", [(6,), (6,)]),
+                                             ("ii->i", [(3, 3)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 2)])],
+                         ids=str)
+def test_integer_operands(equation, shapes):
+    model = einsum_model(equation, shapes, elem=I64)
+    feeds = {f"x{k}": RNG.integers(-5, 6, s).astype(np.int64) for k, s in enumerate(shapes)}
+    assert_matches_onnxruntime(model, feeds, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("equation,shapes,match", [
+    ("ij,jk->ik", [(3, 4), (5, 6)], "label 'j' has sizes 4 and 5"),
+    ("ij->ik", [(3, 4)], "output labels must be distinct operand labels"),
+    ("i1->i", [(3, 4)], "not letters"),
+    ("ijk->i", [(3, 4)], "does not have rank 2"),
+    ("...ij->ij", [(2, 3, 4)], "'...' axes the output omits"),
+], ids=str)
+def test_malformed_equations_are_refused_in_one_line(equation, shapes, match):
+    """The output declared [3] (ONNX shape inference refuses most of these equations itself, but
+    a declared output shape brings the node to the importer)."""
+    model = einsum_model(equation, shapes)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", F, [3]))
+    assert_refused_in_one_line(model, match)
