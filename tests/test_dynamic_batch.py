@@ -1,7 +1,8 @@
 """A dynamic batch dimension (axis 0 of every input, one name) is set to 1 and, where the graph
 allows, stays resizable in the .tflite: LiteRT's resize_tensor_input to batch 4 then gives
 onnxruntime's results for those 4 inputs, with and without XNNPACK, float and int8. Where the
-graph does not allow it the batch is written fixed and the note says why; any other dynamic
+graph does not allow it the batch is written fixed and the note says why. Without a shared batch,
+a dynamic axis 0 of any input defaults to 1 as well, named in the summary; any other dynamic
 dimension is still an error (qconvert/onnx/dynamic_batch.py)."""
 
 from __future__ import annotations
@@ -252,9 +253,7 @@ STILL_ERRORS = {
     "other_axis": ({"x": ["N", "T"]}, ["input 'x'", "dynamic dimension 'T'", "axis 1", "shape [N,T]",
                                        "--input-shape x:1,1"]),
     "only_other_axis": ({"x": [1, "T"]}, ["dynamic dimension 'T'", "axis 1"]),
-    "different_names": ({"x": ["N", 3], "z": ["M", 3]}, ["input 'x'", "dynamic dimension 'N'", "axis 0"]),
-    "only_some_inputs": ({"x": ["N", 3], "z": [1, 3]}, ["input 'x'", "dynamic dimension 'N'", "axis 0"]),
-    "named_and_unnamed": ({"x": ["N", 3], "z": [None, 3]}, ["input 'x'", "dynamic dimension 'N'"]),
+    "leading_and_other": ({"x": ["N", 3], "z": ["M", "T"]}, ["input 'z'", "dynamic dimension 'T'", "axis 1"]),
 }
 
 
@@ -270,6 +269,47 @@ def test_other_dynamic_dimensions_are_still_an_error(tmp_path, name):
         convert("m.onnx", data=model.SerializeToString())
     for fragment in fragments:
         assert fragment in str(error.value), str(error.value)
+
+
+def _relu_each(shapes: dict) -> onnx.ModelProto:
+    """Relu of each input {name: dims} (None: an unnamed dynamic dimension)."""
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+    nodes = [helper.make_node("Relu", [n], [n + "_y"]) for n in shapes]
+    outputs = [helper.make_tensor_value_info(n + "_y", TensorProto.FLOAT, None) for n in shapes]
+    return helper.make_model(helper.make_graph(nodes, "g", inputs, outputs),
+                             opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+# name: (input shapes, --input-shape options, {input: its axis 0 as converted})
+LEADING_DEFAULTS = {
+    "different_names": ({"x": ["N", 3], "z": ["M", 3]}, [], {"x": 1, "z": 1}),
+    "only_some_inputs": ({"x": ["N", 3], "z": [1, 3]}, [], {"x": 1}),
+    "named_and_unnamed": ({"x": ["N", 3], "z": [None, 3]}, [], {"x": 1, "z": 1}),
+    "rank_1_length": ({"x": [2, 5], "length": ["L"]}, [], {"length": 1}),
+    "state_beside_pinned": ({"ids": ["B", "T"], "h": ["B", 8], "c": [None, 8]},
+                            ["--input-shape", "ids:2,7"], {"h": 2, "c": 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(LEADING_DEFAULTS))
+def test_dynamic_leading_dims_default_without_a_shared_batch(tmp_path, name):
+    """Without a batch every input shares, a dynamic axis 0 that --input-shape leaves out is set
+    to 1 (or to the size --input-shape gives the same name), and the summary and --json say so."""
+    shapes, options, set_to = LEADING_DEFAULTS[name]
+    model = _relu_each(shapes)
+    data, report, summary = _convert_cli(model, tmp_path, *options)
+    assert report["leading_dims"] == set_to and report["batch"] is None
+    assert "dynamic axis 0 set" in summary and all(f"'{n}' {k}" in summary for n, k in set_to.items())
+    rng = np.random.default_rng(3)
+    pinned = {o.split(":")[0]: [int(d) for d in o.split(":")[1].split(",")] for o in options[1::2]}
+    feeds = {n: rng.standard_normal(pinned.get(n) or [set_to.get(n, d) if k == 0 else d
+                                                       for k, d in enumerate(s)]).astype(np.float32)
+             for n, s in shapes.items()}
+    want = run_onnxruntime(model, feeds)
+    interpreter = Interpreter(model_content=data)
+    got = interpreter.get_signature_runner()(**feeds)
+    for n in shapes:
+        np.testing.assert_array_equal(got[n + "_y"], want[n + "_y"])
 
 
 def test_input_shape_overrides_the_default(tmp_path):

@@ -22,7 +22,7 @@ from ..check.report import ConversionNotes
 from ..check.verify import Verification
 from ..errors import BelowThreshold, ConversionError, ReferenceFailed, UsageError, first_line
 from ..ir import Model
-from ..onnx.dynamic_batch import mark_batch_tensors, note
+from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
 from ..onnx.file import OnnxFile, read_onnx
 from ..onnx.loader import load, nodes_matching
 from ..onnx.runtime import has_qdq
@@ -85,6 +85,7 @@ class State:
     quantization: QuantizationReport | None = None
     weights: WeightsReport | None = None
     float_tflite: bytes | None = None  # the float model, timed next to the written one
+    leading_dims: dict | None = None  # inputs whose dynamic axis 0 the loader set, and to what
 
 
 def convert(source: str, options: Options, *, data: bytes | None = None, output_name: str = "",
@@ -175,7 +176,9 @@ def start_calibration(state: State) -> State:
 def load_model(state: State) -> State:
     """The IR model (onnx/loader.py); the parsed ONNX model goes."""
     model = load(state.onnx_file, state.options.input.shapes)
-    return replace(state, onnx_file=None, model=model)
+    inputs = [i for i in state.onnx_file.proto.graph.input if i.name in set(model.inputs)]
+    return replace(state, onnx_file=None, model=model,
+                   leading_dims=defaulted_inputs(inputs, state.options.input.shapes))
 
 
 def calibrate(state: State) -> State:
@@ -306,7 +309,8 @@ def serialize_model(state: State, output_name: str) -> tuple[Flatbuffer, Convers
         size_bytes=len(flatbuffer), seconds=round(time.perf_counter() - state.started, 3),
         inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
         quantization=state.quantization, weights=state.weights, notes=notes,
-        batch=None if batch is None else BatchReport(batch.symbol, 1, bool(batch.tensors), note(batch)))
+        batch=None if batch is None else BatchReport(batch.symbol, 1, bool(batch.tensors), note(batch)),
+        leading_dims=dict(state.leading_dims or {}))
     return flatbuffer, report
 
 

@@ -74,6 +74,9 @@ class ConversionReport:
     weights: WeightsReport | None = None
     verify: Verification | None = None  # the written file against onnxruntime
     batch: BatchReport | None = None  # the model's dynamic batch, set to 1
+    # other inputs' dynamic axis 0, set without --input-shape (to 1, or to the size --input-shape
+    # gives the same dimension name): {input: size}
+    leading_dims: dict[str, int] = field(default_factory=dict)
     latency: Latency | None = None  # the written model timed next to the float model
     notes: ConversionNotes | None = field(default=None, repr=False)  # for the per-tensor report
 
@@ -120,6 +123,9 @@ class ConversionReport:
             text += "; " + self.latency.summary("int8" if q is not None else w.mode)
         if self.batch is not None:
             text += "; " + self.batch.note
+        if self.leading_dims:
+            text += "; dynamic axis 0 set (--input-shape to change it): " + ", ".join(
+                f"{name!r} {size}" for name, size in self.leading_dims.items())
         return text
 
 

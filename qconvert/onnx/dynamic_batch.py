@@ -3,7 +3,9 @@
 PyTorch exports (and most others) leave axis 0 of the inputs dynamic: a name such as "batch_size",
 or no value at all. When axis 0 of *every* input is dynamic under one name (or unnamed on all of
 them) and no --input-shape is given, the loader converts at batch 1 (`default_batch`), as
-TensorFlow's converter and onnx2tf do. Any other dynamic dimension is still an error asking for
+TensorFlow's converter and onnx2tf do. Otherwise a dynamic axis 0 of any input --input-shape does
+not pin (a rank-1 `length`, `[batch, 256]` state inputs) is set to 1 too (`leading_sizes`), fixed,
+and the summary names those inputs. Any other dynamic dimension is still an error asking for
 --input-shape.
 
 The .tflite then keeps the batch resizable (shape_signature -1 on axis 0 of every tensor that
@@ -56,6 +58,38 @@ def default_batch(inputs) -> str | None:
             return None
         names.add(dim.dim_param if dim.HasField("dim_param") else "")
     return names.pop() if len(names) == 1 else None
+
+
+def _dynamic(dim) -> bool:
+    return not dim.HasField("dim_value") or dim.dim_value < 0
+
+
+def leading_sizes(inputs, pinned: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """The size a dynamic axis 0 takes, by input, where the shared batch (default_batch) does not
+    apply: inputs --input-shape (`pinned`) leaves out, whose axis 0 is dynamic -- a rank-1
+    `length`, `[batch, 256]` state inputs beside a pinned `[batch, seq]` one -- take the size a
+    pinned input gives the same dimension name, else 1, as a batch does. Other dynamic
+    dimensions still need --input-shape."""
+    named = {}
+    for value in inputs:
+        if value.name in pinned and value.type.tensor_type.HasField("shape"):
+            for dim, size in zip(value.type.tensor_type.shape.dim, pinned[value.name]):
+                if dim.HasField("dim_param") and dim.dim_param:
+                    named.setdefault(dim.dim_param, size)
+    sizes = {}
+    for value in inputs:
+        dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else ()
+        if value.name not in pinned and dims and _dynamic(dims[0]):
+            sizes[value.name] = named.get(dims[0].dim_param, 1) if dims[0].dim_param else 1
+    return sizes
+
+
+def defaulted_inputs(inputs, pinned: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """The inputs whose dynamic axis 0 the loader set without a shared batch, and to what
+    (leading_sizes), for the report."""
+    if not pinned and default_batch(inputs) is not None:
+        return {}
+    return leading_sizes(inputs, pinned)
 
 
 def probe(graph):

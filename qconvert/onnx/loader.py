@@ -122,8 +122,11 @@ class _Graph:
             raise ConversionError(
                 f"--input-shape names {sorted(unknown)[0]!r}, which is not a model input "
                 f"(inputs: {names})")
-        # A dynamic batch (axis 0 of every input, one name) is set to 1 unless shapes are pinned.
+        # A dynamic batch (axis 0 of every input, one name) is set to 1 unless shapes are pinned;
+        # else a dynamic axis 0 of an input --input-shape leaves out is set to 1 (or to the size
+        # --input-shape gives the same name).
         self.batch = None if input_shapes else dynamic_batch.default_batch(self.inputs)
+        leading = {} if self.batch is not None else dynamic_batch.leading_sizes(self.inputs, input_shapes)
         for i in self.inputs:
             tt = i.type.tensor_type
             if not i.type.HasField("tensor_type"):
@@ -132,6 +135,8 @@ class _Graph:
                                for d in tt.shape.dim]
             if self.batch is not None:
                 dims = [1] + dims[1:]
+            elif i.name in leading:
+                dims = [leading[i.name]] + dims[1:]
             if i.name in input_shapes:
                 pinned = input_shapes[i.name]
                 if tt.HasField("shape") and len(pinned) != len(dims):
