@@ -195,3 +195,62 @@ def _batch_norm_tensors(ctx, node, values, eps: float, shape) -> tuple[str, str]
     shifted = op("ADD", [sigma2, ctx.constant("epsilon", np.array(eps, np.float32))], "var_eps")
     multiplier = op("MUL", [gamma, op("RSQRT", [shifted], "inv_std")], "multiplier")
     return multiplier, op("SUB", [beta, op("MUL", [mu, multiplier], "mean_scaled")], "shift")
+
+
+@onnx_op("GroupNormalization")
+def import_group_norm(node, ctx):
+    """x [N, C, ...] in `num_groups` groups of C/G channels: each (n, group) normalised over its
+    channels and spatial positions, as x reshaped to [N, G, C/G, S]; then the affine per channel
+    (opset 21's scale and bias of C values; opset 18's of G values, repeated over each group's
+    channels)."""
+    x, y = node.inputs[0], node.outputs[0]
+    _check_float(ctx, x)
+    shape = ctx.shape(x)
+    if len(shape) < 3:
+        raise ctx.error(f"GroupNormalization needs a rank >= 3 input, got rank {len(shape)}")
+    groups, channels = int(node.attr("num_groups")), shape[1]
+    if groups <= 0 or channels % groups:
+        raise ctx.error(f"num_groups {groups} does not divide the {channels} channels")
+    spatial = int(np.prod(shape[2:]))
+    grouped = reshape(ctx, x, (shape[0], groups, channels // groups, spatial))
+    xc, var = _centered(ctx, grouped, (2, 3), y)
+    inv = _inv_std(ctx, var, float(node.attr("epsilon", 1e-5)), y)
+    normed = ctx.tensor(y + "_normed", ctx.shape(grouped), ctx.dtype(x))
+    ctx.add_op("MUL", [xc, inv], [normed])
+    normed = reshape(ctx, normed, shape)
+    per_channel = (channels,) + (1,) * (len(shape) - 2)
+    names = []
+    for name, what in zip(node.inputs[1:3], ("scale", "bias")):
+        value = ctx.require_const(name, f"GroupNormalization {what}")
+        value = np.asarray(value, np.float32).reshape(-1)
+        if value.size == groups and groups != channels:
+            value = np.repeat(value, channels // groups)
+        if value.size != channels:
+            raise ctx.error(f"{what} (input {name!r}) has {value.size} values; {channels} (one per "
+                            f"channel) or {groups} (one per group) expected")
+        names.append(ctx.constant(name, value.reshape(per_channel)))
+    _affine(ctx, normed, *names, y)
+
+
+@onnx_op("LpNormalization")
+def import_lp_norm(node, ctx):
+    """x / ||x||_p along `axis`, p 1 (SUM of ABS) or 2 (SQRT of the SUM of squares), as ONNX
+    defines it (no epsilon)."""
+    x, y = node.inputs[0], node.outputs[0]
+    _check_float(ctx, x)
+    p, rank = int(node.attr("p", 2)), ctx.rank(x)
+    if p not in (1, 2):
+        raise ctx.error(f"p = {p}: LpNormalization is defined for p 1 and 2")
+    axis = int(node.attr("axis", -1)) % rank
+    shape, dtype = ctx.shape(x), ctx.dtype(x)
+    small = _reduced_shape(shape, (axis,))
+    magnitude = ctx.tensor(y + "_magnitude", shape, dtype)
+    ctx.add_op("ABS" if p == 1 else "MUL", [x] if p == 1 else [x, x], [magnitude])
+    total = ctx.tensor(y + "_sum", small, dtype)
+    ctx.add_op("SUM", [magnitude, ctx.constant("axes", np.array([axis], np.int32))], [total],
+               {"keep_dims": True})
+    if p == 2:
+        norm = ctx.tensor(y + "_norm", small, dtype)
+        ctx.add_op("SQRT", [total], [norm])
+        total = norm
+    ctx.add_op("DIV", [x, total], [y])

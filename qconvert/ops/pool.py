@@ -1,4 +1,4 @@
-"""MaxPool, AveragePool (1D and 2D), GlobalAveragePool, GlobalMaxPool.
+"""MaxPool, AveragePool (1D and 2D), GlobalAveragePool, GlobalMaxPool, LpPool, GlobalLpPool.
 
 Pools run in NHWC; ONNX pads that are not TFLite's SAME/VALID become an explicit pad: PADV2 with
 the lowest float for max pooling (ONNX pads max pools with -inf), PAD with zeros for average pooling
@@ -7,6 +7,8 @@ MEAN / REDUCE_MAX over the spatial axes.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -156,3 +158,51 @@ def _global_pool(ctx, op_type: str, x: str, y: str) -> None:
 def import_global_pool(node, ctx):
     _global_pool(ctx, "MEAN" if node.op_type == "GlobalAveragePool" else "REDUCE_MAX",
                  node.inputs[0], node.outputs[0])
+
+
+def _lp_power(ctx, x: str, p: float) -> str:
+    """|x|^p: ABS for p 1, x*x for p 2, POW of ABS otherwise."""
+    shape, dtype = ctx.shape(x), ctx.dtype(x)
+    if p == 2:
+        out = ctx.tensor(x + "_squared", shape, dtype)
+        ctx.add_op("MUL", [x, x], [out])
+        return out
+    out = ctx.tensor(x + "_abs", shape, dtype)
+    ctx.add_op("ABS", [x], [out])
+    if p == 1:
+        return out
+    powered = ctx.tensor(x + "_pow", shape, dtype)
+    ctx.add_op("POW", [out, ctx.constant("p", np.array(p, dtype))], [powered])
+    return powered
+
+
+@onnx_op("LpPool", "GlobalLpPool")
+def import_lp_pool(node, ctx):
+    """(sum of |x|^p over each window)^(1/p): the window sums are an AveragePool that counts the
+    (zero) pads, times the window's size, so every padding, stride, dilation and ceil mode the
+    average pool takes; GlobalLpPool sums over the spatial axes."""
+    x, y = node.inputs[0], node.outputs[0]
+    if ctx.dtype(x) != np.float32:
+        raise ctx.error(f"pooling {ctx.dtype(x)} is not supported (float32 is)")
+    p = float(node.attr("p", 2))
+    if p <= 0:
+        raise ctx.error(f"p = {p}: the Lp norm needs p > 0")
+    powered = _lp_power(ctx, x, p)
+    summed = ctx.tensor(y + "_sum", ctx.shape(y), ctx.dtype(y))
+    if node.op_type == "GlobalLpPool":
+        axes = np.arange(2, ctx.rank(x), dtype=np.int32)
+        ctx.add_op("SUM", [powered, ctx.constant("axes", axes)], [summed], {"keep_dims": True})
+    else:
+        average = ctx.tensor(y + "_average", ctx.shape(y), ctx.dtype(y))
+        attrs = {k: v for k, v in node.attrs.items() if k != "p"}
+        attrs["count_include_pad"] = 1
+        import_pool(dataclasses.replace(node, op_type="AveragePool", inputs=[powered],
+                                        outputs=[average], attrs=attrs), ctx)
+        area = float(np.prod(node.attr("kernel_shape")))
+        ctx.add_op("MUL", [average, ctx.constant("window_size", np.array(area, np.float32))], [summed])
+    if p == 1:
+        ctx.add_op("IDENTITY", [summed], [y])
+    elif p == 2:
+        ctx.add_op("SQRT", [summed], [y])
+    else:
+        ctx.add_op("POW", [summed, ctx.constant("inverse_p", np.array(1 / p, np.float32))], [y])

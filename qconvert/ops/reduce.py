@@ -1,6 +1,8 @@
-"""Reductions: ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd, ReduceL2 as MEAN, SUM,
-REDUCE_MAX, REDUCE_MIN, REDUCE_PROD (L2 as SQRT(SUM(x*x))). Axes are an attribute before opset 18
-(13 for ReduceSum) and an input after."""
+"""Reductions: ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd as MEAN, SUM, REDUCE_MAX,
+REDUCE_MIN, REDUCE_PROD; the others composed around SUM: ReduceL2 SQRT(SUM(x*x)), ReduceSumSquare
+SUM(x*x), ReduceL1 SUM(ABS(x)), ReduceLogSum LOG(SUM(x)), and ReduceLogSumExp in the overflow-free
+form onnxruntime computes, m + LOG(SUM(EXP(x - m))) with m the REDUCE_MAX over the same axes.
+Axes are an attribute before opset 18 (13 for ReduceSum) and an input after."""
 
 from __future__ import annotations
 
@@ -50,7 +52,8 @@ for _name, _fn, _table, _quant in [
 
 _REDUCERS = {"ReduceMean": "MEAN", "ReduceSum": "SUM", "ReduceMax": "REDUCE_MAX",
              "ReduceMin": "REDUCE_MIN", "ReduceProd": "REDUCE_PROD", "ReduceL2": "SUM",
-             "ReduceSumSquare": "SUM"}
+             "ReduceSumSquare": "SUM", "ReduceL1": "SUM", "ReduceLogSum": "SUM",
+             "ReduceLogSumExp": "SUM"}
 
 
 # Why computed axes are refused (TFLite's reductions take an axis tensor, but the output's shape
@@ -74,14 +77,33 @@ def import_reduce(node, ctx):
             return
         axes = range(rank)
     axes = np.array(sorted(int(a) % rank for a in np.atleast_1d(axes)), dtype=np.int32)
-    source = x
+    axes_name = ctx.constant("axes", axes)
+    dtype = ctx.dtype(x)
+
+    def step(op_type: str, inputs: list[str], shape, hint: str, options=None) -> str:
+        out = ctx.tensor(hint, shape, dtype)
+        ctx.add_op(op_type, inputs, [out], options)
+        return out
+
+    source, shift = x, None
     if node.op_type in ("ReduceL2", "ReduceSumSquare"):
-        source = ctx.tensor(x + "_sq", ctx.shape(x), ctx.dtype(x))
-        ctx.add_op("MUL", [x, x], [source])
-    out = y if node.op_type != "ReduceL2" else ctx.tensor(y + "_sumsq", ctx.shape(y), ctx.dtype(y))
+        source = step("MUL", [x, x], ctx.shape(x), x + "_sq")
+    elif node.op_type == "ReduceL1":
+        source = step("ABS", [x], ctx.shape(x), x + "_abs")
+    elif node.op_type == "ReduceLogSumExp":
+        kept_shape = tuple(1 if a in axes else d for a, d in enumerate(ctx.shape(x)))
+        peak = step("REDUCE_MAX", [x, axes_name], kept_shape, x + "_max", {"keep_dims": True})
+        source = step("EXP", [step("SUB", [x, peak], ctx.shape(x), x + "_shifted")], ctx.shape(x),
+                      x + "_exp")
+        shift = peak if keep else step("REDUCE_MAX", [x, axes_name], ctx.shape(y), x + "_max_out",
+                                       {"keep_dims": False})
+    after = {"ReduceL2": "SQRT", "ReduceLogSum": "LOG", "ReduceLogSumExp": "LOG"}.get(node.op_type)
+    out = y if after is None else ctx.tensor(y + "_sum", ctx.shape(y), dtype)
     op_type = _REDUCERS[node.op_type]
-    if ctx.dtype(x) == np.bool_:  # TFLite's max/min kernels have no bool variant
+    if dtype == np.bool_:  # TFLite's max/min kernels have no bool variant
         op_type = {"REDUCE_MAX": "REDUCE_ANY", "REDUCE_MIN": "REDUCE_ALL"}.get(op_type, op_type)
-    ctx.add_op(op_type, [source, ctx.constant("axes", axes)], [out], {"keep_dims": keep})
-    if node.op_type == "ReduceL2":
-        ctx.add_op("SQRT", [out], [y])
+    ctx.add_op(op_type, [source, axes_name], [out], {"keep_dims": keep})
+    if after is not None and shift is None:
+        ctx.add_op(after, [out], [y])
+    elif after is not None:
+        ctx.add_op("ADD", [step(after, [out], ctx.shape(y), y + "_log"), shift], [y])

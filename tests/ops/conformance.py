@@ -50,7 +50,7 @@ def expected_failure(case) -> str | None:
     if case.name in EXPECTED_FAILURES:
         return EXPECTED_FAILURES[case.name]
     ops = op_types(case)
-    if "_3d" in case.name and ops & {"Conv", "MaxPool", "AveragePool", "ConvTranspose"}:
+    if "_3d" in case.name and ops & {"Conv", "MaxPool", "AveragePool", "ConvTranspose", "LpPool"}:
         return "3-D convolution/pooling: TFLite's kernels are 2-D"
     if "resize" in case.name and "cubic" in case.name:
         return "cubic interpolation: TFLite has nearest and bilinear resize only"
@@ -108,6 +108,7 @@ def supported_cases():
 PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "Conv": (1, 2), "ConvTranspose": (1, 2), "BatchNormalization": (1, 2, 3, 4),
     "InstanceNormalization": (1, 2), "LayerNormalization": (1, 2), "Clip": (1, 2),
+    "GroupNormalization": (1, 2),
     "ReduceMean": (1,), "ReduceSum": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
     "ReduceProd": (1,), "ReduceL2": (1,), "ReduceSumSquare": (1,), "ReduceL1": (1,),
     "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),

@@ -141,3 +141,29 @@ def test_batch_norm_with_computed_parameters(shape, computed):
     # After a conv one TRANSPOSE stays: sink_transposes moves a transpose through MUL/ADD only
     # when the other input is a constant or transposed too, not a computed [C, 1, 1] tensor.
     assert report.transposes == (1 if len(shape) == 4 else 0)
+
+
+@pytest.mark.parametrize("conv_before", [False, True])
+@pytest.mark.parametrize("opset,per_group", [(18, True), (21, False)])
+def test_group_normalization(conv_before, opset, per_group):
+    """Opset 18's scale and bias hold one value per group, opset 21's one per channel."""
+    shape, groups = [2, 6, 5, 4], 3
+    size = groups if per_group else shape[1]
+    params = (RNG.uniform(0.5, 2, size), RNG.standard_normal(size))
+    model = _model("GroupNormalization", shape, {"num_groups": groups, "epsilon": 1e-3}, params,
+                   conv_before, opset=opset, y_shape=shape)
+    assert_matches_onnxruntime(model, _feeds(shape), rtol=1e-4, atol=1e-4)
+
+
+def test_group_normalization_refuses_groups_that_do_not_divide_the_channels():
+    model = _model("GroupNormalization", [1, 6, 4, 4], {"num_groups": 4}, (np.ones(4), np.zeros(4)),
+                   y_shape=[1, 6, 4, 4])
+    with pytest.raises(ConversionError, match="num_groups 4 does not divide the 6 channels"):
+        convert_proto(model)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("axis", [1, -1])
+def test_lp_normalization(p, axis):
+    shape = [2, 5, 7]
+    assert_matches_onnxruntime(_model("LpNormalization", shape, {"p": p, "axis": axis}), _feeds(shape))

@@ -29,3 +29,21 @@ def test_computed_axes_are_refused_in_one_line(tmp_path, declared):
     else:
         fragments = ["tensor 'y' (output of node 'sum' (ReduceSum)) has no static shape"]
     _assert_refused(result, source, model.SerializeToString(), out, fragments)
+
+
+@pytest.mark.parametrize("op_type", ["ReduceL1", "ReduceLogSum", "ReduceLogSumExp"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_composed_reductions(op_type, keepdims):
+    """ReduceLogSumExp on values up to 200, where exp alone overflows float32: the max is
+    subtracted first, as onnxruntime does."""
+    import numpy as np
+
+    from tests.harness import assert_matches_onnxruntime, make_model
+
+    model = make_model([helper.make_node(op_type, ["x"], ["y"], axes=[1, 2], keepdims=keepdims)],
+                       {"x": (TensorProto.FLOAT, [2, 3, 4, 5])}, {"y": TensorProto.FLOAT})
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.1, 3, (2, 3, 4, 5)).astype(np.float32)
+    if op_type == "ReduceLogSumExp":
+        x = x * 70
+    assert_matches_onnxruntime(model, {"x": x})
