@@ -1,0 +1,143 @@
+"""onnxruntime's contrib ops (com.microsoft, and SimplifiedLayerNormalization in the ONNX domain)
+against onnxruntime, which implements them: each op alone with a plain op behind it (so that
+shape inference has to go through it), then a BERT-like encoder through onnxruntime's transformer
+optimizer."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line
+
+RNG = np.random.default_rng(29)
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits=None, opset=14):
+    """A model over com.microsoft version 1 and the ONNX domain at `opset`; outputs {name: type}."""
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, t, list(s)) for n, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, ir_version=8, opset_imports=[
+        helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
+
+
+def _ms(op_type, inputs, outputs, **attrs):
+    return helper.make_node(op_type, inputs, outputs, domain="com.microsoft", **attrs)
+
+
+def _normal(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _then_relu(node, x_shape, inits=None, opset=14, extra_inputs=None):
+    """x -> node -> t -> Relu -> y: the Relu's shape comes from the contrib op's."""
+    nodes = [node, helper.make_node("Relu", ["t"], ["y"])]
+    inputs = {"x": (F, x_shape), **(extra_inputs or {})}
+    return _model(nodes, inputs, {"y": F}, inits, opset)
+
+
+@pytest.mark.parametrize("op_type,bias", [("Gelu", False), ("FastGelu", False), ("FastGelu", True),
+                                          ("BiasGelu", True)])
+def test_gelu_family(op_type, bias):
+    inputs = ["x", "b"] if bias else ["x"]
+    model = _then_relu(_ms(op_type, inputs, ["t"]), [2, 5, 8], {"b": _normal(8)} if bias else None)
+    _, report = assert_matches_onnxruntime(model, {"x": _normal(2, 5, 8, scale=2)})
+    assert report.op_counts.get("GELU") == 1
+
+
+@pytest.mark.parametrize("alpha", [1.702, 1.0])
+def test_quick_gelu(alpha):
+    model = _then_relu(_ms("QuickGelu", ["x"], ["t"], alpha=alpha), [2, 3, 8])
+    assert_matches_onnxruntime(model, {"x": _normal(2, 3, 8, scale=3)})
+
+
+@pytest.mark.parametrize("bias,beta", [(True, True), (False, True), (False, False)])
+def test_skip_layer_norm(bias, beta):
+    inits = {"gamma": _normal(16), "beta": _normal(16), "bias": _normal(16)}
+    inputs = ["x", "skip", "gamma", "beta" if beta else "", "bias" if bias else ""]
+    node = _ms("SkipLayerNormalization", inputs, ["t"], epsilon=1e-5)
+    model = _then_relu(node, [2, 4, 16], inits, extra_inputs={"skip": (F, [2, 4, 16])})
+    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16, scale=2), "skip": _normal(2, 4, 16)})
+
+
+def test_skip_layer_norm_sum_output():
+    """input_skip_bias_sum (output 3) read by the next layer, as the optimizer writes it."""
+    inits = {"gamma": _normal(16), "beta": _normal(16), "bias": _normal(16)}
+    nodes = [_ms("SkipLayerNormalization", ["x", "skip", "gamma", "beta", "bias"],
+                 ["y", "", "", "sum"], epsilon=1e-5),
+             helper.make_node("Relu", ["sum"], ["s"])]
+    model = _model(nodes, {"x": (F, [2, 4, 16]), "skip": (F, [2, 4, 16])}, {"y": F, "s": F}, inits)
+    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16), "skip": _normal(2, 4, 16)})
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_skip_simplified_layer_norm(bias):
+    inits = {"gamma": _normal(16), "bias": _normal(16)}
+    node = _ms("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"] + (["bias"] if bias else []),
+               ["t"], epsilon=1e-6)
+    model = _then_relu(node, [2, 4, 16], inits, extra_inputs={"skip": (F, [2, 4, 16])})
+    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16, scale=2), "skip": _normal(2, 4, 16)})
+
+
+def test_simplified_layer_norm():
+    """onnxruntime's RMSNorm, written in the ONNX domain."""
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["t"], axis=-1,
+                            epsilon=1e-6)
+    model = _then_relu(node, [2, 5, 12], {"scale": _normal(12)})
+    assert_matches_onnxruntime(model, {"x": _normal(2, 5, 12, scale=3)})
+
+
+def test_layer_norm_before_opset_17():
+    """onnxruntime's own LayerNormalization (ONNX domain) in an opset-14 model: onnx's shape
+    inference does not know it there."""
+    node = helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["t"], axis=-1, epsilon=1e-5)
+    model = _then_relu(node, [2, 5, 12], {"gamma": _normal(12), "beta": _normal(12)})
+    assert_matches_onnxruntime(model, {"x": _normal(2, 5, 12, scale=3)})
+
+
+@pytest.mark.parametrize("attrs,a_shape,b_shape", [
+    ({"alpha": 0.5}, [2, 3, 4, 5], [5, 6]),
+    ({"transB": 1, "alpha": 0.125}, [2, 4, 5], [6, 5]),
+    ({"transA": 1}, [2, 5, 4], [5, 6]),
+    ({"transBatchA": 1}, [4, 2, 3, 5], [2, 3, 5, 6]),
+    ({"transBatchA": 1, "transA": 1, "transB": 1}, [5, 2, 3, 4], [2, 3, 6, 5]),
+])
+def test_fused_matmul_constant_b(attrs, a_shape, b_shape):
+    model = _then_relu(_ms("FusedMatMul", ["x", "w"], ["t"], **attrs), a_shape, {"w": _normal(*b_shape)})
+    assert_matches_onnxruntime(model, {"x": _normal(*a_shape)})
+
+
+@pytest.mark.parametrize("attrs,a_shape,b_shape", [
+    ({"transB": 1, "alpha": 0.25}, [2, 3, 4, 5], [2, 3, 6, 5]),
+    ({"transBatchA": 1, "transBatchB": 1}, [4, 2, 3, 5], [5, 2, 3, 6]),
+    ({"transBatchB": 1, "transB": 1, "alpha": 2.0}, [2, 3, 4, 5], [6, 2, 3, 5]),
+])
+def test_fused_matmul_computed_b(attrs, a_shape, b_shape):
+    model = _then_relu(_ms("FusedMatMul", ["x", "b"], ["t"], **attrs), a_shape,
+                       extra_inputs={"b": (F, b_shape)})
+    assert_matches_onnxruntime(model, {"x": _normal(*a_shape), "b": _normal(*b_shape)})
+
+
+@pytest.mark.parametrize("activation,params,with_z", [
+    ("Relu", [], False), ("Tanh", [], False), ("Sigmoid", [], True), ("LeakyRelu", [0.1], False),
+    ("Clip", [-1.0, 2.5], False), ("Clip", [0.0, 6.0], True), ("HardSigmoid", [0.3, 0.4], False),
+    ("", [], False)])
+def test_fused_conv(activation, params, with_z):
+    attrs = {"activation": activation} if activation else {}
+    if params:
+        attrs["activation_params"] = params
+    attrs.update(pads=[1, 0, 1, 2], strides=[2, 1])
+    inputs = ["x", "w", "b"] + (["z"] if with_z else [])
+    model = _then_relu(_ms("FusedConv", inputs, ["t"], **attrs), [1, 3, 9, 8],
+                       {"w": _normal(4, 3, 3, 3), "b": _normal(4)},
+                       extra_inputs={"z": (F, [1, 4, 5, 8])} if with_z else None)
+    feeds = {"x": _normal(1, 3, 9, 8, scale=2)}
+    if with_z:
+        feeds["z"] = _normal(1, 4, 5, 8)
+    assert_matches_onnxruntime(model, feeds)
