@@ -10,7 +10,6 @@ from . import (  # noqa: F401
     control_flow,
     conv,
     conv_transpose,
-    cumsum,
     dynamic_quant,
     einsum,
     elementwise,
@@ -32,9 +31,7 @@ from . import (  # noqa: F401
     slice,
     softmax,
     space_depth,
-    spectral,
     tile,
     topk,
-    trilu,
     unary,
 )
