@@ -39,11 +39,17 @@ _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUni
 # inference does not copy the weights (it only needs their shapes).
 _INFERENCE_DATA_LIMIT = 4096
 _INT32 = np.iinfo(np.int32)
-# Tensor types a float model may compute in: TFLite's float kernels take these (int64 is narrowed).
-ACTIVATION_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.bool_)}
-# Inside the graph, int64 computes as int32 (TFLite's kernels index with int32) and float64 as
-# float32 (TFLite's float kernels); graph inputs and outputs keep the ONNX type through a CAST.
-_NARROWED = {np.dtype(np.int64): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.float32)}
+# Tensor types a float model may compute in: TFLite's float kernels take float32, int32 and bool;
+# the others compute as one of those (_NARROWED).
+ACTIVATION_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int32, np.int64,
+                                           np.int16, np.uint16, np.int8, np.uint8, np.bool_)}
+# Inside the graph, int64 computes as int32 (TFLite's kernels index with int32), float64 and
+# float16 as float32 (TFLite's float kernels; float16 models are computed in float32 as TFLite's
+# float16 mode does), the small integer types as int32 (TFLite's CAST reads and writes them, its
+# arithmetic kernels mostly do not); graph inputs and outputs keep the ONNX type through a CAST.
+_NARROWED = {np.dtype(np.int64): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.float32),
+             np.dtype(np.float16): np.dtype(np.float32),
+             **{np.dtype(t): np.dtype(np.int32) for t in (np.int16, np.uint16, np.int8, np.uint8)}}
 
 
 @dataclass
@@ -347,15 +353,16 @@ def internal_dtype(dtype: np.dtype) -> np.dtype:
 def check_activation_dtype(dtype: np.dtype, what: str) -> None:
     if np.dtype(dtype) not in ACTIVATION_DTYPES:
         raise ConversionError(
-            f"{what} has dtype {np.dtype(dtype)}; a float conversion computes in float32, int32, "
-            "float64, int64 and bool only (TFLite has no plain kernels for other types)")
+            f"{what} has dtype {np.dtype(dtype)}; a float conversion computes in float16/32/64, "
+            "int8/16/32/64, uint8/16 and bool only (TFLite has no plain kernels for other types)")
 
 
 def narrow(value: np.ndarray, what: str) -> np.ndarray:
     """Constant data in its graph dtype: int64 as int32 (failing clearly if a value does not
-    fit), float64 as float32."""
+    fit), float64 and float16 as float32 (a float16 model's weights are stored as float16 again
+    when it is written: qconvert/transforms/store_weights_float16.py)."""
     value = np.asarray(value)
-    if value.dtype == np.float64:
+    if value.dtype in (np.float64, np.float16):
         return value.astype(np.float32)
     if value.dtype != np.int64:
         return value

@@ -77,3 +77,92 @@ def test_evaluate_matches_the_kernel():
     assert y.dtype == np.int32
     limits = np.iinfo(np.int32)
     np.testing.assert_array_equal(y, [-2, 0, 0, 2, limits.max, limits.min, limits.max])
+
+
+# The dtypes a float model may have at its edges and computes in int32 or float32 inside.
+EDGE = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8, TensorProto.INT16: np.int16,
+        TensorProto.UINT16: np.uint16, TensorProto.FLOAT16: np.float16, BOOL: np.bool_}
+
+
+def edge_values(dtype, shape):
+    """Values spanning the type's range (both ends included)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return RNG.random(shape) > 0.5
+    if dtype.kind == "f":
+        return RNG.uniform(-60000, 60000, shape).astype(dtype)
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+    x.flat[:2] = [info.min, info.max]
+    return x
+
+
+@pytest.mark.parametrize("elem_type", list(EDGE), ids=lambda t: TensorProto.DataType.Name(t))
+def test_graph_input_of_every_dtype(elem_type):
+    """An input of a small type read by a Cast to float: one CAST from the input's own type."""
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["f"], to=FLOAT), helper.make_node("Mul", ["f", "two"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", elem_type, [3, 5])],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
+        [helper.make_tensor("two", FLOAT, [], [2.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    _, report = assert_matches_onnxruntime(model, {"x": edge_values(EDGE[elem_type], (3, 5))},
+                                           rtol=0, atol=0)
+    assert report.op_counts == {"CAST": 1, "MUL": 1} and report.inputs[0].dtype == np.dtype(EDGE[elem_type]).name
+
+
+@pytest.mark.parametrize("elem_type", list(EDGE), ids=lambda t: TensorProto.DataType.Name(t))
+def test_graph_output_of_every_dtype(elem_type):
+    """A float model's output Cast to a small type: values in the type's range compare exactly."""
+    dtype = np.dtype(EDGE[elem_type])
+    model = cast_model(FLOAT, elem_type, (4, 6))
+    if dtype.kind == "i" or dtype.kind == "u":
+        info = np.iinfo(dtype)
+        x = RNG.uniform(float(info.min), float(info.max), (4, 6)).astype(np.float32)
+    else:
+        x = values(FLOAT, (4, 6)) * 1000
+    _, report = assert_matches_onnxruntime(model, {"x": x}, rtol=0, atol=0)
+    assert report.outputs[0].dtype == dtype.name
+
+
+@pytest.mark.parametrize("elem_type", list(EDGE), ids=lambda t: TensorProto.DataType.Name(t))
+def test_edge_dtype_through_an_integer_or_float_graph(elem_type):
+    """An input of a small type used directly (no Cast): computed in int32 or float32 inside,
+    returned in its own type."""
+    dtype = np.dtype(EDGE[elem_type])
+    op = "Not" if dtype.kind == "b" else "Neg" if dtype.kind in "fi" else "Identity"
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", elem_type, [2, 7])],
+                              [helper.make_tensor_value_info("y", elem_type, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    x = edge_values(dtype, (2, 7))
+    if dtype.kind == "i":
+        x.flat[0] = 0  # Neg of the type's minimum overflows
+    assert_matches_onnxruntime(model, {"x": x}, rtol=0, atol=0)
+
+
+def test_cast_to_a_small_integer_wraps_like_onnx():
+    """int32 -> uint8 -> int32: 300 is 44 and -1 is 255, as in onnxruntime (C's conversion)."""
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["b"], to=TensorProto.UINT8),
+         helper.make_node("Cast", ["b"], ["y"], to=INT32)], "g",
+        [helper.make_tensor_value_info("x", INT32, [6])], [helper.make_tensor_value_info("y", INT32, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    assert_matches_onnxruntime(model, {"x": np.array([300, -1, 0, 255, 256, 1000], np.int32)},
+                               rtol=0, atol=0)
+
+
+def test_uint8_nhwc_image_through_cast_to_a_convolution():
+    """The common image model: uint8 NHWC, Transpose, Cast to float, scale, Conv."""
+    rng = np.random.default_rng(2)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["image"], ["t"], perm=[0, 3, 1, 2]),
+         helper.make_node("Cast", ["t"], ["f"], to=FLOAT),
+         helper.make_node("Mul", ["f", "scale"], ["s"]),
+         helper.make_node("Conv", ["s", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("image", TensorProto.UINT8, [1, 8, 8, 3])],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
+        [helper.make_tensor("scale", FLOAT, [], [1 / 255]),
+         helper.make_tensor("w", FLOAT, [4, 3, 3, 3], rng.standard_normal(108).astype(np.float32))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    assert_matches_onnxruntime(model, {"image": edge_values(np.uint8, (1, 8, 8, 3))}, rtol=1e-5, atol=1e-5)
