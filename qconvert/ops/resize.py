@@ -8,14 +8,23 @@ equal out/in), so instead of a table the importer builds each axis' sampling mat
 spec defines it, as onnxruntime computes it (the two differ for some non-integer scales) and as
 the TFLite kernel computes it (float32, see kernels/internal/reference/resize_nearest_neighbor.h
 and resize_bilinear.h), and emits the first flag combination that samples exactly like both ONNX
-readings on both axes. None does: a conversion error naming the mode.
+readings on both axes.
+
+Where no TFLite resize samples like ONNX (cubic interpolation, antialiased downscaling, a
+coordinate mode no flag pair matches, a resize of other axes or ranks than H and W of a 4-D
+tensor), the resize is what it always is, a linear map per axis: each resized axis becomes a
+FULLY_CONNECTED by its constant [out, in] sampling matrix (the axis moved last and back by
+TRANSPOSEs). The matrices are ONNX's own: nearest and linear from both readings above (refused
+where they disagree), cubic and antialiased ones from onnx's reference implementation applied to
+the identity.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .layout import channels_last_tensor, to_channels_first, to_channels_last
+from .gemm import _fully_connected
+from .layout import channels_last_tensor, to_channels_first, to_channels_last, transpose
 from .registry import SAME16, QuantRule, onnx_op, tflite_op
 
 # Flag pairs (align_corners, half_pixel_centers) tried in order of the op version they need.
@@ -221,8 +230,8 @@ def _modes(node, ctx):
     """(interpolation, coordinate transformation, nearest rounding) as ONNX defines them."""
     interp = node.attr("mode", "nearest")
     interp = "linear" if interp == "bilinear" else interp
-    if interp not in ("nearest", "linear"):
-        raise ctx.error(f"{interp} interpolation is not supported (TFLite resizes nearest or bilinear)")
+    if interp not in ("nearest", "linear", "cubic"):
+        raise ctx.error(f"{interp} interpolation is not an ONNX Resize mode")
     if node.op_type == "Upsample" or ctx.opset < 11:
         return interp, "asymmetric", "simple"  # ORT's Upsample/Resize-10: floor, ceil if shrinking
     coord = node.attr("coordinate_transformation_mode", "half_pixel")
@@ -238,25 +247,20 @@ def _modes(node, ctx):
 def import_resize(node, ctx):
     x, y = node.inputs[0], node.outputs[0]
     in_shape, out_shape = ctx.shape(x), ctx.shape(y)
-    if len(in_shape) != 4:
-        raise ctx.error(f"resizing a rank-{len(in_shape)} tensor is not supported (4-D NCHW is)")
     if ctx.dtype(x) != np.float32:
         raise ctx.error(f"resizing {ctx.dtype(x)} tensors is not supported (float32 is)")
-    if min(out_shape) < 1:
+    if min(out_shape, default=1) < 1:
         raise ctx.error(f"the output {list(out_shape)} is empty; TFLite's resize kernels need sizes > 0")
     interp, coord, nearest = _modes(node, ctx)
     scales = _resize_scales(node, ctx, in_shape)
-    if tuple(out_shape[:2]) != tuple(in_shape[:2]) or scales[0] != 1 or scales[1] != 1:
-        raise ctx.error(f"scales {scales} resize the batch or channel axis; TFLite resizes H and W only")
-    if node.attr("antialias", 0) and interp == "linear" and min(scales[2:]) < 1:
-        raise ctx.error("antialiased downscaling is not supported")
-    flags = _choose_flags(interp, coord, nearest, in_shape[2:], out_shape[2:], scales[2:])
+    antialias = bool(node.attr("antialias", 0)) and interp != "nearest" and min(scales) < 1
+    flags = None
+    if len(in_shape) == 4 and tuple(out_shape[:2]) == tuple(in_shape[:2]) and scales[:2] == [1, 1] \
+            and interp != "cubic" and not antialias:
+        flags = _choose_flags(interp, coord, nearest, in_shape[2:], out_shape[2:], scales[2:])
     if flags is None:
-        what = f"coordinate_transformation_mode {coord}" + (
-            f" with nearest_mode {nearest}" if interp == "nearest" else "")
-        raise ctx.error(f"{what} and scales {scales[2:]} (sizes {list(in_shape[2:])} -> "
-                        f"{list(out_shape[2:])}) sample differently from every TFLite resize mode"
-                        + _disagreement(interp, coord, nearest, in_shape[2:], out_shape[2:], scales[2:]))
+        _resize_by_matrices(node, ctx, interp, coord, nearest, scales, antialias)
+        return
     align, half = flags
     op_type = "RESIZE_NEAREST_NEIGHBOR" if interp == "nearest" else "RESIZE_BILINEAR"
     x_nhwc = to_channels_last(ctx, x)
@@ -264,3 +268,65 @@ def import_resize(node, ctx):
     size = ctx.constant("size", np.array(out_shape[2:], dtype=np.int32))
     ctx.add_op(op_type, [x_nhwc, size], [inner], {"align_corners": align, "half_pixel_centers": half})
     to_channels_first(ctx, inner, y)
+
+
+def _resize_by_matrices(node, ctx, interp, coord, nearest, scales, antialias) -> None:
+    """y = x with each resized axis multiplied by its [out, in] sampling matrix (FULLY_CONNECTED
+    over the axis moved last)."""
+    x, y = node.inputs[0], node.outputs[0]
+    in_shape, out_shape = ctx.shape(x), ctx.shape(y)
+    axes = [a for a in range(len(in_shape)) if in_shape[a] != out_shape[a] or scales[a] != 1]
+    matrices = []
+    for a in axes:
+        if interp == "cubic" or antialias:
+            matrices.append(_reference_matrix(node, ctx, in_shape[a], out_shape[a], scales[a]))
+            continue
+        spec, runtime = _onnx_matrices(interp, coord, nearest, in_shape[a], out_shape[a], scales[a])
+        if not _same(spec, runtime):
+            raise ctx.error(f"coordinate_transformation_mode {coord} and scale {scales[a]} (size "
+                            f"{in_shape[a]} -> {out_shape[a]}): the ONNX spec and onnxruntime "
+                            "sample differently, so no conversion can match both")
+        matrices.append(spec)
+    if not axes:
+        ctx.add_op("IDENTITY", [x], [y])
+        return
+    rank, current = len(in_shape), x
+    for k, (a, matrix) in enumerate(zip(axes, matrices)):
+        last = k == len(axes) - 1
+        perm = list(range(rank))
+        perm[a], perm[-1] = perm[-1], perm[a]
+        moved = current if a == rank - 1 else transpose(ctx, current, perm)
+        shape = list(ctx.shape(moved))
+        shape[-1] = out_shape[a]
+        product = y if last and a == rank - 1 else ctx.tensor(y + f"_axis{a}", shape, ctx.dtype(x))
+        _fully_connected(ctx, moved, matrix.astype(np.float32), None, product)
+        current = product if a == rank - 1 else transpose(ctx, product, perm, y if last else None)
+
+
+def _reference_matrix(node, ctx, in_size: int, out_size: int, scale: float) -> np.ndarray:
+    """The [out, in] matrix of a cubic or antialiased resize along one axis: onnx's reference
+    Resize of the identity [in, in] along its second axis, with the node's modes and its scale
+    (or its size, when the node gives sizes: the two place the samples differently)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = {k: v for k, v in node.attrs.items() if k in (
+        "mode", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+        "nearest_mode", "antialias")}
+    by_size = len(node.inputs) > 3 and bool(node.inputs[3])
+    inputs = {"x": np.eye(in_size, dtype=np.float32)}
+    if by_size:
+        inputs["sizes"] = np.array([in_size, out_size], np.int64)
+    else:
+        inputs["scales"] = np.array([1.0, scale], np.float32)
+    resize = helper.make_node("Resize", ["x", "", "scales" if not by_size else "", "sizes" if by_size else ""],
+                              ["y"], **attrs)
+    graph = helper.make_graph([resize], "axis", [helper.make_tensor_value_info(
+        name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for name, v in inputs.items()],
+        [helper.make_tensor_value_info("y", 0, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(ctx.opset, 13))])
+    (result,) = ReferenceEvaluator(model).run(None, inputs)
+    if result.shape != (in_size, out_size):
+        raise ctx.error(f"resizing {in_size} by {scale} gives {result.shape[1]} samples in onnx's "
+                        f"reference, not the output's {out_size}")
+    return np.ascontiguousarray(result.T, dtype=np.float64)

@@ -16,12 +16,8 @@ from qconvert.ops.registry import ONNX_IMPORTERS
 # Cases of supported ops that cannot convert, with the reason (checked: they must keep failing).
 EXPECTED_FAILURES: dict[str, str] = {}
 EXPECTED_FAILURES["test_range_bfloat16_type_positive_delta"] = "bfloat16 has no TFLite tensor type"
-_RESIZE_SAMPLING = {f"test_resize_{n}" for n in (
-    "downsample_scales_linear", "downsample_scales_linear_align_corners",
-    "downsample_scales_linear_half_pixel_symmetric", "upsample_scales_linear_half_pixel_symmetric",
-    "downsample_sizes_linear_pytorch_half_pixel", "downsample_sizes_nearest",
-    "downsample_sizes_nearest_not_smaller", "upsample_sizes_nearest_ceil_half_pixel",
-    "upsample_sizes_nearest_floor_align_corners", "upsample_sizes_nearest_round_prefer_ceil_asymmetric")}
+EXPECTED_FAILURES["test_resize_downsample_scales_linear_align_corners"] = (
+    "the ONNX spec and onnxruntime place the samples differently for this scale")
 for _crop in ("crop", "pad", "crop_and_pad", "crop_axes_chw", "crop_axes_hwc", "crop_negative_axes_hwc"):
     EXPECTED_FAILURES[f"test_center_crop_pad_{_crop}_expanded"] = (
         "the pads and slice starts are computed from the `shape` graph input at run time")
@@ -52,14 +48,8 @@ def expected_failure(case) -> str | None:
     ops = op_types(case)
     if "_3d" in case.name and ops & {"Conv", "MaxPool", "AveragePool", "ConvTranspose", "LpPool"}:
         return "3-D convolution/pooling: TFLite's kernels are 2-D"
-    if "resize" in case.name and "cubic" in case.name:
-        return "cubic interpolation: TFLite has nearest and bilinear resize only"
     if "resize" in case.name and "crop_and_resize" in case.name:
         return "tf_crop_and_resize: no TFLite resize crops"
-    if "resize" in case.name and "antialias" in case.name:
-        return "antialiased downscaling: no TFLite resize filters"
-    if case.name in _RESIZE_SAMPLING:
-        return "no TFLite resize mode samples the positions this mode does"
     if "with_argmax" in case.name:
         return "MaxPool's Indices output has no TFLite equivalent"
     from qconvert.onnx.loader import ACTIVATION_DTYPES
@@ -119,6 +109,8 @@ PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "TopK": (1,), "CumSum": (1,), "OneHot": (1, 2), "Gemm": (1, 2),
     # A Loop's trip count and condition: with them constant its scan outputs have a static shape.
     "Loop": (0, 1),
+    # DFT's dft_length and axis, STFT's frame_step and frame_length: they set the output's shape.
+    "DFT": (1, 2), "STFT": (1, 3),
 }
 
 

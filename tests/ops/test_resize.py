@@ -124,17 +124,31 @@ def test_upsample_nearest(opset):
     assert report.op_counts == {"RESIZE_NEAREST_NEIGHBOR": 1}
 
 
-@pytest.mark.parametrize("attrs, sizes, message", [
-    ({"mode": "cubic"}, [2, 4, 10, 14], "cubic"),
-    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, [2, 4, 1, 14],
-     "pytorch_half_pixel"),
+@pytest.mark.parametrize("attrs, sizes, scales, opset", [
+    ({"mode": "cubic"}, [2, 4, 10, 14], None, 13),
+    ({"mode": "cubic", "coordinate_transformation_mode": "align_corners"}, None, [1, 1, 2, 2], 13),
+    ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, [2, 4, 3, 9], None, 13),
+    ({"mode": "cubic", "antialias": 1}, [2, 4, 3, 4], None, 18),
+    ({"mode": "linear", "antialias": 1}, None, [1, 1, 0.6, 0.5], 18),
+    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, [2, 4, 1, 14], None, 13),
     ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
-      "nearest_mode": "round_prefer_ceil"}, [2, 4, 10, 14], "round_prefer_ceil"),
-    ({"mode": "nearest"}, [2, 8, 10, 14], "channel"),
+      "nearest_mode": "round_prefer_ceil"}, [2, 4, 10, 14], None, 13),
+    ({"mode": "nearest"}, [2, 8, 10, 14], None, 13),
 ])
-def test_unsupported_modes_raise(attrs, sizes, message):
-    with pytest.raises(ConversionError, match=message):
-        convert_proto(_resize_model(attrs, sizes=sizes))
+def test_modes_no_tflite_resize_has_are_sampling_matrices(attrs, sizes, scales, opset):
+    """Each resized axis is a FULLY_CONNECTED by ONNX's sampling matrix: cubic, antialiased,
+    modes no TFLite flag pair samples like, and a resized channel axis."""
+    flatbuffer, report = assert_matches_onnxruntime(
+        _resize_model(attrs, sizes=sizes, scales=scales, opset=opset), rtol=1e-4, atol=1e-4)
+    assert "FULLY_CONNECTED" in report.op_counts
+    assert not {"RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"} & set(report.op_counts)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_resize_of_a_sequence(mode):
+    """A 3-D [N, C, L] resize (1-D audio or feature upsampling) along its last axis."""
+    model = _resize_model({"mode": mode}, scales=[1, 1, 2.5], conv=False, x_shape=[1, 3, 8])
+    assert_matches_onnxruntime(model, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("op_type,what,inputs,dtype,shape,opset", [
