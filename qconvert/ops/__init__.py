@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     control_flow,
     conv,
     conv_transpose,
+    cumsum,
     dynamic_quant,
     einsum,
     elementwise,
@@ -33,5 +34,6 @@ from . import (  # noqa: F401
     space_depth,
     tile,
     topk,
+    trilu,
     unary,
 )

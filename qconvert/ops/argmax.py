@@ -1,9 +1,12 @@
-"""ArgMax and ArgMin (ARG_MAX, ARG_MIN).
+"""ArgMax and ArgMin (ARG_MAX, ARG_MIN), and Hardmax (ARG_MAX then ONE_HOT).
 
 TFLite's kernels drop the reduced axis (keepdims=1 adds a RESHAPE), take the axis as an int32
 input, and return the first extreme index (a strict comparison). select_last_index=1 reverses the
 axis first (a GATHER with constant reversed indices) and maps the index j back to n-1-j.
 The output is int32 inside the graph (ONNX's int64 is narrowed).
+Hardmax is 1 at the first maximum along the axis and 0 elsewhere: ONE_HOT of ARG_MAX's index
+along that axis (opset 13); before opset 13 along the flattened trailing dimensions from the
+axis on (a RESHAPE to 2-D around it).
 """
 
 from __future__ import annotations
@@ -79,3 +82,32 @@ def import_argmax(node, ctx):
         out = flipped
     if keep:
         reshape(ctx, out, ctx.shape(y), y)
+
+
+@onnx_op("Hardmax")
+def import_hardmax(node, ctx):
+    x, y = node.inputs[0], node.outputs[0]
+    shape = tuple(ctx.shape(x))
+    dtype = np.dtype(ctx.dtype(x))
+    if dtype.kind != "f":
+        raise ctx.error(f"input {x!r} has dtype {dtype}; Hardmax takes floats")
+    rank = len(shape)
+    axis = node.attr("axis", -1 if ctx.opset >= 13 else 1)
+    if not -rank <= axis < max(rank, 1):
+        raise ctx.error(f"axis {axis} is outside [{-rank}, {rank - 1}] for an input of rank {rank}")
+    axis %= max(rank, 1)
+    source = x
+    if ctx.opset < 13:  # the coerced 2-D matrix [prod(shape[:axis]), prod(shape[axis:])]
+        matrix = (int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64)))
+        source, axis = reshape(ctx, x, matrix), 1
+    n = ctx.shape(source)[axis]
+    reduced = tuple(d for a, d in enumerate(ctx.shape(source)) if a != axis)
+    index = ctx.tensor(y + "_index", reduced, np.int32)
+    ctx.add_op("ARG_MAX", [source, ctx.constant("axis", np.array([axis], np.int32))], [index],
+               {"output_type": np.int32})
+    out = y if source == x else ctx.tensor(y + "_2d", ctx.shape(source), dtype)
+    ctx.add_op("ONE_HOT", [index, ctx.constant("depth", np.array(n, np.int32)),
+                           ctx.constant("one", np.array(1, dtype)), ctx.constant("zero", np.array(0, dtype))],
+               [out], {"axis": axis})
+    if out != y:
+        reshape(ctx, out, shape, y)

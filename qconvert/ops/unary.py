@@ -1,6 +1,10 @@
-"""Unary math: Sqrt, Exp, Log, Abs, Neg, Reciprocal, Floor, Ceil, Round, Sin, Cos, Erf, Softsign.
+"""Unary math: Sqrt, Exp, Log, Abs, Neg, Reciprocal, Floor, Ceil, Round, Sin, Cos, Sign, Erf,
+Softsign, and the trigonometric and hyperbolic functions Tan, Atan, Asin, Acos, Sinh, Cosh, Asinh,
+Acosh, Atanh.
 
-Most map to one TFLite builtin. Reciprocal is DIV(1, x) and Softsign x / (1 + |x|). TFLite has no
+Most map to one TFLite builtin. Reciprocal is DIV(1, x) and Softsign x / (1 + |x|). Atan is
+ATAN2(x, 1); the other trigonometric and hyperbolic functions, which TFLite lacks, are
+compositions accurate to a few float32 ulps over the whole range (see each importer). TFLite has no
 ERF builtin, so Erf is a rational approximation built from MUL/ADD/MINIMUM/DIV/RELU_N1_TO_1; its
 ops carry ERF_MARK in `source` so that transforms/identify_gelu.py can find the group and replace the
 whole x * 0.5 * (1 + erf(x / sqrt 2)) pattern by one GELU.
@@ -60,9 +64,16 @@ tflite_op("CEIL", evaluate=evaluate_unary(np.ceil), layout="elementwise")
 tflite_op("ROUND", evaluate=evaluate_unary(np.round), layout="elementwise")
 tflite_op("SIN", evaluate=evaluate_unary(np.sin), layout="elementwise")
 tflite_op("COS", options="CosOptions", evaluate=evaluate_unary(np.cos), layout="elementwise")
+# SIGN: float32 (v1) and int32 (v2) kernels; a NaN's sign is NaN (ONNX's too).
+tflite_op("SIGN", options="SignOptions", evaluate=evaluate_unary(np.sign), layout="elementwise",
+          version=by_input_dtype({np.int32: 2}))
+# ATAN2(y, x): float32 kernel, inputs of one shape (no broadcasting).
+tflite_op("ATAN2", options="ATan2Options", layout="elementwise",
+          evaluate=lambda inputs, op: [np.arctan2(inputs[0], inputs[1]).astype(inputs[0].dtype)])
 
 _DIRECT = {"Sqrt": "SQRT", "Exp": "EXP", "Log": "LOG", "Abs": "ABS", "Neg": "NEG",
-           "Floor": "FLOOR", "Ceil": "CEIL", "Round": "ROUND", "Sin": "SIN", "Cos": "COS"}
+           "Floor": "FLOOR", "Ceil": "CEIL", "Round": "ROUND", "Sin": "SIN", "Cos": "COS",
+           "Sign": "SIGN"}
 
 onnx_ops_as(_DIRECT, inputs=1)
 
@@ -130,3 +141,127 @@ def import_erf(node, ctx):
 def erf_reference(x: np.ndarray) -> np.ndarray:
     """erf in float64 (numpy has none), for checks and constant evaluation."""
     return np.vectorize(math.erf, otypes=[np.float64])(np.asarray(x, np.float64))
+
+
+class _Composition:
+    """Adds the ops of an elementwise composition over x's shape and dtype; every intermediate is
+    a new tensor named after the output y, and a number given as an input is a scalar constant."""
+
+    def __init__(self, ctx, x: str, y: str):
+        self.ctx, self.y = ctx, y
+        self.shape, self.dtype = ctx.shape(x), ctx.dtype(x)
+
+    def __call__(self, op_type: str, *inputs, out: str | None = None, dtype=None,
+                 options: dict | None = None) -> str:
+        names = [self.ctx.constant("c", np.array(v, self.dtype)) if isinstance(v, (int, float)) else v
+                 for v in inputs]
+        if out is None:
+            out = self.ctx.tensor(f"{self.y}_{op_type.lower()}", self.shape, dtype or self.dtype)
+        self.ctx.add_op(op_type, names, [out], options)
+        return out
+
+    def select(self, condition: str, a: str, b: str, out: str | None = None) -> str:
+        return self("SELECT_V2", condition, a, b, out=out)
+
+    def less(self, a, b) -> str:
+        return self("LESS", a, b, dtype=np.bool_)
+
+    def ones(self, x: str) -> str:
+        """A tensor of ones shaped like x (ATAN2 does not broadcast): x != NaN is true for every
+        x, NaN and infinities included, and casts to 1."""
+        true = self("NOT_EQUAL", x, float("nan"), dtype=np.bool_)
+        return self("CAST", true, options={"in_data_type": np.dtype(np.bool_), "out_data_type": self.dtype})
+
+    def atanh_series(self, s: str) -> str:
+        """atanh(s) = s (1 + s^2/3 + s^4/5 + ... + s^10/11) for |s| < _SERIES: the next term is
+        below 1e-8 of the sum there."""
+        t = self("MUL", s, s)
+        series = 1 / 11
+        for c in (1 / 9, 1 / 7, 1 / 5, 1 / 3, 1.0):
+            series = self("ADD", self("MUL", t, series), c)
+        return self("MUL", s, series)
+
+    def log1p(self, u: str) -> str:
+        """log(1 + u) without cancellation for small u: 2 atanh(s) with s = u / (2 + u) by the
+        series where |s| < _SERIES (u in (-1/3, 1/2)), LOG(1 + u) beyond (a NaN for 1 + u < 0)."""
+        s = self("DIV", u, self("ADD", u, 2.0))
+        series = self("MUL", self.atanh_series(s), 2.0)
+        near = self.less(self("ABS", s), _SERIES)
+        return self.select(near, series, self("LOG", self("ADD", u, 1.0)))
+
+    def odd(self, x: str, magnitude_fn, out: str) -> str:
+        """f(x) = sign(x) f(|x|) for an odd f given on |x| (NaN stays NaN)."""
+        positive = magnitude_fn(self("ABS", x))
+        return self.select(self.less(x, 0.0), self("NEG", positive), positive, out=out)
+
+
+def _float_input(node, ctx) -> str:
+    x = node.inputs[0]
+    if ctx.dtype(x) != np.float32:
+        raise ctx.error(f"{node.op_type} of {np.dtype(ctx.dtype(x))} is not supported (float32 only)")
+    return x
+
+
+# Below this magnitude atanh is its series, and so is log1p(u) = 2 atanh(u / (2 + u)): LOG(1 + u)
+# rounds 1 + u, and LOG's error near 1 is large relative to its result (TFLite's XNNPACK delegate
+# computes LOG to about 1e-7 absolute).
+_SERIES = 0.2
+# Beyond this magnitude asinh(a) and acosh(a) are log(2a) to float32 precision (the next term
+# is 1 / (4a^2) relative), and a^2 must not overflow.
+_LOG_REGION = 4096.0
+# Below this magnitude sinh(a) is its Taylor series (exp(a) - exp(-a) would cancel).
+_SINH_TAYLOR = 0.5
+
+
+def _sinh_cosh_parts(f: _Composition, a: str) -> tuple[str, str]:
+    """(exp(a) / 2, exp(-a) / 2) for a >= 0, the first as (h / 2) * h with h = exp(a / 2) so that
+    it stays finite up to sinh's and cosh's own overflow (exp(a) alone overflows first)."""
+    h = f("EXP", f("MUL", a, 0.5))
+    return f("MUL", f("MUL", h, 0.5), h), f("DIV", 0.5, f("EXP", a))
+
+
+@onnx_op("Tan", "Atan", "Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")
+def import_trigonometric(node, ctx):
+    """Atan: ATAN2(x, 1). Tan: sin / cos. Asin, Acos: ATAN2 of x and sqrt((1 - x)(1 + x)).
+    Sinh, Cosh: from exp (sinh's Taylor series near 0). Asinh, Acosh, Atanh: their logarithms
+    through an accurate log1p, log(2a) for large arguments. Out of the domain: NaN, as ONNX.
+    With TFLite's builtin kernels each is within a few float32 ulps of the exact value; the
+    XNNPACK delegate approximates EXP, LOG, SIN and COS itself (EXP to some 30 ulps near its
+    overflow, NaN in to 0 out), and the compositions inherit that."""
+    x, y = _float_input(node, ctx), node.outputs[0]
+    f = _Composition(ctx, x, y)
+    kind = node.op_type
+    if kind == "Atan":
+        f("ATAN2", x, f.ones(x), out=y)
+    elif kind == "Tan":
+        f("DIV", f("SIN", x), f("COS", x), out=y)
+    elif kind in ("Asin", "Acos"):
+        root = f("SQRT", f("MUL", f("SUB", 1.0, x), f("ADD", 1.0, x)))
+        f("ATAN2", *((x, root) if kind == "Asin" else (root, x)), out=y)
+    elif kind == "Cosh":
+        big, small = _sinh_cosh_parts(f, f("ABS", x))
+        f("ADD", big, small, out=y)
+    elif kind == "Sinh":
+        def sinh(a):
+            big, small = _sinh_cosh_parts(f, a)
+            t = f("MUL", a, a)  # a (1 + t/6 + t^2/120 + t^3/5040 + t^4/362880), t = a^2
+            series = 1 / 362880
+            for c in (1 / 5040, 1 / 120, 1 / 6, 1.0):
+                series = f("ADD", f("MUL", t, series), c)
+            return f.select(f.less(a, _SINH_TAYLOR), f("MUL", a, series), f("SUB", big, small))
+        f.odd(x, sinh, y)
+    elif kind == "Asinh":
+        def asinh(a):  # log1p(a + a^2 / (1 + sqrt(1 + a^2)))
+            square = f("MUL", a, a)
+            near = f.log1p(f("ADD", a, f("DIV", square, f("ADD", f("SQRT", f("ADD", square, 1.0)), 1.0))))
+            return f.select(f.less(a, _LOG_REGION), near, f("ADD", f("LOG", a), math.log(2)))
+        f.odd(x, asinh, y)
+    elif kind == "Acosh":  # log1p(t + sqrt(t (t + 2))), t = x - 1 (exact near 1)
+        t = f("SUB", x, 1.0)
+        near = f.log1p(f("ADD", t, f("SQRT", f("MUL", t, f("ADD", t, 2.0)))))
+        f.select(f.less(x, _LOG_REGION), near, f("ADD", f("LOG", x), math.log(2)), out=y)
+    else:  # Atanh: the series near 0, log((1 + a) / (1 - a)) / 2 beyond
+        def atanh(a):
+            ratio = f("DIV", f("ADD", a, 1.0), f("SUB", 1.0, a))
+            return f.select(f.less(a, _SERIES), f.atanh_series(a), f("MUL", f("LOG", ratio), 0.5))
+        f.odd(x, atanh, y)

@@ -90,3 +90,32 @@ def test_rank6_broadcast_between_activations(op_type):
         inputs, outputs = {"a": (FLOAT, a_shape), "b": (FLOAT, b_shape)}, {"y": BOOL}
     model = make_model([node], inputs, outputs)
     assert_matches_onnxruntime(model, {n: values(t, s) for n, (t, s) in inputs.items()})
+
+
+SPECIAL = np.array([[0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 3e38, -3e38, 1e-45]], np.float32)
+
+
+@pytest.mark.parametrize("elem_type", [FLOAT, TensorProto.DOUBLE])
+def test_isnan(elem_type):
+    model = make_model([helper.make_node("IsNaN", ["x"], ["y"])], {"x": (elem_type, SPECIAL.shape)},
+                       {"y": BOOL}, opset=20)
+    x = SPECIAL.astype(helper.tensor_dtype_to_np_dtype(elem_type))
+    _, report = assert_matches_onnxruntime(model, {"x": x}, rtol=0, atol=0)
+    assert report.op_counts.get("NOT_EQUAL") == 1
+
+
+@pytest.mark.parametrize("positive", [0, 1])
+@pytest.mark.parametrize("negative", [0, 1])
+def test_isinf(positive, negative):
+    model = make_model([helper.make_node("IsInf", ["x"], ["y"], detect_positive=positive,
+                                         detect_negative=negative)],
+                       {"x": (FLOAT, SPECIAL.shape)}, {"y": BOOL}, opset=20)
+    assert_matches_onnxruntime(model, {"x": SPECIAL}, rtol=0, atol=0)
+
+
+def test_isnan_of_int_is_refused():
+    from tests.harness import assert_refused_in_one_line
+
+    model = make_model([helper.make_node("IsNaN", ["x"], ["y"], name="nan_check")],
+                       {"x": (INT64, (3,))}, {"y": BOOL}, opset=20)
+    assert_refused_in_one_line(model, "int64", node="nan_check")

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.ops.registry import TFLITE_OPS
 from qconvert.ops.unary import erf_reference
-from tests.harness import assert_matches_onnxruntime, convert_proto, run_tflite
+from tests.harness import assert_matches_onnxruntime, convert_proto, run_onnxruntime, run_tflite
 
 NCHW = (2, 3, 5, 6)
 RNG = np.random.default_rng(7)
@@ -143,3 +143,123 @@ def test_erf_rejects_integer_input():
     # The schema's type check (qconvert/onnx/validate.py) refuses it before the importer would.
     with pytest.raises(ConversionError, match=r"'x' is tensor\(int32\), which input does not take"):
         convert_proto(model)
+
+
+# The trigonometric and hyperbolic functions: (domain low, high) for random inputs, numpy's twin.
+TRIGONOMETRIC = {"Tan": ((-1.5, 1.5), np.tan), "Atan": ((-20, 20), np.arctan),
+                 "Asin": ((-1, 1), np.arcsin), "Acos": ((-1, 1), np.arccos),
+                 "Sinh": ((-10, 10), np.sinh), "Cosh": ((-10, 10), np.cosh),
+                 "Asinh": ((-50, 50), np.arcsinh), "Acosh": ((1, 50), np.arccosh),
+                 "Atanh": ((-1, 1), np.arctanh)}
+
+
+def in_domain_after_conv(op_type):
+    """after_conv's model with the conv output brought into op_type's domain: Tanh for the
+    functions of [-1, 1], 1 + |t| for Acosh."""
+    model = after_conv(op_type)
+    (low, _), _ = TRIGONOMETRIC[op_type]
+    if low == -1 or op_type == "Acosh":
+        model.graph.node[1].input[0] = "t_in"
+        fix = ([helper.make_node("Tanh", ["t"], ["t_in"])] if low == -1 else
+               [helper.make_node("Abs", ["t"], ["t_abs"]), helper.make_node("Add", ["t_abs", "one"], ["t_in"])])
+        for node in reversed(fix):
+            model.graph.node.insert(1, node)
+        model.graph.initializer.append(numpy_helper.from_array(np.array(1, np.float32), "one"))
+    return model
+
+
+@pytest.mark.parametrize("op_type", sorted(TRIGONOMETRIC))
+def test_trigonometric(op_type):
+    (low, high), _ = TRIGONOMETRIC[op_type]
+    assert_matches_onnxruntime(plain(op_type, (4, 50)), feed((4, 50), low, high), rtol=2e-5)
+    # Small inputs keep the conv output away from the ill-conditioned ends (tan near pi/2, asin
+    # near 1), where the conv's own rounding would be amplified.
+    _, report = assert_matches_onnxruntime(in_domain_after_conv(op_type), feed(NCHW, -0.3, 0.3), rtol=2e-5)
+    assert report.transposes == 0
+
+
+def accuracy_inputs(low, high):
+    """Values across the domain, tiny magnitudes, its edges and special values."""
+    dense = np.linspace(max(low, -100), min(high, 100), 4001)
+    tiny = np.geomspace(1e-8, 1, 300)
+    edges = [low, high, np.nextafter(np.float32(high), 0), np.nextafter(np.float32(low), 0)]
+    x = np.concatenate([dense, tiny, -tiny, 1 + tiny, edges]).astype(np.float32)
+    return x[(x >= low) & (x <= high)]
+
+
+@pytest.mark.parametrize("op_type", sorted(TRIGONOMETRIC))
+def test_trigonometric_accuracy(op_type):
+    """With TFLite's builtin kernels the compositions are within 5 float32 ulps of the exact
+    value (numpy in float64) across their domains, tiny arguments included; the domain's
+    edges, infinities and NaN as ONNX has them (onnxruntime)."""
+    (low, high), exact = TRIGONOMETRIC[op_type]
+    low, high = {"Sinh": (-89, 89), "Cosh": (-89, 89), "Asinh": (-1e30, 1e30), "Acosh": (1, 1e30),
+                 "Atan": (-1e30, 1e30)}.get(op_type, (low, high))
+    x = accuracy_inputs(low, high)
+    flatbuffer, report = convert_proto(plain(op_type, x.shape))
+    got = run_tflite(flatbuffer, report, {"x": x}, reference_kernels=True)["y"]
+    with np.errstate(divide="ignore"):  # atanh(+-1)
+        want = exact(x.astype(np.float64))
+    finite = np.isfinite(want)
+    ulps = np.abs(got[finite] - want[finite]) / np.spacing(np.abs(want[finite]).astype(np.float32))
+    assert ulps.max() <= 5, (op_type, x[finite][np.argmax(ulps)], ulps.max())
+    special = np.array([np.nan, np.inf, -np.inf, 2.0, -2.0, 0.5, 0.0, -0.0, 1.0, -1.0], np.float32)
+    model = plain(op_type, special.shape)
+    flatbuffer, report = convert_proto(model)
+    got = run_tflite(flatbuffer, report, {"x": special}, reference_kernels=True)["y"]
+    want = run_onnxruntime(model, {"x": special})["y"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    kept = np.abs(want) < np.inf  # the reference kernels clamp infinities to the float32 max
+    np.testing.assert_allclose(got[kept], want[kept], rtol=3e-7)
+
+
+@pytest.mark.parametrize("elem_type", [TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32])
+def test_sign(elem_type):
+    dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+    x = np.array([[-3, -1, 0, 0, 2, 7]], dtype)
+    if elem_type == TensorProto.FLOAT:
+        x = np.array([[-3.5, -1e-30, -0.0, 0.0, 2e-45, np.inf, -np.inf, np.nan]], np.float32)
+    model = make_model([helper.make_node("Sign", ["x"], ["y"])], x.shape, x_type=elem_type)
+    flatbuffer, _ = assert_matches_onnxruntime(model, {"x": x}, rtol=0, atol=0)
+    if elem_type != TensorProto.FLOAT:  # SIGN's int32 kernel is version 2
+        from qconvert.tflite.reader import read
+
+        assert [op for op in read(flatbuffer).ops if op[0] == "SIGN"] == [("SIGN", 2)]
+
+
+def test_sign_after_conv():
+    _, report = assert_matches_onnxruntime(after_conv("Sign"), feed(NCHW), rtol=0, atol=0)
+    assert report.transposes == 0
+
+
+def test_atan2_as_tf2onnx_writes_it():
+    """tf2onnx's Atan2(y, x): atan(y / x) plus pi * sign(y) where x < 0 (Where on Less), with
+    x = 0 taken apart (sign(y) * pi / 2), built from Atan, Div, Sign, Less, Where, Mul, Add."""
+    from onnx import TensorProto as T
+
+    nodes = [
+        helper.make_node("Div", ["y", "x"], ["ratio"]),
+        helper.make_node("Atan", ["ratio"], ["atan"]),
+        helper.make_node("Sign", ["y"], ["sign_y"]),
+        helper.make_node("Less", ["x", "zero"], ["x_negative"]),
+        helper.make_node("Mul", ["sign_y", "pi"], ["turn"]),
+        helper.make_node("Where", ["x_negative", "turn", "zero"], ["correction"]),
+        helper.make_node("Add", ["atan", "correction"], ["quadrant"]),
+        helper.make_node("Equal", ["x", "zero"], ["x_zero"]),
+        helper.make_node("Mul", ["sign_y", "half_pi"], ["axis"]),
+        helper.make_node("Where", ["x_zero", "axis", "quadrant"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "atan2", [helper.make_tensor_value_info(n, T.FLOAT, [6, 40]) for n in ("y", "x")],
+        [helper.make_tensor_value_info("out", T.FLOAT, None)],
+        [numpy_helper.from_array(np.array(v, np.float32), n)
+         for n, v in (("zero", 0.0), ("pi", np.pi), ("half_pi", np.pi / 2))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    y, x = RNG.standard_normal((2, 6, 40)).astype(np.float32) * 3
+    x[0, :5] = 0.0
+    y[1, :5] = 0.0
+    feeds = {"y": y, "x": x}
+    flatbuffer, report = assert_matches_onnxruntime(model, feeds, rtol=1e-6, atol=1e-6)
+    off_axis = y != 0  # there the composition is atan2 (on it, 0 where atan2 has +-pi)
+    np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["out"][off_axis],
+                               np.arctan2(y, x)[off_axis], rtol=1e-6, atol=1e-6)
