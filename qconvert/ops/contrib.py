@@ -330,3 +330,253 @@ def import_fused_conv(node, ctx):
     if activation == "Clip":  # bounds as inputs from opset 11, as attributes before
         inputs += [_scalar(ctx, attrs.get("min", -np.inf)), _scalar(ctx, attrs.get("max", np.inf))]
     _call(ctx, node, activation, inputs, [y], **attrs)
+
+
+# --- attention ------------------------------------------------------------------------------
+def _attention_sizes(w_shape, attrs) -> tuple[int, int, int]:
+    sizes = attrs.get("qkv_hidden_sizes") or [w_shape[1] // 3] * 3
+    return tuple(int(s) for s in sizes)
+
+
+@_types(MS + "Attention")
+def _attention_types(shapes, dtypes, attrs):
+    x = shapes[0]
+    return [(tuple(x[:-1]) + (_attention_sizes(shapes[1], attrs)[2],), dtypes[0]), None]
+
+
+@_types(MS + "MultiHeadAttention")
+def _multi_head_attention_types(shapes, dtypes, attrs):
+    q, v = shapes[0], shapes[2]
+    if len(q) != 3 or v is None or len(v) != 3:
+        return [None]
+    return [(tuple(q[:-1]) + (v[-1],), dtypes[0])]
+
+
+def _refuse_state(ctx, node, past_inputs, present_outputs) -> None:
+    if any(_input(node, k) for k in past_inputs) or any(_output(ctx, node, k) for k in present_outputs):
+        raise ctx.error("past and present key/value state (a decoder's cache) is not supported; "
+                        "export the model without a cache")
+    if node.attr("do_rotary", 0):
+        raise ctx.error("do_rotary is not supported")
+
+
+def _heads(ctx, node) -> int:
+    heads = node.attr("num_heads")
+    if not heads or heads < 1:
+        raise ctx.error("num_heads is missing or not positive")
+    return int(heads)
+
+
+def _project(ctx, node, x: str, w: np.ndarray, b: np.ndarray | None, hint: str) -> str:
+    """x @ w (+ b) as MatMul and Add import it (FULLY_CONNECTED, then the bias the pipeline
+    folds into it)."""
+    shape = ctx.shape(x)[:-1] + (w.shape[1],)
+    out = ctx.tensor(hint, shape, ctx.dtype(x))
+    _call(ctx, node, "MatMul", [x, ctx.constant(hint + "_weight", np.ascontiguousarray(w, np.float32))],
+          [out])
+    if b is None:
+        return out
+    return _binary(ctx, "ADD", out, ctx.constant(hint + "_bias", np.asarray(b, np.float32)), hint + "_biased")
+
+
+def _attend(ctx, q: str, k: str, v: str, heads: int, scale: float, biases, y: str) -> None:
+    """y = concat over heads of SOFTMAX(Q K^T * scale + biases) V, q [B, S, N*h], k [B, L, N*h],
+    v [B, L, N*hv]; each bias broadcasts to the scores [B, N, S, L]."""
+    batch, length, width = ctx.shape(q)
+    keys, value_width = ctx.shape(k)[1], ctx.shape(v)[2]
+    size, value_size = width // heads, value_width // heads
+    qh = transpose(ctx, reshape(ctx, q, (batch, length, heads, size)), (0, 2, 1, 3))
+    kh = transpose(ctx, reshape(ctx, k, (batch, keys, heads, size)), (0, 2, 3, 1))
+    vh = transpose(ctx, reshape(ctx, v, (batch, keys, heads, value_size)), (0, 2, 1, 3))
+    scores = _op(ctx, "BATCH_MATMUL", [qh, kh], y + "_scores", (batch, heads, length, keys))
+    scores = _binary(ctx, "MUL", scores, _scalar(ctx, scale), y + "_scaled")
+    for bias in biases:
+        scores = _binary(ctx, "ADD", scores, bias, y + "_masked")
+    probs = _op(ctx, "SOFTMAX", [scores], y + "_probs", ctx.shape(scores), options={"beta": 1.0})
+    context = _op(ctx, "BATCH_MATMUL", [probs, vh], y + "_context", (batch, heads, length, value_size))
+    merged = transpose(ctx, context, (0, 2, 1, 3))
+    reshape(ctx, merged, (batch, length, value_width), y)
+
+
+def _mask_bias(ctx, mask: str, batch: int, length: int, keys: int, fill: float, what: str) -> str:
+    """The additive bias of a mask, broadcasting to the scores [B, N, S, L]: 0 where a key is
+    attended, `fill` (mask_filter_value) where it is masked. Forms: [B] key lengths (keys at or
+    past the length masked), [2B] end and start positions, [B, L] and [B, S, L] 0/1 masks (a key
+    is attended where > 0). Megatron's [B, 1, M, M] is refused: onnxruntime's CPU kernel has none."""
+    shape = ctx.shape(mask)
+    if ctx.dtype(mask) != np.int32:
+        raise ctx.error(f"{what} {mask!r} has dtype {ctx.dtype(mask)}; int32 is supported")
+    zero = ctx.constant("zero", np.zeros((), np.int32))
+    if shape in ((batch,), (2 * batch,)):
+        positions = ctx.constant("positions", np.arange(keys, dtype=np.int32).reshape(1, keys))
+        bounds = reshape(ctx, mask, (shape[0] // batch, batch, 1))
+        ends = _call_gather(ctx, bounds, 0, (batch, 1))
+        valid = _op(ctx, "LESS", [positions, ends], mask + "_valid", (batch, keys), np.bool_)
+        if shape == (2 * batch,):
+            starts = _call_gather(ctx, bounds, 1, (batch, 1))
+            after = _op(ctx, "GREATER_EQUAL", [positions, starts], mask + "_after", (batch, keys), np.bool_)
+            valid = _op(ctx, "LOGICAL_AND", [valid, after], mask + "_window", (batch, keys), np.bool_)
+        target = (batch, 1, 1, keys)
+    elif shape == (batch, keys):
+        valid, target = mask, (batch, 1, 1, keys)
+    elif shape == (batch, length, keys):
+        valid, target = mask, (batch, 1, length, keys)
+    else:
+        raise ctx.error(f"{what} {mask!r} of shape {list(shape)} is not supported (forms: [{batch}], "
+                        f"[{2 * batch}], [{batch}, {keys}], [{batch}, {length}, {keys}])")
+    if ctx.dtype(valid) != np.bool_:
+        valid = _op(ctx, "GREATER", [valid, zero], mask + "_attended", ctx.shape(valid), np.bool_)
+    bias = _op(ctx, "SELECT_V2", [valid, _scalar(ctx, 0.0), _scalar(ctx, fill)], mask + "_bias",
+               ctx.shape(valid))
+    return reshape(ctx, bias, target)
+
+
+def _call_gather(ctx, x: str, index: int, shape) -> str:
+    out = ctx.tensor(x + f"_{index}", shape, ctx.dtype(x))
+    ctx.add_op("GATHER", [x, ctx.constant("index", np.array(index, np.int32))], [out],
+               {"axis": 0, "batch_dims": 0})
+    return out
+
+
+def _causal_bias(ctx, length: int, keys: int, fill: float) -> str:
+    """`fill` where a query attends a later key (unidirectional)."""
+    later = np.arange(keys)[None, :] > np.arange(length)[:, None]
+    return ctx.constant("causal", np.where(later, np.float32(fill), np.float32(0)).reshape(1, 1, length, keys))
+
+
+def _biases(ctx, node, mask: str, attention_bias: str, batch, length, keys, heads, what) -> list[str]:
+    fill = float(node.attr("mask_filter_value", -10000.0))
+    biases = [_mask_bias(ctx, mask, batch, length, keys, fill, what)] if mask else []
+    if node.attr("unidirectional", 0):
+        biases.append(_causal_bias(ctx, length, keys, fill))
+    if attention_bias:
+        _check_float(ctx, attention_bias, "attention_bias")
+        try:
+            np.broadcast_shapes(ctx.shape(attention_bias), (batch, heads, length, keys))
+        except ValueError:
+            raise ctx.error(f"attention_bias {attention_bias!r} of shape {list(ctx.shape(attention_bias))} "
+                            f"does not broadcast to the scores {[batch, heads, length, keys]}") from None
+        biases.append(attention_bias)
+    return biases
+
+
+@onnx_op(MS + "Attention")
+def import_attention(node, ctx):
+    """BERT's self-attention from packed weights [in, q + k + v] (qkv_hidden_sizes, else thirds):
+    three projections (MatMul + Add), then _attend with the mask, causal and attention biases."""
+    x, w_name = node.inputs[:2]
+    bias_name, mask, attention_bias = _input(node, 2), _input(node, 3), _input(node, 5)
+    y = node.outputs[0]
+    _refuse_state(ctx, node, (4, 6), (1,))
+    heads = _heads(ctx, node)
+    _check_float(ctx, x, "input")
+    if ctx.rank(x) != 3:
+        raise ctx.error(f"input {x!r} of shape {list(ctx.shape(x))} is not [batch, sequence, hidden]")
+    w = np.asarray(ctx.require_const(w_name, "weights"), np.float32)
+    sizes = _attention_sizes(w.shape, node.attrs)
+    if w.ndim != 2 or w.shape[0] != ctx.shape(x)[2] or sum(sizes) != w.shape[1] or \
+            sizes[0] != sizes[1] or any(s % heads for s in sizes):
+        raise ctx.error(f"weights {list(w.shape)} with qkv_hidden_sizes {list(sizes)} and {heads} heads "
+                        f"do not fit the input {list(ctx.shape(x))}")
+    b = np.asarray(ctx.require_const(bias_name, "bias"), np.float32) if bias_name else None
+    if b is not None and b.shape != (w.shape[1],):
+        raise ctx.error(f"bias {list(b.shape)} does not fit the weights {list(w.shape)}")
+    ends = np.cumsum((0,) + sizes)
+    q, k, v = (_project(ctx, node, x, w[:, lo:hi], None if b is None else b[lo:hi], f"{y}_{part}")
+               for part, lo, hi in zip("qkv", ends[:-1], ends[1:]))
+    batch, length = ctx.shape(x)[:2]
+    scale = float(node.attr("scale", 0.0)) or 1 / math.sqrt(sizes[0] // heads)
+    biases = _biases(ctx, node, mask, attention_bias, batch, length, length, heads, "mask_index")
+    _attend(ctx, q, k, v, heads, scale, biases, y)
+
+
+@onnx_op(MS + "MultiHeadAttention")
+def import_multi_head_attention(node, ctx):
+    """Attention of separate Q [B, S, D], K [B, L, D] and V [B, L, Dv] (already projected), the
+    optional bias [D + D + Dv] added to them, then _attend with key_padding_mask, causal and
+    attention biases."""
+    q, k, v = (_input(node, i) for i in range(3))
+    bias_name, mask, attention_bias = _input(node, 3), _input(node, 4), _input(node, 5)
+    y = node.outputs[0]
+    _refuse_state(ctx, node, (6, 7, 8, 9), (1, 2, 3))
+    heads = _heads(ctx, node)
+    if not (k and v) or any(ctx.rank(n) != 3 for n in (q, k, v)):
+        raise ctx.error("only separate 3-D query, key and value are supported (not packed QKV or KV, "
+                        "nor key and value in [batch, heads, length, size])")
+    for name in (q, k, v):
+        _check_float(ctx, name, "input")
+    (batch, length, width), (_, keys, key_width), value_width = ctx.shape(q), ctx.shape(k), ctx.shape(v)[2]
+    if key_width != width or ctx.shape(k)[0] != batch or ctx.shape(v)[:2] != (batch, keys) or \
+            width % heads or value_width % heads:
+        raise ctx.error(f"query {list(ctx.shape(q))}, key {list(ctx.shape(k))} and value "
+                        f"{list(ctx.shape(v))} do not fit each other and {heads} heads")
+    if bias_name:
+        b = np.asarray(ctx.require_const(bias_name, "bias"), np.float32)
+        if b.shape != (2 * width + value_width,):
+            raise ctx.error(f"bias {list(b.shape)} is not [{2 * width + value_width}]")
+        parts = (b[:width], b[width:2 * width], b[2 * width:])
+        q, k, v = (_binary(ctx, "ADD", name, ctx.constant(f"{name}_bias", part), f"{y}_{tag}")
+                   for name, part, tag in zip((q, k, v), parts, "qkv"))
+    scale = float(node.attr("scale", 0.0)) or 1 / math.sqrt(width // heads)
+    biases = _biases(ctx, node, mask, attention_bias, batch, length, keys, heads, "key_padding_mask")
+    _attend(ctx, q, k, v, heads, scale, biases, y)
+
+
+# --- embeddings -----------------------------------------------------------------------------
+@_types(MS + "EmbedLayerNormalization")
+def _embed_types(shapes, dtypes, attrs):
+    ids, words = shapes[0], shapes[2]
+    out = (tuple(ids) + (words[1],), dtypes[2])
+    return [out, ((ids[0],), np.dtype(np.int32)), out]
+
+
+@onnx_op(MS + "EmbedLayerNormalization")
+def import_embed_layer_norm(node, ctx):
+    """BERT's embeddings: word[input_ids] + position[position_ids, else 0..S-1] (+ segment[
+    segment_ids]) through LayerNormalization; mask_index is the mask's count of attended (1)
+    positions per sequence (0 without a mask)."""
+    ids, segment_ids, words, positions, segments, gamma, beta, mask, position_ids = (
+        _input(node, k) for k in range(9))
+    y = node.outputs[0]
+    if ctx.rank(ids) != 2:
+        raise ctx.error(f"input_ids {ids!r} of shape {list(ctx.shape(ids))} is not [batch, sequence]")
+    batch, length = ctx.shape(ids)
+    width = ctx.shape(words)[1]
+    shape = (batch, length, width)
+    total = _gather(ctx, node, words, ids, y + "_words")
+    if position_ids:
+        position = _gather(ctx, node, positions, position_ids, y + "_positions")
+    else:
+        table = ctx.const(positions)
+        if table is None or table.shape[0] < length:
+            raise ctx.error(f"position_embedding {positions!r} must be a constant of at least "
+                            f"{length} rows")
+        position = ctx.constant(positions, np.asarray(table[:length], np.float32)[None])
+    last = not segment_ids
+    total = _binary(ctx, "ADD", total, position, y + "_embedded",
+                    out=(_output(ctx, node, 2) or None) if last else None)
+    if segment_ids:
+        total = _binary(ctx, "ADD", total, _gather(ctx, node, segments, segment_ids, y + "_segments"),
+                        y + "_embedded", out=_output(ctx, node, 2) or None)
+    _call(ctx, node, "LayerNormalization", [total, gamma, beta], [y], axis=-1,
+          epsilon=float(node.attr("epsilon", 1e-12)))
+    index = _output(ctx, node, 1)
+    if not index:
+        return
+    if not mask:  # onnxruntime's mask_index of no mask
+        ctx.set_constant(index, np.zeros(batch, np.int32))
+        return
+    ones = _op(ctx, "EQUAL", [mask, ctx.constant("one", np.ones((), ctx.dtype(mask)))], mask + "_ones",
+               ctx.shape(mask), np.bool_)
+    counted = _op(ctx, "CAST", [ones], mask + "_count", ctx.shape(mask), np.int32,
+                  {"in_data_type": np.dtype(np.bool_), "out_data_type": np.dtype(np.int32)})
+    ctx.add_op("SUM", [counted, ctx.constant("axes", np.array([1], np.int32))], [index],
+               {"keep_dims": False})
+
+
+def _gather(ctx, node, table: str, indices: str, hint: str) -> str:
+    if ctx.const(table) is None:
+        raise ctx.error(f"embedding table {table!r} is computed at run time; it must be a constant")
+    out = ctx.tensor(hint, ctx.shape(indices) + ctx.shape(table)[1:], ctx.dtype(table))
+    _call(ctx, node, "Gather", [table, indices], [out], axis=0)
+    return out

@@ -141,3 +141,121 @@ def test_fused_conv(activation, params, with_z):
     if with_z:
         feeds["z"] = _normal(1, 4, 5, 8)
     assert_matches_onnxruntime(model, feeds)
+
+
+I = TensorProto.INT32
+B, S, HIDDEN, HEADS = 2, 5, 16, 4
+
+
+def _attention_model(mask_shape=None, attrs=None, sizes=(HIDDEN, HIDDEN, HIDDEN), bias=True,
+                     attention_bias=False):
+    """x [B, S, HIDDEN] -> Attention (mask_index an int32 input of `mask_shape`) -> Relu."""
+    inits = {"w": _normal(HIDDEN, sum(sizes), scale=0.3)}
+    inputs = ["x", "w", "b" if bias else "", "mask" if mask_shape else "", "",
+              "ab" if attention_bias else ""]
+    if bias:
+        inits["b"] = _normal(sum(sizes), scale=0.3)
+    extra = {"mask": (I, mask_shape)} if mask_shape else {}
+    if attention_bias:
+        extra["ab"] = (F, [1, HEADS, S, S])
+    attrs = dict(attrs or {}, num_heads=HEADS)
+    if sizes[0] != sizes[2]:
+        attrs["qkv_hidden_sizes"] = list(sizes)
+    while inputs[-1] == "":
+        inputs.pop()
+    return _then_relu(_ms("Attention", inputs, ["t"], **attrs), [B, S, HIDDEN], inits, extra_inputs=extra)
+
+
+def _lengths_mask(rng_lengths=(3, 5)):
+    return np.array(rng_lengths, np.int32)
+
+
+def _binary_mask(*shape):
+    mask = (RNG.random(shape) > 0.3).astype(np.int32)
+    mask[..., 0] = 1  # no sequence fully masked
+    return mask
+
+
+@pytest.mark.parametrize("mask_shape,mask", [
+    (None, None),
+    ([B], np.array([3, 5], np.int32)),
+    ([2 * B], np.array([4, 5, 1, 0], np.int32)),
+    ([B, S], "binary"),
+    ([B, S, S], "binary"),
+])
+def test_attention_masks(mask_shape, mask):
+    model = _attention_model(mask_shape)
+    feeds = {"x": _normal(B, S, HIDDEN)}
+    if mask_shape:
+        feeds["mask"] = _binary_mask(*mask_shape) if isinstance(mask, str) else mask
+    _, report = assert_matches_onnxruntime(model, feeds)
+    assert report.op_counts.get("SOFTMAX") == 1
+
+
+@pytest.mark.parametrize("attrs,kwargs", [
+    ({"unidirectional": 1}, {}),
+    ({"unidirectional": 1}, {"mask_shape": [B, S]}),
+    ({"scale": 0.3, "mask_filter_value": -5000.0}, {"mask_shape": [B, S]}),
+    ({}, {"sizes": (8, 8, 12)}),
+    ({}, {"bias": False, "attention_bias": True}),
+])
+def test_attention_options(attrs, kwargs):
+    model = _attention_model(attrs=attrs, **kwargs)
+    feeds = {"x": _normal(B, S, HIDDEN)}
+    if kwargs.get("mask_shape"):
+        feeds["mask"] = _binary_mask(*kwargs["mask_shape"])
+    if kwargs.get("attention_bias"):
+        feeds["ab"] = _normal(1, HEADS, S, S)
+    assert_matches_onnxruntime(model, feeds)
+
+
+def test_attention_past_is_refused():
+    model = _attention_model()
+    node = model.graph.node[0]
+    node.input.extend(["", "past"])
+    model.graph.input.append(helper.make_tensor_value_info("past", F, [2, B, HEADS, 1, HIDDEN // HEADS]))
+    assert_refused_in_one_line(model, "past and present")
+
+
+@pytest.mark.parametrize("mask_shape,bias,attrs", [
+    (None, True, {}), ([B, 7], True, {}), ([B], False, {"unidirectional": 0, "scale": 0.2}),
+])
+def test_multi_head_attention(mask_shape, bias, attrs):
+    """Cross-attention: 5 queries, 7 keys; value width 12."""
+    inputs = ["q", "k", "v", "b" if bias else "", "mask" if mask_shape else ""]
+    while inputs[-1] == "":
+        inputs.pop()
+    extra = {"k": (F, [B, 7, HIDDEN]), "v": (F, [B, 7, 12])}
+    if mask_shape:
+        extra["mask"] = (I, mask_shape)
+    nodes = [_ms("MultiHeadAttention", inputs, ["t"], num_heads=HEADS, **attrs),
+             helper.make_node("Relu", ["t"], ["y"])]
+    model = _model(nodes, {"q": (F, [B, S, HIDDEN]), **extra}, {"y": F},
+                   {"b": _normal(2 * HIDDEN + 12)} if bias else None)
+    feeds = {"q": _normal(B, S, HIDDEN), "k": _normal(B, 7, HIDDEN), "v": _normal(B, 7, 12)}
+    if mask_shape:
+        feeds["mask"] = _binary_mask(*mask_shape) if len(mask_shape) == 2 else np.array([4, 7], np.int32)
+    assert_matches_onnxruntime(model, feeds)
+
+
+@pytest.mark.parametrize("segments,position_ids,mask", [
+    (True, False, True), (False, False, False), (True, True, True)])
+def test_embed_layer_norm(segments, position_ids, mask):
+    inits = {"words": _normal(30, HIDDEN), "positions": _normal(12, HIDDEN), "types": _normal(2, HIDDEN),
+             "gamma": _normal(HIDDEN), "beta": _normal(HIDDEN)}
+    inputs = ["ids", "segment" if segments else "", "words", "positions", "types" if segments else "",
+              "gamma", "beta", "mask" if mask else "", "pos" if position_ids else ""]
+    while inputs[-1] == "":
+        inputs.pop()
+    outputs = ["t", "index"]
+    nodes = [_ms("EmbedLayerNormalization", inputs, outputs, epsilon=1e-5),
+             helper.make_node("Relu", ["t"], ["y"])]
+    graph_inputs = {"ids": (I, [B, S])}
+    feeds = {"ids": RNG.integers(0, 30, (B, S)).astype(np.int32)}
+    for used, name, shape, high in ((segments, "segment", [B, S], 2), (mask, "mask", [B, S], 2),
+                                    (position_ids, "pos", [B, S], 12)):
+        if used:
+            graph_inputs[name] = (I, shape)
+            feeds[name] = RNG.integers(0, high, shape).astype(np.int32)
+    model = _model(nodes, graph_inputs, {"y": F, "index": I}, inits)
+    assert_matches_onnxruntime(model, feeds)
