@@ -32,6 +32,7 @@ from . import (  # noqa: F401
     slice,
     softmax,
     space_depth,
+    spectral,
     tile,
     topk,
     trilu,
