@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     gemm,
     lrn,
     lstm,
+    nms,
     norms,
     onehot,
     pad,
