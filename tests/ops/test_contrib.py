@@ -259,3 +259,78 @@ def test_embed_layer_norm(segments, position_ids, mask):
             feeds[name] = RNG.integers(0, high, shape).astype(np.int32)
     model = _model(nodes, graph_inputs, {"y": F, "index": I}, inits)
     assert_matches_onnxruntime(model, feeds)
+
+
+def _bert_like(batch=2, seq=6, hidden=16, heads=4, layers=2, vocab=40, ffn=32):
+    """A BERT encoder in plain ONNX ops as PyTorch exports it (embeddings and LayerNormalization,
+    per layer Q/K/V MatMul + Add + Reshape + Transpose, Div by sqrt(size), the extended mask
+    (1 - mask) * -10000, Softmax, output projection, residual Add + LayerNormalization, the erf
+    GELU feed-forward), random weights."""
+    inits, nodes = {}, []
+
+    def w(name, *shape, scale=0.2):
+        inits[name] = (RNG.standard_normal(shape) * scale).astype(np.float32)
+        return name
+
+    def node(op, inputs, out, **attrs):
+        nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    size = hidden // heads
+    inits.update(one=np.float32(1.0), neg=np.float32(-10000.0), root=np.float32(np.sqrt(size)),
+                 split=np.array([0, 0, heads, size], np.int64), merge=np.array([0, 0, hidden], np.int64),
+                 ax1=np.array([1], np.int64), ax2=np.array([2], np.int64), sqrt2=np.float32(np.sqrt(2.0)),
+                 half=np.float32(0.5), position_ids=np.arange(seq, dtype=np.int64)[None])
+    s = node("Add", [node("Gather", [w("word", vocab, hidden), "input_ids"], "word_e"),
+                     node("Gather", [w("pos", 32, hidden), "position_ids"], "pos_e")], "emb0")
+    s = node("Add", [s, node("Gather", [w("types", 2, hidden), "token_type_ids"], "type_e")], "emb")
+    h = node("LayerNormalization", [s, w("emb_g", hidden, scale=1.0), w("emb_b", hidden)], "emb_ln",
+             epsilon=1e-12)
+    m = node("Unsqueeze", [node("Unsqueeze", ["attention_mask", "ax1"], "mask_u1"), "ax2"], "mask_u2")
+    m = node("Sub", ["one", node("Cast", [m], "mask_f", to=F)], "mask_inv")
+    mask = node("Mul", [m, "neg"], "mask_bias")
+    for n in range(layers):
+        def projection(tag, perm):
+            x = node("MatMul", [h, w(f"w{tag}{n}", hidden, hidden)], f"{tag}{n}_mm")
+            x = node("Reshape", [node("Add", [x, w(f"b{tag}{n}", hidden)], f"{tag}{n}_add"), "split"],
+                     f"{tag}{n}_r")
+            return node("Transpose", [x], f"{tag}{n}_t", perm=perm)
+
+        q, k, v = projection("q", [0, 2, 1, 3]), projection("k", [0, 2, 3, 1]), projection("v", [0, 2, 1, 3])
+        x = node("Div", [node("MatMul", [q, k], f"qk{n}"), "root"], f"qk{n}_scaled")
+        x = node("Softmax", [node("Add", [x, mask], f"qk{n}_masked")], f"probs{n}", axis=-1)
+        x = node("Transpose", [node("MatMul", [x, v], f"ctx{n}")], f"ctx{n}_t", perm=[0, 2, 1, 3])
+        x = node("MatMul", [node("Reshape", [x, "merge"], f"ctx{n}_r"), w(f"wo{n}", hidden, hidden)], f"o{n}")
+        x = node("Add", [node("Add", [x, w(f"bo{n}", hidden)], f"o{n}_add"), h], f"res{n}")
+        h1 = node("LayerNormalization", [x, w(f"g1{n}", hidden, scale=1.0), w(f"e1{n}", hidden)],
+                  f"ln1{n}", epsilon=1e-12)
+        x = node("Add", [node("MatMul", [h1, w(f"w1{n}", hidden, ffn)], f"f1{n}"), w(f"b1{n}", ffn)],
+                 f"f1{n}_add")
+        erf = node("Erf", [node("Div", [x, "sqrt2"], f"gelu{n}_div")], f"gelu{n}_erf")
+        x = node("Mul", [node("Mul", [x, node("Add", [erf, "one"], f"gelu{n}_1p")], f"gelu{n}_mul"), "half"],
+                 f"gelu{n}")
+        x = node("Add", [node("MatMul", [x, w(f"w2{n}", ffn, hidden)], f"f2{n}"), w(f"b2{n}", hidden)],
+                 f"f2{n}_add")
+        h = node("LayerNormalization", [node("Add", [x, h1], f"res2{n}"), w(f"g2{n}", hidden, scale=1.0),
+                                        w(f"e2{n}", hidden)], f"ln2{n}", epsilon=1e-12)
+    nodes.append(helper.make_node("Identity", [h], ["last_hidden_state"]))
+    inputs = {name: (TensorProto.INT64, [batch, seq]) for name in ("input_ids", "token_type_ids", "attention_mask")}
+    return _model(nodes, inputs, {"last_hidden_state": F}, inits, opset=17)
+
+
+def test_bert_through_onnxruntime_transformer_optimizer():
+    """onnxruntime's optimizer fuses the plain encoder into EmbedLayerNormalization (its mask_index
+    feeding Attention), Attention, SkipLayerNormalization and BiasGelu; the fused model converts
+    and matches onnxruntime."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    fused = optimize_model(_bert_like(), model_type="bert", num_heads=4, hidden_size=16, opt_level=0).model
+    kinds = {f"{n.domain}.{n.op_type}" for n in fused.graph.node}
+    assert {"com.microsoft.EmbedLayerNormalization", "com.microsoft.Attention",
+            "com.microsoft.SkipLayerNormalization", "com.microsoft.BiasGelu"} <= kinds, kinds
+    mask = np.ones((2, 6), np.int64)
+    mask[1, 4:] = 0
+    feeds = {"input_ids": RNG.integers(0, 40, (2, 6)), "token_type_ids": RNG.integers(0, 2, (2, 6)),
+             "attention_mask": mask}
+    _, report = assert_matches_onnxruntime(fused, feeds)
+    assert report.op_counts.get("GELU") == 2 and report.op_counts.get("SOFTMAX") == 2
