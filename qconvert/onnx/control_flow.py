@@ -37,6 +37,9 @@ CONTROL_OPS = ("If", "Loop", "Scan")
 # unrolled graph grows by that many nodes; beyond it a Loop becomes a TFLite WHILE.
 MAX_UNROLLED_ITERATIONS = 64
 MAX_UNROLLED_NODES = 4096
+# A condition computed from counters (tf2onnx's `time < steps`) is run alone for at most this many
+# iterations to find the loop's iteration count before it runs.
+MAX_SIMULATED_ITERATIONS = 1 << 14
 
 
 def _subgraphs(node: onnx.NodeProto):
@@ -180,6 +183,98 @@ def _stays_true(body: onnx.GraphProto) -> bool:
     return body.output[0].name in true
 
 
+def _control_slice(body: onnx.GraphProto, known) -> tuple[list, list[int]] | None:
+    """(nodes, carried) of the part of `body` that computes its condition output: the nodes in
+    body order, and the indices of the loop-carried values it reads, whose next values it then
+    computes too. None when that part reads anything else than the iteration number, the
+    condition, those carried values and constants (`known(name)`: an outer constant), or holds
+    control flow itself."""
+    producers = {o: node for node in body.node for o in node.output if o}
+    positions = {v.name: k for k, v in enumerate(body.input)}
+    own = {t.name for t in body.initializer}
+    needed, carried, pending, seen = set(), set(), [body.output[0].name], set()
+    while pending:
+        name = pending.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name in positions:
+            k = positions[name]
+            if k >= 2 and k - 2 not in carried:
+                carried.add(k - 2)
+                pending.append(body.output[k - 1].name)
+            continue
+        node = producers.get(name)
+        if node is None:
+            if name in own or known(name):
+                continue
+            return None
+        if node.op_type in CONTROL_OPS or node.op_type in ("RandomNormal", "RandomUniform",
+                                                         "RandomNormalLike", "RandomUniformLike"):
+            return None
+        if id(node) not in needed:
+            needed.add(id(node))
+            pending.extend(node.input)
+    return [node for node in body.node if id(node) in needed], sorted(carried)
+
+
+def _simulated_count(graph, node: onnx.NodeProto) -> int | None:
+    """The iteration count of a Loop whose condition depends on counters only (the iteration
+    number, carried values that start constant and evolve from constants: tf2onnx writes every
+    Keras RNN so), found by running the body's control slice alone; None otherwise, or beyond
+    MAX_SIMULATED_ITERATIONS. `graph` is the loader's _Graph; a count once simulated is kept on it
+    by node (shape inference and flattening ask again at every round of the loader's folding)."""
+    body = _attr(node, "body")
+    constants = graph.constants
+    trip = node.input[0] if node.input else ""
+    cond = node.input[1] if len(node.input) > 1 else ""
+    if (trip and trip not in constants) or (cond and cond not in constants):
+        return None
+    found = _control_slice(body, lambda name: name in constants)
+    if found is None or any(node.input[2 + k] not in constants for k in found[1]):
+        return None
+    known = graph.__dict__.setdefault("simulated_counts", {})
+    if id(node) not in known:
+        known[id(node)] = _simulate(graph, node, *found)
+    return known[id(node)]
+
+
+def _simulate(graph, node: onnx.NodeProto, nodes: list, carried: list[int]) -> int | None:
+    """Runs the control slice (`nodes`, reading the carried values `carried`) of the Loop `node`,
+    all of whose inputs are constants, until its condition is false or its trip count is reached."""
+    body = _attr(node, "body")
+    constants = graph.constants
+    trip = node.input[0] if node.input else ""
+    cond = node.input[1] if len(node.input) > 1 else ""
+    limit = int(np.ravel(constants[trip])[0]) if trip else None
+    running = bool(np.ravel(constants[cond])[0]) if cond else True
+    inputs = [body.input[0].name, body.input[1].name] + [body.input[2 + k].name for k in carried]
+    outputs = [body.output[0].name] + [body.output[1 + k].name for k in carried]
+    outer = {n for nd in nodes for n in nd.input if n and n in constants and n not in inputs}
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        g = helper.make_graph(
+            nodes, "control", [helper.make_tensor_value_info(n, 0, None) for n in inputs],
+            [helper.make_tensor_value_info(n, 0, None) for n in outputs],
+            [numpy_helper.from_array(np.asarray(constants[n]), n) for n in sorted(outer)]
+            + list(body.initializer))
+        evaluator = ReferenceEvaluator(helper.make_model(
+            g, opset_imports=list(graph.proto.opset_import), ir_version=graph.proto.ir_version))
+        values = [np.asarray(constants[node.input[2 + k]]) for k in carried]
+        count = 0
+        while running and (limit is None or count < limit):
+            if count >= MAX_SIMULATED_ITERATIONS:
+                return None
+            feeds = dict(zip(inputs, [np.array(count, np.int64), np.array(running)] + values))
+            result = evaluator.run(None, feeds)
+            running, values = bool(np.ravel(result[0])[0]), list(result[1:])
+            count += 1
+    except Exception:  # noqa: BLE001  (a slice the evaluator cannot run: the count stays unknown)
+        return None
+    return count
+
+
 def _unroll_bound(count: int, body: onnx.GraphProto) -> bool:
     return count <= MAX_UNROLLED_ITERATIONS and count * _node_count(body) <= MAX_UNROLLED_NODES
 
@@ -231,7 +326,11 @@ def _flatten_loop(inliner, node, label, opset):
     count = int(np.ravel(trip)[0]) if bool(np.ravel(cond)[0]) else 0
     if count < 0:
         count = 0
-    if count and not _stays_true(body) or not _unroll_bound(count, body):
+    if count and not _stays_true(body):
+        count = _simulated_count(graph, node)
+        if count is None:
+            return None
+    if not _unroll_bound(count, body):
         return None
     carried = list(node.input[2:])
     n_carried = len(carried)
@@ -378,8 +477,7 @@ def loop_output_shapes(graph) -> list[onnx.ValueInfoProto]:
                     output, helper.np_dtype_to_tensor_dtype(graph.dtypes[initial]), graph.shapes[initial]))
         n = len(node.input) - 2
         scans = [name for name in node.output[n:] if name]
-        trip, cond = node.input[0], node.input[1] if len(node.input) > 1 else ""
-        count = _static_count(graph, trip, cond, _attr(node, "body")) if scans else None
+        count = _static_count(graph, node) if scans else None
         if count:
             for output, value in zip(node.output[n:], _body_output_types(graph, node)[1 + n:]):
                 if output and value is not None:
@@ -585,12 +683,17 @@ def _import_if(outer: _Outer) -> None:
 FLOAT_REASON = "control flow runs float"
 
 
-def _static_count(graph, trip: str, cond: str, body: onnx.GraphProto) -> int | None:
+def _static_count(graph, node: onnx.NodeProto) -> int | None:
     """The loop's iteration count when it is known before it runs (a constant trip count, a
-    condition that starts and stays true), else None; None for 0 too (empty scan outputs).
-    `graph` is the loader's _Graph."""
+    condition that starts and stays true, or one computed from counters only), else None; None
+    for 0 too (empty scan outputs). `graph` is the loader's _Graph."""
     constants = graph.constants
-    if not trip or trip not in constants or (cond and cond not in constants) or not _stays_true(body):
+    trip = node.input[0] if node.input else ""
+    cond = node.input[1] if len(node.input) > 1 else ""
+    body = _attr(node, "body")
+    if not _stays_true(body):
+        return _simulated_count(graph, node) or None
+    if not trip or trip not in constants or (cond and cond not in constants):
         return None
     if cond and not bool(np.ravel(constants[cond])[0]):
         return None
@@ -631,13 +734,14 @@ def _import_loop(outer: _Outer) -> None:
     if not trip and not cond:
         raise outer.error("it has neither a trip count nor a condition: it never ends")
     scans = list(node.output[n:])
-    count = _static_count(outer.graph, trip, cond, body) if any(scans) else None
+    count = _static_count(outer.graph, node) if any(scans) else None
     for name in scans:
         if name and not count:
             raise outer.error(
                 f"scan output {name!r} of a loop whose iteration count is known only at run time "
-                "has a data-dependent shape, which a static TFLite graph cannot hold (a loop with "
-                f"a constant trip count and a condition that stays true keeps its scan outputs)")
+                "has a data-dependent shape, which a static TFLite graph cannot hold (a loop keeps "
+                "its scan outputs when its trip count is constant and its condition stays true or "
+                "is computed from counters only)")
     captured, constants = outer.captured([body])
     carried = [outer.array(name) for name in initial]
     arrays = [outer.array(name) for name in captured]

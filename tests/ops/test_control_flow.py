@@ -457,3 +457,61 @@ def test_loop_carrying_int64_values():
         feeds = random_feeds(model)
         feeds["M"] = np.array(count, np.int64)
         assert_matches_onnxruntime(model, feeds=feeds, io_layout="onnx")
+
+
+def counter_loop_model(steps: int, data_condition: bool = False):
+    """A Keras RNN as tf2onnx writes it: a Loop with a huge trip count whose body carries a time
+    counter t and stops when Cast(iteration) < max_iterations and t + 1 < steps are no longer both
+    true; h' = tanh(x[t] @ W + h @ U) is carried and scanned (x [steps, 1, 4], h [1, 3]).
+    `data_condition` also ANDs the condition with sum(h') < 100, which depends on the data."""
+    rng = np.random.default_rng(5)
+    body_nodes = [
+        helper.make_node("Add", ["t", "t_one"], ["t_next"]),
+        helper.make_node("Gather", ["xs", "t"], ["x_t"], axis=0),
+        helper.make_node("MatMul", ["x_t", "W"], ["xw"]),
+        helper.make_node("MatMul", ["h", "U"], ["hu"]),
+        helper.make_node("Add", ["xw", "hu"], ["pre"]),
+        helper.make_node("Tanh", ["pre"], ["h_next"]),
+        helper.make_node("Identity", ["h_next"], ["h_scan"]),
+        helper.make_node("Cast", ["iter"], ["iter_f"], to=F),
+        helper.make_node("Less", ["iter_f", "max_iterations"], ["below_max"]),
+        helper.make_node("Cast", ["t_next"], ["t_f"], to=F),
+        helper.make_node("Less", ["t_f", "steps_f"], ["below_steps"]),
+        helper.make_node("And", ["below_max", "below_steps"], ["running"]),
+    ]
+    if data_condition:
+        body_nodes[-1].output[0] = "counters_running"
+        body_nodes += [helper.make_node("ReduceSum", ["h_next"], ["total"], keepdims=0),
+                       helper.make_node("Less", ["total", "hundred"], ["small"]),
+                       helper.make_node("And", ["counters_running", "small"], ["running"])]
+    body = graph(body_nodes,
+                 [value("running", B, []), value("t_next", TensorProto.INT32, []),
+                  value("h_next", F, [1, 3]), value("h_scan", F, [1, 3])],
+                 inputs=[value("iter", I64, []), value("cond_in", B, []),
+                         value("t", TensorProto.INT32, []), value("h", F, [1, 3])])
+    inits = {"M": np.array(2**31 - 1, np.int64), "c0": np.array(True), "t0": np.array(0, np.int32),
+             "h0": np.zeros((1, 3), np.float32), "t_one": np.array(1, np.int32),
+             "max_iterations": np.array(steps, np.float32), "steps_f": np.array(steps, np.float32),
+             "hundred": np.array(100, np.float32),
+             "W": rng.standard_normal((4, 3)).astype(np.float32),
+             "U": rng.standard_normal((3, 3)).astype(np.float32) * 0.5}
+    return make_model([helper.make_node("Identity", ["x"], ["xs"]),
+                       helper.make_node("Loop", ["M", "c0", "t0", "h0"], ["t_end", "h_end", "hs"],
+                                        body=body)],
+                      {"x": (F, [steps, 1, 4])}, {"h_end": F, "hs": F}, inits=inits)
+
+
+@pytest.mark.parametrize("steps", [10, 100])
+def test_loop_whose_condition_counts_keeps_its_scan_output(steps):
+    """The condition depends on counters only: running that part of the body alone gives the
+    iteration count before the loop runs, so the scan output has a static shape (10 steps unroll,
+    100 run as WHILE)."""
+    model = counter_loop_model(steps)
+    flatbuffer, _ = assert_matches_onnxruntime(model, rtol=1e-4, atol=1e-5, io_layout="onnx")
+    assert ("WHILE" in ops_of(flatbuffer)) == (steps > control_flow.MAX_UNROLLED_ITERATIONS)
+
+
+def test_loop_whose_condition_reads_data_keeps_refusing_its_scan_output():
+    with pytest.raises(ConversionError, match="scan output 'hs' of a loop whose iteration count is "
+                                              "known only at run time"):
+        convert_proto(counter_loop_model(10, data_condition=True))
