@@ -1,7 +1,8 @@
 """onnxruntime's contrib ops as its transformer optimizer writes them (onnxruntime.transformers.
 optimizer, model types bert, gpt2, vit, clip...): com.microsoft Gelu, FastGelu, QuickGelu,
-BiasGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization, FusedMatMul, FusedConv,
-Attention, MultiHeadAttention and EmbedLayerNormalization, and SimplifiedLayerNormalization
+BiasGelu, BiasAdd, BiasSplitGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+FusedMatMul, FusedConv, Attention, MultiHeadAttention, EmbedLayerNormalization and
+RotaryEmbedding, and SimplifiedLayerNormalization
 (RMSNorm), which onnxruntime defines in the ONNX domain.
 
 Each is the op sequence the plain ONNX importers emit for the subgraph the optimizer fused: those
@@ -146,6 +147,44 @@ def import_quick_gelu(node, ctx):
     scaled = x if alpha == 1.0 else _binary(ctx, "MUL", x, _scalar(ctx, alpha), y + "_scaled")
     gate = _op(ctx, "LOGISTIC", [scaled], y + "_sigmoid", ctx.shape(x))
     ctx.add_op("MUL", [x, gate], [y])
+
+
+_types(MS + "BiasAdd")(_same_as_input)
+
+
+@_types(MS + "BiasSplitGelu")
+def _bias_split_gelu_types(shapes, dtypes, attrs):
+    x = tuple(shapes[0])
+    if x[-1] % 2:
+        raise ValueError("odd width")
+    return [(x[:-1] + (x[-1] // 2,), dtypes[0])]
+
+
+@onnx_op(MS + "BiasAdd")
+def import_bias_add(node, ctx):
+    """X + bias + skip (a diffusion model's fusion; onnxruntime runs it on GPU only)."""
+    x, bias, skip = node.inputs[:3]
+    y = node.outputs[0]
+    _check_float(ctx, x, "input")
+    ctx.check_broadcast([x, bias, skip], y)
+    ctx.add_op("ADD", [_binary(ctx, "ADD", x, bias, y + "_biased"), skip], [y])
+
+
+@onnx_op(MS + "BiasSplitGelu")
+def import_bias_split_gelu(node, ctx):
+    """X + bias split in halves along the last axis: left * GELU(right) (a diffusion model's
+    fusion; onnxruntime runs it on GPU only)."""
+    x, bias = node.inputs[:2]
+    y = node.outputs[0]
+    _check_float(ctx, x, "input")
+    ctx.check_broadcast([x, bias], x)
+    biased = _binary(ctx, "ADD", x, bias, y + "_biased")
+    halves = [ctx.tensor(f"{y}_{side}", ctx.shape(y), ctx.dtype(y)) for side in ("left", "right")]
+    ctx.add_op("SPLIT", [ctx.constant("axis", np.array(ctx.rank(x) - 1, np.int32)), biased], halves,
+               {"num_splits": 2})
+    gate = ctx.tensor(y + "_gelu", ctx.shape(y), ctx.dtype(y))
+    _call(ctx, node, "Gelu", [halves[1]], [gate], approximate="none")
+    ctx.add_op("MUL", [halves[0], gate], [y])
 
 
 # --- normalizations -------------------------------------------------------------------------
@@ -346,10 +385,13 @@ def _attention_types(shapes, dtypes, attrs):
 
 @_types(MS + "MultiHeadAttention")
 def _multi_head_attention_types(shapes, dtypes, attrs):
-    q, v = shapes[0], shapes[2]
-    if len(q) != 3 or v is None or len(v) != 3:
-        return [None]
-    return [(tuple(q[:-1]) + (v[-1],), dtypes[0])]
+    """[B, S, value width]; the packed forms too (query [B, S, N, 3, H], key [B, L, N, 2, H], key
+    and value [B, N, L, H]), so that the importer is reached to refuse them."""
+    q, k, v = (list(shapes) + [None] * 3)[:3]
+    if len(q) == 5:
+        return [(tuple(q[:2]) + (q[2] * q[4],), dtypes[0])]
+    width = v[-1] if v is not None and len(v) == 3 else v[1] * v[3] if v is not None else k[2] * k[4]
+    return [(tuple(q[:2]) + (width,), dtypes[0])]
 
 
 def _refuse_state(ctx, node, past_inputs, present_outputs) -> None:

@@ -10,7 +10,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line
+from tests.harness import (
+    assert_matches_onnxruntime,
+    assert_refused_in_one_line,
+    convert_proto,
+    run_onnxruntime,
+    run_tflite,
+)
 
 RNG = np.random.default_rng(29)
 F = TensorProto.FLOAT
@@ -55,6 +61,36 @@ def test_gelu_family(op_type, bias):
 def test_quick_gelu(alpha):
     model = _then_relu(_ms("QuickGelu", ["x"], ["t"], alpha=alpha), [2, 3, 8])
     assert_matches_onnxruntime(model, {"x": _normal(2, 3, 8, scale=3)})
+
+
+def _matches_plain_model(model, plain, feeds):
+    """For ops onnxruntime runs on GPU only: LiteRT on the converted `model` against onnxruntime
+    on `plain`, the op's definition in plain ONNX ops."""
+    flatbuffer, report = convert_proto(model)
+    actual, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(plain, feeds)
+    np.testing.assert_allclose(actual["y"], expected["y"], rtol=1e-4, atol=1e-5)
+    return report
+
+
+def test_bias_add():
+    inits = {"b": _normal(8)}
+    model = _then_relu(_ms("BiasAdd", ["x", "b", "s"], ["t"]), [2, 6, 8], inits,
+                       extra_inputs={"s": (F, [2, 6, 8])})
+    plain = _model([helper.make_node("Add", ["x", "b"], ["xb"]), helper.make_node("Add", ["xb", "s"], ["t"]),
+                    helper.make_node("Relu", ["t"], ["y"])], {"x": (F, [2, 6, 8]), "s": (F, [2, 6, 8])},
+                   {"y": F}, inits)
+    _matches_plain_model(model, plain, {"x": _normal(2, 6, 8), "s": _normal(2, 6, 8)})
+
+
+def test_bias_split_gelu():
+    inits = {"b": _normal(8), "halves": np.array([4, 4], np.int64)}
+    model = _then_relu(_ms("BiasSplitGelu", ["x", "b"], ["t"]), [2, 6, 8], inits)
+    plain = _model([helper.make_node("Add", ["x", "b"], ["xb"]),
+                    helper.make_node("Split", ["xb", "halves"], ["left", "right"], axis=-1),
+                    helper.make_node("Gelu", ["right"], ["gate"]), helper.make_node("Mul", ["left", "gate"], ["t"]),
+                    helper.make_node("Relu", ["t"], ["y"])], {"x": (F, [2, 6, 8])}, {"y": F}, inits, opset=20)
+    report = _matches_plain_model(model, plain, {"x": _normal(2, 6, 8, scale=2)})
+    assert report.op_counts.get("GELU") == 1
 
 
 @pytest.mark.parametrize("bias,beta", [(True, True), (False, True), (False, False)])
@@ -334,3 +370,27 @@ def test_bert_through_onnxruntime_transformer_optimizer():
              "attention_mask": mask}
     _, report = assert_matches_onnxruntime(fused, feeds)
     assert report.op_counts.get("GELU") == 2 and report.op_counts.get("SOFTMAX") == 2
+
+
+@pytest.mark.parametrize("op_type", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+def test_skip_layer_norm_statistics(op_type):
+    """The optional mean and inv_std_var outputs, read as graph outputs."""
+    simplified = op_type.startswith("SkipSimplified")
+    inits = {"gamma": _normal(16), "beta": _normal(16)}
+    inputs = ["x", "skip", "gamma"] + ([] if simplified else ["beta"])
+    outputs = ["y", "", "inv_std"] if simplified else ["y", "mean", "inv_std"]
+    model = _model([_ms(op_type, inputs, outputs, epsilon=1e-5)],
+                   {"x": (F, [2, 4, 16]), "skip": (F, [2, 4, 16])},
+                   {o: F for o in outputs if o}, inits)
+    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16, scale=2), "skip": _normal(2, 4, 16)})
+
+
+def test_refusals_name_the_node():
+    conv = _then_relu(_ms("FusedConv", ["x", "w"], ["t"], activation="Softsign", name="fc"), [1, 3, 6, 6],
+                      {"w": _normal(4, 3, 3, 3)})
+    assert_refused_in_one_line(conv, "activation 'Softsign' is not supported", node="fc")
+    attention = _attention_model([B, S, S, 1])
+    assert_refused_in_one_line(attention, r"mask_index 'mask' of shape \[2, 5, 5, 1\] is not supported")
+    packed = _model([_ms("MultiHeadAttention", ["qkv"], ["t"], num_heads=HEADS, name="mha"),
+                     helper.make_node("Relu", ["t"], ["y"])], {"qkv": (F, [B, S, HEADS, 3, 4])}, {"y": F})
+    assert_refused_in_one_line(packed, "only separate 3-D query, key and value", node="mha")
