@@ -1,0 +1,68 @@
+"""The ONNX ops qconvert has no importer for, each with the reason: what TFLite lacks, or the
+path that does convert them. The loader's refusal of an unsupported node says it, and docs/ops.md
+(`python -m tests.ops.conformance --ops docs/ops.md`) lists it. An op that gets an importer leaves
+this table (tests/ops/test_refused.py checks that no op is in both).
+"""
+
+from __future__ import annotations
+
+DATA_DEPENDENT = ("its output's shape depends on the values it reads, which a static TFLite graph "
+                  "cannot hold")
+RANDOM = ("it draws random numbers: TFLite's generators are not onnxruntime's, so no conversion "
+          "can be verified")
+STRINGS = "it computes on strings, which TFLite's builtin kernels do not"
+SEQUENCES = ("ONNX sequences have no TFLite counterpart (TFLite tensors only); a sequence built "
+             "and read back with static lengths is folded or unrolled by the loader")
+TRAINING = "a training loss: qconvert converts inference graphs"
+FOLDED = ("converted when its inputs are constants (the loader folds it); a size computed at run "
+          "time gives " + DATA_DEPENDENT.replace("its output's", "a"))
+QOPERATOR = ("onnxruntime's QOperator format: export with quant_format=QDQ (QuantizeLinear/"
+             "DequantizeLinear pairs), which qconvert imports as int8")
+
+REFUSED: dict[str, str] = {
+    "NonZero": DATA_DEPENDENT,
+    "Unique": DATA_DEPENDENT,
+    "Compress": DATA_DEPENDENT + " (with a constant condition the loader folds it)",
+    "Bernoulli": RANDOM, "Multinomial": RANDOM, "RandomNormal": RANDOM,
+    "RandomNormalLike": RANDOM, "RandomUniform": RANDOM, "RandomUniformLike": RANDOM,
+    "RegexFullMatch": STRINGS, "StringConcat": STRINGS, "StringNormalizer": STRINGS,
+    "StringSplit": STRINGS, "TfIdfVectorizer": STRINGS,
+    "ImageDecoder": "it decodes encoded image bytes; TFLite has no image decoding kernel",
+    "ConcatFromSequence": SEQUENCES, "SequenceAt": SEQUENCES, "SequenceConstruct": SEQUENCES,
+    "SequenceEmpty": SEQUENCES, "SequenceErase": SEQUENCES, "SequenceInsert": SEQUENCES,
+    "SequenceLength": SEQUENCES, "SequenceMap": SEQUENCES, "SplitToSequence": SEQUENCES,
+    "Optional": "optional values: a TFLite tensor is never absent",
+    "OptionalGetElement": "optional values: a TFLite tensor is never absent",
+    "OptionalHasElement": "optional values: a TFLite tensor is never absent",
+    "NegativeLogLikelihoodLoss": TRAINING, "SoftmaxCrossEntropyLoss": TRAINING,
+    "BlackmanWindow": FOLDED, "HammingWindow": FOLDED, "HannWindow": FOLDED,
+    "MelWeightMatrix": FOLDED,
+    "QLinearConv": QOPERATOR, "QLinearMatMul": QOPERATOR,
+    "QuantizeLinear": "converted as part of a Q/DQ pair (QDQ import, --quantize); alone, its "
+                      "integer output has no float TFLite graph",
+    "DequantizeLinear": "converted as part of a Q/DQ pair (QDQ import) or on a constant (folded); "
+                        "alone, its integer input has no float TFLite graph",
+    "DynamicQuantizeLinear": "converted as onnxruntime's quantize_dynamic pattern only (read by "
+                             "MatMulInteger/ConvInteger, their sums cast to float)",
+    "MatMulInteger": "converted as onnxruntime's quantize_dynamic pattern only",
+    "ConvInteger": "converted as onnxruntime's quantize_dynamic pattern only",
+    "BitwiseAnd": "TFLite has no bitwise AND kernel", "BitwiseOr": "TFLite has no bitwise OR kernel",
+    "BitwiseNot": "TFLite has no bitwise NOT kernel",
+    "BitCast": "TFLite's BITCAST reinterprets bytes of the same width only; not converted yet",
+    "CumProd": "TFLite has no cumulative product (exp of a cumulative sum of logs is not exact)",
+    "Det": "TFLite has no determinant kernel",
+    "DeformConv": "TFLite has no deformable convolution (its sampling offsets are data)",
+    "RoiAlign": "TFLite has no ROI pooling kernel (its boxes are data)",
+    "MaxRoiPool": "TFLite has no ROI pooling kernel (its boxes are data)",
+    "MaxUnpool": "TFLite has no unpooling kernel (its indices are data); not converted yet",
+    "Col2Im": "TFLite has no col2im kernel; not converted yet",
+    "CenterCropPad": "not converted yet (its function body, Slice and Pad, converts: export "
+                     "with the function inlined)",
+    "AffineGrid": "not converted yet (its function body converts when the size is constant: export "
+                  "with the function inlined)",
+}
+
+
+def refusal(op_type: str) -> str | None:
+    """Why TFLite cannot run `op_type` (a key of ONNX_IMPORTERS' form), or None if not known."""
+    return REFUSED.get(op_type)
