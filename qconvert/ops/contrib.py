@@ -622,3 +622,92 @@ def _gather(ctx, node, table: str, indices: str, hint: str) -> str:
     out = ctx.tensor(hint, ctx.shape(indices) + ctx.shape(table)[1:], ctx.dtype(table))
     _call(ctx, node, "Gather", [table, indices], [out], axis=0)
     return out
+
+
+# --- rotary position embedding --------------------------------------------------------------
+_types(MS + "RotaryEmbedding")(_same_as_input)
+
+
+@onnx_op(MS + "RotaryEmbedding")
+def import_rotary_embedding(node, ctx):
+    """Rotates the first rotary_embedding_dim R features of each head (input [B, S, N*H] or
+    [B, N, S, H]) by the angles of its position: with c, s = cos_cache, sin_cache[position]
+    (position_ids [B, S], or [1] the first position), halves x1, x2 (interleaved: even and odd
+    features) become x1*c - x2*s and x2*c + x1*s; features past R pass unchanged."""
+    x, position_ids, cos_cache, sin_cache = node.inputs[:4]
+    y = node.outputs[0]
+    _check_float(ctx, x, "input")
+    if node.attr("is_packed_batching", 0):
+        raise ctx.error("is_packed_batching is not supported")
+    shape, rank = ctx.shape(x), ctx.rank(x)
+    half = ctx.shape(cos_cache)[1]
+    if rank not in (3, 4) or ctx.shape(sin_cache) != ctx.shape(cos_cache) or ctx.rank(cos_cache) != 2:
+        raise ctx.error(f"input {list(shape)} with cos_cache {list(ctx.shape(cos_cache))} and sin_cache "
+                        f"{list(ctx.shape(sin_cache))}: expected a 3-D or 4-D input and [positions, R/2] caches")
+    rotary = int(node.attr("rotary_embedding_dim", 0)) or 2 * half
+    heads = int(node.attr("num_heads", 0))
+    size = shape[3] if rank == 4 else shape[2] // heads if heads else rotary
+    if rotary != 2 * half or rotary > size or (rank == 3 and shape[2] % size):
+        raise ctx.error(f"rotary_embedding_dim {rotary} with caches of {half} columns does not fit heads "
+                        f"of {size} features in the input {list(shape)}")
+    batch, length = shape[0], shape[2] if rank == 4 else shape[1]
+    # x as [B, S, N, H] (3-D) or [B, N, S, H]; the angles as [B|1, S, 1, R/2] or [B|1, 1, S, R/2].
+    x4 = x if rank == 4 else reshape(ctx, x, (batch, length, shape[2] // size, size))
+    angle_shape = (-1, 1, length, half) if rank == 4 else (-1, length, 1, half)
+    cos, sin = (_angles(ctx, node, cache, position_ids, batch, length, angle_shape)
+                for cache in (cos_cache, sin_cache))
+    shape4 = ctx.shape(x4)
+    parts = _split(ctx, node, x4, 3, [rotary, size - rotary] if rotary < size else [rotary])
+    rotated = parts[0]
+    if node.attr("interleaved", 0):  # pairs (x[2i], x[2i+1]): the halves along a new last axis
+        pairs = reshape(ctx, rotated, shape4[:3] + (half, 2))
+        first, second = _split(ctx, node, pairs, 4, [1, 1])
+        cos, sin = (reshape(ctx, a, ctx.shape(a) + (1,)) for a in (cos, sin))
+        axis = 4
+    else:
+        first, second = _split(ctx, node, rotated, 3, [half, half])
+        axis = 3
+    low = _binary(ctx, "SUB", _binary(ctx, "MUL", first, cos, y + "_x1c"),
+                  _binary(ctx, "MUL", second, sin, y + "_x2s"), y + "_low")
+    high = _binary(ctx, "ADD", _binary(ctx, "MUL", second, cos, y + "_x2c"),
+                   _binary(ctx, "MUL", first, sin, y + "_x1s"), y + "_high")
+    joined = ctx.tensor(y + "_rotated", ctx.shape(first)[:axis] + (2 * ctx.shape(first)[axis],), ctx.dtype(x))
+    _call(ctx, node, "Concat", [low, high], [joined], axis=axis)
+    if axis == 4:
+        joined = reshape(ctx, joined, shape4[:3] + (rotary,))
+    if len(parts) > 1:
+        whole = ctx.tensor(y + "_whole", shape4, ctx.dtype(x))
+        _call(ctx, node, "Concat", [joined, parts[1]], [whole], axis=3)
+        joined = whole
+    reshape(ctx, joined, shape, y)
+
+
+def _split(ctx, node, x: str, axis: int, sizes) -> list[str]:
+    if len(sizes) == 1:
+        return [x]
+    shape = ctx.shape(x)
+    parts = [ctx.tensor(f"{x}_part", shape[:axis] + (s,) + shape[axis + 1:], ctx.dtype(x)) for s in sizes]
+    _call(ctx, node, "Split", [x], parts, axis=axis)
+    return parts
+
+
+def _angles(ctx, node, cache: str, position_ids: str, batch: int, length: int, target) -> str:
+    """cache[position] for each (batch, position), reshaped to `target` (-1: 1 or the batch)."""
+    table, positions = ctx.const(cache), ctx.const(position_ids)
+    offsets = (positions.size == 1) if positions is not None else ctx.shape(position_ids) in ((1,), ())
+    if not offsets and ctx.shape(position_ids) != (batch, length):
+        raise ctx.error(f"position_ids {position_ids!r} of shape {list(ctx.shape(position_ids))} is not "
+                        f"[1] or [{batch}, {length}]")
+    if table is not None and positions is not None:
+        index = (int(np.ravel(positions)[0]) + np.arange(length))[None] if offsets else positions
+        value = np.asarray(table, np.float32)[np.asarray(index, np.int64)]
+        return ctx.constant(cache, value.reshape([value.shape[0] if d == -1 else d for d in target]))
+    if offsets:
+        start = reshape(ctx, position_ids, (1, 1))
+        index = _binary(ctx, "ADD", start, ctx.constant("positions", np.arange(length, dtype=np.int32)[None]),
+                        position_ids + "_positions")
+    else:
+        index = position_ids
+    gathered = _gather(ctx, node, cache, index, f"{cache}_at")
+    rows = ctx.shape(gathered)[0]
+    return reshape(ctx, gathered, [rows if d == -1 else d for d in target])

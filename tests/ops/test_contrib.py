@@ -394,3 +394,29 @@ def test_refusals_name_the_node():
     packed = _model([_ms("MultiHeadAttention", ["qkv"], ["t"], num_heads=HEADS, name="mha"),
                      helper.make_node("Relu", ["t"], ["y"])], {"qkv": (F, [B, S, HEADS, 3, 4])}, {"y": F})
     assert_refused_in_one_line(packed, "only separate 3-D query, key and value", node="mha")
+
+
+@pytest.mark.parametrize("layout,interleaved,rotary,positions", [
+    ("bsd", 0, 0, "ids"), ("bsd", 1, 0, "ids"), ("bnsh", 0, 0, "ids"), ("bnsh", 1, 4, "offset"),
+    ("bsd", 0, 4, "offset"), ("bsd", 1, 0, "constant")])
+def test_rotary_embedding(layout, interleaved, rotary, positions):
+    """Heads of 8 features (4 heads), a rotary dim of 8 or 4 (the rest passes), position_ids a
+    [B, S] input, a [1] offset input, or a constant."""
+    half = (rotary or 8) // 2
+    angles = np.arange(20)[:, None] * (1e-2 ** (np.arange(half) / half))[None]
+    inits = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
+    x_shape = [B, S, 32] if layout == "bsd" else [B, 4, S, 8]
+    attrs = {"interleaved": interleaved, "num_heads": 4 if layout == "bsd" or rotary else 0}
+    if rotary:
+        attrs["rotary_embedding_dim"] = rotary
+    feeds = {"x": _normal(*x_shape)}
+    extra = {}
+    if positions == "constant":
+        inits["pos"] = RNG.integers(0, 20, (B, S)).astype(np.int64)
+    else:
+        shape = [B, S] if positions == "ids" else [1]
+        extra["pos"] = (TensorProto.INT64, shape)
+        feeds["pos"] = RNG.integers(0, 20 - S, shape).astype(np.int64)
+    node = _ms("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["t"], **attrs)
+    model = _then_relu(node, x_shape, inits, extra_inputs=extra)
+    assert_matches_onnxruntime(model, feeds)
