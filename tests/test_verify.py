@@ -228,3 +228,32 @@ def test_an_argmax_over_nearly_tied_classes_passes_the_float_check(tmp_path):
     (check,) = result.outputs
     assert result.passed and check.mismatches == 0 and check.relative_error is None
     assert result.summary().startswith("verify: float, every output equal")
+
+
+def _tiny_model(gain: float) -> onnx.ModelProto:
+    """y = x * 1e-20 * gain: outputs of about 1e-40 for gain 1e-20, denormal in float32 (LiteRT
+    flushes them to zero, onnxruntime keeps them); z = x beside it."""
+    nodes = [helper.make_node("Mul", ["x", "small"], ["s"]), helper.make_node("Mul", ["s", "gain"], ["y"]),
+             helper.make_node("Identity", ["x"], ["z"])]
+    return make_model(nodes, {"x": (TensorProto.FLOAT, (2, 8))},
+                      {"y": TensorProto.FLOAT, "z": TensorProto.FLOAT},
+                      {"small": np.float32(1e-20), "gain": np.float32(gain)})
+
+
+def test_denormal_outputs_pass_the_float_check(tmp_path):
+    """Outputs all denormal (or zero) compare as zero: no false alarm; a normal error still fails."""
+    model = _tiny_model(1e-20)
+    path = write(model, tmp_path / "tiny.tflite")
+    result = verify(model, path, count=2, float_check=True)
+    assert result.passed, result.summary()
+    assert {o.name: o.relative_error for o in result.outputs} == {"y": 0.0, "z": 0.0}
+    wrong = verify(_tiny_model(1e-10), path, count=2, float_check=True)  # about 1e-30, normal
+    assert not wrong.passed and "output 'y'" in wrong.float_failures()[0]
+
+
+def test_denormals_compare_as_zero_by_hand():
+    tiny = float(np.finfo(np.float32).tiny)
+    reference = np.array([[1e-40, -3e-39, 0.0, tiny / 2]])
+    assert check_output("y", reference, np.zeros((1, 4))).relative_error == 0
+    assert check_output("y", reference, reference * 0.5).relative_error == 0
+    assert check_output("y", reference, np.array([[0, 0, 0, tiny * 2]])).relative_error == math.inf

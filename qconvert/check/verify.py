@@ -21,6 +21,10 @@ magnitude over the samples, at least the range of a bounded function that produc
 output_rules) must stay within FLOAT_TOLERANCE; integer and boolean outputs must be equal, but for
 near-ties of the step that makes them (an argmax over two values within the tolerance, a Floor or a
 comparison of a value within it of the boundary), found from that step's inputs in onnxruntime.
+A model that computes in float16 in onnxruntime (onnxconverter-common's float16 models; the .tflite
+computes in float32 from the same float16 weights) differs by float16's rounding, not float32's:
+its tolerance is FLOAT16_TOLERANCE, and its ulps are float16 steps. Values below float32's smallest
+normal number compare as zero on both sides: LiteRT flushes denormals to zero, onnxruntime may not.
 """
 
 from __future__ import annotations
@@ -48,6 +52,13 @@ FLOAT32_EPS = 2.0 ** -23  # one float32 step (ulp) at 1
 # the .tflite negated failed 40 of the 43 cases it changed the outputs of, at 1.3e-4 and up
 # (README, Verification).
 FLOAT_TOLERANCE = 2.0 ** -13  # 1.2e-4, 1024 ulps of the scale
+FLOAT16_EPS = 2.0 ** -10  # one float16 step (ulp) at 1
+# A float16 model's float check: onnxruntime rounds its activations to float16, the .tflite keeps
+# them float32. BERTs made float16 by onnxconverter-common measured 1 (2 layers) and 1.6 (6 layers)
+# float16 ulps of the scale over 8 samples: 10 times below.
+FLOAT16_TOLERANCE = 2.0 ** -6  # 1.6e-2, 16 float16 ulps of the scale
+# Smaller magnitudes are denormal in float32: LiteRT's kernels flush them to zero.
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 # Functions whose values lie within [-r, r]: an output they produce is judged against a scale of
 # at least r. Their kernels are accurate to about a float32 step of r, not of the value: LiteRT's
@@ -84,23 +95,25 @@ class OutputCheck:
     scale: float | None = None  # float output: its largest magnitude, at least its bounded_by's range
     bounded_by: str | None = None  # the bounded function whose range floors the scale
     relative_error: float | None = None  # float output: max_abs_error (near-ties aside) / scale
-    ulps: float | None = None  # relative_error in float32 steps of the scale
+    ulps: float | None = None  # relative_error in steps (float32's, float16's) of the scale
     mismatches: int | None = None  # integer or boolean output: values that differ (near-ties aside)
     near_ties: int = 0  # values that differ at a near-tie of the step that makes them
 
-    def float_failure(self, tolerance: float) -> str | None:
-        """How the output misses the float check, or None."""
+    def float_failure(self, tolerance: float, ulp: float = FLOAT32_EPS) -> str | None:
+        """How the output misses the float check (`ulp`: one step at 1 of the type the reference
+        computes in), or None."""
         if self.mismatches:
             return f"output {self.name!r}: {self.mismatches} values differ from onnxruntime's"
         if self.relative_error is not None and not self.relative_error <= tolerance:
             return (f"output {self.name!r} max error {self.max_abs_error:.2g} is "
-                    f"{self.relative_error:.1e} of its scale {self.scale:.3g} ({_ulps(self.ulps)}), "
-                    f"above the float tolerance {tolerance:.1e} ({tolerance / FLOAT32_EPS:.0f} ulps)")
+                    f"{self.relative_error:.1e} of its scale {self.scale:.3g} ({_ulps(self.ulps, ulp)}), "
+                    f"above the float tolerance {tolerance:.1e} ({_ulps(tolerance / ulp, ulp)})")
         return None
 
 
-def _ulps(value: float) -> str:
-    return "inf ulps" if not math.isfinite(value) else f"{value:.3g} ulps"
+def _ulps(value: float, ulp: float = FLOAT32_EPS) -> str:
+    unit = "float16 ulps" if ulp == FLOAT16_EPS else "ulps"
+    return f"inf {unit}" if not math.isfinite(value) else f"{value:.3g} {unit}"
 
 
 @dataclass
@@ -111,7 +124,8 @@ class Verification:
     passed: bool = True
     data: str = "generated"  # where the inputs came from
     check: str = "sqnr"  # "float": a float conversion, judged by the float check; "sqnr": by SQNR
-    tolerance: float | None = None  # the float check's FLOAT_TOLERANCE
+    tolerance: float | None = None  # the float check's FLOAT_TOLERANCE (FLOAT16_TOLERANCE)
+    ulp: float = FLOAT32_EPS  # a step at 1 of the type the reference computes in (FLOAT16_EPS)
     reason: str | None = None  # why a model is judged by SQNR rather than exactly (run_time_quantization)
 
     @property
@@ -128,7 +142,7 @@ class Verification:
         """The float check's failures, described (none unless check is "float")."""
         if self.check != "float":
             return []
-        return [f for f in (o.float_failure(self.tolerance) for o in self.outputs) if f]
+        return [f for f in (o.float_failure(self.tolerance, self.ulp) for o in self.outputs) if f]
 
     @property
     def worst_slice(self) -> OutputCheck | None:
@@ -162,7 +176,8 @@ class Verification:
                                                               if ties else "")
             else:
                 text = (f"verify: float, worst output {worst.name!r} max error "
-                        f"{worst.max_abs_error:.2g} of its scale {worst.scale:.3g} ({_ulps(worst.ulps)})")
+                        f"{worst.max_abs_error:.2g} of its scale {worst.scale:.3g} "
+                        f"({_ulps(worst.ulps, self.ulp)})")
                 text += f", {ties} near-tie{plural}" if ties else ""
             return f"{text} {count}"
         worst = self.worst
@@ -225,16 +240,21 @@ def feature_axis(shape: tuple[int, ...]) -> int | None:
 
 
 def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
-                 rule: OutputRule | None = None, step_inputs: list | None = None) -> OutputCheck:
+                 rule: OutputRule | None = None, step_inputs: list | None = None,
+                 ulp: float = FLOAT32_EPS) -> OutputCheck:
     """The metrics of one output; both are [samples, *shape] in the ONNX layout. Where the
     reference itself is not finite (onnxruntime overflowed), there is nothing to compare: those
     values count as matching; a non-finite value of the .tflite elsewhere is an infinite error.
+    Magnitudes below float32's smallest normal count as zero (LiteRT flushes denormals).
     `rule` (output_rules) gives the float check's scale floor and the step that makes the output;
     `step_inputs` that step's inputs in onnxruntime, [samples, *shape] each, to find near-ties."""
     rule = rule or OutputRule()
     integral = reference.dtype.kind in "iub"
     ref = reference.astype(np.float64)
     got = actual.astype(np.float64)
+    if not integral:
+        ref = np.where(np.abs(ref) < FLOAT32_TINY, 0.0, ref)
+        got = np.where(np.abs(got) < FLOAT32_TINY, 0.0, got)
     if ref.shape != got.shape:
         raise ConversionError(f"output {name!r}: the .tflite gives shape {list(got.shape[1:])}, "
                               f"onnxruntime {list(ref.shape[1:])}")
@@ -264,12 +284,13 @@ def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
         if slices:
             worst, index = min(slices)
             check.worst_slice_sqnr_db, check.worst_slice = worst, f"axis {axis}, index {index}"
-    _float_view(check, ref, got, error, integral, rule, step_inputs)
+    _float_view(check, ref, got, error, integral, rule, step_inputs, ulp)
     return check
 
 
 def _float_view(check: OutputCheck, ref: np.ndarray, got: np.ndarray, error: np.ndarray,
-                integral: bool, rule: OutputRule, step_inputs: list | None) -> None:
+                integral: bool, rule: OutputRule, step_inputs: list | None,
+                ulp: float = FLOAT32_EPS) -> None:
     """Fills the float check's fields of `check` (see the module docstring)."""
     differs = error > 0
     if rule.step is not None and step_inputs is not None and differs.any():
@@ -288,7 +309,7 @@ def _float_view(check: OutputCheck, ref: np.ndarray, got: np.ndarray, error: np.
         check.bounded_by = rule.bounded_by
     worst = float(error.max(initial=0.0))
     check.relative_error = 0.0 if worst == 0 else worst / check.scale if check.scale else math.inf
-    check.ulps = check.relative_error / FLOAT32_EPS
+    check.ulps = check.relative_error / ulp
 
 
 # --- what the ONNX graph says of its outputs ----------------------------------------------------
@@ -485,6 +506,18 @@ def near_ties(node: onnx.NodeProto, operands: list[np.ndarray], ref: np.ndarray,
     if gap.size != ref.size:
         return None
     return (gap <= margin).reshape(ref.shape)
+
+
+def computes_in_float16(proto: onnx.ModelProto) -> bool:
+    """Whether onnxruntime computes part of the model in float16: a float16 weight, graph input,
+    output or intermediate value, or a Cast to float16 (a float16 model keeping float32 inputs
+    and outputs, as onnxconverter-common's keep_io_types writes it)."""
+    half = onnx.TensorProto.FLOAT16
+    graph = proto.graph
+    values = list(graph.input) + list(graph.output) + list(graph.value_info)
+    return (any(t.data_type == half for t in graph.initializer)
+            or any(v.type.tensor_type.elem_type == half for v in values if v.type.HasField("tensor_type"))
+            or any(n.op_type == "Cast" and attribute(n, "to") == half for n in graph.node))
 
 
 def rounding_dropped(proto: onnx.ModelProto) -> bool:
@@ -887,12 +920,15 @@ class OutputStacks:
         fetched = {name: np.stack(values) for name, values in self.operands.items()
                    if values and len(values) == samples}
         operands = step_values(self.proto, self.rules, fetched)
+        half = computes_in_float16(self.proto)
+        ulp = FLOAT16_EPS if half else FLOAT32_EPS
         checks = [check_output(name, np.stack(self.expected[name]), np.stack(self.actual[name]),
-                               self.rules.get(name), operands.get(name))
+                               self.rules.get(name), operands.get(name), ulp)
                   for name in self.names]
+        tolerance = FLOAT16_TOLERANCE if half else FLOAT_TOLERANCE
         result = Verification(checks, samples, min_sqnr, data=data,
                               check="float" if float_check else "sqnr",
-                              tolerance=FLOAT_TOLERANCE if float_check else None,
+                              tolerance=tolerance if float_check else None, ulp=ulp,
                               reason=None if float_check else run_time_quantization(self.proto))
         result.passed = (min_sqnr is None or not result.below(min_sqnr)) and not result.float_failures()
         return result

@@ -24,7 +24,7 @@ from ..errors import BelowThreshold, ConversionError, ReferenceFailed, UsageErro
 from ..ir import Model
 from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
 from ..onnx.file import OnnxFile, read_onnx
-from ..onnx.loader import load, nodes_matching
+from ..onnx.loader import load, nodes_matching, stores_float16
 from ..onnx.runtime import has_qdq
 from ..qdq.importer import QdqRanges, apply_qdq_ranges, changed_params, strip_qdq, with_model_precision
 from ..tflite.writer import Flatbuffer, serialize, stored_bytes
@@ -38,7 +38,7 @@ from ..transforms.pipeline import (
 )
 from ..version import __version__
 from .files import replace_atomically
-from .options import Options, VerifyOptions
+from .options import Options, VerifyOptions, WeightOptions
 from .reports import (
     BatchReport,
     ConversionReport,
@@ -86,6 +86,7 @@ class State:
     weights: WeightsReport | None = None
     float_tflite: bytes | None = None  # the float model, timed next to the written one
     leading_dims: dict | None = None  # inputs whose dynamic axis 0 the loader set, and to what
+    float16_weights: bool = False  # the ONNX weights are float16: stored as float16 again
 
 
 def convert(source: str, options: Options, *, data: bytes | None = None, output_name: str = "",
@@ -178,7 +179,8 @@ def load_model(state: State) -> State:
     model = load(state.onnx_file, state.options.input.shapes)
     inputs = [i for i in state.onnx_file.proto.graph.input if i.name in set(model.inputs)]
     return replace(state, onnx_file=None, model=model,
-                   leading_dims=defaulted_inputs(inputs, state.options.input.shapes))
+                   leading_dims=defaulted_inputs(inputs, state.options.input.shapes),
+                   float16_weights=stores_float16(state.onnx_file.proto))
 
 
 def calibrate(state: State) -> State:
@@ -282,17 +284,21 @@ def _planned(state: State):
 
 
 def store_weights(state: State) -> State:
-    """--weight-only (int8) or --float16: only the stored weights change."""
+    """--weight-only (int8) or --float16, or a float16 model's float16 weights (the float
+    conversion stores them as --float16 does): only the stored weights change."""
     weights = state.options.weights
+    if weights is None and state.float16_weights and state.steps is None:
+        weights = WeightOptions("float16", 0)
     if weights is None:
         return state
     model = state.model
     floats = {n for n, a in model.arrays.items() if a.is_constant and a.dtype.kind == "f"}
+    before = state.float_bytes or stored_bytes(model)
     run_weight_pipeline(model, weights.mode, weights.min_elements)
     stored = np.dtype(np.int8) if weights.mode == "int8" else np.dtype(np.float16)
     return replace(state, weights=WeightsReport(
         weights.mode, sorted(n for n in floats if n in model.arrays and model.arrays[n].dtype == stored),
-        state.float_bytes, stored_bytes(model)))
+        before, stored_bytes(model)))
 
 
 def serialize_model(state: State, output_name: str) -> tuple[Flatbuffer, ConversionReport]:

@@ -27,6 +27,7 @@ from ..errors import FOLDED_BYTES, ConversionError, UsageError
 from ..ir import DynamicBatch, Model, Operator
 from .file import OnnxFile
 from ..ops import contrib
+from ..ops.refused import refusal
 from ..ops.registry import ONNX_IMPORTERS
 from .validate import check_model, check_node_types, type_name
 
@@ -247,7 +248,11 @@ class _Graph:
                 kept.append(node)
                 continue
             for name, v in zip(node.output, value):
-                self.constants[name] = np.asarray(v)
+                v = np.asarray(v)
+                inferred = self.dtypes.get(name)
+                if inferred is not None and v.dtype != inferred and v.dtype.kind in "fiub":
+                    v = v.astype(inferred)  # the evaluator's numpy promotion, not ONNX's type
+                self.constants[name] = v
                 self.shapes[name] = self.constants[name].shape
                 self.dtypes[name] = self.constants[name].dtype
             folded = True
@@ -342,6 +347,14 @@ def check_tensor_size(shape, what: str) -> None:
     if any(d > _INT32.max for d in shape) or int(np.prod(shape, dtype=object)) > _INT32.max:
         raise ConversionError(f"{what}: shape {list(shape)} has more than {_INT32.max:,} elements "
                               "or a dimension beyond int32, more than a TFLite tensor holds")
+
+
+def stores_float16(proto: onnx.ModelProto) -> bool:
+    """Whether the model's weights are float16 (onnxconverter-common's float16 models): they are
+    computed in float32 inside (narrow) and stored as float16 again, as TFLite's float16 mode
+    stores them (qconvert/transforms/store_weights_float16.py), so that the .tflite keeps the
+    ONNX file's size."""
+    return any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer)
 
 
 def internal_dtype(dtype: np.dtype) -> np.dtype:
@@ -568,6 +581,19 @@ def onnx_names(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
+def unsupported_nodes(unsupported: dict[str, list[str]]) -> str:
+    """One line for the nodes no importer takes, by op: its count, up to three node names, and
+    why TFLite cannot run it where that is known (ops/refused.py)."""
+    count = sum(map(len, unsupported.values()))
+    parts = []
+    for key, names in unsupported.items():
+        shown = ", ".join(repr(n) for n in names[:3]) + (", ..." if len(names) > 3 else "")
+        times = f" x {len(names)}" if len(names) > 1 else ""
+        reason = refusal(key)
+        parts.append(f"{key}{times} ({shown})" + (f": {reason}" if reason else ""))
+    return f"{count} unsupported ONNX node{'s' if count > 1 else ''}: " + "; ".join(parts)
+
+
 def _settle(graph: _Graph) -> None:
     """Shape inference and load-time folding (constant control flow flattened too: If with a
     constant condition, small loops), alternated until folding finds nothing new."""
@@ -592,15 +618,13 @@ def load(source: OnnxFile | onnx.ModelProto,
     probe = dynamic_batch.probe(graph) if graph.batch is not None else None
     _settle(graph)
 
-    unsupported = []
+    unsupported: dict[str, list[str]] = {}
     for node in graph.nodes:
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         if key not in ONNX_IMPORTERS and not control_flow.is_runtime_control(node):
-            unsupported.append(f"{graph.names[id(node)]} ({key})")
+            unsupported.setdefault(key, []).append(graph.names[id(node)])
     if unsupported:
-        raise ConversionError(
-            f"{len(unsupported)} unsupported ONNX node{'s' if len(unsupported) > 1 else ''}: "
-            + ", ".join(unsupported))
+        raise ConversionError(unsupported_nodes(unsupported))
     for node in graph.nodes:
         check_node_types(node, f"node {graph.names[id(node)]!r} ({node.op_type})", graph.opsets,
                          graph.dtypes)
