@@ -274,3 +274,119 @@ def _int_fmod(ctx, a: str, b: str, y: str) -> None:
     fixed = ctx.tensor(y + "_fixed", shape, dtype)
     ctx.add_op("SUB", [r, b], [fixed])
     ctx.add_op("SELECT_V2", [fix, fixed, r], [y])
+
+
+# RIGHT_SHIFT: int8/16/32 and uint8/16/32 kernels, broadcasting; a signed input shifts
+# arithmetically.
+tflite_op("RIGHT_SHIFT", options="RightShiftOptions", evaluate=_binary(np.right_shift), layout="elementwise")
+
+# The integer types that compute as int32 inside the graph and whose width a left shift wraps at.
+_SMALL_INTS = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16)}
+
+
+def _integer_type(ctx, name: str) -> np.dtype | None:
+    """The ONNX integer type of `name` as far as its origin shows it inside the graph: a
+    constant keeps a small type; a graph input or a Cast to a small type comes through a CAST
+    from it (loader, ops/cast.py); int32 for an int32 graph input or constant and a CAST from any
+    other type (int32 and int64 values are both int32 inside); None when nothing shows it."""
+    dtype = np.dtype(ctx.dtype(name))
+    if dtype in _SMALL_INTS:
+        return dtype
+    producer = ctx.model.producer(name)
+    if producer is not None and producer.type == "CAST":
+        source = np.dtype(ctx.dtype(producer.inputs[0]))
+        return source if source in _SMALL_INTS else np.dtype(np.int32)
+    if ctx.const(name) is not None or name in ctx.model.inputs:
+        return np.dtype(np.int32)
+    return None
+
+
+def _as_int32(ctx, name: str) -> str:
+    """A small-type constant as int32, like the activations it meets."""
+    value = ctx.const(name)
+    if value is not None and value.dtype != np.int32:
+        return ctx.constant("bitshift_operand", value.astype(np.int32))
+    return name
+
+
+def _cast(ctx, x: str, dtype, hint: str) -> str:
+    out = ctx.tensor(hint, ctx.shape(x), dtype)
+    ctx.add_op("CAST", [x], [out], {"in_data_type": np.dtype(ctx.dtype(x)), "out_data_type": np.dtype(dtype)})
+    return out
+
+
+def _right_shift_amount(ctx, shift: str) -> str:
+    """The shift with every amount outside [0, 31] made 31: x >> 31 is x's sign fill, which is
+    ONNX's result for those (and for amounts from the type's width on, which x >> s gives by
+    itself since the values fit the type)."""
+    value = ctx.const(shift)
+    if value is not None:
+        return ctx.constant("shift", np.where((value < 0) | (value > 31), 31, value).astype(np.int32))
+    shape = ctx.shape(shift)
+    below = ctx.tensor(shift + "_clamped", shape, np.int32)
+    ctx.add_op("MINIMUM", [shift, ctx.constant("max_shift", np.array(31, np.int32))], [below])
+    negative = ctx.tensor(shift + "_negative", shape, np.bool_)
+    ctx.add_op("LESS", [shift, ctx.constant("zero", np.array(0, np.int32))], [negative])
+    amount = ctx.tensor(shift + "_amount", shape, np.int32)
+    ctx.add_op("SELECT_V2", [negative, ctx.constant("max_shift", np.array(31, np.int32)), below], [amount])
+    return amount
+
+
+def _left_shift_factor(ctx, shift: str, bits: int, dtype) -> str:
+    """2^s in `dtype` where 0 <= s < bits, 0 elsewhere (ONNX's left shift out of range is 0). A
+    run-time one is POW(2.0, s) in float32 (exact, 2^31 included) cast to `dtype`."""
+    value = ctx.const(shift)
+    if value is not None:
+        valid = (value >= 0) & (value < bits)
+        return ctx.model.add_constant("factor", np.where(valid, 2.0 ** np.where(valid, value, 0), 0).astype(dtype))
+    shape = ctx.shape(shift)
+    power = ctx.tensor(shift + "_power", shape, np.float32)
+    ctx.add_op("POW", [ctx.constant("two", np.array(2, np.float32)), _cast(ctx, shift, np.float32, shift + "_float")],
+               [power])
+    below = ctx.tensor(shift + "_in_width", shape, np.bool_)
+    ctx.add_op("LESS", [shift, ctx.constant("width", np.array(bits, np.int32))], [below])
+    above = ctx.tensor(shift + "_non_negative", shape, np.bool_)
+    ctx.add_op("GREATER_EQUAL", [shift, ctx.constant("zero", np.array(0, np.int32))], [above])
+    valid = ctx.tensor(shift + "_valid", shape, np.bool_)
+    ctx.add_op("LOGICAL_AND", [below, above], [valid])
+    factor = ctx.tensor(shift + "_factor", shape, np.float32)
+    ctx.add_op("SELECT_V2", [valid, power, ctx.constant("zero", np.array(0, np.float32))], [factor])
+    return _cast(ctx, factor, dtype, shift + "_factor_int")
+
+
+@onnx_op("BitShift")
+def import_bitshift(node, ctx):
+    """Every integer type computes as int32 inside the graph. RIGHT: RIGHT_SHIFT (arithmetic,
+    as ONNX's for signed types) by the amount, 31 where it is outside [0, 31]. LEFT: x * 2^s
+    wrapped at the type's width -- through a CAST to the small type and back, or for int32 and
+    int64 a multiplication in int64 CAST to int32 -- and 0 where s is outside [0, width) (TFLite
+    has no left shift). The width must show inside the graph (_integer_type)."""
+    a, b = node.inputs[:2]
+    y = node.outputs[0]
+    ctx.check_broadcast([a, b], y)
+    direction = node.attr("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ctx.error(f"direction is {direction!r}; ONNX wants 'LEFT' or 'RIGHT'")
+    dtype = _integer_type(ctx, a) or _integer_type(ctx, b)
+    x, shift = _as_int32(ctx, a), _as_int32(ctx, b)
+    if np.dtype(ctx.dtype(x)) != np.int32 or np.dtype(ctx.dtype(shift)) != np.int32:
+        raise ctx.error(f"inputs have dtypes {np.dtype(ctx.dtype(a))} and {np.dtype(ctx.dtype(b))}; "
+                        "BitShift takes integers")
+    if direction == "RIGHT":
+        ctx.add_op("RIGHT_SHIFT", [x, _right_shift_amount(ctx, shift)], [y])
+        return
+    if dtype is None:
+        raise ctx.error(f"a left shift wraps at its type's width, and nothing inside the graph "
+                        f"shows the integer type of {a!r} (a constant operand, a graph input or "
+                        "a Cast to the type does)")
+    shape = np.broadcast_shapes(ctx.shape(x), ctx.shape(shift))
+    if dtype in _SMALL_INTS:
+        product = ctx.tensor(y + "_product", shape, np.int32)
+        ctx.add_op("MUL", [x, _left_shift_factor(ctx, shift, dtype.itemsize * 8, np.int32)], [product])
+        ctx.add_op("CAST", [_cast(ctx, product, dtype, y + "_wrapped")], [y],
+                   {"in_data_type": dtype, "out_data_type": np.dtype(np.int32)})
+        return
+    product = ctx.tensor(y + "_product", shape, np.int64)
+    ctx.add_op("MUL", [_cast(ctx, x, np.int64, x + "_int64"), _left_shift_factor(ctx, shift, 32, np.int64)],
+               [product])
+    ctx.add_op("CAST", [product], [y], {"in_data_type": np.dtype(np.int64), "out_data_type": np.dtype(np.int32)})

@@ -115,7 +115,7 @@ PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "Pad": (1, 2, 3), "Resize": (1, 2, 3), "Upsample": (1,), "Expand": (1,), "Tile": (1,),
     "ConstantOfShape": (0,), "Range": (0, 1, 2), "LSTM": (1, 2, 3, 4, 7), "PRelu": (1,),
     "GRU": (1, 2, 3, 4), "RNN": (1, 2, 3, 4),
-    "TopK": (1,), "CumSum": (1,), "OneHot": (1, 2), "Gemm": (1, 2),
+    "TopK": (1,), "CumSum": (1,), "OneHot": (1, 2), "Gemm": (1, 2), "Trilu": (1,),
     # A Loop's trip count and condition: with them constant its scan outputs have a static shape.
     "Loop": (0, 1),
     # DFT's dft_length and axis, STFT's frame_step and frame_length: they set the output's shape.
