@@ -451,8 +451,8 @@ def _mask_bias(ctx, mask: str, batch: int, length: int, keys: int, fill: float, 
     zero = ctx.constant("zero", np.zeros((), np.int32))
     if shape in ((batch,), (2 * batch,)):
         positions = ctx.constant("positions", np.arange(keys, dtype=np.int32).reshape(1, keys))
-        bounds = reshape(ctx, mask, (shape[0] // batch, batch, 1))
-        ends = _call_gather(ctx, bounds, 0, (batch, 1))
+        bounds = reshape(ctx, mask, (batch, 1) if shape == (batch,) else (2, batch, 1))
+        ends = bounds if shape == (batch,) else _call_gather(ctx, bounds, 0, (batch, 1))
         valid = _op(ctx, "LESS", [positions, ends], mask + "_valid", (batch, keys), np.bool_)
         if shape == (2 * batch,):
             starts = _call_gather(ctx, bounds, 1, (batch, 1))
