@@ -9,13 +9,24 @@ left untouched.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 from onnx import helper
 
 from ..errors import ConversionError
-from ..ops.dynamic_quant import (DYNAMIC_QUANTIZE, FAMILY, INTEGER_PRODUCTS, QUANTIZED_LSTM,
-                                 float_cast, float_lstm, float_product, key, levels)
+from ..ops.dynamic_quant import (DYNAMIC_QUANTIZE, FAMILY, INTEGER_PRODUCTS, INTEGER_TO_FLOAT,
+                                 INTEGER_WEIGHTS, QUANTIZED_LSTM, QUANTIZED_MATMUL, fits_int8,
+                                 float_cast, float_fused_matmul, float_lstm, float_product, key,
+                                 levels)
+
+log = logging.getLogger("qconvert")
+# Which input of an op reading a DynamicQuantizeLinear's output may take it, with the input that
+# must be its zero point (and, for MatMulIntegerToFloat, its scale).
+_ACTIVATION_READERS = {**{kind: dict(pair for pair, _ in operands)
+                          for kind, operands in INTEGER_PRODUCTS.items()},
+                       INTEGER_TO_FLOAT: {0: 4}}
 
 
 def dequantize(graph) -> None:
@@ -48,33 +59,116 @@ def dequantize(graph) -> None:
         return f"{graph.names[id(node)]!r} ({node.op_type})"
 
     dropped = _check_scales(graph, readers, graph_outputs, label)
-    quantized: dict[str, str] = {}  # a rewritten activation -> its zero point's name
+    producer = {o: n for n in graph.nodes for o in n.output if o}
+    scales = {n.output[1] for n in graph.nodes if key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
+    quantized: dict[str, tuple[str, str]] = {}  # a rewritten activation -> its zero point, scale
+    records: dict[str, tuple[list, bool]] = {}  # node -> its weights' scales, whether int8 on them
     nodes = []
     for node in graph.nodes:
-        kind = key(node)
+        kind, name = key(node), graph.names[id(node)]
         if kind == DYNAMIC_QUANTIZE:
-            new = _float_quantize(node, label(node), readers, graph_outputs, label)
-            quantized[node.output[0]] = node.output[2] if len(node.output) > 2 else ""
-            if len(node.output) > 1 and node.output[1]:
-                add_constant(node.output[1], np.ones((), np.float32))  # x_s := 1
+            new = [_float_quantize(node, label(node), readers, graph_outputs, label)]
+            outputs = list(node.output) + [""] * 2
+            quantized[node.output[0]] = (outputs[2], outputs[1])
+            if outputs[1]:
+                add_constant(outputs[1], np.ones((), np.float32))  # x_s := 1
         elif kind in INTEGER_PRODUCTS:
-            operands = []
+            operands, exact = [], True
             for (operand, zero_index), axis in INTEGER_PRODUCTS[kind]:
-                operands.append(_float_operand(node, label(node), operand, zero_index, axis,
-                                               graph.constants, quantized, fresh, add_constant))
-            new = float_product(node, operands)
+                operand, value = _float_operand(node, label(node), operand, zero_index, axis,
+                                                graph.constants, quantized, fresh, add_constant)
+                operands.append(operand)
+                exact = exact and (value is None or fits_int8(value))
+            new = [float_product(node, operands)]
+            records[name] = (_product_scales(node, graph, readers, producer, scales), exact)
         elif id(node) in dropped:  # a bias's rounding to the sum's grid: kept in float
-            new = helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)
+            new = [helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)]
         elif kind == QUANTIZED_LSTM:
-            new, weights = float_lstm(node, label(node), graph.constants, fresh)
-            for name, value in weights.items():
-                add_constant(name, value)
+            lstm, weights, stored, exact = float_lstm(node, label(node), graph.constants, fresh)
+            new = [lstm]
+            for value_name, value in weights.items():
+                add_constant(value_name, value)
+            records[name] = (stored, exact)
+        elif kind in (QUANTIZED_MATMUL, INTEGER_TO_FLOAT):
+            if kind == INTEGER_TO_FLOAT:
+                _check_integer_to_float(node, label(node), quantized, graph.constants)
+            new, weights, stored, exact = float_fused_matmul(node, label(node), graph.constants, fresh)
+            for value_name, value in weights.items():
+                add_constant(value_name, value)
+            records[name] = (stored, exact)
         else:
             nodes.append(node)
             continue
-        graph.names[id(new)] = graph.names[id(node)]
-        nodes.append(new)
-    graph.nodes = nodes
+        for n in new:
+            graph.names[id(n)] = name
+        nodes.extend(new)
+    graph.nodes = nodes + _markers(records, graph, label, fresh, add_constant)
+
+
+def _markers(records: dict, graph, label, fresh, add_constant) -> list:
+    """One INTEGER_WEIGHTS node per node whose weights were integers: the importers record the
+    scales in the IR model, and the weights go back to int8 after the float steps
+    (transforms/store_integer_weights.py). A weight that is not int8 on one scale per tensor or
+    per output channel (uint8 levels beyond int8's range, an LSTM's per-row scales) is requantized
+    there, as --weight-only does: said here."""
+    domain, op_type = INTEGER_WEIGHTS.split(".")
+    if records and domain not in graph.opsets:  # shape inference wants the domain declared
+        graph.proto.opset_import.append(helper.make_opsetid(domain, 1))
+        graph.opsets[domain] = 1
+    markers = []
+    for name, (scales, exact) in records.items():
+        if not exact:
+            log.warning("warning: node %r: its weights do not fit int8 at one scale per tensor or "
+                        "output channel (uint8 with a zero point far from 128, or an LSTM's scales "
+                        "per gate row); dequantized, then requantized to TFLite's int8 weights", name)
+        inputs = []
+        for scale in scales if exact else []:
+            inputs.append(fresh(f"{name}_weight_scale"))
+            add_constant(inputs[-1], np.asarray(scale, np.float32))
+        marker = helper.make_node(op_type, inputs, [], domain=domain, source=name)
+        graph.names[id(marker)] = f"{name} (integer weights)"
+        markers.append(marker)
+    return markers
+
+
+def _product_scales(node, graph, readers: dict, producer: dict, scales: set) -> list[np.ndarray]:
+    """The constant factors that multiply the int32 sum of integer product `node`, the run-time
+    scales taken as 1 (as the rewrite makes them): in quantize_dynamic's Mul(Cast(sum),
+    Mul(x_s, w_s)), w_s, the scale its weight is stored with. Through a bias Add (older
+    quantizers) too."""
+    def factor(name: str):
+        if name in scales:
+            return np.float32(1)
+        if name in graph.constants:
+            return np.asarray(graph.constants[name], np.float32)
+        mul = producer.get(name)
+        if mul is None or key(mul) != "Mul" or len(mul.input) != 2:
+            return None
+        a, b = factor(mul.input[0]), factor(mul.input[1])
+        return None if a is None or b is None else a * b
+
+    sums = [node.output[0]] + [add.output[0] for add, _ in readers.get(node.output[0], [])
+                               if key(add) == "Add"]
+    found = []
+    for value in sums:
+        for cast, _ in readers.get(value, []):
+            if float_cast(cast):
+                for mul, index in readers.get(cast.output[0], []):
+                    if key(mul) == "Mul" and len(mul.input) == 2:
+                        constant = factor(mul.input[1 - index])
+                        if constant is not None and all(constant is not f for f in found):
+                            found.append(constant)
+    return found
+
+
+def _check_integer_to_float(node, text: str, quantized: dict, constants: dict) -> None:
+    """MatMulIntegerToFloat's A is a DynamicQuantizeLinear's output, read with its zero point and
+    its scale (which the rewrite makes 1)."""
+    inputs = list(node.input) + [""] * (7 - len(node.input))
+    if inputs[0] not in quantized or quantized[inputs[0]] != (inputs[4], inputs[2]):
+        raise ConversionError(f"node {text}: input A {inputs[0]!r} is not a DynamicQuantizeLinear "
+                              "output read with its own scale and zero point; qconvert converts "
+                              "onnxruntime's pattern")
 
 
 def _names(graph: onnx.GraphProto) -> set[str]:
@@ -101,14 +195,14 @@ def _float_quantize(node, text: str, readers: dict, graph_outputs: set, label):
         raise ConversionError(f"node {text}: an output is a graph output; qconvert converts run-time "
                               "quantization that MatMulInteger or ConvInteger read")
     for reader, index in readers.get(y, []):
-        pairs = dict(pair for pair, _ in INTEGER_PRODUCTS.get(key(reader), ()))
+        pairs = _ACTIVATION_READERS.get(key(reader), {})
         paired = reader.input[pairs[index]] if index in pairs and len(reader.input) > pairs[index] else ""
         if index not in pairs or paired != zero:
             raise ConversionError(
                 f"node {text}: output {y!r} is read by node {label(reader)}; qconvert converts "
                 "run-time quantization read by MatMulInteger or ConvInteger with its zero point")
     for reader, index in readers.get(zero, []):
-        pairs = dict(pair for pair, _ in INTEGER_PRODUCTS.get(key(reader), ()))
+        pairs = _ACTIVATION_READERS.get(key(reader), {})
         if index not in pairs.values():
             raise ConversionError(f"node {text}: zero point {zero!r} is read by node {label(reader)}, "
                                   "not as the zero point of an integer product")
@@ -116,16 +210,16 @@ def _float_quantize(node, text: str, readers: dict, graph_outputs: set, label):
 
 
 def _float_operand(node, text: str, operand: int, zero_index: int, axis: int, constants: dict,
-                   quantized: dict, fresh, add_constant) -> str:
+                   quantized: dict, fresh, add_constant) -> tuple[str, np.ndarray | None]:
     """The float operand of an integer product: the activation a rewritten DynamicQuantizeLinear
-    passes on, or a new constant q - z."""
+    passes on, or a new constant q - z (then also returned)."""
     name = node.input[operand] if len(node.input) > operand else ""
     zero = node.input[zero_index] if len(node.input) > zero_index else ""
     if name in quantized:
-        if zero != quantized[name]:
+        if zero != quantized[name][0]:
             raise ConversionError(f"node {text}: input {name!r} is read with zero point {zero!r}, "
                                   f"not the one its DynamicQuantizeLinear computes")
-        return name
+        return name, None
     if name not in constants:
         raise ConversionError(f"node {text}: input {name!r} is neither a constant nor a "
                               "DynamicQuantizeLinear output (onnxruntime's quantize_dynamic pattern)")
@@ -136,7 +230,7 @@ def _float_operand(node, text: str, operand: int, zero_index: int, axis: int, co
     value = levels(text, what, constants[name], constants.get(zero) if zero else None, axis)
     new = fresh(f"{name}_levels")
     add_constant(new, value)
-    return new
+    return new, value
 
 
 def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
@@ -222,6 +316,8 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
                     continue  # a further product of scales, checked in turn
                 if id(reader) in divisions and index == 1:
                     continue  # a bias rounded to the sum's grid, checked above
+                if key(reader) == INTEGER_TO_FLOAT and index == 2:
+                    continue  # its A's scale: checked with A (_check_integer_to_float)
                 other = reader.input[1 - index] if key(reader) == "Mul" and len(reader.input) == 2 else ""
                 cast = producer.get(other)
                 summed = cast.input[0] if cast is not None and float_cast(cast) else None

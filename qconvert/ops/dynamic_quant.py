@@ -25,6 +25,7 @@ import numpy as np
 from onnx import helper
 
 from ..errors import ConversionError
+from .registry import onnx_op
 
 # The ops of the family, keyed like ONNX_IMPORTERS ("domain.op" outside the default domain).
 DYNAMIC_QUANTIZE = "DynamicQuantizeLinear"
@@ -34,7 +35,18 @@ DYNAMIC_QUANTIZE = "DynamicQuantizeLinear"
 INTEGER_PRODUCTS = {"MatMulInteger": (((0, 2), -2), ((1, 3), -1)),
                     "ConvInteger": (((0, 2), 0), ((1, 3), 0))}
 QUANTIZED_LSTM = "com.microsoft.DynamicQuantizeLSTM"
-FAMILY = {DYNAMIC_QUANTIZE, QUANTIZED_LSTM, *INTEGER_PRODUCTS}
+# com.microsoft's fused forms (onnxruntime's graph optimizer writes them):
+# DynamicQuantizeMatMul(A float, B, b_scale, b_zero_point, bias) quantizes A itself;
+# MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias) reads a
+# DynamicQuantizeLinear's output and scale. Both give (A float) @ ((B - b_zp) * scales) + bias.
+QUANTIZED_MATMUL = "com.microsoft.DynamicQuantizeMatMul"
+INTEGER_TO_FLOAT = "com.microsoft.MatMulIntegerToFloat"
+FAMILY = {DYNAMIC_QUANTIZE, QUANTIZED_LSTM, QUANTIZED_MATMUL, INTEGER_TO_FLOAT, *INTEGER_PRODUCTS}
+# The loader's note to the importers: a node of this private domain, without outputs, naming (in
+# its `source` attribute) a node whose weights were integers, its inputs the scales they were
+# stored with (one value, or one per output channel). Its importer records them in
+# Model.integer_weight_scales, where transforms/store_integer_weights.py finds them.
+INTEGER_WEIGHTS = "qconvert.IntegerWeights"
 # DynamicQuantizeLSTM's inputs: X, W, R, B, sequence_lens, initial_h, initial_c, P (ONNX LSTM's,
 # but W is [D, input, 4H] and R [D, H, 4H]: transposed), then W_scale, W_zero_point, R_scale,
 # R_zero_point, one per direction [D] or per gate row [D, 4H].
@@ -78,13 +90,28 @@ def float_product(node, operands: list[str]):
     return helper.make_node(op_type, operands, [node.output[0]], name=node.name, **attrs)
 
 
-def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict]:
+@onnx_op(INTEGER_WEIGHTS)
+def import_integer_weights(node, ctx) -> None:
+    """Records the scales node `source`'s integer weights were stored with (see INTEGER_WEIGHTS)."""
+    scales = ctx.model.integer_weight_scales.setdefault(node.attr("source"), [])
+    scales.extend(np.asarray(ctx.const(name), np.float32) for name in node.inputs if name)
+
+
+def fits_int8(levels: np.ndarray) -> bool:
+    """Whether integer levels (q - z) are int8 values: always for int8 weights with zero point 0,
+    for uint8 ones re-centred (zero point 128, or any other their values allow)."""
+    return bool(levels.size == 0 or (levels.min() >= -128 and levels.max() <= 127))
+
+
+def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict, list, bool]:
     """DynamicQuantizeLSTM as ONNX LSTM: W and R dequantized, (q - z) * s per direction or per
     gate row, and transposed from [D, rows, 4H] to ONNX's [D, 4H, rows]; the other inputs and the
-    attributes as they are. Returns the node and its new constants {name: array}; `fresh(hint)`
+    attributes as they are. Returns the node, its new constants {name: array}, the scales its
+    weights are stored with (each direction's, when one per direction: TFLite's hybrid LSTM takes
+    one scale per weight tensor) and whether every weight is on them as int8; `fresh(hint)`
     gives an unused name."""
     inputs = list(node.input) + [""] * (12 - len(node.input))
-    weights = {}
+    weights, scales, exact = {}, [], True
     for index, what, scale_index in ((1, "W", 8), (2, "R", 10)):
         names = (inputs[index], inputs[scale_index], inputs[scale_index + 1])
         needed = names[:2] + ((names[2],) if names[2] else ())  # an omitted zero point is 0
@@ -100,8 +127,10 @@ def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict]:
                 f"{list(z.shape)}: expected [directions, rows, 4*hidden] and one scale and zero "
                 "point per direction or per gate row")
         per = (q.shape[0], 1, -1 if s.size > q.shape[0] else 1)
-        value = (levels(label, what, q, None, 0) - z.reshape(per).astype(np.float32)) \
-            * s.reshape(per).astype(np.float32)
+        shifted = levels(label, what, q, None, 0) - z.reshape(per).astype(np.float32)
+        value = shifted * s.reshape(per).astype(np.float32)
+        exact = exact and s.size == q.shape[0] and fits_int8(shifted)
+        scales.extend(np.float32(v) for v in s.ravel())
         name = fresh(f"{names[0]}_dequantized")
         weights[name] = np.ascontiguousarray(value.astype(np.float32).transpose(0, 2, 1))
         inputs[index] = name
@@ -112,4 +141,37 @@ def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict]:
     lstm_inputs = inputs[:8]
     while lstm_inputs and not lstm_inputs[-1]:
         lstm_inputs.pop()
-    return helper.make_node("LSTM", lstm_inputs, list(node.output), name=node.name, **attrs), weights
+    lstm = helper.make_node("LSTM", lstm_inputs, list(node.output), name=node.name, **attrs)
+    return lstm, weights, scales if exact else [], exact
+
+
+def float_fused_matmul(node, label: str, constants: dict, fresh) -> tuple[list, dict, list, bool]:
+    """DynamicQuantizeMatMul / MatMulIntegerToFloat as MatMul(A, B - b_zero_point), Mul by the
+    scales (a_scale, a rewritten DynamicQuantizeLinear's, is the constant 1 by then), Add of the
+    bias: the nodes, their new constants {name: array}, the scales B is stored with and whether B
+    is int8 on them. B, its scale and its zero point must be constants."""
+    fused = key(node) == QUANTIZED_MATMUL
+    inputs = list(node.input) + [""] * (7 - len(node.input))
+    if fused:
+        a, b, scales, b_zero, bias = inputs[0], inputs[1], [inputs[2]], inputs[3], inputs[4]
+    else:
+        a, b, scales, b_zero, bias = inputs[0], inputs[1], [inputs[2], inputs[3]], inputs[5], inputs[6]
+    needed = [b, scales[-1]] + ([b_zero] if b_zero else [])
+    missing = next((n for n in needed if n not in constants), None)
+    if missing is not None:
+        raise ConversionError(f"node {label}: B, its scale and its zero point must be constants; "
+                              f"{missing or '(omitted)'!r} is not")
+    q = np.asarray(constants[b])
+    shifted = levels(label, f"input {b!r}", q, constants.get(b_zero) if b_zero else None, -1)
+    new = {fresh(f"{b}_levels"): shifted}
+    out = node.output[0]
+    product, scaled = fresh(f"{out}_product"), fresh(f"{out}_scaled") if bias else out
+    nodes = [helper.make_node("MatMul", [a, next(iter(new))], [product], name=node.name)]
+    for k, scale in enumerate(scales):
+        result = scaled if k == len(scales) - 1 else fresh(f"{out}_scaled_{k}")
+        nodes.append(helper.make_node("Mul", [product, scale], [result], name=node.name))
+        product = result
+    if bias:
+        nodes.append(helper.make_node("Add", [scaled, bias], [out], name=node.name))
+    stored = np.asarray(constants[scales[-1]], np.float32)
+    return nodes, new, [stored], fits_int8(shifted)

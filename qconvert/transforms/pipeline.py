@@ -52,6 +52,7 @@ from .remove_trivial_activation import remove_trivial_activation
 from .resize_nearest_to_depth_to_space import resize_nearest_to_depth_to_space
 from .sink_transpose_through_reshape import sink_transpose_through_reshape
 from .sink_transposes import sink_transposes
+from .store_integer_weights import restore_float_weights, store_integer_weights
 from .store_weights_float16 import store_weights_float16
 from .transpose_to_reshape import transpose_to_reshape
 
@@ -102,6 +103,7 @@ class QuantizeOptions:
 
 def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
     return [
+        ("restore_float_weights", restore_float_weights),  # a dynamic int8 model's, from run_pipeline
         ("keep_requested_float", partial(keep_requested_float, keep_float=options.keep_float)),
         ("divide_as_multiply", divide_as_multiply),
         ("affine_to_depthwise", affine_to_depthwise),
@@ -132,7 +134,7 @@ def weight_steps(mode: str, min_elements: int = 1024) -> list[tuple[str, Step]]:
     """--weight-only ("int8") or --float16 ("float16"): only the stored weights change."""
     if mode == "int8":
         return [("quantize_weights_only", partial(quantize_weights_only, min_elements=min_elements))]
-    return [("store_weights_float16", store_weights_float16)]
+    return [("restore_float_weights", restore_float_weights), ("store_weights_float16", store_weights_float16)]
 
 
 def build_pipeline(io_layout: str = "nhwc") -> list[tuple[str, Step]]:
@@ -150,6 +152,7 @@ def run_pipeline(model: Model, io_layout: str = "nhwc") -> None:
     for body in model.subgraphs():
         run_to_fixed_point(body, build_pipeline("onnx"))
     run_to_fixed_point(model, build_pipeline(io_layout))
+    run_once(model, [("store_integer_weights", store_integer_weights)])  # dynamic int8 ONNX
 
 
 def run_equalization(model: Model, layer_inputs: Mapping[str, InputMoments]) -> dict[str, InputMoments]:

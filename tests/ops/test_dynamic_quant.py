@@ -1,11 +1,12 @@
 """onnxruntime's dynamic quantization (quantize_dynamic): DynamicQuantizeLinear, MatMulInteger,
-ConvInteger and com.microsoft DynamicQuantizeLSTM converted to float (ops/dynamic_quant.py).
+ConvInteger, com.microsoft DynamicQuantizeLSTM, DynamicQuantizeMatMul and MatMulIntegerToFloat
+converted to TFLite's hybrid kernels (ops/dynamic_quant.py, transforms/store_integer_weights.py).
 
-Each model is a small float model made here and quantized by onnxruntime's quantize_dynamic. The
-.tflite must compute the model with its activations in float: it matches onnxruntime running the
-float model with the dequantized weights within the float check's tolerance (which shows that
-every weight, zero point, scale and layout is read right), and onnxruntime running the quantized
-model itself by SQNR; the default verification judges it by SQNR and says why."""
+Each model is a small float model made here and quantized by onnxruntime's quantize_dynamic (or
+built with the contrib ops). The .tflite must hold the very integers and scales onnxruntime
+stores (read back from the file), and compute what onnxruntime running the quantized model
+computes within its activation rounding: a bound of one activation step per product on one layer
+(_within_steps), SQNR on deeper models; the default verification judges it by SQNR and says why."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from qconvert.check.verify import FLOAT_TOLERANCE, sqnr_db
+from qconvert.check.verify import sqnr_db
 from qconvert.errors import ConversionError
 from tests.harness import convert_proto, make_model, run_onnxruntime, run_tflite
 
@@ -72,99 +73,210 @@ def _quantize(model: onnx.ModelProto, tmp_path, **options) -> onnx.ModelProto:
     return onnx.load(target)
 
 
-def _dequantized(model: onnx.ModelProto, quantized: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` with each weight quantize_dynamic quantized replaced by its dequantized value,
-    (q - z) * s, read from the quantized model's initializers (an LSTM's W and R back from its
-    [D, rows, 4H] layout, a Gemm's transB weight from [K, N]): what the float conversion
-    computes."""
-    stored = {t.name: numpy_helper.to_array(t) for t in quantized.graph.initializer}
-    result = onnx.ModelProto()
-    result.CopyFrom(model)
-    for t in result.graph.initializer:
-        stem = next((n for n in (t.name, t.name + "_Transposed") if n + "_quantized" in stored), None)
-        if stem is None:
-            continue
-        q = stored[stem + "_quantized"].astype(np.float32)
-        s, z = stored[stem + "_scale"], stored[stem + "_zero_point"].astype(np.float32)
-        shape = numpy_helper.to_array(t).shape
-        if stem != t.name:  # a Gemm's transB weight, quantized transposed
-            value = ((q - z) * s).T
-        elif q.shape != shape:  # an LSTM's W/R: per direction, transposed
-            value = ((q - z.reshape(-1, 1, 1)) * s.reshape(-1, 1, 1)).transpose(0, 2, 1)
-        elif s.size > 1 and len(shape) == 4:  # a Conv weight per output channel
-            value = (q - z.reshape(-1, 1, 1, 1)) * s.reshape(-1, 1, 1, 1)
-        else:  # per tensor, or per column of a MatMul weight
-            value = (q - z) * s
-        t.CopyFrom(numpy_helper.from_array(value.astype(np.float32).reshape(shape), t.name))
-    return result
-
-
 def _feeds(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
             .astype(np.float32) for i in model.graph.input}
 
 
+def _int8_weights(flatbuffer: bytes) -> list:
+    """(tensor, its int8 values) of each int8 constant of the .tflite."""
+    from qconvert.tflite.reader import buffer_data, read
+
+    return [(t, buffer_data(flatbuffer, t.buffer).view(np.int8).reshape(t.shape))
+            for t in read(flatbuffer).tensors
+            if t.dtype == "INT8" and t.data_offset is not None]
+
+
 def _check(model, tmp_path, min_db: float, **options):
-    """Converts the quantized `model`; the .tflite against the dequantized float model (within
-    the float tolerance of each output's largest magnitude), against the quantized model in
-    onnxruntime (SQNR above `min_db`) and, without contrib ops, in onnx's reference evaluator,
-    whose integer sums are exact (SQNR above 35 dB). Returns the quantized model and the op
-    types of the .tflite."""
+    """Converts the quantized `model` and compares the .tflite, whose hybrid kernels quantize
+    their float inputs at run time as onnxruntime's DynamicQuantizeLinear does (per row rather
+    than per tensor: a finer or equal step), with onnxruntime running the quantized model (SQNR
+    above `min_db`: each output is a few activation steps from it, see _within_steps for a bound
+    on one layer) and, without contrib ops, with onnx's reference evaluator, whose integer sums
+    are exact (above 35 dB). Returns the quantized model, the .tflite and its op types."""
     quantized = _quantize(model, tmp_path, **options)
     flatbuffer, report = convert_proto(quantized)
     contrib = any(n.domain == "com.microsoft" for n in quantized.graph.node)
     for seed in (1, 2):
         feeds = _feeds(quantized, seed)
         got = run_tflite(flatbuffer, report, feeds)
-        exact = run_onnxruntime(_dequantized(model, quantized), feeds)
         dynamic = run_onnxruntime(quantized, feeds)
-        integer = {} if contrib else dict(zip(exact, ReferenceEvaluator(quantized).run(None, feeds)))
-        for name, value in exact.items():
-            error = np.abs(got[name] - value).max() / np.abs(value).max()
-            assert error <= FLOAT_TOLERANCE, (name, error)
-            assert sqnr_db(dynamic[name], got[name]) > min_db, (name, sqnr_db(dynamic[name], got[name]))
+        integer = {} if contrib else dict(zip(dynamic, ReferenceEvaluator(quantized).run(None, feeds)))
+        for name, value in dynamic.items():
+            assert sqnr_db(value, got[name]) > min_db, (name, sqnr_db(value, got[name]))
             if integer:
                 assert sqnr_db(integer[name], got[name]) > 35, (name, sqnr_db(integer[name], got[name]))
     from qconvert.tflite.reader import read
 
-    return quantized, sorted({op.name for op in read(flatbuffer).operators})
+    return quantized, flatbuffer, sorted({op.name for op in read(flatbuffer).operators})
+
+
+def _stored(quantized: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in quantized.graph.initializer}
+
+
+def _assert_same_integers(flatbuffer: bytes, quantized: onnx.ModelProto, names: list[str],
+                          transpose: bool) -> None:
+    """The .tflite holds the weights `names` of the quantized model as their very integers (q - z,
+    int8) and scales, laid out as the op reads them (a FULLY_CONNECTED's [N, K]: `transpose`)."""
+    stored, weights = _stored(quantized), _int8_weights(flatbuffer)
+    for name in names:
+        q, s = stored[name + "_quantized"], stored[name + "_scale"]
+        levels = (q.astype(np.int32) - stored[name + "_zero_point"].astype(np.int32)).astype(np.int8)
+        levels = levels.T if transpose else levels
+        match = [t for t, v in weights if v.shape == levels.shape and np.array_equal(v, levels)]
+        assert match, name
+        np.testing.assert_array_equal(np.float32(match[0].scales), np.ravel(s).astype(np.float32))
+        assert set(match[0].zero_points) == {0}
 
 
 def test_matmul_gemm(tmp_path):
-    quantized, ops = _check(_mlp(np.random.default_rng(0)), tmp_path, 35)
+    quantized, flatbuffer, ops = _check(_mlp(np.random.default_rng(0)), tmp_path, 35)
     assert {n.op_type for n in quantized.graph.node} >= {"DynamicQuantizeLinear", "MatMulInteger"}
-    assert ops == ["FULLY_CONNECTED"]  # the scales and biases folded into the weights
+    assert ops == ["FULLY_CONNECTED"]  # hybrid: int8 weights, the scales and biases folded in
+    _assert_same_integers(flatbuffer, quantized, ["w1", "w2_Transposed"], transpose=True)
 
 
 @pytest.mark.parametrize("weight_type", [QuantType.QInt8, QuantType.QUInt8])
-def test_per_channel_and_weight_types(tmp_path, weight_type):
-    """Per-column weights. With int8 ones onnxruntime itself is off on x86 without VNNI: its
-    u8 x s8 kernel (VPMADDUBSW) saturates pairs of products at 16 bits, 17.6 dB from onnx's
-    exact reference here (per column, each column reaches 127), where the .tflite is 44.9 dB
-    from it."""
-    _check(_mlp(np.random.default_rng(3)), tmp_path, 15 if weight_type == QuantType.QInt8 else 35,
-           per_channel=True, weight_type=weight_type)
+def test_per_channel_and_weight_types(tmp_path, caplog, weight_type):
+    """Per-column weights. int8 ones keep their integers and per-column scales (FULLY_CONNECTED's
+    per-channel hybrid kernel). onnxruntime's uint8 ones have zero points far from 128 (asymmetric
+    per column): re-centred they leave int8, so they are requantized as --weight-only does, with a
+    warning. With int8 weights onnxruntime itself is off on x86 without VNNI: its u8 x s8 kernel
+    (VPMADDUBSW) saturates pairs of products at 16 bits (17.6 dB from onnx's exact reference here,
+    each column reaching 127): hence 15 dB against it."""
+    quantized, flatbuffer, ops = _check(_mlp(np.random.default_rng(3)), tmp_path,
+                                        15 if weight_type == QuantType.QInt8 else 35,
+                                        per_channel=True, weight_type=weight_type)
+    assert ops == ["FULLY_CONNECTED"] and len(_int8_weights(flatbuffer)) == 2
+    if weight_type == QuantType.QInt8:
+        _assert_same_integers(flatbuffer, quantized, ["w1", "w2_Transposed"], transpose=True)
+        assert "requantized" not in caplog.text
+    else:
+        assert "do not fit int8" in caplog.text and "requantized" in caplog.text
 
 
-def test_conv(tmp_path):
-    quantized, ops = _check(_convnet(np.random.default_rng(1)), tmp_path, 30)
+@pytest.mark.parametrize("weight_type", [QuantType.QInt8, QuantType.QUInt8])
+def test_conv(tmp_path, caplog, weight_type):
+    """Per tensor (onnxruntime's ConvInteger takes no per-channel weights). uint8 weights at zero
+    point 128 re-centre exactly (w1 here); w2's zero point 129 leaves int8 (level -129): requantized."""
+    quantized, flatbuffer, ops = _check(_convnet(np.random.default_rng(1)), tmp_path, 30,
+                                        weight_type=weight_type)
     assert "ConvInteger" in {n.op_type for n in quantized.graph.node}
-    assert "CONV_2D" in ops
-
-
-def test_conv_uint8_weights(tmp_path):
-    _check(_convnet(np.random.default_rng(2)), tmp_path, 30, weight_type=QuantType.QUInt8)
+    assert ops == ["CONV_2D"] and len(_int8_weights(flatbuffer)) == 2
+    stored, weights = _stored(quantized), [v for _, v in _int8_weights(flatbuffer)]
+    levels = {n: stored[n + "_quantized"].astype(np.int32) - stored[n + "_zero_point"] for n in ("w1", "w2")}
+    exact = [n for n, v in levels.items() if v.min() >= -128 and v.max() <= 127]
+    if weight_type == QuantType.QInt8:
+        assert exact == ["w1", "w2"]
+    for name in exact:  # OHWI in the .tflite
+        assert any(np.array_equal(v, levels[name].astype(np.int8).transpose(0, 2, 3, 1)) for v in weights), name
+    assert ("requantized" in caplog.text) == (len(exact) < 2)
 
 
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
-def test_lstm(tmp_path, direction):
+def test_lstm(tmp_path, caplog, direction):
     """7-bit weights (reduce_range): with 8-bit ones onnxruntime's own sums saturate on x86
     without VNNI (see above), its forward LSTM here 13 dB from its dequantized float model,
-    40 dB with 7 bits."""
-    quantized, _ = _check(_lstm(np.random.default_rng(4), direction), tmp_path, 35, reduce_range=True)
+    40 dB with 7 bits. One scale per direction: each gate's weights keep their integers in
+    UNIDIRECTIONAL_SEQUENCE_LSTM's hybrid kernel (one per direction)."""
+    quantized, flatbuffer, ops = _check(_lstm(np.random.default_rng(4), direction), tmp_path, 35,
+                                        reduce_range=True)
     assert [(n.domain, n.op_type) for n in quantized.graph.node if "LSTM" in n.op_type] == \
         [("com.microsoft", "DynamicQuantizeLSTM")]
+    d = 2 if direction == "bidirectional" else 1
+    assert ops.count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1 and "DEQUANTIZE" not in ops
+    weights = _int8_weights(flatbuffer)
+    assert len(weights) == 8 * d + 1  # the gates' input and recurrent weights, and M
+    stored = _stored(quantized)
+    scales = {float(np.float32(s)) for n in ("W", "R") for s in np.ravel(stored[n + "_scale"])}
+    assert {t.scales[0] for t, _ in weights if len(t.scales) == 1 and t.shape[0] == H} == scales
+    assert "requantized" not in caplog.text
+
+
+def test_lstm_per_row_scales_requantized(tmp_path, caplog):
+    """per_channel=True gives an LSTM one scale per gate row, which TFLite's hybrid LSTM (one
+    scale per weight tensor) cannot hold: requantized per tensor, with a warning."""
+    _check(_lstm(np.random.default_rng(4)), tmp_path, 30, reduce_range=True, per_channel=True)
+    assert "per gate row" in caplog.text
+
+
+def _within_steps(weight: np.ndarray, x: np.ndarray, got: np.ndarray,
+                  expected: np.ndarray) -> None:
+    """One layer y = x @ W: onnxruntime rounds x to its per-tensor step x_s (range including 0,
+    over 255), TFLite's hybrid kernel to its per-row step (at most x_s); each rounding moves an
+    element of x by at most half its step, so y's columns differ by at most x_s * sum_k |W_kn|."""
+    x_s = (max(x.max(), 0) - min(x.min(), 0)) / 255
+    bound = x_s * np.abs(weight).sum(axis=0) * 1.001 + 1e-6
+    assert (np.abs(got - expected) <= bound).all(), np.max(np.abs(got - expected) / bound)
+
+
+def test_weights_dominate_size(tmp_path):
+    """Two 256x256 MatMuls: the .tflite stores the weights as int8, as the ONNX file does, and is
+    no bigger than it; each layer's output is within onnxruntime's rounding (_within_steps)."""
+    rng = np.random.default_rng(5)
+    w1, w2 = (rng.standard_normal((256, 256)).astype(np.float32) * 0.05 for _ in range(2))
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["y"])]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (4, 256))}, {"h": TensorProto.FLOAT, "y": TensorProto.FLOAT},
+                       {"w1": w1, "w2": w2})
+    quantized = _quantize(model, tmp_path)
+    flatbuffer, report = convert_proto(quantized)
+    onnx_size = (tmp_path / "dynamic.onnx").stat().st_size
+    assert len(flatbuffer) <= onnx_size, (len(flatbuffer), onnx_size)
+    assert len(_int8_weights(flatbuffer)) == 2
+    _assert_same_integers(flatbuffer, quantized, ["w1", "w2"], transpose=True)
+    stored = _stored(quantized)
+    dequantized = {n: stored[n + "_quantized"].astype(np.float32) * stored[n + "_scale"] for n in ("w1", "w2")}
+    for seed in (1, 2):
+        x = _feeds(quantized, seed)["x"]
+        got, dynamic = run_tflite(flatbuffer, report, {"x": x}), run_onnxruntime(quantized, {"x": x})
+        _within_steps(dequantized["w1"], x, got["h"], dynamic["h"])
+        for name in ("h", "y"):
+            assert sqnr_db(dynamic[name], got[name]) > 35
+
+
+def _contrib_matmul(fused: bool, zero_point: int, per_column: bool) -> tuple[onnx.ModelProto, np.ndarray]:
+    """com.microsoft DynamicQuantizeMatMul(x, B, scale, zero point, bias), or
+    DynamicQuantizeLinear + MatMulIntegerToFloat(q, B, x_s, scale, x_z, zero point, bias):
+    x [3, 64] @ B [64, 32] uint8 at `zero_point`. Returns the model and B dequantized."""
+    rng = np.random.default_rng(6)
+    q = rng.integers(0, 256, (64, 32)).astype(np.uint8)
+    scale = (rng.uniform(0.002, 0.004, 32) if per_column else np.array(0.003)).astype(np.float32)
+    zero = np.full(32 if per_column else (), zero_point, np.uint8)
+    bias = rng.standard_normal(32).astype(np.float32)
+    if fused:
+        nodes = [helper.make_node("DynamicQuantizeMatMul", ["x", "B", "s", "z", "b"], ["y"],
+                                  domain="com.microsoft", name="dqmm")]
+    else:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+                 helper.make_node("MatMulIntegerToFloat", ["xq", "B", "xs", "s", "xz", "z", "b"], ["y"],
+                                  domain="com.microsoft", name="mmitf")]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (3, 64))}, {"y": TensorProto.FLOAT},
+                       {"s": scale, "b": bias})
+    model.graph.initializer.extend([numpy_helper.from_array(q, "B"), numpy_helper.from_array(zero, "z")])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model, (q.astype(np.float32) - zero.astype(np.float32)) * scale
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_contrib_matmuls(fused, per_column):
+    """onnxruntime's fused forms: B's uint8 integers at zero point 128 re-centre to int8 exactly
+    and stay those integers in a hybrid FULLY_CONNECTED; the output is within onnxruntime's
+    activation rounding (_within_steps)."""
+    model, dequantized = _contrib_matmul(fused, 128, per_column)
+    flatbuffer, report = convert_proto(model)
+    from qconvert.tflite.reader import read
+
+    assert sorted({op.name for op in read(flatbuffer).operators}) == ["FULLY_CONNECTED"]
+    (tensor, values), = _int8_weights(flatbuffer)
+    q = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "B"))
+    np.testing.assert_array_equal(values, (q.astype(np.int32) - 128).astype(np.int8).T)
+    for seed in (1, 2):
+        x = _feeds(model, seed)["x"]
+        got, expected = run_tflite(flatbuffer, report, {"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+        _within_steps(dequantized, x, got, expected)
 
 
 def test_cli_verifies_by_sqnr_and_says_why(tmp_path):
@@ -220,7 +332,7 @@ def test_only_quantize_dynamic_pattern():
     reads the integers otherwise is refused in one line naming the node."""
     flatbuffer, report = convert_proto(_integer_product("scaled"))
     x = np.array([[1, 2, -3, 4]], np.float32)
-    np.testing.assert_allclose(run_tflite(flatbuffer, report, {"x": x})["y"], x @ _W)
+    _within_steps(_W, x, run_tflite(flatbuffer, report, {"x": x})["y"], x @ _W)
     with pytest.raises(ConversionError, match=r"^node 'mm' \(MatMulInteger\): its sum reaches node 'relu' "
                                               r"\(Relu\) without being multiplied by its activation's scale"):
         convert_proto(_integer_product("unscaled"))
@@ -251,6 +363,6 @@ def test_bias_rounded_at_run_time():
     x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
     flatbuffer, report = convert_proto(model)
     got = run_tflite(flatbuffer, report, {"x": x})["y"]
-    expected = x @ ((w.astype(np.float32) - 1) * np.float32(0.05)) + b
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    weight = (w.astype(np.float32) - 1) * np.float32(0.05)
+    _within_steps(weight, x, got, x @ weight + b)
     assert sqnr_db(run_onnxruntime(model, {"x": x})["y"], got) > 30

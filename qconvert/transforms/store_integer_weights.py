@@ -1,0 +1,159 @@
+"""store_integer_weights: the weights of a dynamically quantized ONNX model (onnxruntime's
+quantize_dynamic) written back as the int8 integers they were, read by TFLite's hybrid kernels.
+
+The loader computes such a model in float (qconvert/ops/dynamic_quant.py): each integer weight
+becomes float levels (q - z) and the float steps fold the scale that multiplies the sum into them,
+so that the weight of the FULLY_CONNECTED, CONV_2D or UNIDIRECTIONAL_SEQUENCE_LSTM the node
+became is (q - z) * s in float, laid out as the op wants. The loader also records, by source node,
+the scales the weights were stored with (Model.integer_weight_scales). This step, run once after
+the float steps whatever the weight mode, finds each such op's weights back on their grid:
+q = round(w / s), per tensor (one scale) or per output channel along the hybrid kernel's axis,
+checked to give back w (to float rounding) and to fit int8. Those integers are written as they
+are, never requantized (zero point 0; a uint8 weight re-centred by the loader); the op reads them
+directly and quantizes its float input at run time (`asymmetric_quantize_inputs`, per row, where
+the op has it), which is what onnxruntime's DynamicQuantizeLinear does per tensor.
+
+A weight not on a recorded grid (onnxruntime's per-row LSTM scales, which TFLite's hybrid LSTM
+cannot hold in one scale per tensor; a uint8 weight whose zero point leaves int8; a constant the
+float steps folded into it) is quantized like --weight-only does, saying so in a warning. An LSTM's
+peepholes and projection (float in ONNX) become int8 with its weights, as its kernel wants. Another
+op still reading the float weight reads the int8 one through a DEQUANTIZE when the integers are
+exact. Biases stay float, as the hybrid kernels want them. --weight-only then quantizes what else
+is big; --quantize and --float16 start from the float weights (restore_float_weights).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..ir import Model, Operator, QuantParams, typed_name
+from ..ops.registry import TFLITE_OPS
+from ..quantize.params import quantize_weights_per_channel, quantize_weights_per_tensor
+from .helpers import dequantize_for
+
+log = logging.getLogger("qconvert")
+FLOAT32 = np.dtype(np.float32)
+# How far w / s may be from an integer: its float rounding is below 128 * 2**-23 (the levels reach
+# 255 at most); a value off the grid is a fraction of a step away.
+_GRID_TOLERANCE = 1e-3
+
+
+def on_grid(w: np.ndarray, scales: list[np.ndarray], axis: int | None) -> tuple[np.ndarray, QuantParams] | None:
+    """(int8 q, params) with q * scale == w to float rounding, from the first of `scales` (one
+    value, or one per entry of w's `axis`) that puts w on an int8 grid; None when none does."""
+    for scale in scales:
+        scale = np.asarray(scale, np.float32).ravel()
+        if scale.size == 1:
+            shaped, params_axis = scale.reshape(()), None
+        elif axis is not None and w.ndim and scale.size == w.shape[axis]:
+            params_axis = axis % w.ndim
+            shaped = scale.reshape([-1 if a == params_axis else 1 for a in range(w.ndim)])
+        else:
+            continue
+        if not (np.isfinite(scale).all() and (scale > 0).all()):
+            continue
+        levels = w.astype(np.float64) / shaped.astype(np.float64)
+        q = np.round(levels)
+        if (np.abs(levels - q) <= _GRID_TOLERANCE).all() and q.min(initial=0) >= -128 and q.max(initial=0) <= 127:
+            return q.astype(np.int8), QuantParams(scale.copy(), np.zeros(scale.size, np.int64), params_axis)
+    return None
+
+
+def _requantized(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, QuantParams]:
+    """--weight-only's symmetric int8 quantization (per channel along `axis` when there is one)."""
+    if axis is None:
+        q, scale = quantize_weights_per_tensor(w)
+        return q, QuantParams(np.array([scale], np.float32), np.zeros(1, np.int64))
+    q, scales = quantize_weights_per_channel(w, axis)
+    return q, QuantParams(scales, np.zeros(scales.size, np.int64), axis % w.ndim)
+
+
+def _float_constant(model: Model, name: str) -> bool:
+    array = model.arrays.get(name) if name else None
+    return (array is not None and array.is_constant and array.dtype == FLOAT32
+            and name not in model.outputs and bool(np.isfinite(array.data).all()))
+
+
+def _drop_zero_bias(model: Model, op: Operator) -> None:
+    """A FULLY_CONNECTED's all-zero bias goes (its hybrid kernel runs without one; CONV_2D's
+    refuses to, conv.cc): folding the sum's scale into the weights adds one
+    (fuse_binary_into_affine), as big as a weight's row, which the ONNX file does not store."""
+    index = TFLITE_OPS[op.type].quant.bias if op.type == "FULLY_CONNECTED" else None
+    if index is None or index != len(op.inputs) - 1:
+        return
+    bias = model.constant(op.inputs[index])
+    if bias is not None and not bias.any():
+        model.set_inputs(op, op.inputs[:index])
+
+
+def store_integer_weights(model: Model) -> bool:
+    records = model.integer_weight_scales
+    if not records:
+        return False  # not a dynamically quantized model
+    stored: dict[tuple[str, int | None], tuple[str, bool]] = {}  # (float weight, axis) -> int8, exact
+    changed = False
+    for op in model.operators:
+        rule = TFLITE_OPS[op.type].hybrid
+        if op.source not in records or rule is None or model.arrays[op.inputs[0]].dtype != FLOAT32:
+            continue
+        if not all(i < len(op.inputs) and _float_constant(model, op.inputs[i]) for i in rule.weights):
+            continue
+        companions = [i for i in rule.companions if i < len(op.inputs) and _float_constant(model, op.inputs[i])]
+        requantized = []
+        for index in list(rule.weights) + companions:
+            name = op.inputs[index]
+            key = (name, rule.axis)
+            if key not in stored:
+                w = model.arrays[name].data
+                found = on_grid(w, records[op.source], rule.axis) if index in rule.weights else None
+                if found is None and index in rule.weights:
+                    requantized.append(name)
+                q, params = found if found is not None else _requantized(w, rule.axis)
+                new = model.add_array(typed_name(name, np.int8), w.shape, np.int8, q)
+                array = model.arrays[new]
+                array.quant, array.narrow_range = params, bool(q.min(initial=0) >= -127)
+                stored[key] = (new, found is not None)
+            model.set_input(op, index, stored[key][0])
+        if requantized and records[op.source]:
+            log.warning("warning: node %r: weight %s is not on the int8 grid of the scale onnxruntime "
+                        "stored it with (TFLite's %s takes %s); requantized to int8", op.source,
+                        ", ".join(repr(n) for n in requantized), op.type,
+                        "one scale per tensor" if rule.axis is None else "one scale per output channel")
+        if rule.asymmetric:
+            op.options["asymmetric_quantize_inputs"] = True
+        _drop_zero_bias(model, op)
+        changed = True
+    order: dict[Operator, int] | None = None
+    for (name, _), (new, exact) in stored.items():
+        uses = [(op, i) for op in dict.fromkeys(model.consumers(name))
+                for i, n in enumerate(op.inputs) if n == name]
+        if exact and uses:  # the integers are the weight: no float copy stays
+            order = order or {op: k for k, op in enumerate(model.operators)}
+            dequantize_for(model, new, sorted(uses, key=lambda use: order[use[0]]))
+    return changed
+
+
+def restore_float_weights(model: Model) -> bool:
+    """Undoes store_integer_weights before --quantize or --float16, which start from float
+    weights: each int8 weight it wrote becomes float32 q * s again (the very float32 values the
+    float steps had made, when the integers were exact), its DEQUANTIZEs go and the ops read it
+    as float kernels do."""
+    restored = set()
+    for name, array in model.arrays.items():
+        if array.is_constant and array.dtype == np.int8 and array.quant is not None:
+            params = array.quant
+            scale = params.scale.astype(np.float32)
+            if params.axis is not None:
+                scale = scale.reshape([-1 if a == params.axis else 1 for a in range(array.data.ndim)])
+            array.data = (array.data.astype(np.float32) * scale.reshape(scale.shape or ())).astype(np.float32)
+            array.dtype, array.quant, array.narrow_range = FLOAT32, None, False
+            restored.add(name)
+    for op in model.operators:
+        if op.type == "DEQUANTIZE" and op.inputs[0] in restored:
+            model.remove_operator(op)
+            model.rename_uses(op.outputs[0], op.inputs[0])
+        elif restored.intersection(op.inputs):
+            op.options.pop("asymmetric_quantize_inputs", None)
+    return bool(restored)
