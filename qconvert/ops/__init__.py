@@ -17,6 +17,7 @@ from . import (  # noqa: F401
     folded,
     gather,
     gemm,
+    grid_sample,
     lrn,
     lstm,
     nms,
