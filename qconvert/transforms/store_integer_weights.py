@@ -140,6 +140,8 @@ def restore_float_weights(model: Model) -> bool:
     weights: each int8 weight it wrote becomes float32 q * s again (the very float32 values the
     float steps had made, when the integers were exact), its DEQUANTIZEs go and the ops read it
     as float kernels do."""
+    if not model.integer_weight_scales:
+        return False
     restored = set()
     for name, array in model.arrays.items():
         if array.is_constant and array.dtype == np.int8 and array.quant is not None:
