@@ -1,8 +1,9 @@
 """Elementwise binary ops with numpy broadcasting: Add, Sub, Mul, Div, Max, Min, Sum, Pow, Mean,
-Mod.
+Mod, BitShift.
 
 TFLite's binary kernels broadcast like numpy, so the ONNX node maps one to one; n-ary Sum/Max/Min
-become a chain. Mod is FLOOR_MOD (fmod=0) or C's fmod built from it (fmod=1).
+become a chain. Mod is FLOOR_MOD (fmod=0) or C's fmod built from it (fmod=1). BitShift is
+RIGHT_SHIFT, or a multiplication wrapped at the type's width (TFLite has no left shift).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Unary math: Sqrt, Exp, Log, Abs, Neg, Reciprocal, Floor, Ceil, Round, Sin, Cos, Sign, Erf,
-Softsign, and the trigonometric and hyperbolic functions Tan, Atan, Asin, Acos, Sinh, Cosh, Asinh,
-Acosh, Atanh.
+Softsign, the trigonometric and hyperbolic functions Tan, Atan, Asin, Acos, Sinh, Cosh, Asinh,
+Acosh, Atanh, and the activations TFLite has no builtin for: Mish, Shrink, ThresholdedRelu.
 
 Most map to one TFLite builtin. Reciprocal is DIV(1, x) and Softsign x / (1 + |x|). Atan is
 ATAN2(x, 1); the other trigonometric and hyperbolic functions, which TFLite lacks, are
@@ -265,3 +265,37 @@ def import_trigonometric(node, ctx):
             ratio = f("DIV", f("ADD", a, 1.0), f("SUB", 1.0, a))
             return f.select(f.less(a, _SERIES), f.atanh_series(a), f("MUL", f("LOG", ratio), 0.5))
         f.odd(x, atanh, y)
+
+
+# Beyond this, tanh(softplus(x)) rounds to 1 in float32 (1 - 2 exp(-2x) / ...) and Mish is x.
+_MISH_LINEAR = 20.0
+
+
+@onnx_op("Mish")
+def import_mish(node, ctx):
+    """x tanh(softplus(x)) = x n / (n + 2) with n = e (e + 2), e = exp(min(x, 20)): tanh(log(1 +
+    e)) = ((1 + e)^2 - 1) / ((1 + e)^2 + 1), without cancellation for negative x and without
+    overflow for large x (where the fraction is 1 in float32)."""
+    x, y = _float_input(node, ctx), node.outputs[0]
+    f = _Composition(ctx, x, y)
+    e = f("EXP", f("MINIMUM", x, _MISH_LINEAR))
+    n = f("MUL", e, f("ADD", e, 2.0))
+    f("MUL", x, f("DIV", n, f("ADD", n, 2.0)), out=y)
+
+
+@onnx_op("Shrink")
+def import_shrink(node, ctx):
+    """x - bias where x > lambd, x + bias where x < -lambd, 0 between (two SELECT_V2)."""
+    x, y = _float_input(node, ctx), node.outputs[0]
+    bias, lambd = float(node.attr("bias", 0.0)), float(node.attr("lambd", 0.5))
+    f = _Composition(ctx, x, y)
+    below = f.select(f.less(x, -lambd), f("ADD", x, bias), 0.0)
+    f.select(f("GREATER", x, lambd, dtype=np.bool_), f("SUB", x, bias), below, out=y)
+
+
+@onnx_op("ThresholdedRelu")
+def import_thresholded_relu(node, ctx):
+    """x where x > alpha, else 0 (SELECT_V2)."""
+    x, y = _float_input(node, ctx), node.outputs[0]
+    f = _Composition(ctx, x, y)
+    f.select(f("GREATER", x, float(node.attr("alpha", 1.0)), dtype=np.bool_), x, 0.0, out=y)

@@ -263,3 +263,15 @@ def test_atan2_as_tf2onnx_writes_it():
     off_axis = y != 0  # there the composition is atan2 (on it, 0 where atan2 has +-pi)
     np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["out"][off_axis],
                                np.arctan2(y, x)[off_axis], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op_type, attrs", [
+    ("Mish", {}), ("Shrink", {}), ("Shrink", {"bias": 1.5, "lambd": 1.0}), ("Shrink", {"lambd": -0.5}),
+    ("ThresholdedRelu", {}), ("ThresholdedRelu", {"alpha": -0.5})], ids=str)
+def test_activations_without_builtin(op_type, attrs):
+    x = np.concatenate([np.linspace(-30, 30, 601), [-1.5, -1.0, 1.0, 1.5, -0.5, 0.5, 19.99, 20.01, -100, 100,
+                                                   np.inf, -np.inf, np.nan]]).astype(np.float32)
+    model = make_model([helper.make_node(op_type, ["x"], ["y"], **attrs)], x.shape, opset=18)
+    assert_matches_onnxruntime(model, {"x": x}, rtol=2e-6, atol=1e-7)
+    _, report = assert_matches_onnxruntime(after_conv(op_type, attrs, opset=18), feed(NCHW))
+    assert report.transposes == 0
