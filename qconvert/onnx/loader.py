@@ -4,8 +4,9 @@ Steps: parse (qconvert.onnx.file: big weights are read from the file one at a ti
 shapes (a dynamic batch is set to 1: qconvert/onnx/dynamic_batch.py), then alternate ONNX shape
 inference with folding of nodes whose inputs are all known (PyTorch's Shape/Gather/Concat/Reshape
 chains), until nothing changes; then every remaining node goes to its importer (qconvert.ops).
-int64 tensors are narrowed to int32 inside the graph (TFLite's kernels index with int32); graph
-inputs and outputs keep their ONNX dtype through a CAST.
+int64 tensors are narrowed to int32 inside the graph (TFLite's kernels index with int32), the small
+integer types widened to it, float64 and float16 computed as float32 (_NARROWED); graph inputs and
+outputs keep their ONNX dtype through a CAST.
 """
 
 from __future__ import annotations

@@ -90,3 +90,34 @@ def test_float16_model_keeps_the_onnx_file_size_and_passes_the_default_check():
     float32, _ = convert_proto(float32_model())
     weights = sum(t.ByteSize() for t in model.graph.initializer)
     assert len(bytes(flatbuffer)) < len(float32) and len(bytes(flatbuffer)) <= len(data) + 4096 + weights // 8
+
+
+def _scaled_by_its_width(scale_type: int) -> onnx.ModelProto:
+    """x (float16) * width ** -0.5, the width from x's shape through a Cast to `scale_type`
+    (Swin's attention scale): with FLOAT, what onnxconverter-common writes for Swin, a Mul of
+    float16 and float32 that onnxruntime refuses."""
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("Shape", ["h"], ["shape"]),
+             helper.make_node("Gather", ["shape", "last"], ["width"]),
+             helper.make_node("Cast", ["width"], ["w"], to=scale_type),
+             helper.make_node("Pow", ["w", "power"], ["scale"]),
+             helper.make_node("Mul", ["h", "scale"], ["m"]),
+             helper.make_node("Cast", ["m"], ["y"], to=TensorProto.FLOAT)]
+    power = np.array(-0.5, np.float16 if scale_type == TensorProto.FLOAT16 else np.float32)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(1, np.int64), "last"),
+                               numpy_helper.from_array(power, "power")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_float32_scale_in_a_float16_graph_converts():
+    """float16 and float32 are one type inside: the model onnxruntime refuses converts, and gives
+    what onnxruntime gives for the same model with the scale in float16."""
+    invalid, valid = _scaled_by_its_width(TensorProto.FLOAT), _scaled_by_its_width(TensorProto.FLOAT16)
+    with pytest.raises(Exception, match="Type"):
+        run_onnxruntime(invalid, {"x": np.zeros((2, 7), np.float32)})
+    feeds = random_feeds(valid)
+    flatbuffer, report = convert_proto(invalid)
+    got, want = run_tflite(flatbuffer, report, feeds)["y"], run_onnxruntime(valid, feeds)["y"]
+    assert np.abs(got - want).max() <= FLOAT16_TOLERANCE * np.abs(want).max()
