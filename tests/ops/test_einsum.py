@@ -103,3 +103,14 @@ def test_malformed_equations_are_refused_in_one_line(equation, shapes, match):
     model = einsum_model(equation, shapes)
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", F, [3]))
     assert_refused_in_one_line(model, match)
+
+
+def test_constant_weights_quantize_as_int8_fully_connected(tmp_path):
+    """tf2onnx's attention projection with int8 weights (grid_weights: exact per channel)."""
+    from tests.harness import assert_int8_matches_onnxruntime, grid_weights
+
+    model = einsum_model("bfnd,ndh->bfh", [(1, 5, 4, 3), (4, 3, 6)], constants=(1,))
+    weights = grid_weights((6, 12), seed=2).T.reshape(4, 3, 6)
+    model.graph.initializer[0].CopyFrom(helper.make_tensor("x1", F, (4, 3, 6), weights.ravel()))
+    flatbuffer, _ = assert_int8_matches_onnxruntime(model, tmp_path)
+    assert "FULLY_CONNECTED" in op_names(flatbuffer)
