@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench schema install clean browser
+.PHONY: demo test bench zoo schema install clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/bench.py
+
+# The architecture zoo (bench/zoo.py): 300+ models generated in venvs of its own under
+# ~/.cache/qconvert (torch 2.14.1 + torchvision, timm, transformers; TensorFlow + tf2onnx), each
+# converted and checked; the zoo table and the failures by message. First run: about an hour.
+zoo: $(STAMP)
+	$(PY) bench/zoo.py
 
 # Regenerate the committed Python bindings from the project's schema.
 schema: $(STAMP)

@@ -34,12 +34,18 @@ the float conversion's status or one-line refusal, time, peak RSS and float chec
 int8 conversion's worst output SQNR on held-out samples of the model's data maker; the int8 /
 float latency ratio in LiteRT; the CPU's name and ISA flags above the table.
 
+Architecture zoo table (zoo.py, not in the default set: --tables zoo, or `make zoo`), one row per
+family of 300+ models generated here (torchvision, timm, Hugging Face transformers, Keras through
+tf2onnx; several exporters and the formats people ship), each converted with the float check; the
+failures grouped by message. --models does not apply; the generating venvs and models are cached
+under ~/.cache/qconvert (first run: about an hour and several GB).
+
 QAT table (qat_digits.py), one row: the model class of tests/qat/ where post-training int8 loses
 accuracy, trained here; float, post-training int8 and QAT int8 (qconvert.qat, converted without
 calibration) accuracy in LiteRT, agreement with the fake-quant torch model, the int8 file size.
 
     .venv/bin/python bench/bench.py [--models resnet50,squeezenet]
-        [--tables float,int8,weights,scaling,trained,qat] [--int8-samples 100] [--held-out 20]
+        [--tables float,int8,weights,scaling,trained,qat,zoo] [--int8-samples 100] [--held-out 20]
         [--no-peer] [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer]
         [--trained-models yolov8-shapes,ppocr-rec] [--corpus-models ppocrv3-rec,magika]
         [--corpus-calibration 16] [--corpus-held-out 4] [--out DIR]
@@ -73,7 +79,7 @@ import onnx
 from qconvert.calibration.data import model_input_specs
 
 if __package__:
-    from . import corpus, int8, models, qat_digits, runners, scaling, trained, weights
+    from . import corpus, int8, models, qat_digits, runners, scaling, trained, weights, zoo
 else:  # run as a script: bench/ is on sys.path
     import corpus
     import int8
@@ -83,14 +89,16 @@ else:  # run as a script: bench/ is on sys.path
     import scaling
     import trained
     import weights
+    import zoo
 
 COLUMNS = ["model", "convert (s)", "verified (s)", "verify share", "peak RSS (MB)",
            "verified RSS (MB)", "float check (ulps)", "weights (MB)", ".tflite (MB)", "ops",
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
 LIGHT_TABLES = ("float", "int8", "weights")  # the tables of the --models
-TABLES = LIGHT_TABLES + ("scaling", "trained", "qat", "corpus")
-DEFAULT_TABLES = tuple(t for t in TABLES if t != "corpus")  # the corpus: 17-24 min here
+TABLES = LIGHT_TABLES + ("scaling", "trained", "qat", "corpus", "zoo")
+# Not by default: the corpus (17-24 min here) and the zoo (about an hour, `make zoo`).
+DEFAULT_TABLES = tuple(t for t in TABLES if t not in ("corpus", "zoo"))
 
 
 def machine_line() -> str:
@@ -258,7 +266,7 @@ def parse_args(argv=None):
                         help=f"comma-separated subset of: {','.join(models.MODELS)}")
     parser.add_argument("--tables", default=",".join(DEFAULT_TABLES),
                         help=f"comma-separated subset of: {','.join(TABLES)} (default: all but "
-                             f"corpus)")
+                             f"corpus and zoo)")
     parser.add_argument("--out", type=Path, help="directory for the .tflite files (default: temp)")
     parser.add_argument("--seed", type=int, default=models.DEFAULT_SEED,
                         help="seed of the random weights and of the input")
@@ -366,6 +374,8 @@ def main(argv=None) -> int:
             qat_rows = qat_digits.bench_rows(out_dir)
         if "corpus" in args.tables:
             corpus_rows = corpus.bench_corpus(out_dir, args)
+        if "zoo" in args.tables:
+            zoo_rows = zoo.run(list(zoo.ARCHITECTURES), list(zoo.EXPORTERS), args.timeout)
     print(machine_line())
     print(source_line(start_commit))
     if "float" in args.tables:
@@ -401,6 +411,8 @@ def main(argv=None) -> int:
         print(corpus.header(args))
         print(markdown_table(corpus_rows[0], corpus.COLUMNS))
         print("\n" + "\n".join(corpus_rows[1]))
+    if "zoo" in args.tables:
+        print(zoo.report(zoo_rows))
     return 0
 
 

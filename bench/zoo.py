@@ -1,0 +1,795 @@
+"""The architecture zoo: models generated here from their libraries' code, converted by qconvert.
+
+No weights are downloaded: torchvision, timm, Hugging Face transformers and Keras build each
+architecture from its code (transformers from a small config: hidden 64, 2 layers, 2 heads) with
+seeded random weights, which is enough for a float conversion's exactness. Each PyTorch model is
+exported by every exporter a PyTorch user has: torch.onnx's TorchScript exporter (dynamo=False) at
+opsets 13 and 17 and its dynamo exporter at opset 18; the Keras models (layers: LSTM, GRU,
+Bidirectional, Conv1D, MultiHeadAttention; keras.applications) by tf2onnx at opsets 13 and 17.
+The transformers' opset-17 exports are also written in the formats people ship: float16
+(onnxconverter-common, keep_io_types), onnxruntime's transformer optimizer output,
+quantize_dynamic (int8 weights) and QDQ from quantize_static (random calibration).
+
+Generation runs in venvs of its own outside git, created on first use: torch 2.14.1 +
+torchvision 0.29.1, timm, transformers, onnxscript, onnxconverter-common, onnxruntime (the
+project's .venv keeps its torch 2.13.0); tensorflow-cpu + tf2onnx in another (their numpy and
+protobuf pins stay apart from torch's). Models are cached as
+ZOO/<family>/<model>__<exporter>[__<format>].onnx (ZOO = ~/.cache/qconvert/zoo), with a .json
+beside each saying how it was made or why the export failed. Each file is then converted by
+`qconvert IN OUT --json` (the default float check; `--quantize --verify` for QDQ, which uses the
+model's own ranges) in a fresh process with a timeout, and classified: exact (exit 0), refused
+(exit 1, its one-line message), wrong (exit 4: the float check failed), error (exit 3), timeout.
+
+    .venv/bin/python bench/zoo.py [--only timm/resnet,hf/bert] [--exporters ts17,dynamo18]
+        [--timeout 600] [--table]   # --table: print the table of ZOO/results.json, convert nothing
+
+Prints the `zoo` table (per family: models, exact, refused, wrong, errors, conversion seconds and
+MB/s, peak RSS), the failures grouped by message with the models named, and writes every row to
+ZOO/results.json (rewritten after each model, so a long run can be read while it goes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CACHE = Path(os.environ.get("QCONVERT_ZOO_CACHE", Path.home() / ".cache" / "qconvert"))
+ZOO = CACHE / "zoo"
+VENV = CACHE / "zoo-venv"
+RESULTS = ZOO / "results.json"
+# torch/torchvision: the pair on this machine's disk (PyPI's torchvision fails beside 2.13.0).
+REQUIREMENTS = ["torch==2.14.1", "torchvision==0.29.1", "timm", "transformers", "onnx",
+                "onnxscript", "onnxconverter-common", "onnxruntime"]
+# TensorFlow's own venv (Keras 3, tf2onnx): its numpy and protobuf pins are not torch's concern.
+TF_VENV = CACHE / "zoo-tf-venv"
+TF_REQUIREMENTS = ["tensorflow-cpu", "tf2onnx", "onnxruntime"]
+# Run in this order: every family first at opset 17 (tf2onnx: 13, its default).
+EXPORTERS = ("ts17", "tf2onnx13", "dynamo18", "ts13", "tf2onnx17")
+FORMATS = ("fp16", "ortopt", "dynint8", "qdq")  # of the transformers' ts17 export
+SEED = 0
+MB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------------
+# The architectures. Each is (family, model, kind, arguments); the generation worker builds it.
+# kind: tv (torchvision.models.<name>(**kw)), tvdet (a torchvision detector, first image's boxes,
+# scores, labels), timm (timm.create_model(name, **kw)), hf (transformers <Class>(<Config>(**kw))).
+# "size": the square image side; "seq": the token count; "audio": samples; "mel": (bins, frames).
+
+def _tv(family, name, size=64, **kw):
+    return ("tv/" + family, name, "tv", dict(size=size, kw=kw))
+
+
+TORCHVISION = [
+    _tv("resnet", "resnet18"), _tv("mobilenet_v2", "mobilenet_v2"),
+    _tv("mobilenet_v3", "mobilenet_v3_small"), _tv("mobilenet_v3", "mobilenet_v3_large"),
+    _tv("efficientnet", "efficientnet_b0"), _tv("efficientnet_v2", "efficientnet_v2_s"),
+    _tv("regnet", "regnet_y_400mf"), _tv("regnet", "regnet_x_400mf"),
+    _tv("convnext", "convnext_tiny"), _tv("shufflenet", "shufflenet_v2_x0_5"),
+    _tv("squeezenet", "squeezenet1_1"), _tv("densenet", "densenet121"),
+    _tv("googlenet", "googlenet", aux_logits=False, init_weights=True),
+    _tv("mnasnet", "mnasnet0_5"), _tv("resnext", "resnext50_32x4d"),
+    _tv("wide_resnet", "wide_resnet50_2"), _tv("alexnet", "alexnet", size=96),
+    _tv("vgg", "vgg11", size=32),
+    _tv("inception", "inception_v3", size=96, aux_logits=False, init_weights=True),
+    ("tv/vit", "vit_cfg", "tv", dict(size=64, cls="VisionTransformer",
+                                     kw=dict(image_size=64, patch_size=16, num_layers=2,
+                                             num_heads=2, hidden_dim=64, mlp_dim=128))),
+    _tv("swin", "swin_t", size=64), _tv("maxvit", "maxvit_t", size=224),
+    ("tv/lraspp", "lraspp_mobilenet_v3_large", "tvseg", dict(size=128, kw=dict(num_classes=4))),
+    ("tv/deeplabv3", "deeplabv3_mobilenet_v3_large", "tvseg", dict(size=128, kw=dict(num_classes=4))),
+    ("tv/fcn", "fcn_resnet50", "tvseg", dict(size=96, kw=dict(num_classes=4))),
+    ("tv/ssdlite", "ssdlite320_mobilenet_v3_large", "tvdet", dict(size=320, kw={})),
+    ("tv/retinanet", "retinanet_resnet50_fpn", "tvdet", dict(size=128, kw=dict(min_size=128, max_size=128))),
+    ("tv/fasterrcnn", "fasterrcnn_mobilenet_v3_large_320_fpn", "tvdet", dict(size=320, kw={})),
+]
+
+
+def _timm(family, name, size=96, **kw):
+    return ("timm/" + family, name, "timm", dict(size=size, kw=kw))
+
+
+_SMALL_VIT = dict(depth=2, embed_dim=64, num_heads=2)
+TIMM = [
+    _timm("mobilenetv3", "mobilenetv3_small_100"), _timm("mobilenetv4", "mobilenetv4_conv_small"),
+    _timm("efficientnet", "efficientnet_b0"), _timm("efficientnet_lite", "tf_efficientnet_lite0"),
+    _timm("resnet", "resnet18"), _timm("resnet_d", "resnet26d"), _timm("regnet", "regnetx_002"),
+    _timm("regnety", "regnety_002"), _timm("convnext", "convnext_atto"),
+    _timm("convnextv2", "convnextv2_atto"),
+    _timm("vit", "vit_tiny_patch16_224", size=64, img_size=64),
+    _timm("deit", "deit_tiny_patch16_224", size=64, img_size=64),
+    _timm("beit", "beit_base_patch16_224", size=64, img_size=64, **_SMALL_VIT),
+    _timm("swin", "swin_tiny_patch4_window7_224", size=224, depths=(1, 1, 1, 1)),
+    _timm("swinv2", "swinv2_cr_tiny_ns_224", size=224, depths=(1, 1, 1, 1)),
+    _timm("maxvit", "maxvit_rmlp_pico_rw_256", size=128, img_size=128),
+    _timm("levit", "levit_128s", size=224), _timm("mobilevit", "mobilevit_xxs", size=128),
+    _timm("mobilevitv2", "mobilevitv2_050", size=128),
+    _timm("efficientformer", "efficientformer_l1", size=224),
+    _timm("efficientformerv2", "efficientformerv2_s0", size=224),
+    _timm("ghostnet", "ghostnet_100"), _timm("mixnet", "mixnet_s"), _timm("repvgg", "repvgg_a0"),
+    _timm("densenet", "densenet121"), _timm("dla", "dla34"), _timm("hrnet", "hrnet_w18_small"),
+    _timm("rexnet", "rexnet_100"), _timm("lcnet", "lcnet_050"), _timm("mobileone", "mobileone_s0"),
+    _timm("fastvit", "fastvit_t8", size=128), _timm("poolformer", "poolformer_s12"),
+    _timm("xcit", "xcit_nano_12_p16_224", size=64, depth=2),
+    _timm("pvt_v2", "pvt_v2_b0", size=64), _timm("edgenext", "edgenext_xx_small"),
+    _timm("tinynet", "tinynet_e"), _timm("hardcorenas", "hardcorenas_a"),
+    _timm("semnasnet", "semnasnet_050"), _timm("resnest", "resnest14d"),
+    _timm("skresnet", "skresnet18"), _timm("selecsls", "selecsls42b"),
+    _timm("cspnet", "cspresnet50"), _timm("vovnet", "ese_vovnet19b_dw"),
+    _timm("inception_v3", "inception_v3", size=96), _timm("xception", "xception41", size=96),
+    _timm("nfnet", "nf_resnet26"), _timm("dpn", "dpn68"), _timm("efficientvit", "efficientvit_b0"),
+    _timm("cait", "cait_xxs24_224", size=64, img_size=64, depth=2),
+    _timm("coat", "coat_lite_tiny", size=64), _timm("mlp_mixer", "mixer_s32_224", size=64, img_size=64),
+    _timm("resmlp", "resmlp_12_224", size=64, img_size=64, depth=2),
+    _timm("crossvit", "crossvit_tiny_240", size=240), _timm("tnt", "tnt_s_patch16_224", size=224, depth=2),
+    _timm("gcvit", "gcvit_xxtiny", size=224), _timm("twins", "twins_pcpvt_small", size=64, depths=(1, 1, 1, 1)),
+    _timm("mobilevitv1_s", "mobilevit_s", size=128), _timm("hgnet", "hgnetv2_b0"),
+    _timm("ecaresnet", "ecaresnet26t"), _timm("seresnext", "seresnext26d_32x4d"),
+    _timm("res2net", "res2net50_14w_8s"), _timm("regnetz", "regnetz_005"),
+]
+
+_H = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+_TEXT = dict(_H, vocab_size=1000, max_position_embeddings=64)
+
+
+def _hf(family, model_cls, config_cls, opt, inputs, **config):
+    """inputs: "text" (input_ids, attention_mask), "ids" (input_ids only), "image" (pixel_values
+    [1, 3, size, size]), "audio" (input_values [1, samples]), "mel" (input_features)."""
+    return ("hf/" + family, family, "hf", dict(model=model_cls, config=config_cls, opt=opt,
+                                               inputs=inputs, cfg=config))
+
+
+HF = [
+    _hf("bert", "BertModel", "BertConfig", "bert", "text", **_TEXT),
+    _hf("distilbert", "DistilBertModel", "DistilBertConfig", "bert", "text", vocab_size=1000,
+        dim=64, n_layers=2, n_heads=2, hidden_dim=128, max_position_embeddings=64),
+    _hf("roberta", "RobertaModel", "RobertaConfig", "bert", "text", **dict(_TEXT, max_position_embeddings=66)),
+    _hf("albert", "AlbertModel", "AlbertConfig", "bert", "text", embedding_size=32, **_TEXT),
+    _hf("electra", "ElectraModel", "ElectraConfig", "bert", "text", embedding_size=32, **_TEXT),
+    _hf("deberta_v2", "DebertaV2Model", "DebertaV2Config", "bert", "text", **_TEXT),
+    _hf("mpnet", "MPNetModel", "MPNetConfig", "bert", "text", **dict(_TEXT, max_position_embeddings=66)),
+    _hf("xlm_roberta", "XLMRobertaModel", "XLMRobertaConfig", "bert", "text",
+        **dict(_TEXT, max_position_embeddings=66)),
+    _hf("mobilebert", "MobileBertModel", "MobileBertConfig", "bert", "text",
+        **dict(_TEXT, embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32,
+               num_feedforward_networks=1)),
+    _hf("t5_encoder", "T5EncoderModel", "T5Config", "t5", "text", vocab_size=1000, d_model=64,
+        d_kv=32, d_ff=128, num_layers=2, num_heads=2),
+    _hf("bart_encoder", "BartModel.encoder", "BartConfig", "bart", "text", vocab_size=1000,
+        d_model=64, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        max_position_embeddings=64),
+    # Causal models with their attention mask (as exported for serving): without one,
+    # transformers traces torch.diff (packed-sequence detection), which TorchScript cannot export.
+    _hf("gpt2", "GPT2Model", "GPT2Config", "gpt2", "text", vocab_size=1000, n_embd=64, n_layer=2,
+        n_head=2, n_positions=64, use_cache=False),
+    _hf("llama", "LlamaModel", "LlamaConfig", "gpt2", "text", vocab_size=1000, hidden_size=64,
+        intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        max_position_embeddings=64, use_cache=False),
+    _hf("vit", "ViTModel", "ViTConfig", "vit", "image", image_size=32, patch_size=8, **_H),
+    _hf("deit", "DeiTModel", "DeiTConfig", "vit", "image", image_size=32, patch_size=8, **_H),
+    _hf("beit", "BeitModel", "BeitConfig", "vit", "image", image_size=32, patch_size=8,
+        use_relative_position_bias=True, **_H),
+    _hf("swin", "SwinModel", "SwinConfig", "swin", "image", image_size=64, patch_size=4,
+        embed_dim=32, depths=[1, 1], num_heads=[2, 2], window_size=4),
+    _hf("convnext", "ConvNextModel", "ConvNextConfig", "bert", "image", image_size=64,
+        hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1]),
+    _hf("resnet", "ResNetModel", "ResNetConfig", "bert", "image", image_size=64,
+        embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1]),
+    _hf("segformer", "SegformerForSemanticSegmentation", "SegformerConfig", "bert", "image",
+        image_size=64, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+        decoder_hidden_size=64, num_labels=4),
+    _hf("mobilevit", "MobileViTModel", "MobileViTConfig", "bert", "image", image_size=64,
+        hidden_sizes=[32, 48, 64], neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 160]),
+    _hf("whisper_encoder", "WhisperModel.encoder", "WhisperConfig", "bert", "mel",
+        vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128,
+        decoder_ffn_dim=128, num_mel_bins=80, max_source_positions=50, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, decoder_start_token_id=1),  # the ids inside the vocab
+    _hf("wav2vec2", "Wav2Vec2Model", "Wav2Vec2Config", "bert", "audio", conv_dim=(32, 32, 32),
+        conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2, **_H),
+    _hf("hubert", "HubertModel", "HubertConfig", "bert", "audio", conv_dim=(32, 32, 32),
+        conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2, **_H),
+    _hf("clip_text", "CLIPTextModel", "CLIPTextConfig", "clip", "ids", vocab_size=1000,
+        max_position_embeddings=32, **_H),
+    _hf("clip_vision", "CLIPVisionModel", "CLIPVisionConfig", "clip", "image", image_size=32,
+        patch_size=8, **_H),
+]
+
+
+def _keras(family, model, **spec):
+    return ("keras/" + family, model, "keras", spec)
+
+
+# Keras layers in a small functional model on a [1, 16, 8] sequence, and keras.applications
+# models (weights=None) on a small image; tf2onnx writes what the user of Keras 3 gets.
+KERAS = [
+    _keras("lstm", "lstm_seq", layer="LSTM", args=(32,), kw=dict(return_sequences=True)),
+    _keras("lstm", "lstm_last", layer="LSTM", args=(32,), kw={}),
+    _keras("gru", "gru_seq", layer="GRU", args=(32,), kw=dict(return_sequences=True)),
+    _keras("simple_rnn", "simple_rnn", layer="SimpleRNN", args=(32,), kw={}),
+    _keras("bidirectional", "bilstm", layer="Bidirectional", args=(), kw={}),
+    _keras("conv1d", "conv1d_stack", layer="Conv1D", args=(16, 3), kw=dict(activation="relu")),
+    _keras("attention", "mha_block", layer="MultiHeadAttention", args=(), kw={}),
+    _keras("mobilenet_v2", "MobileNetV2", app=dict(alpha=0.35), size=96),
+    _keras("mobilenet_v3", "MobileNetV3Small", app=dict(minimalistic=False), size=96),
+    _keras("efficientnet", "EfficientNetB0", app={}, size=64),
+    _keras("efficientnet_v2", "EfficientNetV2B0", app={}, size=64),
+    _keras("resnet", "ResNet50", app={}, size=64),
+    _keras("densenet", "DenseNet121", app={}, size=64),
+    _keras("nasnet", "NASNetMobile", app={}, size=96),
+    _keras("convnext", "ConvNeXtTiny", app={}, size=64),
+    _keras("xception", "Xception", app={}, size=71),
+    _keras("inception_v3", "InceptionV3", app={}, size=75),
+    _keras("vgg", "VGG16", app={}, size=32),
+]
+ARCHITECTURES = {f"{family}/{model}": (family, model, kind, spec)
+                 for family, model, kind, spec in TORCHVISION + TIMM + HF + KERAS}
+SEQ = 16
+AUDIO_SAMPLES = 4000
+
+
+# --------------------------------------------------------------------------------------------
+# Generation (runs in the zoo venv: torch 2.14.1, no qconvert).
+
+def build(kind: str, name: str, spec: dict):
+    """(torch module in eval mode, example inputs, input names, output names), seeded weights."""
+    import torch
+
+    torch.manual_seed(SEED)
+    size = spec.get("size", 64)
+    image = (torch.randn(1, 3, size, size),)
+    if kind in ("tv", "tvseg"):
+        import torchvision
+
+        if kind == "tv" and spec.get("cls"):
+            model = getattr(torchvision.models, spec["cls"])(**spec["kw"])
+        elif kind == "tv":
+            model = getattr(torchvision.models, name)(weights=None, **spec["kw"])
+        else:
+            model = getattr(torchvision.models.segmentation, name)(
+                weights=None, weights_backbone=None, **spec["kw"])
+
+            class Out(torch.nn.Module):  # the "out" map, not the dict
+                def __init__(self, inner):
+                    super().__init__()
+                    self.inner = inner
+
+                def forward(self, x):
+                    return self.inner(x)["out"]
+
+            model = Out(model)
+        return model.eval(), image, ["images"], ["output"]
+    if kind == "tvdet":
+        import torchvision
+
+        inner = getattr(torchvision.models.detection, name)(weights=None, weights_backbone=None,
+                                                             **spec["kw"])
+
+        class Detector(torch.nn.Module):  # one image in, its boxes, scores and labels out
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                found = self.inner(list(x))[0]
+                return found["boxes"], found["scores"], found["labels"]
+
+        return (Detector(inner).eval(), (torch.rand(1, 3, size, size),), ["images"],
+                ["boxes", "scores", "labels"])
+    if kind == "timm":
+        import timm
+
+        model = timm.create_model(name, pretrained=False, **spec["kw"])
+        return model.eval(), image, ["images"], ["logits"]
+    import transformers
+
+    config = getattr(transformers, spec["config"])(**spec["cfg"])
+    cls, _, part = spec["model"].partition(".")
+    inner = getattr(transformers, cls)(config)
+    if part:
+        inner = getattr(inner, "get_" + part)()
+    inputs = spec["inputs"]
+    if inputs in ("text", "ids"):
+        ids = torch.randint(1, 1000, (1, SEQ))
+        example = (ids, torch.ones(1, SEQ, dtype=torch.int64)) if inputs == "text" else (ids,)
+        names = ["input_ids", "attention_mask"][:len(example)]
+    elif inputs == "image":
+        s = spec["cfg"].get("image_size", 64)
+        example, names = (torch.randn(1, 3, s, s),), ["pixel_values"]
+    elif inputs == "audio":
+        example, names = (torch.randn(1, AUDIO_SAMPLES),), ["input_values"]
+    else:  # mel
+        frames = 2 * spec["cfg"]["max_source_positions"]
+        example, names = (torch.randn(1, spec["cfg"]["num_mel_bins"], frames),), ["input_features"]
+
+    class First(torch.nn.Module):  # the first output (last hidden state, or logits)
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            out = self.inner(**dict(zip(names, args)), return_dict=False)
+            return out[0]
+
+    return First(inner).eval(), example, names, ["output"]
+
+
+def export(module, example, names, outputs, exporter: str, path: Path) -> None:
+    import torch
+
+    opset = int(re.sub(r"\D", "", exporter))
+    with torch.no_grad():
+        torch.onnx.export(module, example, str(path), input_names=names, output_names=outputs,
+                          opset_version=opset, dynamo=exporter.startswith("dynamo"),
+                          **({} if exporter.startswith("dynamo") else {"do_constant_folding": True}))
+    import onnx
+
+    onnx.checker.check_model(str(path))
+
+
+def export_keras(name: str, spec: dict, exporter: str, path: Path) -> None:
+    """A Keras model (seeded) through tf2onnx at the exporter's opset. Runs in the TF venv."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import tensorflow as tf
+    import tf2onnx
+
+    keras.utils.set_random_seed(SEED)
+    if "app" in spec:
+        size = spec["size"]
+        shape = (size, size, 3)
+        model = getattr(keras.applications, name)(weights=None, input_shape=shape, **spec["app"])
+    else:
+        shape = (SEQ, 8)
+        inp = keras.Input(shape, batch_size=1)
+        layer = spec["layer"]
+        if layer == "Bidirectional":
+            x = keras.layers.Bidirectional(keras.layers.LSTM(16, return_sequences=True))(inp)
+        elif layer == "MultiHeadAttention":
+            h = keras.layers.Dense(32)(inp)
+            a = keras.layers.MultiHeadAttention(num_heads=2, key_dim=16)(h, h)
+            h = keras.layers.LayerNormalization()(h + a)
+            x = keras.layers.LayerNormalization()(h + keras.layers.Dense(32, activation="gelu")(h))
+        elif layer == "Conv1D":
+            x = keras.layers.Conv1D(*spec["args"], **spec["kw"])(inp)
+            x = keras.layers.MaxPooling1D(2)(x)
+            x = keras.layers.Conv1D(32, 3, padding="same", activation="relu")(x)
+            x = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling1D()(x))
+        else:
+            x = getattr(keras.layers, layer)(*spec["args"], **spec["kw"])(inp)
+        model = keras.Model(inp, x)
+    signature = (tf.TensorSpec((1,) + shape, tf.float32, name="x"),)
+    tf2onnx.convert.from_keras(model, input_signature=signature, opset=int(exporter[7:]),
+                               output_path=str(path))
+
+
+def random_samples(path: Path, count: int, seed: int) -> list[dict]:
+    """`count` feeds of the model at `path`: standard normal floats, integers in [0, 10) (the
+    range qconvert's verification draws from)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(count):
+        feed = {}
+        for i in session.get_inputs():
+            shape = [d if isinstance(d, int) else 1 for d in i.shape]
+            if "float" in i.type:
+                feed[i.name] = rng.standard_normal(shape).astype(np.float32)
+            else:
+                feed[i.name] = rng.integers(1, 10, shape).astype(np.int64)
+        samples.append(feed)
+    return samples
+
+
+def make_format(source: Path, fmt: str, spec: dict, dest: Path) -> None:
+    """The format `fmt` of the float ONNX file `source`, written to `dest`."""
+    import onnx
+
+    if fmt == "fp16":
+        from onnxconverter_common import float16
+
+        onnx.save(float16.convert_float_to_float16(onnx.load(str(source)), keep_io_types=True),
+                  str(dest))
+    elif fmt == "ortopt":
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        cfg = spec["cfg"]
+        heads = cfg.get("num_attention_heads") or cfg.get("n_heads") or cfg.get("n_head") or \
+            cfg.get("encoder_attention_heads") or cfg.get("num_heads") or 2
+        hidden = cfg.get("hidden_size") or cfg.get("dim") or cfg.get("n_embd") or cfg.get("d_model") or 64
+        heads = heads[0] if isinstance(heads, list) else heads
+        optimize_model(str(source), model_type=spec["opt"], num_heads=heads,
+                       hidden_size=hidden).save_model_to_file(str(dest))
+    elif fmt == "dynint8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(source), str(dest), weight_type=QuantType.QInt8)
+    elif fmt == "qdq":
+        from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                              quantize_static)
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.samples = iter(random_samples(source, 8, SEED + 1))
+
+            def get_next(self):
+                return next(self.samples, None)
+
+        quantize_static(str(source), str(dest), Reader(), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QInt8,
+                        weight_type=QuantType.QInt8)
+    else:
+        raise ValueError(fmt)
+    onnx.checker.check_model(str(dest))
+
+
+def model_file(key: str, exporter: str, fmt: str = "") -> Path:
+    family, model, _, _ = ARCHITECTURES[key]
+    return ZOO / family / (f"{model}__{exporter}" + (f"__{fmt}" if fmt else "") + ".onnx")
+
+
+def jobs_of(key: str, exporter: str) -> list[tuple[str, str]]:
+    """(exporter, format) of the files made for `key` in the pass of `exporter`: tf2onnx takes
+    the Keras models, torch.onnx the others."""
+    if (ARCHITECTURES[key][2] == "keras") != exporter.startswith("tf2onnx"):
+        return []
+    jobs = [(exporter, "")]
+    if ARCHITECTURES[key][2] == "hf" and exporter == "ts17":
+        jobs += [(exporter, f) for f in FORMATS]
+    return jobs
+
+
+def generate_worker(exporter: str, keys: list[str]) -> None:
+    """Writes each architecture's file of `exporter` (and its formats) with a .json beside it:
+    {"ok": true} or {"ok": false, "error": one line}. Runs in the zoo venv."""
+    import signal
+
+    if exporter.startswith("tf2onnx"):
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    else:
+        import torch
+
+        torch.set_num_threads(1)
+
+    def alarm(*_):
+        raise TimeoutError("export took longer than 600 s")
+
+    signal.signal(signal.SIGALRM, alarm)
+    for key in keys:
+        family, model, kind, spec = ARCHITECTURES[key]
+        module = None
+        for exp, fmt in jobs_of(key, exporter):
+            path = model_file(key, exp, fmt)
+            note = path.with_suffix(".json")
+            if note.exists():
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            print(f"zoo: generate {path.name}", file=sys.stderr, flush=True)
+            start = time.perf_counter()
+            signal.alarm(600)
+            try:
+                if fmt:
+                    source = model_file(key, exp)
+                    if not source.exists():
+                        raise RuntimeError("its float export failed")
+                    make_format(source, fmt, spec, path)
+                else:
+                    if kind == "keras":
+                        export_keras(model, spec, exp, path)
+                    else:
+                        if module is None:
+                            module = build(kind, model, spec)
+                        export(*module, exp, path)
+                result = {"ok": True}
+            except BaseException as e:  # noqa: BLE001 - any exporter failure is a row
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                text = f"{type(e).__name__}: {e}".strip()
+                result = {"ok": False, "error": " ".join(text.split())[:300]}
+                path.unlink(missing_ok=True)
+            finally:
+                signal.alarm(0)
+            result["seconds"] = round(time.perf_counter() - start, 2)
+            note.write_text(json.dumps(result))
+
+
+# --------------------------------------------------------------------------------------------
+# The zoo venv and the conversion (run by the project's .venv).
+
+def _sibling(name: str):
+    """A module of bench/ (bench.py's helpers), imported where used: the generation workers run
+    this file in the zoo venvs, which have neither qconvert nor what the bench imports."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"bench.{name}" if name != "bench" else "bench.bench")
+    except ImportError:  # bench/ itself is on sys.path (bench.py run as a script)
+        return importlib.import_module(name)
+
+
+def ensure_venv(venv: Path, requirements: list[str]) -> Path:
+    """The venv's python, created with `requirements` on first use (torch and torchvision alone
+    first: pip then takes this machine's wheels, not a resolver's choice)."""
+    python = venv / "bin" / "python"
+    stamp = venv / ".installed"
+    if not stamp.exists():
+        print(f"zoo: creating {venv} ({' '.join(requirements)})", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        torch = [r for r in requirements if r.startswith("torch")]
+        if torch:
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", *torch], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *requirements], check=True)
+        stamp.touch()
+    return python
+
+
+def _status(result: dict) -> tuple[str, str]:
+    error = result.get("error")
+    if not error:
+        return "exact", ""
+    if "timed out" in error:
+        return "timeout", error
+    code = re.match(r"exit (\d+): (.*)", error)
+    if not code:
+        return "error", error
+    message = code.group(2).replace("qconvert: error: ", "")
+    return {"1": "refused", "4": "wrong", "3": "error"}.get(code.group(1), "error"), message
+
+
+def run_qconvert(source: Path, dest: Path, timeout: float, work: Path, options: tuple) -> dict:
+    """runners.run_qconvert, but a failure keeps its whole last line (runners shortens it to a
+    table cell; the failures here are grouped by message, and node names come first)."""
+    runners = _sibling("runners")
+
+    command = runners.qconvert_command() + [str(source), str(dest), "--json", *options]
+    usage = work / "usage.json"
+    usage.unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-c", runners._LAUNCHER, str(usage)] + command,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and qconvert
+        proc.communicate()
+        return {"error": f"timed out after {timeout:g} s"}
+    if not usage.exists():
+        return {"error": f"launcher failed: {runners.one_line(stderr)}"}
+    measured = json.loads(usage.read_text())
+    result = {"seconds": measured["seconds"], "rss_mb": measured["maxrss_kb"] / 1024}
+    code = os.waitstatus_to_exitcode(measured["status"])
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if code:
+        result["error"] = f"exit {code}: {lines[-1] if lines else 'no message'}"
+    else:
+        result["report"] = json.loads(stdout)
+    return result
+
+
+def convert_one(key: str, exporter: str, fmt: str, timeout: float, work: Path) -> dict:
+    family, model, _, _ = ARCHITECTURES[key]
+    path = model_file(key, exporter, fmt)
+    row = dict(family=family, model=model, exporter=exporter, format=fmt or "float",
+               file=str(path))
+    note = path.with_suffix(".json")
+    made = json.loads(note.read_text()) if note.exists() else {"ok": False, "error": "not generated"}
+    if not made["ok"]:
+        row.update(status="export failed", message=made["error"])
+        return row
+    row["onnx_mb"] = round(path.stat().st_size / MB, 3)
+    dest = work / "out.tflite"
+    options = ("--quantize", "--verify") if fmt == "qdq" else ()
+    result = run_qconvert(path, dest, timeout, work, options)
+    row["status"], row["message"] = _status(result)
+    if fmt == "qdq" and row["status"] == "exact":
+        row["status"] = "converted"
+    if "seconds" in result:
+        row["seconds"] = round(result["seconds"], 2)
+        row["rss_mb"] = round(result["rss_mb"])
+    if dest.exists() and "error" not in result:
+        row["tflite_mb"] = round(dest.stat().st_size / MB, 3)
+        outputs = (result["report"].get("verify") or {}).get("outputs", [])
+        sqnr = [o["sqnr_db"] for o in outputs if isinstance(o.get("sqnr_db"), (int, float))]
+        if sqnr:
+            row["sqnr_db"] = round(min(sqnr), 1)
+    dest.unlink(missing_ok=True)
+    return row
+
+
+def save(rows: list[dict]) -> None:
+    ZOO.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rows, indent=1))
+    tmp.replace(RESULTS)
+
+
+def run(keys: list[str], exporters: list[str], timeout: float) -> list[dict]:
+    """Generates (in chunks, in the zoo venv) and converts; results.json after every model."""
+    rows = {}
+    if RESULTS.exists():  # a rerun keeps the rows of files it does not redo
+        rows = {(r["family"], r["model"], r["exporter"], r["format"]): r
+                for r in json.loads(RESULTS.read_text())}
+    ZOO.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="qconvert-zoo-") as tmp:
+        work = Path(tmp)
+        for exporter in exporters:
+            mine = [k for k in keys if jobs_of(k, exporter)]
+            if not mine:
+                continue
+            python = (ensure_venv(TF_VENV, TF_REQUIREMENTS) if exporter.startswith("tf2onnx")
+                      else ensure_venv(VENV, REQUIREMENTS))
+            for i in range(0, len(mine), 6):
+                chunk = mine[i:i + 6]
+                with open(ZOO / "generate.log", "a") as log:  # the exporters' chatter
+                    try:
+                        subprocess.run([str(python), __file__, "--generate-worker", exporter,
+                                        ",".join(chunk)], timeout=700 * len(chunk) * 5,
+                                       env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=log,
+                                       stderr=log)
+                    except subprocess.TimeoutExpired:
+                        pass
+                for key in chunk:
+                    for exp, fmt in jobs_of(key, exporter):
+                        print(f"zoo: convert {key} {exp} {fmt or 'float'}", file=sys.stderr,
+                              flush=True)
+                        try:
+                            row = convert_one(key, exp, fmt, timeout, work)
+                        except Exception as e:  # the benchmark's own failure: a row
+                            family, model, _, _ = ARCHITECTURES[key]
+                            row = dict(family=family, model=model, exporter=exp,
+                                       format=fmt or "float", status="error",
+                                       message=f"zoo: {type(e).__name__}: {e}")
+                        rows[(row["family"], row["model"], row["exporter"], row["format"])] = row
+                        save(list(rows.values()))
+    return list(rows.values())
+
+
+# --------------------------------------------------------------------------------------------
+# The table.
+
+COLUMNS = ["family", "models", "exact", "refused", "wrong", "errors", "export failed",
+           "convert (s)", "MB/s", "peak RSS (MB)", "refusals"]
+
+
+def reason(message: str, limit: int = 90) -> str:
+    """A failure's message without node, tensor and file names, so that one cause groups: the op
+    types of unsupported nodes (corpus._reason), else the failing op and its first clause."""
+    text = _sibling("corpus")._reason(message)
+    text = re.sub(r"'[^']*'", "X", text)
+    text = re.sub(r"/\S+\.(onnx|tflite)", "FILE", text)
+    text = re.sub(r"\b\d+(\.\d+)?(e-?\d+)?\b", "N", text)  # values and shapes
+    return (text if len(text) <= limit else text[:limit - 3] + "...").replace("|", "\\|")
+
+
+def zoo_rows(rows: list[dict]) -> list[dict]:
+    by_family = collections.defaultdict(list)
+    for r in rows:
+        by_family[r["family"]].append(r)
+    table = []
+    for family in sorted(by_family):
+        rs = by_family[family]
+        counts = collections.Counter(r["status"] for r in rs)
+        timed = [r for r in rs if "seconds" in r and r["status"] in ("exact", "converted")]
+        seconds = sum(r["seconds"] for r in timed)
+        mb = sum(r["onnx_mb"] for r in timed)
+        refusals = collections.Counter(reason(r["message"]) for r in rs if r["status"] == "refused")
+        table.append({
+            "family": family, "models": str(len(rs) - counts["export failed"]),
+            "exact": str(counts["exact"] + counts["converted"]), "refused": str(counts["refused"]),
+            "wrong": str(counts["wrong"]), "errors": str(counts["error"] + counts["timeout"]),
+            "export failed": str(counts["export failed"]),
+            "convert (s)": f"{seconds / len(timed):.1f}" if timed else "-",
+            "MB/s": f"{mb / seconds:.1f}" if timed and seconds else "-",
+            "peak RSS (MB)": str(max(r["rss_mb"] for r in rs if "rss_mb" in r))
+            if any("rss_mb" in r for r in rs) else "-",
+            "refusals": "; ".join(f"{m} ({n})" if n > 1 else m
+                                  for m, n in refusals.most_common(3))[:200] or "-"})
+    return table
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """bench.markdown_table, with this table's text columns left-aligned."""
+    lines = _sibling("bench").markdown_table(rows, COLUMNS).split("\n")
+    lines[1] = "|" + "|".join("---" if c in ("family", "refusals") else "---:"
+                              for c in COLUMNS) + "|"
+    return "\n".join(lines)
+
+
+def report(rows: list[dict]) -> str:
+    """The zoo section of the benchmark: header, table, totals by exporter and format, the
+    failures grouped by message with the models named, the quantized formats' numbers."""
+    converted = [r for r in rows if r["status"] != "export failed"]
+    families = {r["family"] for r in converted}
+    ok = [r for r in converted if r["status"] in ("exact", "converted")]
+    lines = [f"\nArchitecture zoo (bench/zoo.py): {len(converted)} generated models over "
+             f"{len(families)} families (seeded random weights; torchvision, timm, Hugging Face "
+             f"transformers from small configs, Keras through tf2onnx), each converted by `qconvert IN OUT --json` (the "
+             f"float check; QDQ: `--quantize --verify`, the model's own ranges); "
+             f"{len(ok)} exact, {sum(r['status'] == 'refused' for r in rows)} refused, "
+             f"{sum(r['status'] == 'wrong' for r in rows)} wrong, "
+             f"{sum(r['status'] in ('error', 'timeout') for r in rows)} errors; "
+             f"{sum(r['status'] == 'export failed' for r in rows)} exports failed (not counted). "
+             f"convert (s): mean over the exact ones; MB/s: ONNX MB per second.\n",
+             markdown_table(zoo_rows(rows)), "", "By exporter and format:"]
+    kinds = collections.defaultdict(collections.Counter)
+    for r in converted:
+        kinds[(r["exporter"], r["format"])][r["status"]] += 1
+    for (exp, fmt), counts in sorted(kinds.items()):
+        total = sum(counts.values())
+        lines.append(f"- {exp} {fmt}: {counts['exact'] + counts['converted']}/{total} "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())
+                                 if k not in ("exact", "converted")))
+    groups = collections.defaultdict(list)
+    for r in converted:
+        if r["status"] not in ("exact", "converted"):
+            label = r["status"] + ": " + reason(r["message"])
+            groups[label].append(f"{r['family'].split('/')[0]}/{r['model']}"
+                                 f"@{r['exporter']}{'' if r['format'] == 'float' else '/' + r['format']}")
+    lines.append("\nFailures by message (model@exporter[/format]):")
+    for label, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"- {label} [{len(names)}]: {', '.join(names)}")
+    dyn = [r for r in rows if r["format"] == "dynint8" and "tflite_mb" in r]
+    if dyn:
+        lines.append("\nquantize_dynamic models (.tflite MB / ONNX MB): " + ", ".join(
+            f"{r['model']} {r['tflite_mb']:.2f}/{r['onnx_mb']:.2f}" for r in dyn))
+    qdq = [r for r in rows if r["format"] == "qdq" and "sqnr_db" in r]
+    if qdq:
+        lines.append("QDQ models (worst output SQNR vs onnxruntime, dB): " + ", ".join(
+            f"{r['model']} {r['sqnr_db']}" for r in qdq))
+    exports = collections.defaultdict(list)
+    for r in rows:
+        if r["status"] == "export failed":
+            exports[r["message"][:90]].append(f"{r['model']}@{r['exporter']}/{r['format']}")
+    if exports:
+        lines.append("\nExports that failed (the exporter's message):")
+        lines += [f"- {m} [{len(n)}]: {', '.join(n)}" for m, n in
+                  sorted(exports.items(), key=lambda kv: -len(kv[1]))]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="", help="comma-separated families or family/model keys")
+    parser.add_argument("--exporters", default=",".join(EXPORTERS))
+    parser.add_argument("--timeout", type=float, default=600, help="per conversion, seconds")
+    parser.add_argument("--table", action="store_true", help="print the table of results.json")
+    parser.add_argument("--generate-worker", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.generate_worker:
+        generate_worker(args.generate_worker[0], args.generate_worker[1].split(","))
+        return 0
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:  # the bench package's helpers (imported where used: the workers
+        sys.path.insert(0, root)  # in the zoo venvs have neither qconvert nor the bench's needs)
+    if args.table:
+        print(report(json.loads(RESULTS.read_text())))
+        return 0
+    wanted = [w for w in args.only.split(",") if w]
+    keys = [k for k in ARCHITECTURES if not wanted or k in wanted
+            or any(k.startswith(w + "/") for w in wanted)]
+    exporters = [e for e in args.exporters.split(",") if e]
+    rows = run(keys, exporters, args.timeout)
+    print(report(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
