@@ -198,7 +198,8 @@ class _Graph:
         contradicts the computation would make a model LiteRT refuses); a declared output shape
         is used only where inference finds none (onnx cannot infer some function ops)."""
         self._take(self._inference(declared=False), None)
-        while contrib.infer_types(self.nodes, self.shapes, self.dtypes):  # onnx knows no contrib op
+        while contrib.infer_types(self.nodes, self.shapes, self.dtypes, self.constants, self.opsets):
+            # onnx knows no contrib op: their outputs' types, then inference again from them
             self._take(self._inference(declared=False), None)
         missing = {o.name for o in self.graph.output} - set(self.shapes)
         if missing:

@@ -19,12 +19,13 @@ dtypes from their inputs', and `value_info` shows them to the next inference run
 from __future__ import annotations
 
 import math
+from collections import ChainMap
 from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from .layout import reshape, transpose
 from .registry import ONNX_IMPORTERS, onnx_op
@@ -34,6 +35,8 @@ MS = "com.microsoft."
 # [(shape, dtype) or None per output]; inputs omitted or unknown are None.
 _TYPES: dict[str, Callable] = {}
 _FLOAT = np.dtype(np.float32)
+# Constants up to this size are shown to onnx's per-node inference as data (as the loader does).
+_DATA_LIMIT = 4096
 
 
 def _key(node) -> str:
@@ -48,28 +51,63 @@ def _types(*keys: str):
     return register
 
 
-def infer_types(nodes, shapes: dict, dtypes: dict) -> bool:
-    """Adds to `shapes` and `dtypes` the outputs of the contrib nodes among `nodes` (in graph
-    order, so one contrib op feeding another is resolved in one pass) whose inputs are known and
-    which shape inference left unknown. Returns whether it added any."""
+def infer_types(nodes, shapes: dict, dtypes: dict, constants: dict | None = None,
+                opsets: dict | None = None) -> bool:
+    """Adds to `shapes` and `dtypes` the outputs of the contrib nodes among `nodes` whose inputs
+    are known and which shape inference left unknown. One pass in graph order; with `constants`
+    and `opsets` (domain: version), the plain nodes between contrib ones are inferred on the way
+    by onnx's per-node inference and kept aside (the next full inference run records them), so
+    that a stack of layers needs one more full run, not one per layer. Returns whether it added
+    any."""
+    known_shapes, known_dtypes = ChainMap({}, shapes), ChainMap({}, dtypes)
     added = False
     for node in nodes:
-        fn = _TYPES.get(_key(node))
-        if fn is None or all(not o or o in shapes for o in node.output):
+        if all(not o or o in known_shapes for o in node.output) or \
+                any(n and n not in known_shapes for n in node.input):
             continue
-        if any(n and n not in shapes for n in node.input):
+        fn = _TYPES.get(_key(node))
+        if fn is None:
+            if opsets is not None:
+                _infer_plain(node, known_shapes, known_dtypes, constants or {}, opsets)
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         try:
-            types = fn([shapes.get(n) if n else None for n in node.input],
-                       [dtypes.get(n) if n else None for n in node.input], attrs)
+            types = fn([known_shapes.get(n) if n else None for n in node.input],
+                       [known_dtypes.get(n) if n else None for n in node.input], attrs)
         except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
             continue  # malformed: the importer names what is wrong
         for name, found in zip(node.output, types):
-            if name and found is not None and name not in shapes and all(d >= 0 for d in found[0]):
+            if name and found is not None and name not in known_shapes and all(d >= 0 for d in found[0]):
                 shapes[name], dtypes[name] = tuple(int(d) for d in found[0]), np.dtype(found[1])
                 added = True
     return added
+
+
+def _infer_plain(node, shapes, dtypes, constants: dict, opsets: dict) -> None:
+    """The static output types of an ONNX-domain node by onnx's inference of that node alone
+    (small constant inputs shown as data: Reshape's shape), into `shapes` and `dtypes`; nothing
+    when onnx cannot tell (the full run that follows will, or will say why)."""
+    if node.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                                 for a in node.attribute):
+        return
+    version = opsets.get("", opsets.get("ai.onnx", 1))
+    try:
+        schema = onnx.defs.get_schema(node.op_type, version, "")
+        types = {n: helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(dtypes[n]), shapes[n])
+                 for n in node.input if n}
+        data = {n: numpy_helper.from_array(np.asarray(constants[n]), n) for n in node.input
+                if n in constants and np.asarray(constants[n]).size <= _DATA_LIMIT}
+        found = onnx.shape_inference.infer_node_outputs(
+            schema, node, types, data, opset_imports=[helper.make_opsetid("", version)])
+    except Exception:  # onnx raises several types: no schema, a function op, an invalid node
+        return
+    for name, value in found.items():
+        tensor = value.tensor_type
+        if not tensor.elem_type or not tensor.HasField("shape"):
+            continue
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+        if all(d >= 0 for d in dims):
+            shapes[name], dtypes[name] = dims, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
 
 
 def value_info(nodes, shapes: dict, dtypes: dict) -> list:
