@@ -257,3 +257,14 @@ def test_denormals_compare_as_zero_by_hand():
     assert check_output("y", reference, np.zeros((1, 4))).relative_error == 0
     assert check_output("y", reference, reference * 0.5).relative_error == 0
     assert check_output("y", reference, np.array([[0, 0, 0, tiny * 2]])).relative_error == math.inf
+
+
+def test_near_ties_of_a_float16_model_are_float16_wide():
+    """A model onnxruntime computes in float16 ties within FLOAT16_TOLERANCE, not float32's."""
+    from qconvert.check.verify import FLOAT16_TOLERANCE, FLOAT_TOLERANCE, near_ties
+
+    x = np.array([[[1.0, 1.0 + 2 ** -10, 0.5]]])  # one float16 step apart
+    argmax = helper.make_node("ArgMax", ["x"], ["a"], axis=-1, keepdims=0)
+    ours, theirs = np.array([[1]]), np.array([[0]])
+    assert near_ties(argmax, [x], ours, theirs, FLOAT_TOLERANCE).tolist() == [[False]]
+    assert near_ties(argmax, [x], ours, theirs, FLOAT16_TOLERANCE).tolist() == [[True]]

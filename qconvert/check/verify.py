@@ -57,6 +57,8 @@ FLOAT16_EPS = 2.0 ** -10  # one float16 step (ulp) at 1
 # them float32. BERTs made float16 by onnxconverter-common measured 1 (2 layers) and 1.6 (6 layers)
 # float16 ulps of the scale over 8 samples: 10 times below.
 FLOAT16_TOLERANCE = 2.0 ** -6  # 1.6e-2, 16 float16 ulps of the scale
+# The float check's tolerance by the step (ulp) of the type the reference computes in.
+TOLERANCES = {FLOAT32_EPS: FLOAT_TOLERANCE, FLOAT16_EPS: FLOAT16_TOLERANCE}
 # Smaller magnitudes are denormal in float32: LiteRT's kernels flush them to zero.
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
@@ -294,7 +296,7 @@ def _float_view(check: OutputCheck, ref: np.ndarray, got: np.ndarray, error: np.
     """Fills the float check's fields of `check` (see the module docstring)."""
     differs = error > 0
     if rule.step is not None and step_inputs is not None and differs.any():
-        ties = near_ties(rule.step, step_inputs, ref, got)
+        ties = near_ties(rule.step, step_inputs, ref, got, TOLERANCES[ulp])
         if ties is not None:
             ties &= differs
             check.near_ties = int(ties.sum())
@@ -460,10 +462,10 @@ def step_values(proto: onnx.ModelProto, rules: dict[str, OutputRule],
 
 
 def near_ties(node: onnx.NodeProto, operands: list[np.ndarray], ref: np.ndarray,
-              got: np.ndarray) -> np.ndarray | None:
+              got: np.ndarray, tolerance: float = FLOAT_TOLERANCE) -> np.ndarray | None:
     """Where the output's values ([samples, *shape], through ops that keep the order) may differ
-    because the step `node` saw operands ([samples or 1, *shape] each) within FLOAT_TOLERANCE of
-    their scale from a boundary: ArgMax/ArgMin, the .tflite's index holding a value that close to
+    because the step `node` saw operands ([samples or 1, *shape] each) within `tolerance` (the
+    float check's) of their scale from a boundary: ArgMax/ArgMin, the .tflite's index holding a value that close to
     the one at onnxruntime's; Floor, Ceil, Cast to an integer, an integer that close (Round: a
     half-integer; Cast to bool: zero); a comparison, its two operands that close. None: no float
     operands, or shapes that do not tell."""
@@ -473,7 +475,7 @@ def near_ties(node: onnx.NodeProto, operands: list[np.ndarray], ref: np.ndarray,
     operands = [np.asarray(o, np.float64) for o in operands]
     operands = [o.reshape((len(o),) + (1,) * (rank + 1 - o.ndim) + o.shape[1:]) for o in operands]
     scale = max(float(np.abs(np.where(np.isfinite(o), o, 0.0)).max()) for o in operands)
-    margin = FLOAT_TOLERANCE * scale
+    margin = tolerance * scale
     kind = node.op_type
     if kind in ("ArgMax", "ArgMin"):
         (x,) = operands
@@ -925,10 +927,9 @@ class OutputStacks:
         checks = [check_output(name, np.stack(self.expected[name]), np.stack(self.actual[name]),
                                self.rules.get(name), operands.get(name), ulp)
                   for name in self.names]
-        tolerance = FLOAT16_TOLERANCE if half else FLOAT_TOLERANCE
         result = Verification(checks, samples, min_sqnr, data=data,
                               check="float" if float_check else "sqnr",
-                              tolerance=tolerance if float_check else None, ulp=ulp,
+                              tolerance=TOLERANCES[ulp] if float_check else None, ulp=ulp,
                               reason=None if float_check else run_time_quantization(self.proto))
         result.passed = (min_sqnr is None or not result.below(min_sqnr)) and not result.float_failures()
         return result
