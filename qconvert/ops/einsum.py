@@ -167,15 +167,16 @@ def _product(ctx, a: _Operand, b: _Operand, keep: set[str]) -> _Operand:
     weights = ctx.const(b.tensor)
     if not batch and weights is not None:  # a constant right operand: FULLY_CONNECTED
         w = np.transpose(weights, [b.labels.index(label) for label in free_b + contracted])
-        x = reshape(ctx, _permuted(ctx, a, free_a + contracted).tensor, [rows, inner])
-        y = ctx.tensor(a.tensor + "_fc", [rows, columns], dtype)
+        # a's free axes stay apart (FULLY_CONNECTED keeps them): a leading batch stays axis 0
+        x = reshape(ctx, _permuted(ctx, a, free_a + contracted).tensor, sizes(a, free_a) + [inner])
+        y = ctx.tensor(a.tensor + "_fc", sizes(a, free_a) + [columns], dtype)
         _fully_connected(ctx, x, w.reshape(columns, inner), None, y)
         return _Operand(reshape(ctx, y, sizes(a, free_a) + sizes(b, free_b)), out_labels)
     batch_a, batch_b = sizes(a, batch), sizes(b, batch)
-    if batch_a == batch_b:
-        batch_a = batch_b = [math.prod(batch_a)] if batch else []
-    elif len(batch) > 3:
-        raise ctx.error(f"{len(batch)} broadcast batch axes: TFLite's BATCH_MATMUL takes at most 3")
+    if len(batch) > 3:  # BATCH_MATMUL takes rank 5 at most: the batch axes become one
+        if batch_a != batch_b:
+            raise ctx.error(f"{len(batch)} broadcast batch axes: TFLite's BATCH_MATMUL takes at most 3")
+        batch_a = batch_b = [math.prod(batch_a)]
     a_order, adj_x = _matrix_order(a, batch, free_a, contracted)
     b_order, adj_y = _matrix_order(b, batch, contracted, free_b)
     x = reshape(ctx, _permuted(ctx, a, a_order).tensor, batch_a + ([inner, rows] if adj_x else [rows, inner]))

@@ -114,3 +114,38 @@ def test_constant_weights_quantize_as_int8_fully_connected(tmp_path):
     model.graph.initializer[0].CopyFrom(helper.make_tensor("x1", F, (4, 3, 6), weights.ravel()))
     flatbuffer, _ = assert_int8_matches_onnxruntime(model, tmp_path)
     assert "FULLY_CONNECTED" in op_names(flatbuffer)
+
+
+@pytest.mark.parametrize("equation,shapes", [("abcdij,abcdjk->abcdik", [(2, 2, 1, 2, 3, 4), (2, 2, 1, 2, 4, 5)])],
+                         ids=str)
+def test_more_than_three_batch_axes_merge_into_one(equation, shapes):
+    assert_matches_onnxruntime(einsum_model(equation, shapes))
+
+
+def test_bert_attention_keeps_a_dynamic_batch_resizable():
+    """tf2onnx's BERT attention einsums with batch "N": the batch stays axis 0 through every op,
+    so the .tflite resizes to batch 3 and matches onnxruntime there."""
+    import json
+
+    from tests.harness import convert, run_onnxruntime
+    from tests.test_dynamic_batch import RESOLVERS, _run
+
+    weights = {name: RNG.standard_normal(shape).astype(np.float32)
+               for name, shape in [("wq", (6, 2, 3)), ("wk", (6, 2, 3)), ("wo", (2, 3, 6))]}
+    nodes = [helper.make_node("Einsum", ["x", "wq"], ["q"], equation="BFH,HND->BFND"),
+             helper.make_node("Einsum", ["x", "wk"], ["k"], equation="BFH,HND->BFND"),
+             helper.make_node("Einsum", ["q", "k"], ["s"], equation="BFNH,BTNH->BNFT"),
+             helper.make_node("Einsum", ["s", "k"], ["c"], equation="BNFT,BTNH->BFNH"),
+             helper.make_node("Einsum", ["c", "wo"], ["y"], equation="BFND,NDH->BFH")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["N", 5, 6])],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [helper.make_tensor(n, F, w.shape, w.ravel()) for n, w in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)], ir_version=8)
+    flatbuffer, report = convert("m.onnx", data=model.SerializeToString())
+    assert report.batch.resizable, report.batch.note
+    feeds = {"x": RNG.standard_normal((3, 5, 6)).astype(np.float32)}
+    want = run_onnxruntime(model, feeds)["y"]
+    report = json.loads(json.dumps(report.as_dict()))
+    for resolver in RESOLVERS:
+        np.testing.assert_allclose(_run(bytes(flatbuffer), report, feeds, resolver)["y"], want,
+                                   rtol=1e-4, atol=1e-5, err_msg=resolver)
