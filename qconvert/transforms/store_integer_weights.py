@@ -38,12 +38,15 @@ FLOAT32 = np.dtype(np.float32)
 # How far w / s may be from an integer: its float rounding is below 128 * 2**-23 (the levels reach
 # 255 at most); a value off the grid is a fraction of a step away.
 _GRID_TOLERANCE = 1e-3
+# Hybrid kernels that read one scale per channel whatever the tensor holds (depthwise_conv.cc
+# indexes the scales by channel): a per-tensor scale is written once per channel for them.
+_PER_CHANNEL_ONLY = {"DEPTHWISE_CONV_2D"}
 
 
 def on_grid(w: np.ndarray, scales: list[np.ndarray], axis: int | None) -> tuple[np.ndarray, QuantParams] | None:
     """(int8 q, params) with q * scale == w to float rounding, from the first of `scales` (one
     value, or one per entry of w's `axis`) that puts w on an int8 grid; None when none does."""
-    for scale in scales:
+    for scale in list(scales) + [np.float32(1)]:  # 1: levels whose scale stayed apart (a MUL)
         scale = np.asarray(scale, np.float32).ravel()
         if scale.size == 1:
             shaped, params_axis = scale.reshape(()), None
@@ -111,6 +114,10 @@ def store_integer_weights(model: Model) -> bool:
                 if found is None and index in rule.weights:
                     requantized.append(name)
                 q, params = found if found is not None else _requantized(w, rule.axis)
+                if op.type in _PER_CHANNEL_ONLY and params.axis is None:
+                    channels = w.shape[rule.axis]
+                    params = QuantParams(np.repeat(params.scale, channels), np.zeros(channels, np.int64),
+                                         rule.axis % w.ndim)
                 new = model.add_array(typed_name(name, np.int8), w.shape, np.int8, q)
                 array = model.arrays[new]
                 array.quant, array.narrow_range = params, bool(q.min(initial=0) >= -127)

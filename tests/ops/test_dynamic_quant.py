@@ -366,3 +366,65 @@ def test_bias_rounded_at_run_time():
     weight = (w.astype(np.float32) - 1) * np.float32(0.05)
     _within_steps(weight, x, got, x @ weight + b)
     assert sqnr_db(run_onnxruntime(model, {"x": x})["y"], got) > 30
+
+
+@pytest.mark.parametrize("case", ["depthwise", "conv1d", "shared"])
+def test_layouts_keep_integers(tmp_path, caplog, case):
+    """A depthwise Conv (DEPTHWISE_CONV_2D's hybrid kernel reads one scale per channel: the one
+    per-tensor scale is written for each), a Conv1D (its scale stays a MUL after the RESHAPE and
+    TRANSPOSE around CONV_2D: the weights are the levels themselves, at scale 1) and a weight two
+    MatMuls share: each keeps onnxruntime's integers, none requantized."""
+    rng = np.random.default_rng(8)
+    if case == "depthwise":
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])]
+        shapes, w = (1, 8, 6, 6), rng.standard_normal((8, 1, 3, 3))
+    elif case == "conv1d":
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"])]
+        shapes, w = (1, 8, 20), rng.standard_normal((6, 8, 3))
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["y"])]
+        shapes, w = (3, 32), rng.standard_normal((32, 32)) * 0.2
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, shapes)}, {"y": TensorProto.FLOAT},
+                       {"w": w.astype(np.float32)})
+    quantized, flatbuffer, ops = _check(model, tmp_path, 35)
+    assert "requantized" not in caplog.text
+    stored = _stored(quantized)
+    levels = stored["w_quantized"]
+    from qconvert.tflite.reader import read
+
+    buffers = {t.buffer for t in read(flatbuffer).tensors if t.dtype == "INT8" and t.data_offset is not None}
+    (tensor, values), *others = _int8_weights(flatbuffer)
+    if case == "depthwise":  # [1, H, W, C]
+        np.testing.assert_array_equal(values, levels.transpose(1, 2, 3, 0))
+        assert tensor.scales == [float(stored["w_scale"])] * 8 and tensor.quantized_dimension == 3
+    elif case == "conv1d":  # [O, 1, W, I], at scale 1; the MUL applies onnxruntime's scale
+        np.testing.assert_array_equal(values, levels.transpose(0, 2, 1)[:, None])
+        assert tensor.scales == [1.0] and "MUL" in ops
+    else:
+        np.testing.assert_array_equal(values, levels.T)
+        assert len(others) == 1 and len(buffers) == 1  # the file holds the integers once
+
+
+def test_contrib_uint8_off_center_requantized(caplog):
+    """B at zero point 37: its levels reach 218, beyond int8: dequantized, requantized as
+    --weight-only does, with a warning naming the node."""
+    model, dequantized = _contrib_matmul(True, 37, False)
+    flatbuffer, report = convert_proto(model)
+    assert "node 'dqmm': its weights do not fit int8" in caplog.text
+    (tensor, _), = _int8_weights(flatbuffer)
+    x = _feeds(model, 1)["x"]
+    got, expected = run_tflite(flatbuffer, report, {"x": x})["y"], run_onnxruntime(model, {"x": x})["y"]
+    assert sqnr_db(expected, got) > 35
+
+
+def test_integer_to_float_reads_its_own_quantization():
+    """MatMulIntegerToFloat's A must be read with its DynamicQuantizeLinear's scale and zero
+    point; another scale is refused in one line."""
+    model, _ = _contrib_matmul(False, 128, False)
+    node = model.graph.node[1]
+    node.input[2] = "s2"
+    model.graph.initializer.append(numpy_helper.from_array(np.float32(0.5), "s2"))
+    with pytest.raises(ConversionError, match=r"^node 'mmitf' \(MatMulIntegerToFloat\): input A 'xq' "
+                                              r"is not a DynamicQuantizeLinear output read with its own "
+                                              r"scale and zero point"):
+        convert_proto(model)
