@@ -1,9 +1,11 @@
 """Elementwise binary ops with numpy broadcasting: Add, Sub, Mul, Div, Max, Min, Sum, Pow, Mean,
-Mod, BitShift.
+Mod, BitShift, BitwiseAnd/Or/Xor/Not.
 
 TFLite's binary kernels broadcast like numpy, so the ONNX node maps one to one; n-ary Sum/Max/Min
 become a chain. Mod is FLOOR_MOD (fmod=0) or C's fmod built from it (fmod=1). BitShift is
-RIGHT_SHIFT, or a multiplication wrapped at the type's width (TFLite has no left shift).
+RIGHT_SHIFT, or a multiplication wrapped at the type's width (TFLite has no left shift); the
+bitwise ops work on the int32 values every integer type computes as (BITWISE_XOR; And from sums
+and xors, which TFLite lacks).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape
-from .registry import FREE_BINARY, FREE_BINARY16, QuantRule, onnx_op, tflite_op
+from .registry import FREE_BINARY, FREE_BINARY16, TFLITE_OPS, QuantRule, onnx_op, tflite_op
 from .tile import broadcast_to
 from .versions import (
     INT8,
@@ -391,3 +393,80 @@ def import_bitshift(node, ctx):
     ctx.add_op("MUL", [_cast(ctx, x, np.int64, x + "_int64"), _left_shift_factor(ctx, shift, 32, np.int64)],
                [product])
     ctx.add_op("CAST", [product], [y], {"in_data_type": np.dtype(np.int64), "out_data_type": np.dtype(np.int32)})
+
+
+# BITWISE_XOR: int8/16/32 and uint8/16/32 kernels, broadcasting.
+tflite_op("BITWISE_XOR", options="BitwiseXorOptions", evaluate=_binary(np.bitwise_xor), layout="elementwise")
+
+
+def _integer_operands(node, ctx) -> list[str]:
+    names = [_as_int32(ctx, n) for n in node.inputs if n]
+    for original, name in zip(node.inputs, names):
+        if np.dtype(ctx.dtype(name)) != np.int32:
+            raise ctx.error(f"input {original!r} has dtype {np.dtype(ctx.dtype(original))}; "
+                            f"{node.op_type} takes integers")
+    return names
+
+
+def _binary_op(ctx, op_type: str, a: str, b: str, hint: str, out: str | None = None) -> str:
+    value_a, value_b = ctx.const(a), ctx.const(b)
+    if out is None and value_a is not None and value_b is not None:
+        return ctx.constant(hint, TFLITE_OPS[op_type].evaluate([value_a, value_b], None)[0])
+    out = out or ctx.tensor(hint, np.broadcast_shapes(ctx.shape(a), ctx.shape(b)), np.int32)
+    ctx.add_op(op_type, [a, b], [out])
+    return out
+
+
+def _and_of_halves(ctx, a: str, b: str, hint: str) -> str:
+    """a & b for operands within [-2^16, 2^16]: (a + b - (a ^ b)) / 2 (the sum is the xor plus
+    twice the and; no overflow at this size; the halving is exact, the difference even)."""
+    total = _binary_op(ctx, "ADD", a, b, hint + "_sum")
+    twice = _binary_op(ctx, "SUB", total, _binary_op(ctx, "BITWISE_XOR", a, b, hint + "_xor"), hint + "_twice")
+    return _binary_op(ctx, "RIGHT_SHIFT", twice, ctx.constant("one", np.array(1, np.int32)), hint + "_and")
+
+
+def _halves(ctx, x: str) -> tuple[str, str]:
+    """(x >> 16, x mod 2^16): x = high * 2^16 + low, high in [-2^15, 2^15), low in [0, 2^16)."""
+    return (_binary_op(ctx, "RIGHT_SHIFT", x, ctx.constant("sixteen", np.array(16, np.int32)), x + "_high"),
+            _binary_op(ctx, "FLOOR_MOD", x, ctx.constant("two_16", np.array(1 << 16, np.int32)), x + "_low"))
+
+
+def _bitwise_and(ctx, a: str, b: str, hint: str, out: str | None = None) -> str:
+    """a & b on int32 (every integer type's values, sign-extended): on the 16-bit halves, which
+    the and keeps apart, reassembled as high * 2^16 + low (in int32's range, no overflow)."""
+    (a_high, a_low), (b_high, b_low) = _halves(ctx, a), _halves(ctx, b)
+    high = _and_of_halves(ctx, a_high, b_high, hint + "_high")
+    low = _and_of_halves(ctx, a_low, b_low, hint + "_low")
+    shifted = _binary_op(ctx, "MUL", high, ctx.constant("two_16", np.array(1 << 16, np.int32)), hint + "_shifted")
+    return _binary_op(ctx, "ADD", shifted, low, hint, out)
+
+
+@onnx_op("BitwiseXor", "BitwiseAnd", "BitwiseOr")
+def import_bitwise(node, ctx):
+    """On the int32 values every integer type computes as (sign-extended, so the bits of the
+    type's width are its own): Xor is BITWISE_XOR; And, which TFLite lacks, comes from sums and
+    xors of 16-bit halves (_bitwise_and); Or is xor + and (disjoint bits: no carry)."""
+    a, b = _integer_operands(node, ctx)
+    y = node.outputs[0]
+    ctx.check_broadcast([a, b], y)
+    if node.op_type == "BitwiseXor":
+        ctx.add_op("BITWISE_XOR", [a, b], [y])
+    elif node.op_type == "BitwiseAnd":
+        _bitwise_and(ctx, a, b, y + "_and", out=y)
+    else:
+        xor = _binary_op(ctx, "BITWISE_XOR", a, b, y + "_xor")
+        _binary_op(ctx, "ADD", xor, _bitwise_and(ctx, a, b, y + "_and"), y, out=y)
+
+
+@onnx_op("BitwiseNot")
+def import_bitwise_not(node, ctx):
+    """x ^ m: m = -1 (every bit) for the signed types, 2^width - 1 for uint8 and uint16 (whose
+    values have no sign extension to flip); the type must show inside the graph."""
+    (x,) = _integer_operands(node, ctx)
+    dtype = _integer_type(ctx, node.inputs[0])
+    if dtype is None:
+        raise ctx.error(f"nothing inside the graph shows the integer type of {node.inputs[0]!r} "
+                        "(signed or unsigned, and its width), which its complement depends on "
+                        "(a constant, a graph input or a Cast to the type does)")
+    mask = -1 if dtype.kind == "i" else (1 << (8 * dtype.itemsize)) - 1
+    ctx.add_op("BITWISE_XOR", [x, ctx.constant("mask", np.array(mask, np.int32))], node.outputs)
