@@ -288,6 +288,9 @@ class _Graph:
             # the evaluator, which must see the model's opset: ops changed meaning across opsets.
             results = fold.fold(node, [self.constants[n] if n else None for n in node.input])
             if results is None:
+                # float16 computes in float32, rounded to float16 after the node (fold_constants
+                # takes ONNX's type), as onnxruntime's CPU kernels and the .tflite compute it.
+                feeds = {n: v.astype(np.float32) if v.dtype == np.float16 else v for n, v in feeds.items()}
                 inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype),
                                                         v.shape) for n, v in feeds.items()]
                 g = helper.make_graph([node], "fold", inputs,

@@ -126,6 +126,14 @@ c("Max_int", "Max", [ints(3), ints(3)]); c("Cast_int64", "Cast", [np.array([-1.5
 c("GatherElements_smaller", "GatherElements", [f(4,3), ints(2,2,lo=-4,hi=4)], axis=0)
 c("GatherElements_long_ax0", "GatherElements", [f(100,2), ints(3,2,lo=-100,hi=100)], axis=0)
 
+# float16 constants fold in float16 and come out float16.
+h = lambda *shape: f(*shape).astype(np.float16)  # noqa: E731
+c("Add_f16", "Add", [h(2, 3), h(3)]); c("Sqrt_f16", "Sqrt", [pos(2, 3).astype(np.float16)])
+c("MatMul_f16", "MatMul", [h(2, 3), h(3, 2)]); c("Softmax_f16", "Softmax", [h(2, 5)])
+c("Cast_f16_f32", "Cast", [h(2, 3)], to=1); c("Cast_f32_f16", "Cast", [f(2, 3)], to=10)
+c("GatherElements_f16", "GatherElements", [h(1, 40), np.arange(5, dtype=np.int64).reshape(1, 5)], axis=1)
+c("Where_u8", "Where", [b(2, 3), np.full((2, 3), 7, np.uint8), np.full(3, 250, np.uint8)])
+
 
 @pytest.mark.parametrize("op, inputs, attrs, opset, outputs", CASES)
 def test_folded_constant_equals_onnxruntime(op, inputs, attrs, opset, outputs):
