@@ -274,7 +274,7 @@ def import_skip_layer_norm(node, ctx):
         total = _binary(ctx, "ADD", partial, bias, y + "_skip_bias_sum", out=total or None)
     else:
         total = _binary(ctx, "ADD", x, skip, y + "_skip_sum", out=total or None)
-    eps = float(node.attr("epsilon", 1e-12 if not simplified else 1e-5))
+    eps = float(node.attr("epsilon", 1e-12))
     if simplified:
         if _output(ctx, node, 1):
             raise ctx.error("the mean output of SkipSimplifiedLayerNormalization is not supported")

@@ -112,13 +112,14 @@ def test_skip_layer_norm_sum_output():
     assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16), "skip": _normal(2, 4, 16)})
 
 
-@pytest.mark.parametrize("bias", [True, False])
-def test_skip_simplified_layer_norm(bias):
-    inits = {"gamma": _normal(16), "bias": _normal(16)}
+@pytest.mark.parametrize("bias,epsilon", [(True, {"epsilon": 1e-6}), (False, {})])
+def test_skip_simplified_layer_norm(bias, epsilon):
+    """epsilon 1e-6, and its default (1e-12): inputs of small magnitude tell them apart."""
+    inits = {"gamma": _normal(16), "bias": _normal(16, scale=1e-3)}
     node = _ms("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"] + (["bias"] if bias else []),
-               ["t"], epsilon=1e-6)
+               ["t"], **epsilon)
     model = _then_relu(node, [2, 4, 16], inits, extra_inputs={"skip": (F, [2, 4, 16])})
-    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16, scale=2), "skip": _normal(2, 4, 16)})
+    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16, scale=1e-3), "skip": _normal(2, 4, 16, scale=1e-3)})
 
 
 def test_simplified_layer_norm():
@@ -420,3 +421,23 @@ def test_rotary_embedding(layout, interleaved, rotary, positions):
     node = _ms("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["t"], **attrs)
     model = _then_relu(node, x_shape, inits, extra_inputs=extra)
     assert_matches_onnxruntime(model, feeds)
+
+
+def test_shape_inference_runs_do_not_grow_with_depth(monkeypatch):
+    """Ten layers of FastGelu -> MatMul: the contrib outputs' types and the plain nodes between
+    them are found in one pass, so the loader runs onnx's inference a fixed number of times."""
+    from qconvert.onnx import loader
+
+    runs = []
+    inference = loader._Graph._inference
+    monkeypatch.setattr(loader._Graph, "_inference", lambda self, declared: runs.append(declared)
+                        or inference(self, declared))
+    nodes, inits, x = [], {}, "x"
+    for k in range(10):
+        inits[f"w{k}"] = _normal(8, 8, scale=0.3)
+        nodes += [_ms("FastGelu", [x], [f"g{k}"]), helper.make_node("MatMul", [f"g{k}", f"w{k}"], [f"m{k}"])]
+        x = f"m{k}"
+    nodes.append(helper.make_node("Relu", [x], ["y"]))
+    model = _model(nodes, {"x": (F, [2, 3, 8])}, {"y": F}, inits)
+    assert_matches_onnxruntime(model, {"x": _normal(2, 3, 8)})
+    assert len(runs) <= 3, runs
