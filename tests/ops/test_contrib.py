@@ -441,3 +441,20 @@ def test_shape_inference_runs_do_not_grow_with_depth(monkeypatch):
     model = _model(nodes, {"x": (F, [2, 3, 8])}, {"y": F}, inits)
     assert_matches_onnxruntime(model, {"x": _normal(2, 3, 8)})
     assert len(runs) <= 3, runs
+
+
+@pytest.mark.parametrize("mask_shape", [None, [B, S, S]])
+def test_multi_head_self_attention_causal_with_bias(mask_shape):
+    """Self-attention (5 queries, 5 keys), unidirectional, attention_bias [1, N, S, S]."""
+    inputs = ["q", "k", "v", "", "mask" if mask_shape else "", "ab"]
+    extra = {"k": (F, [B, S, HIDDEN]), "v": (F, [B, S, HIDDEN]), "ab": (F, [1, HEADS, S, S])}
+    if mask_shape:
+        extra["mask"] = (I, mask_shape)
+    nodes = [_ms("MultiHeadAttention", inputs, ["t"], num_heads=HEADS, unidirectional=1),
+             helper.make_node("Relu", ["t"], ["y"])]
+    model = _model(nodes, {"q": (F, [B, S, HIDDEN]), **extra}, {"y": F})
+    feeds = {"q": _normal(B, S, HIDDEN), "k": _normal(B, S, HIDDEN), "v": _normal(B, S, HIDDEN),
+             "ab": _normal(1, HEADS, S, S)}
+    if mask_shape:
+        feeds["mask"] = _binary_mask(*mask_shape)
+    assert_matches_onnxruntime(model, feeds)
