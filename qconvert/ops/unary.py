@@ -167,10 +167,9 @@ class _Composition:
         return self("LESS", a, b, dtype=np.bool_)
 
     def ones(self, x: str) -> str:
-        """A tensor of ones shaped like x (ATAN2 does not broadcast): x != NaN is true for every
-        x, NaN and infinities included, and casts to 1."""
-        true = self("NOT_EQUAL", x, float("nan"), dtype=np.bool_)
-        return self("CAST", true, options={"in_data_type": np.dtype(np.bool_), "out_data_type": self.dtype})
+        """A tensor of ones shaped like x (ATAN2 does not broadcast), without a constant of x's
+        size: POW(x, 0) is 1 for every x, NaN and infinities included (C's pow)."""
+        return self("POW", x, 0.0)
 
     def atanh_series(self, s: str) -> str:
         """atanh(s) = s (1 + s^2/3 + s^4/5 + ... + s^10/11) for |s| < _SERIES: the next term is
