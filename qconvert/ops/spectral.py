@@ -73,12 +73,11 @@ def _check_size(ctx, w_shape, length: int) -> None:
 
 
 def _transform_last(ctx, x: str, w: np.ndarray, y_shape, y: str) -> None:
-    """y [..., bins, parts] = w applied to x [..., samples, channels] (FULLY_CONNECTED over the
-    last two axes flattened)."""
+    """y [..., bins, parts] = w applied to x [..., samples, channels]: the last two axes
+    flattened, FULLY_CONNECTED keeping the leading ones (a batch stays axis 0)."""
     x_shape = ctx.shape(x)
-    rows = math.prod(x_shape[:-2])
-    flat = reshape(ctx, x, [rows, x_shape[-2] * x_shape[-1]])
-    product = ctx.tensor(y + "_fc", [rows, w.shape[0]], ctx.dtype(x))
+    flat = reshape(ctx, x, list(x_shape[:-2]) + [x_shape[-2] * x_shape[-1]])
+    product = ctx.tensor(y + "_fc", list(x_shape[:-2]) + [w.shape[0]], ctx.dtype(x))
     _fully_connected(ctx, flat, w.astype(np.float32), None, product)
     reshape(ctx, product, y_shape, y)
 

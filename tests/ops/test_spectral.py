@@ -42,6 +42,7 @@ def dft_model(shape, opset=20, axis=None, length=None, **attrs):
     ((3, 10, 2), 1, 6, 0, 0),  # truncated
     ((3, 10, 1), 1, 7, 0, 1),
     ((3, 8, 1), 1, None, 1, 0),  # inverse of a real signal
+    ((16, 1), None, None, 0, 1),  # rank 2: one signal, no batch
 ], ids=str)
 def test_dft_matches_onnxruntime(shape, axis, length, inverse, onesided):
     model = dft_model(shape, axis=axis, length=length, inverse=inverse, onesided=onesided)
@@ -111,3 +112,23 @@ def test_stft_without_onesided_attribute_is_refused_naming_the_shape_inference_d
     model = stft_model((1, 64, 1), 8, frame_length=16)
     del model.graph.node[0].attribute[:]
     assert_refused_in_one_line(model, "set onesided=1 on the node")
+
+
+def test_stft_keeps_a_dynamic_batch_resizable():
+    """The frames' GATHER and the product keep the batch on axis 0: the .tflite resizes to
+    batch 3 and matches onnxruntime there."""
+    import json
+
+    from tests.harness import convert, run_onnxruntime
+    from tests.test_dynamic_batch import RESOLVERS, _run
+
+    model = stft_model((1, 64, 1), 8, frame_length=16)
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", F, ["N", 64, 1]))
+    flatbuffer, report = convert("m.onnx", data=model.SerializeToString())
+    assert report.batch.resizable, report.batch.note
+    feeds = {"x": RNG.standard_normal((3, 64, 1)).astype(np.float32)}
+    want = run_onnxruntime(model, feeds)["y"]
+    report = json.loads(json.dumps(report.as_dict()))
+    for resolver in RESOLVERS:
+        np.testing.assert_allclose(_run(bytes(flatbuffer), report, feeds, resolver)["y"], want,
+                                   rtol=1e-4, atol=1e-4, err_msg=resolver)
