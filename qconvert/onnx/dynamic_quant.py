@@ -1,12 +1,15 @@
-"""onnxruntime's dynamic quantization made float at load time (see qconvert/ops/dynamic_quant.py
-for the ops and why): before shape inference, each DynamicQuantizeLinear, MatMulInteger,
-ConvInteger and com.microsoft DynamicQuantizeLSTM node of the loader's graph is replaced by the
-float nodes it stands for. Only onnxruntime's quantize_dynamic pattern converts: a run-time
-quantized activation read by integer products only (its scale by Mul), their int32 sums read by a
-Cast to float; anything else is refused in one line naming the node. A model without these ops is
-left untouched.
+"""onnxruntime's dynamic quantization made float at load time, its weights' scales recorded (see
+qconvert/ops/dynamic_quant.py for the ops, the hybrid kernels they become and why): before shape
+inference, each DynamicQuantizeLinear, MatMulInteger, ConvInteger and com.microsoft
+DynamicQuantizeLSTM, DynamicQuantizeMatMul and MatMulIntegerToFloat node of the loader's graph is
+replaced by the float nodes it stands for, and one INTEGER_WEIGHTS node (a private domain, no
+outputs) per node with integer weights carries the scales they were stored with to the IR, where
+transforms/store_integer_weights.py writes the weights back as those integers. Only onnxruntime's
+pattern converts: a run-time quantized activation read by integer products only (its scale by
+Mul, or by MatMulIntegerToFloat with the activation), their int32 sums read by a Cast to float;
+anything else is refused in one line naming the node. A model without these ops is left
+untouched.
 """
-
 from __future__ import annotations
 
 import logging
@@ -17,7 +20,7 @@ from onnx import helper
 
 from ..errors import ConversionError
 from ..ops.dynamic_quant import (DYNAMIC_QUANTIZE, FAMILY, INTEGER_PRODUCTS, INTEGER_TO_FLOAT,
-                                 INTEGER_WEIGHTS, QUANTIZED_LSTM, QUANTIZED_MATMUL, fits_int8,
+                                 INTEGER_WEIGHTS, QUANTIZED_LSTM, QUANTIZED_MATMUL, beyond_int8,
                                  float_cast, float_fused_matmul, float_lstm, float_product, key,
                                  levels)
 
@@ -62,7 +65,7 @@ def dequantize(graph) -> None:
     producer = {o: n for n in graph.nodes for o in n.output if o}
     scales = {n.output[1] for n in graph.nodes if key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
     quantized: dict[str, tuple[str, str]] = {}  # a rewritten activation -> its zero point, scale
-    records: dict[str, tuple[list, bool]] = {}  # node -> its weights' scales, whether int8 on them
+    records: dict[str, tuple[list, str]] = {}  # node -> its weights' scales, why not int8 on them
     nodes = []
     for node in graph.nodes:
         kind, name = key(node), graph.names[id(node)]
@@ -73,29 +76,29 @@ def dequantize(graph) -> None:
             if outputs[1]:
                 add_constant(outputs[1], np.ones((), np.float32))  # x_s := 1
         elif kind in INTEGER_PRODUCTS:
-            operands, exact = [], True
+            operands, why = [], ""
             for (operand, zero_index), axis in INTEGER_PRODUCTS[kind]:
                 operand, value = _float_operand(node, label(node), operand, zero_index, axis,
                                                 graph.constants, quantized, fresh, add_constant)
                 operands.append(operand)
-                exact = exact and (value is None or fits_int8(value))
+                why = why or ("" if value is None else beyond_int8(value))
             new = [float_product(node, operands)]
-            records[name] = (_product_scales(node, graph, readers, producer, scales), exact)
+            records[name] = (_product_scales(node, graph, readers, producer, scales), why)
         elif id(node) in dropped:  # a bias's rounding to the sum's grid: kept in float
             new = [helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)]
         elif kind == QUANTIZED_LSTM:
-            lstm, weights, stored, exact = float_lstm(node, label(node), graph.constants, fresh)
+            lstm, weights, stored, why = float_lstm(node, label(node), graph.constants, fresh)
             new = [lstm]
             for value_name, value in weights.items():
                 add_constant(value_name, value)
-            records[name] = (stored, exact)
+            records[name] = (stored, why)
         elif kind in (QUANTIZED_MATMUL, INTEGER_TO_FLOAT):
             if kind == INTEGER_TO_FLOAT:
                 _check_integer_to_float(node, label(node), quantized, graph.constants)
-            new, weights, stored, exact = float_fused_matmul(node, label(node), graph.constants, fresh)
+            new, weights, stored, why = float_fused_matmul(node, label(node), graph.constants, fresh)
             for value_name, value in weights.items():
                 add_constant(value_name, value)
-            records[name] = (stored, exact)
+            records[name] = (stored, why)
         else:
             nodes.append(node)
             continue
@@ -116,13 +119,12 @@ def _markers(records: dict, graph, label, fresh, add_constant) -> list:
         graph.proto.opset_import.append(helper.make_opsetid(domain, 1))
         graph.opsets[domain] = 1
     markers = []
-    for name, (scales, exact) in records.items():
-        if not exact:
-            log.warning("warning: node %r: its weights do not fit int8 at one scale per tensor or "
-                        "output channel (uint8 with a zero point far from 128, or an LSTM's scales "
-                        "per gate row); dequantized, then requantized to TFLite's int8 weights", name)
+    for name, (scales, why) in records.items():
+        if why:
+            log.warning("warning: node %r: %s; dequantized, then requantized to TFLite's int8 "
+                        "weights as --weight-only does", name, why)
         inputs = []
-        for scale in scales if exact else []:
+        for scale in [] if why else scales:
             inputs.append(fresh(f"{name}_weight_scale"))
             add_constant(inputs[-1], np.asarray(scale, np.float32))
         marker = helper.make_node(op_type, inputs, [], domain=domain, source=name)

@@ -1,24 +1,39 @@
 """onnxruntime's dynamic quantization (quantize_dynamic): DynamicQuantizeLinear, MatMulInteger,
-ConvInteger and com.microsoft's DynamicQuantizeLSTM, as the float ops they stand for.
+ConvInteger, com.microsoft's DynamicQuantizeLSTM and its fused DynamicQuantizeMatMul and
+MatMulIntegerToFloat, as TFLite's hybrid kernels: int8 weights, float activations quantized at
+run time.
 
 A dynamically quantized model stores its weights as integers q with a scale s and a zero point z
 (the float weight is (q - z) * s) and quantizes activations at run time, per tensor:
 DynamicQuantizeLinear gives x_q, x_s, x_z, then MatMulInteger / ConvInteger accumulate
-(x_q - x_z)(q - z) in int32, and a Cast to float and a Mul by x_s * s scale the sum back. A float
-conversion computes that in float, as TOCO drops fake quantization (`--weight-only` gets run-time
-quantization back: TFLite's hybrid kernels): the activation is used as it is (x_q := x, x_s := 1,
-x_z := 0) and the integer operands become float (q - z) constants, so that the MatMul, Conv and
-LSTM importers convert the result and the pipeline folds the scales into the weights. What is
-dropped is onnxruntime's rounding of activations, so verification judges such a model by SQNR
-(check/verify.py, rounding_dropped). onnxruntime's own integer sums are not exact either on x86
-without VNNI: its u8 x s8 kernel (VPMADDUBSW) saturates pairs of products at 16 bits.
+(x_q - x_z)(q - z) in int32, and a Cast to float and a Mul by x_s * s scale the sum back. TFLite's
+hybrid FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D and UNIDIRECTIONAL_SEQUENCE_LSTM compute the
+same: int8 weights with their scale (zero point 0), the float input quantized on every run (per
+row and asymmetric, a step no coarser than onnxruntime's per-tensor one). Two stages get there:
 
-qconvert/onnx/dynamic_quant.py applies these rewrites at load time, before shape inference (which
-knows no com.microsoft op, and would give integer activations that TFLite's float kernels do not
-take). The functions here turn one node into its float nodes and constants; the loader step
-checks how the node's outputs are read.
+- at load time (qconvert/onnx/dynamic_quant.py, before shape inference, which knows no
+  com.microsoft op and would give integer activations) the nodes become the float nodes they
+  stand for: the activation is used as it is (x_q := x, x_s := 1, x_z := 0) and the integer
+  operands become float constants (q - z), or (q - z) * s for an LSTM, so that the MatMul, Conv
+  and LSTM importers convert them and the float steps fold the scales into the weights. An
+  INTEGER_WEIGHTS node per converted node tells the importers the scales its weights were stored
+  with (Model.integer_weight_scales);
+- after the float steps, transforms/store_integer_weights.py finds each such op's weights on
+  their grid again, q = w / s, and writes those very integers as int8 (never requantized),
+  read directly by the op's hybrid kernel.
+
+Weights are int8 when q - z is: int8 weights (zero point 0, onnxruntime's QInt8, symmetric per
+tensor or per column), uint8 ones re-centred (zero point 128, or any other their values allow).
+Other uint8 weights (onnxruntime's QUInt8 is asymmetric) and an LSTM's per-row scales (TFLite's
+hybrid LSTM takes one scale per weight tensor) are dequantized and requantized as --weight-only
+does, with a warning. What differs from onnxruntime is the rounding of the activations (per row
+rather than per tensor), so verification judges such a model by SQNR (check/verify.py,
+rounding_dropped). onnxruntime's own integer sums are not exact either on x86 without VNNI: its
+u8 x s8 kernel (VPMADDUBSW) saturates pairs of products at 16 bits.
+
+The functions here turn one node into its float nodes and constants; the loader step checks how
+the node's outputs are read.
 """
-
 from __future__ import annotations
 
 import numpy as np
@@ -97,21 +112,25 @@ def import_integer_weights(node, ctx) -> None:
     scales.extend(np.asarray(ctx.const(name), np.float32) for name in node.inputs if name)
 
 
-def fits_int8(levels: np.ndarray) -> bool:
-    """Whether integer levels (q - z) are int8 values: always for int8 weights with zero point 0,
-    for uint8 ones re-centred (zero point 128, or any other their values allow)."""
-    return bool(levels.size == 0 or (levels.min() >= -128 and levels.max() <= 127))
+def beyond_int8(levels: np.ndarray) -> str:
+    """Why integer levels (q - z) are not int8 values ("" when they are: always for int8 weights
+    with zero point 0, for uint8 ones re-centred at zero point 128, or any other their values
+    allow)."""
+    if levels.size == 0 or (levels.min() >= -128 and levels.max() <= 127):
+        return ""
+    return (f"its uint8 weights minus their zero point run from {levels.min():g} to "
+            f"{levels.max():g}, beyond int8")
 
 
-def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict, list, bool]:
+def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict, list, str]:
     """DynamicQuantizeLSTM as ONNX LSTM: W and R dequantized, (q - z) * s per direction or per
     gate row, and transposed from [D, rows, 4H] to ONNX's [D, 4H, rows]; the other inputs and the
     attributes as they are. Returns the node, its new constants {name: array}, the scales its
     weights are stored with (each direction's, when one per direction: TFLite's hybrid LSTM takes
-    one scale per weight tensor) and whether every weight is on them as int8; `fresh(hint)`
-    gives an unused name."""
+    one scale per weight tensor) and why the weights are not int8 on them ("" when they are);
+    `fresh(hint)` gives an unused name."""
     inputs = list(node.input) + [""] * (12 - len(node.input))
-    weights, scales, exact = {}, [], True
+    weights, scales, why = {}, [], ""
     for index, what, scale_index in ((1, "W", 8), (2, "R", 10)):
         names = (inputs[index], inputs[scale_index], inputs[scale_index + 1])
         needed = names[:2] + ((names[2],) if names[2] else ())  # an omitted zero point is 0
@@ -129,7 +148,10 @@ def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict, 
         per = (q.shape[0], 1, -1 if s.size > q.shape[0] else 1)
         shifted = levels(label, what, q, None, 0) - z.reshape(per).astype(np.float32)
         value = shifted * s.reshape(per).astype(np.float32)
-        exact = exact and s.size == q.shape[0] and fits_int8(shifted)
+        if s.size != q.shape[0]:
+            why = why or ("its weights have one scale per gate row; TFLite's hybrid LSTM takes one "
+                          "per weight tensor")
+        why = why or beyond_int8(shifted)
         scales.extend(np.float32(v) for v in s.ravel())
         name = fresh(f"{names[0]}_dequantized")
         weights[name] = np.ascontiguousarray(value.astype(np.float32).transpose(0, 2, 1))
@@ -142,14 +164,14 @@ def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict, 
     while lstm_inputs and not lstm_inputs[-1]:
         lstm_inputs.pop()
     lstm = helper.make_node("LSTM", lstm_inputs, list(node.output), name=node.name, **attrs)
-    return lstm, weights, scales if exact else [], exact
+    return lstm, weights, scales, why
 
 
-def float_fused_matmul(node, label: str, constants: dict, fresh) -> tuple[list, dict, list, bool]:
+def float_fused_matmul(node, label: str, constants: dict, fresh) -> tuple[list, dict, list, str]:
     """DynamicQuantizeMatMul / MatMulIntegerToFloat as MatMul(A, B - b_zero_point), Mul by the
     scales (a_scale, a rewritten DynamicQuantizeLinear's, is the constant 1 by then), Add of the
-    bias: the nodes, their new constants {name: array}, the scales B is stored with and whether B
-    is int8 on them. B, its scale and its zero point must be constants."""
+    bias: the nodes, their new constants {name: array}, the scales B is stored with and why B is
+    not int8 on them ("" when it is). B, its scale and its zero point must be constants."""
     fused = key(node) == QUANTIZED_MATMUL
     inputs = list(node.input) + [""] * (7 - len(node.input))
     if fused:
@@ -174,4 +196,4 @@ def float_fused_matmul(node, label: str, constants: dict, fresh) -> tuple[list, 
     if bias:
         nodes.append(helper.make_node("Add", [scaled, bias], [out], name=node.name))
     stored = np.asarray(constants[scales[-1]], np.float32)
-    return nodes, new, [stored], fits_int8(shifted)
+    return nodes, new, [stored], beyond_int8(shifted)
