@@ -6,11 +6,11 @@ steps that TFLite's kernels compute: each grid position is denormalized to pixel
 the corners floor(x) + {0, 1} (linear), floor(x) + {-1, 0, 1, 2} (cubic, Keys' kernel with
 a = -0.75) or round-half-even(x) (nearest), each corner's integer index is padded as onnxruntime
 pads it (zeros: a corner outside reads 0; border: clamped; reflection: reflected about the
-borders, -0.5 and L - 0.5 or 0 and L - 1), and the corners' pixels, read by one GATHER from the
-channels-last input flattened to [N * pixels, C], are summed with the product of their per-axis
-weights. Any number of spatial axes: the corners of all of them are one axis of the computation
+borders, -0.5 and L - 0.5 or 0 and L - 1), and the corners' pixels, read by one GATHER
+(batch_dims 1) from the channels-last input flattened to [N, pixels, C], are summed with the
+product of their per-axis weights. A constant grid folds to constant indices and weights. Any number of spatial axes: the corners of all of them are one axis of the computation
 (2**r or 4**r of them), the output positions another, so every tensor has rank 4 at most. Indices
-are computed in float32, exact below 2**24 input pixels (N * D * H * W), beyond which the op is
+are computed in float32, exact below 2**24 pixels an image (D * H * W), beyond which the op is
 refused.
 """
 
@@ -132,8 +132,8 @@ def import_grid_sample(node, ctx):
         raise ctx.error(f"input {x!r} and grid {grid!r} must be float")
     batch, channels, dims = x_shape[0], x_shape[1], list(x_shape[2:])
     pixels = math.prod(dims)
-    if batch * pixels >= _EXACT_INDICES:
-        raise ctx.error(f"input {x!r} {list(x_shape)} has {batch * pixels:,} pixels, more than the "
+    if pixels >= _EXACT_INDICES:
+        raise ctx.error(f"input {x!r} {list(x_shape)} has {pixels:,} pixels an image, more than the "
                         f"{_EXACT_INDICES:,} whose indices float32 computes exactly")
     out_dims = list(g_shape[1:-1])
     positions = math.prod(out_dims)
@@ -160,12 +160,11 @@ def import_grid_sample(node, ctx):
     strides = np.array([math.prod(dims[rank - i:]) for i in range(rank)], np.float32)
     flat = b.op("SUM", [b.binary("MUL", index, strides), b.const([3], np.int32)],
                 [batch, positions, len(corners)], options={"keep_dims": False})
-    flat = b.binary("ADD", flat, (np.arange(batch, dtype=np.float32) * pixels).reshape(batch, 1, 1))
     flat = b.op("CAST", [flat], ctx.shape(flat), np.int32,
                 {"in_data_type": np.dtype(np.float32), "out_data_type": np.dtype(np.int32)})
-    table = reshape(ctx, to_channels_last(ctx, x), [batch * pixels, channels])
+    table = reshape(ctx, to_channels_last(ctx, x), [batch, pixels, channels])
     values = b.op("GATHER", [table, flat], [batch, positions, len(corners), channels],
-                  ctx.dtype(x), {"axis": 0, "batch_dims": 0})
+                  ctx.dtype(x), {"axis": 1, "batch_dims": 1})
     if inside is not None:
         values = b.op("SELECT_V2", [inside, values, b.const(0.0)], ctx.shape(values))
     if weights is not None:  # each corner's weight: the product of its axes' weights

@@ -59,6 +59,19 @@ def test_nearest_rounds_half_to_even_like_onnxruntime():
                                        "grid": grid}, rtol=0, atol=0)
 
 
+def test_constant_grid_folds_to_constant_indices_and_weights():
+    """A fixed warp (the grid an initializer): only the GATHER, the weighting and the sum remain."""
+    from qconvert.tflite import reader
+
+    x_shape, grid_shape = (2, 3, 5, 7), (2, 4, 6, 2)
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], padding_mode="reflection")
+    grid = RNG.uniform(-1.5, 1.5, grid_shape).astype(np.float32)
+    model = make_model([node], {"x": (F, x_shape)}, {"y": F}, {"grid": grid}, opset=20)
+    flatbuffer, _ = assert_matches_onnxruntime(model, rtol=1e-4, atol=1e-4)
+    ops = [op.name for op in reader.read(flatbuffer).operators]
+    assert not {"FLOOR", "FLOOR_MOD", "CAST", "REDUCE_PROD"} & set(ops), ops
+
+
 def test_grid_that_does_not_match_the_input_is_refused():
     model = grid_sample_model((1, 2, 4, 4), (1, 3, 3, 3))
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", F, [1, 2, 3, 3]))
