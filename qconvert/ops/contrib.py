@@ -749,3 +749,93 @@ def _angles(ctx, node, cache: str, position_ids: str, batch: int, length: int, t
     gathered = _gather(ctx, node, cache, index, f"{cache}_at")
     rows = ctx.shape(gathered)[0]
     return reshape(ctx, gathered, [rows if d == -1 else d for d in target])
+
+
+# --- grouped-query attention ----------------------------------------------------------------
+@_types(MS + "GroupQueryAttention")
+def _group_query_attention_types(shapes, dtypes, attrs):
+    """Output [B, S, N*H]; present_key and present_value [B, Nk, S, H] (no past)."""
+    q = shapes[0]
+    heads, kv_heads = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
+    packed = len(shapes) < 2 or shapes[1] is None
+    size = q[2] // (heads + 2 * kv_heads) if packed else q[2] // heads
+    present = (q[0], kv_heads, q[1], size) if len(shapes) < 4 or shapes[3] is None else None
+    return [((q[0], q[1], heads * size), dtypes[0])] + [(present, dtypes[0]) if present else None] * 2
+
+
+# GroupQueryAttention's inputs beyond the ones converted, and attributes that must keep their
+# defaults, with what they are.
+_GQA_INPUTS = {3: "past_key", 4: "past_value", 11: "head_sink", 12: "k_scale", 13: "v_scale",
+               14: "q_norm_weight", 15: "k_norm_weight", 16: "query_seqlens"}
+_GQA_DEFAULTS = {"local_window_size": -1, "softcap": 0.0, "smooth_softmax": 0, "qk_output": 0}
+
+
+@onnx_op(MS + "GroupQueryAttention")
+def import_group_query_attention(node, ctx):
+    """A decoder's attention over its prompt, without a cache: Q [B, S, N*H], K and V [B, S, Nk*H]
+    (or packed in Q), each K/V head serving N/Nk query heads (GATHERed to N heads), the optional
+    rotary embedding of Q and K (RotaryEmbedding's ops, positions 0..S-1 or position_ids), keys
+    past seqlens_k[b] masked and, causal, later keys too; present_key/present_value are K and V
+    in [B, Nk, S, H]."""
+    q, k, v = (_input(node, i) for i in range(3))
+    seqlens, cos_cache, sin_cache, position_ids, attention_bias = (_input(node, i) for i in (5, 7, 8, 9, 10))
+    y = node.outputs[0]
+    given = [what for index, what in _GQA_INPUTS.items() if _input(node, index)]
+    changed = [name for name, default in _GQA_DEFAULTS.items() if node.attr(name, default) != default]
+    if given or changed:
+        raise ctx.error(f"{(given + changed)[0]} is not supported (a cache-free prompt attention is: "
+                        "no past_key/past_value, query_seqlens, head_sink, KV scales, QK norms, "
+                        "local window, softcap, smooth softmax or QK output)")
+    heads, kv_heads = _heads(ctx, node), int(node.attr("kv_num_heads", 0))
+    _check_float(ctx, q, "query")
+    if kv_heads < 1 or heads % kv_heads or ctx.rank(q) != 3:
+        raise ctx.error(f"num_heads {heads} and kv_num_heads {kv_heads} with query {list(ctx.shape(q))}: "
+                        "expected a 3-D query and num_heads a multiple of kv_num_heads")
+    batch, length, width = ctx.shape(q)
+    if not (k or v):  # packed [B, S, (N + 2 Nk) H]
+        size = width // (heads + 2 * kv_heads)
+        q, k, v = _split(ctx, node, q, 2, [heads * size, kv_heads * size, kv_heads * size])
+    size = ctx.shape(q)[2] // heads
+    for name in (k, v):
+        if ctx.shape(name) != (batch, length, kv_heads * size):
+            raise ctx.error(f"key/value {name!r} {list(ctx.shape(name))} is not [{batch}, {length}, "
+                            f"{kv_heads * size}]")
+    if node.attr("do_rotary", 0):
+        if not (cos_cache and sin_cache):
+            raise ctx.error("do_rotary without cos_cache and sin_cache")
+        positions = position_ids or ctx.constant("position", np.zeros(1, np.int32))
+        q, k = (_rotate(ctx, node, name, positions, cos_cache, sin_cache, count)
+                for name, count in ((q, heads), (k, kv_heads)))
+    for name, index in ((k, 1), (v, 2)):
+        present = _output(ctx, node, index)
+        if present:
+            transpose(ctx, reshape(ctx, name, (batch, length, kv_heads, size)), (0, 2, 1, 3), present)
+    if heads != kv_heads:
+        k, v = (_repeat_heads(ctx, name, kv_heads, heads, size) for name in (k, v))
+    fill = float(np.finfo(np.float32).min)
+    lengths = _binary(ctx, "ADD", seqlens, ctx.constant("one", np.ones((), np.int32)), seqlens + "_lengths")
+    biases = [_mask_bias(ctx, lengths, batch, length, length, fill, "seqlens_k")]
+    if node.attr("causal", 1):
+        biases.append(_causal_bias(ctx, length, length, fill))
+    if attention_bias:
+        biases += _biases(ctx, replace(node, attrs={}), "", attention_bias, batch, length, length, heads, "")
+    scale = float(node.attr("scale", 0.0)) or 1 / math.sqrt(size)
+    _attend(ctx, q, k, v, heads, scale, biases, y)
+
+
+def _rotate(ctx, node, x: str, positions: str, cos_cache: str, sin_cache: str, heads: int) -> str:
+    out = ctx.tensor(x + "_rotary", ctx.shape(x), ctx.dtype(x))
+    import_rotary_embedding(replace(node, op_type="RotaryEmbedding", inputs=[x, positions, cos_cache, sin_cache],
+                                    outputs=[out], attrs={"interleaved": node.attr("rotary_interleaved", 0),
+                                                          "num_heads": heads}), ctx)
+    return out
+
+
+def _repeat_heads(ctx, x: str, kv_heads: int, heads: int, size: int) -> str:
+    """[B, L, Nk*H] -> [B, L, N*H], head n being K/V head n // (N / Nk)."""
+    batch, length = ctx.shape(x)[:2]
+    split = reshape(ctx, x, (batch, length, kv_heads, size))
+    index = ctx.constant("heads", np.arange(heads, dtype=np.int32) // (heads // kv_heads))
+    repeated = _op(ctx, "GATHER", [split, index], x + "_heads", (batch, length, heads, size), ctx.dtype(x),
+                   {"axis": 2, "batch_dims": 0})
+    return reshape(ctx, repeated, (batch, length, heads * size))

@@ -458,3 +458,37 @@ def test_multi_head_self_attention_causal_with_bias(mask_shape):
     if mask_shape:
         feeds["mask"] = _binary_mask(*mask_shape)
     assert_matches_onnxruntime(model, feeds)
+
+
+@pytest.mark.parametrize("packed,kv_heads,attrs,seqlens", [
+    (False, 2, {}, [4, 2]), (False, 4, {"causal": 0}, [4, 4]), (True, 1, {"scale": 0.2}, [3, 4]),
+    (False, 2, {"do_rotary": 1}, [4, 4]), (False, 2, {"do_rotary": 1, "rotary_interleaved": 1}, [2, 4])])
+def test_group_query_attention(packed, kv_heads, attrs, seqlens):
+    """A prompt without a cache: 4 query heads sharing 4, 2 or 1 K/V heads; keys
+    past seqlens_k masked; present_key and present_value read (rotary: heads of 16 features,
+    onnxruntime's minimum)."""
+    size = 16 if attrs.get("do_rotary") else 8
+    width = (HEADS + 2 * kv_heads) * size if packed else HEADS * size
+    inputs = {"q": (F, [B, S, width]), "seqlens": (I, [B]), "total": (I, [])}
+    feeds = {"q": _normal(B, S, width), "seqlens": np.array(seqlens, np.int32), "total": np.array(S, np.int32)}
+    if not packed:
+        inputs.update(k=(F, [B, S, kv_heads * size]), v=(F, [B, S, kv_heads * size]))
+        feeds.update(k=_normal(B, S, kv_heads * size), v=_normal(B, S, kv_heads * size))
+    names = ["q", "" if packed else "k", "" if packed else "v", "", "", "seqlens", "total"]
+    inits = {}
+    if attrs.get("do_rotary"):
+        angles = np.arange(16)[:, None] * (1e-2 ** (np.arange(8) / 8))[None]
+        inits = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
+        names += ["cos", "sin"]
+    nodes = [_ms("GroupQueryAttention", names, ["t", "pk", "pv"], num_heads=HEADS, kv_num_heads=kv_heads,
+                 **attrs), helper.make_node("Relu", ["t"], ["y"])]
+    model = _model(nodes, inputs, {"y": F, "pk": F, "pv": F}, inits)
+    assert_matches_onnxruntime(model, feeds)
+
+
+def test_group_query_attention_with_cache_is_refused():
+    inputs = {"q": (F, [B, S, 32]), "k": (F, [B, S, 16]), "v": (F, [B, S, 16]), "pk": (F, [B, 2, 3, 8]),
+              "pv": (F, [B, 2, 3, 8]), "seqlens": (I, [B]), "total": (I, [])}
+    nodes = [_ms("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens", "total"], ["t", "ok", "ov"],
+                 num_heads=HEADS, kv_num_heads=2, name="gqa"), helper.make_node("Relu", ["t"], ["y"])]
+    assert_refused_in_one_line(_model(nodes, inputs, {"y": F}), "past_key is not supported", node="gqa")
