@@ -1,21 +1,22 @@
 """onnxruntime's contrib ops as its transformer optimizer writes them (onnxruntime.transformers.
-optimizer, model types bert, gpt2, vit, clip...): com.microsoft Gelu, FastGelu, QuickGelu,
+optimizer, model types bert, gpt2, vit, clip, unet...): com.microsoft Gelu, FastGelu, QuickGelu,
 BiasGelu, BiasAdd, BiasSplitGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization,
-FusedMatMul, FusedConv, Attention, MultiHeadAttention, EmbedLayerNormalization and
-RotaryEmbedding, and SimplifiedLayerNormalization
-(RMSNorm), which onnxruntime defines in the ONNX domain.
+FusedMatMul, FusedConv, Attention, MultiHeadAttention, EmbedLayerNormalization, RotaryEmbedding
+and GroupQueryAttention (a prompt without a cache), and the two it defines in the ONNX domain,
+SimplifiedLayerNormalization (RMSNorm) and LayerNormalization before opset 17 (the ONNX importer
+converts it; only its output types come from here).
 
 Each is the op sequence the plain ONNX importers emit for the subgraph the optimizer fused: those
-importers are called (MatMul, LayerNormalization, Conv, Gather, Gelu, the activations), so later
-steps (GELU and bias fusion, int8) treat a fused model as the unfused one. Attention is the
-BERT export's: per-head Q K^T (BATCH_MATMUL), times the scale, plus the mask as an additive bias
-(mask_filter_value where a key is masked, as onnxruntime adds it), SOFTMAX, times V.
+importers are called (MatMul, LayerNormalization, Conv, Gather, Split, Concat, Gelu, the
+activations), so later steps (GELU and bias fusion, int8) treat a fused model as the unfused one.
+Attention is the BERT export's: per-head Q K^T (BATCH_MATMUL), times the scale, plus the masks as
+additive biases (mask_filter_value where a key is masked, as onnxruntime adds it), SOFTMAX, times V.
+A decoder's past/present key-value cache is refused: a static TFLite graph has no state.
 
 ONNX shape inference knows none of these ops: `infer_types` gives their outputs' shapes and
 dtypes from their inputs', and `value_info` shows them to the next inference run
 (onnx/loader.py, _Graph.infer_shapes, repeats inference while `infer_types` finds new ones).
 """
-
 from __future__ import annotations
 
 import math
@@ -87,8 +88,8 @@ def _infer_plain(node, shapes, dtypes, constants: dict, opsets: dict) -> None:
     """The static output types of an ONNX-domain node by onnx's inference of that node alone
     (small constant inputs shown as data: Reshape's shape), into `shapes` and `dtypes`; nothing
     when onnx cannot tell (the full run that follows will, or will say why)."""
-    if node.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                                                 for a in node.attribute):
+    graphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    if node.domain not in ("", "ai.onnx") or any(a.type in graphs for a in node.attribute):
         return
     version = opsets.get("", opsets.get("ai.onnx", 1))
     try:
@@ -144,9 +145,10 @@ def _input(node, k: int) -> str:
 
 
 def _output(ctx, node, k: int) -> str:
-    """Output k when the model has an array for it (it is read), else ""."""
+    """Output k when something reads it (a node or the graph's outputs), else "" (an optional
+    output named but unread is not computed)."""
     name = node.outputs[k] if len(node.outputs) > k else ""
-    return name if name and name in ctx.model.arrays else ""
+    return name if ctx.is_used(name) else ""
 
 
 def _check_float(ctx, name: str, what: str) -> None:
@@ -521,7 +523,8 @@ def _call_gather(ctx, x: str, index: int, shape) -> str:
 def _causal_bias(ctx, length: int, keys: int, fill: float) -> str:
     """`fill` where a query attends a later key (unidirectional)."""
     later = np.arange(keys)[None, :] > np.arange(length)[:, None]
-    return ctx.constant("causal", np.where(later, np.float32(fill), np.float32(0)).reshape(1, 1, length, keys))
+    bias = np.where(later, np.float32(fill), np.float32(0))
+    return ctx.constant("causal", bias.reshape(1, 1, length, keys))
 
 
 def _biases(ctx, node, mask: str, attention_bias: str, batch, length, keys, heads, what) -> list[str]:
@@ -681,7 +684,8 @@ def import_rotary_embedding(node, ctx):
     half = ctx.shape(cos_cache)[1]
     if rank not in (3, 4) or ctx.shape(sin_cache) != ctx.shape(cos_cache) or ctx.rank(cos_cache) != 2:
         raise ctx.error(f"input {list(shape)} with cos_cache {list(ctx.shape(cos_cache))} and sin_cache "
-                        f"{list(ctx.shape(sin_cache))}: expected a 3-D or 4-D input and [positions, R/2] caches")
+                        f"{list(ctx.shape(sin_cache))}: expected a 3-D or 4-D input and [positions, "
+                        "R/2] caches")
     rotary = int(node.attr("rotary_embedding_dim", 0)) or 2 * half
     heads = int(node.attr("num_heads", 0))
     size = shape[3] if rank == 4 else shape[2] // heads if heads else rotary
@@ -825,9 +829,9 @@ def import_group_query_attention(node, ctx):
 
 def _rotate(ctx, node, x: str, positions: str, cos_cache: str, sin_cache: str, heads: int) -> str:
     out = ctx.tensor(x + "_rotary", ctx.shape(x), ctx.dtype(x))
-    import_rotary_embedding(replace(node, op_type="RotaryEmbedding", inputs=[x, positions, cos_cache, sin_cache],
-                                    outputs=[out], attrs={"interleaved": node.attr("rotary_interleaved", 0),
-                                                          "num_heads": heads}), ctx)
+    attrs = {"interleaved": node.attr("rotary_interleaved", 0), "num_heads": heads}
+    import_rotary_embedding(replace(node, op_type="RotaryEmbedding", outputs=[out], attrs=attrs,
+                                    inputs=[x, positions, cos_cache, sin_cache]), ctx)
     return out
 
 

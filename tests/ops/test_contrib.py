@@ -87,7 +87,8 @@ def test_bias_split_gelu():
     model = _then_relu(_ms("BiasSplitGelu", ["x", "b"], ["t"]), [2, 6, 8], inits)
     plain = _model([helper.make_node("Add", ["x", "b"], ["xb"]),
                     helper.make_node("Split", ["xb", "halves"], ["left", "right"], axis=-1),
-                    helper.make_node("Gelu", ["right"], ["gate"]), helper.make_node("Mul", ["left", "gate"], ["t"]),
+                    helper.make_node("Gelu", ["right"], ["gate"]),
+                    helper.make_node("Mul", ["left", "gate"], ["t"]),
                     helper.make_node("Relu", ["t"], ["y"])], {"x": (F, [2, 6, 8])}, {"y": F}, inits, opset=20)
     report = _matches_plain_model(model, plain, {"x": _normal(2, 6, 8, scale=2)})
     assert report.op_counts.get("GELU") == 1
@@ -119,7 +120,8 @@ def test_skip_simplified_layer_norm(bias, epsilon):
     node = _ms("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"] + (["bias"] if bias else []),
                ["t"], **epsilon)
     model = _then_relu(node, [2, 4, 16], inits, extra_inputs={"skip": (F, [2, 4, 16])})
-    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16, scale=1e-3), "skip": _normal(2, 4, 16, scale=1e-3)})
+    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16, scale=1e-3),
+                                       "skip": _normal(2, 4, 16, scale=1e-3)})
 
 
 def test_simplified_layer_norm():
@@ -351,7 +353,8 @@ def _bert_like(batch=2, seq=6, hidden=16, heads=4, layers=2, vocab=40, ffn=32):
         h = node("LayerNormalization", [node("Add", [x, h1], f"res2{n}"), w(f"g2{n}", hidden, scale=1.0),
                                         w(f"e2{n}", hidden)], f"ln2{n}", epsilon=1e-12)
     nodes.append(helper.make_node("Identity", [h], ["last_hidden_state"]))
-    inputs = {name: (TensorProto.INT64, [batch, seq]) for name in ("input_ids", "token_type_ids", "attention_mask")}
+    inputs = {name: (TensorProto.INT64, [batch, seq])
+              for name in ("input_ids", "token_type_ids", "attention_mask")}
     return _model(nodes, inputs, {"last_hidden_state": F}, inits, opset=17)
 
 
@@ -470,7 +473,8 @@ def test_group_query_attention(packed, kv_heads, attrs, seqlens):
     size = 16 if attrs.get("do_rotary") else 8
     width = (HEADS + 2 * kv_heads) * size if packed else HEADS * size
     inputs = {"q": (F, [B, S, width]), "seqlens": (I, [B]), "total": (I, [])}
-    feeds = {"q": _normal(B, S, width), "seqlens": np.array(seqlens, np.int32), "total": np.array(S, np.int32)}
+    feeds = {"q": _normal(B, S, width), "seqlens": np.array(seqlens, np.int32),
+             "total": np.array(S, np.int32)}
     if not packed:
         inputs.update(k=(F, [B, S, kv_heads * size]), v=(F, [B, S, kv_heads * size]))
         feeds.update(k=_normal(B, S, kv_heads * size), v=_normal(B, S, kv_heads * size))
@@ -492,3 +496,13 @@ def test_group_query_attention_with_cache_is_refused():
     nodes = [_ms("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens", "total"], ["t", "ok", "ov"],
                  num_heads=HEADS, kv_num_heads=2, name="gqa"), helper.make_node("Relu", ["t"], ["y"])]
     assert_refused_in_one_line(_model(nodes, inputs, {"y": F}), "past_key is not supported", node="gqa")
+
+
+@pytest.mark.parametrize("op_type", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+def test_optional_outputs_named_but_unread(op_type):
+    """Statistics outputs nothing reads are not computed (nor refused)."""
+    inputs = ["x", "skip", "gamma"]
+    model = _then_relu(_ms(op_type, inputs, ["t", "mean", "inv_std", "sum"], epsilon=1e-5), [2, 4, 16],
+                       {"gamma": _normal(16)}, extra_inputs={"skip": (F, [2, 4, 16])})
+    _, report = assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16), "skip": _normal(2, 4, 16)})
+    assert report.op_counts.get("RSQRT") == 1
