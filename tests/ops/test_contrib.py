@@ -300,11 +300,13 @@ def test_embed_layer_norm(segments, position_ids, mask):
     assert_matches_onnxruntime(model, feeds)
 
 
-def _bert_like(batch=2, seq=6, hidden=16, heads=4, layers=2, vocab=40, ffn=32):
+def _bert_like(batch=2, seq=6, hidden=16, heads=4, layers=2, vocab=40, ffn=32, masked=True,
+               gelu="erf"):
     """A BERT encoder in plain ONNX ops as PyTorch exports it (embeddings and LayerNormalization,
     per layer Q/K/V MatMul + Add + Reshape + Transpose, Div by sqrt(size), the extended mask
     (1 - mask) * -10000, Softmax, output projection, residual Add + LayerNormalization, the erf
-    GELU feed-forward), random weights."""
+    GELU feed-forward, or CLIP's x * sigmoid(1.702 x)), random weights; `masked` False: no
+    attention mask input."""
     inits, nodes = {}, []
 
     def w(name, *shape, scale=0.2):
@@ -319,15 +321,16 @@ def _bert_like(batch=2, seq=6, hidden=16, heads=4, layers=2, vocab=40, ffn=32):
     inits.update(one=np.float32(1.0), neg=np.float32(-10000.0), root=np.float32(np.sqrt(size)),
                  split=np.array([0, 0, heads, size], np.int64), merge=np.array([0, 0, hidden], np.int64),
                  ax1=np.array([1], np.int64), ax2=np.array([2], np.int64), sqrt2=np.float32(np.sqrt(2.0)),
-                 half=np.float32(0.5), position_ids=np.arange(seq, dtype=np.int64)[None])
+                 half=np.float32(0.5), quick=np.float32(1.702), position_ids=np.arange(seq, dtype=np.int64)[None])
     s = node("Add", [node("Gather", [w("word", vocab, hidden), "input_ids"], "word_e"),
                      node("Gather", [w("pos", 32, hidden), "position_ids"], "pos_e")], "emb0")
     s = node("Add", [s, node("Gather", [w("types", 2, hidden), "token_type_ids"], "type_e")], "emb")
     h = node("LayerNormalization", [s, w("emb_g", hidden, scale=1.0), w("emb_b", hidden)], "emb_ln",
              epsilon=1e-12)
-    m = node("Unsqueeze", [node("Unsqueeze", ["attention_mask", "ax1"], "mask_u1"), "ax2"], "mask_u2")
-    m = node("Sub", ["one", node("Cast", [m], "mask_f", to=F)], "mask_inv")
-    mask = node("Mul", [m, "neg"], "mask_bias")
+    if masked:
+        m = node("Unsqueeze", [node("Unsqueeze", ["attention_mask", "ax1"], "mask_u1"), "ax2"], "mask_u2")
+        m = node("Sub", ["one", node("Cast", [m], "mask_f", to=F)], "mask_inv")
+        mask = node("Mul", [m, "neg"], "mask_bias")
     for n in range(layers):
         def projection(tag, perm):
             x = node("MatMul", [h, w(f"w{tag}{n}", hidden, hidden)], f"{tag}{n}_mm")
@@ -337,7 +340,7 @@ def _bert_like(batch=2, seq=6, hidden=16, heads=4, layers=2, vocab=40, ffn=32):
 
         q, k, v = projection("q", [0, 2, 1, 3]), projection("k", [0, 2, 3, 1]), projection("v", [0, 2, 1, 3])
         x = node("Div", [node("MatMul", [q, k], f"qk{n}"), "root"], f"qk{n}_scaled")
-        x = node("Softmax", [node("Add", [x, mask], f"qk{n}_masked")], f"probs{n}", axis=-1)
+        x = node("Softmax", [node("Add", [x, mask], f"qk{n}_masked") if masked else x], f"probs{n}", axis=-1)
         x = node("Transpose", [node("MatMul", [x, v], f"ctx{n}")], f"ctx{n}_t", perm=[0, 2, 1, 3])
         x = node("MatMul", [node("Reshape", [x, "merge"], f"ctx{n}_r"), w(f"wo{n}", hidden, hidden)], f"o{n}")
         x = node("Add", [node("Add", [x, w(f"bo{n}", hidden)], f"o{n}_add"), h], f"res{n}")
@@ -345,85 +348,46 @@ def _bert_like(batch=2, seq=6, hidden=16, heads=4, layers=2, vocab=40, ffn=32):
                   f"ln1{n}", epsilon=1e-12)
         x = node("Add", [node("MatMul", [h1, w(f"w1{n}", hidden, ffn)], f"f1{n}"), w(f"b1{n}", ffn)],
                  f"f1{n}_add")
-        erf = node("Erf", [node("Div", [x, "sqrt2"], f"gelu{n}_div")], f"gelu{n}_erf")
-        x = node("Mul", [node("Mul", [x, node("Add", [erf, "one"], f"gelu{n}_1p")], f"gelu{n}_mul"), "half"],
-                 f"gelu{n}")
+        if gelu == "quick":
+            gate = node("Sigmoid", [node("Mul", [x, "quick"], f"gelu{n}_scaled")], f"gelu{n}_gate")
+            x = node("Mul", [x, gate], f"gelu{n}")
+        else:
+            erf = node("Erf", [node("Div", [x, "sqrt2"], f"gelu{n}_div")], f"gelu{n}_erf")
+            x = node("Mul", [node("Mul", [x, node("Add", [erf, "one"], f"gelu{n}_1p")], f"gelu{n}_mul"),
+                             "half"], f"gelu{n}")
         x = node("Add", [node("MatMul", [x, w(f"w2{n}", ffn, hidden)], f"f2{n}"), w(f"b2{n}", hidden)],
                  f"f2{n}_add")
         h = node("LayerNormalization", [node("Add", [x, h1], f"res2{n}"), w(f"g2{n}", hidden, scale=1.0),
                                         w(f"e2{n}", hidden)], f"ln2{n}", epsilon=1e-12)
     nodes.append(helper.make_node("Identity", [h], ["last_hidden_state"]))
     inputs = {name: (TensorProto.INT64, [batch, seq])
-              for name in ("input_ids", "token_type_ids", "attention_mask")}
+              for name in ("input_ids", "token_type_ids") + (("attention_mask",) if masked else ())}
     return _model(nodes, inputs, {"last_hidden_state": F}, inits, opset=17)
 
 
-def test_bert_through_onnxruntime_transformer_optimizer():
-    """onnxruntime's optimizer fuses the plain encoder into EmbedLayerNormalization (its mask_index
-    feeding Attention), Attention, SkipLayerNormalization and BiasGelu; the fused model converts
-    and matches onnxruntime."""
+@pytest.mark.parametrize("model_type,options,fused_ops", [
+    ("bert", {}, {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization", "BiasGelu"}),
+    ("bert", {"masked": False}, {"EmbedLayerNormalization", "Attention", "BiasGelu"}),
+    ("bert", {"gelu": "quick"}, {"Attention", "SkipLayerNormalization", "QuickGelu"}),
+    ("clip", {"masked": False, "gelu": "quick"}, {"SkipLayerNormalization", "QuickGelu"}),
+    ("gpt2", {}, {"EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu"}),
+])
+def test_encoder_through_onnxruntime_transformer_optimizer(model_type, options, fused_ops):
+    """onnxruntime's optimizer fuses the plain encoder (EmbedLayerNormalization's mask_index
+    feeding Attention, SkipLayerNormalization, BiasGelu or QuickGelu, as far as its patterns for
+    the model type reach); the fused model converts and matches onnxruntime."""
     from onnxruntime.transformers.optimizer import optimize_model
 
-    fused = optimize_model(_bert_like(), model_type="bert", num_heads=4, hidden_size=16, opt_level=0).model
-    kinds = {f"{n.domain}.{n.op_type}" for n in fused.graph.node}
-    assert {"com.microsoft.EmbedLayerNormalization", "com.microsoft.Attention",
-            "com.microsoft.SkipLayerNormalization", "com.microsoft.BiasGelu"} <= kinds, kinds
-    mask = np.ones((2, 6), np.int64)
-    mask[1, 4:] = 0
-    feeds = {"input_ids": RNG.integers(0, 40, (2, 6)), "token_type_ids": RNG.integers(0, 2, (2, 6)),
-             "attention_mask": mask}
+    fused = optimize_model(_bert_like(**options), model_type=model_type, num_heads=4, hidden_size=16,
+                           opt_level=0).model
+    kinds = {n.op_type for n in fused.graph.node if n.domain == "com.microsoft"}
+    assert fused_ops <= kinds, kinds
+    feeds = {"input_ids": RNG.integers(0, 40, (2, 6)), "token_type_ids": RNG.integers(0, 2, (2, 6))}
+    if options.get("masked", True):
+        feeds["attention_mask"] = np.ones((2, 6), np.int64)
+        feeds["attention_mask"][1, 4:] = 0
     _, report = assert_matches_onnxruntime(fused, feeds)
-    assert report.op_counts.get("GELU") == 2 and report.op_counts.get("SOFTMAX") == 2
-
-
-@pytest.mark.parametrize("op_type", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
-def test_skip_layer_norm_statistics(op_type):
-    """The optional mean and inv_std_var outputs, read as graph outputs."""
-    simplified = op_type.startswith("SkipSimplified")
-    inits = {"gamma": _normal(16), "beta": _normal(16)}
-    inputs = ["x", "skip", "gamma"] + ([] if simplified else ["beta"])
-    outputs = ["y", "", "inv_std"] if simplified else ["y", "mean", "inv_std"]
-    model = _model([_ms(op_type, inputs, outputs, epsilon=1e-5)],
-                   {"x": (F, [2, 4, 16]), "skip": (F, [2, 4, 16])},
-                   {o: F for o in outputs if o}, inits)
-    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16, scale=2), "skip": _normal(2, 4, 16)})
-
-
-def test_refusals_name_the_node():
-    conv = _then_relu(_ms("FusedConv", ["x", "w"], ["t"], activation="Softsign", name="fc"), [1, 3, 6, 6],
-                      {"w": _normal(4, 3, 3, 3)})
-    assert_refused_in_one_line(conv, "activation 'Softsign' is not supported", node="fc")
-    attention = _attention_model([B, S, S, 1])
-    assert_refused_in_one_line(attention, r"mask_index 'mask' of shape \[2, 5, 5, 1\] is not supported")
-    packed = _model([_ms("MultiHeadAttention", ["qkv"], ["t"], num_heads=HEADS, name="mha"),
-                     helper.make_node("Relu", ["t"], ["y"])], {"qkv": (F, [B, S, HEADS, 3, 4])}, {"y": F})
-    assert_refused_in_one_line(packed, "only separate 3-D query, key and value", node="mha")
-
-
-@pytest.mark.parametrize("layout,interleaved,rotary,positions", [
-    ("bsd", 0, 0, "ids"), ("bsd", 1, 0, "ids"), ("bnsh", 0, 0, "ids"), ("bnsh", 1, 4, "offset"),
-    ("bsd", 0, 4, "offset"), ("bsd", 1, 0, "constant")])
-def test_rotary_embedding(layout, interleaved, rotary, positions):
-    """Heads of 8 features (4 heads), a rotary dim of 8 or 4 (the rest passes), position_ids a
-    [B, S] input, a [1] offset input, or a constant."""
-    half = (rotary or 8) // 2
-    angles = np.arange(20)[:, None] * (1e-2 ** (np.arange(half) / half))[None]
-    inits = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
-    x_shape = [B, S, 32] if layout == "bsd" else [B, 4, S, 8]
-    attrs = {"interleaved": interleaved, "num_heads": 4 if layout == "bsd" or rotary else 0}
-    if rotary:
-        attrs["rotary_embedding_dim"] = rotary
-    feeds = {"x": _normal(*x_shape)}
-    extra = {}
-    if positions == "constant":
-        inits["pos"] = RNG.integers(0, 20, (B, S)).astype(np.int64)
-    else:
-        shape = [B, S] if positions == "ids" else [1]
-        extra["pos"] = (TensorProto.INT64, shape)
-        feeds["pos"] = RNG.integers(0, 20 - S, shape).astype(np.int64)
-    node = _ms("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["t"], **attrs)
-    model = _then_relu(node, x_shape, inits, extra_inputs=extra)
-    assert_matches_onnxruntime(model, feeds)
+    assert report.op_counts.get("SOFTMAX") == 2
 
 
 def test_shape_inference_runs_do_not_grow_with_depth(monkeypatch):
