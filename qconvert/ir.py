@@ -139,9 +139,10 @@ class Model:
         # The dynamic batch the loader set to 1 (None: the model had none, or --input-shape).
         self.dynamic_batch: DynamicBatch | None = None
         # Weights the source model stores as integers (onnxruntime's dynamic quantization), by
-        # the source node reading them: the scales they were stored with (one value, or one per
-        # output channel), so that transforms/store_integer_weights.py writes the same integers.
-        self.integer_weight_scales: dict[str, list[np.ndarray]] = {}
+        # the source node reading them: (the scale they were stored with, their largest |integer|),
+        # each one value or one per output channel, so that transforms/store_integer_weights.py
+        # writes the same integers.
+        self.integer_weights: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         self._suffix = 0  # the next number unique_name appends
         # Names that belong to the source model (every ONNX value, in every subgraph), reserved
         # before any importer makes a name of its own: unique_name never hands one out, so a
@@ -177,7 +178,7 @@ class Model:
         other.inputs, other.outputs = list(self.inputs), list(self.outputs)
         other.io_permutation = dict(self.io_permutation)
         other.dynamic_batch = self.dynamic_batch  # immutable
-        other.integer_weight_scales = self.integer_weight_scales  # fixed once the model is loaded
+        other.integer_weights = self.integer_weights  # fixed once the model is loaded
         other._suffix = self._suffix
         other.reserved = self.reserved  # fixed once the model is loaded
         for op in self.operators:

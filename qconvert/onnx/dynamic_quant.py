@@ -3,7 +3,8 @@ qconvert/ops/dynamic_quant.py for the ops, the hybrid kernels they become and wh
 inference, each DynamicQuantizeLinear, MatMulInteger, ConvInteger and com.microsoft
 DynamicQuantizeLSTM, DynamicQuantizeMatMul and MatMulIntegerToFloat node of the loader's graph is
 replaced by the float nodes it stands for, and one INTEGER_WEIGHTS node (a private domain, no
-outputs) per node with integer weights carries the scales they were stored with to the IR, where
+outputs) per node with integer weights carries the scales they were stored with (and their
+largest integers) to the IR, where
 transforms/store_integer_weights.py writes the weights back as those integers. Only onnxruntime's
 pattern converts: a run-time quantized activation read by integer products only (its scale by
 Mul, or by MatMulIntegerToFloat with the activation), their int32 sums read by a Cast to float;
@@ -20,7 +21,7 @@ from onnx import helper
 
 from ..errors import ConversionError
 from ..ops.dynamic_quant import (DYNAMIC_QUANTIZE, FAMILY, INTEGER_PRODUCTS, INTEGER_TO_FLOAT,
-                                 INTEGER_WEIGHTS, QUANTIZED_LSTM, QUANTIZED_MATMUL, beyond_int8,
+                                 INTEGER_WEIGHTS, QUANTIZED_LSTM, QUANTIZED_MATMUL, beyond_int8, largest,
                                  float_cast, float_fused_matmul, float_lstm, float_product, key,
                                  levels)
 
@@ -76,14 +77,19 @@ def dequantize(graph) -> None:
             if outputs[1]:
                 add_constant(outputs[1], np.ones((), np.float32))  # x_s := 1
         elif kind in INTEGER_PRODUCTS:
-            operands, why = [], ""
+            operands, why, weight = [], "", None
             for (operand, zero_index), axis in INTEGER_PRODUCTS[kind]:
                 operand, value = _float_operand(node, label(node), operand, zero_index, axis,
                                                 graph.constants, quantized, fresh, add_constant)
                 operands.append(operand)
                 why = why or ("" if value is None else beyond_int8(value))
+                weight = (value, axis) if value is not None else weight
             new = [float_product(node, operands)]
-            records[name] = (_product_scales(node, graph, readers, producer, scales), why)
+            grids = []
+            for scale in _product_scales(node, graph, readers, producer, scales) if weight else ():
+                levels, axis = weight
+                grids.append((scale, largest(levels, axis if np.size(scale) > 1 else None)))
+            records[name] = (grids, why)
         elif id(node) in dropped:  # a bias's rounding to the sum's grid: kept in float
             new = [helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)]
         elif kind == QUANTIZED_LSTM:
@@ -124,9 +130,10 @@ def _markers(records: dict, graph, label, fresh, add_constant) -> list:
             log.warning("warning: node %r: %s; dequantized, then requantized to TFLite's int8 "
                         "weights as --weight-only does", name, why)
         inputs = []
-        for scale in [] if why else scales:
-            inputs.append(fresh(f"{name}_weight_scale"))
-            add_constant(inputs[-1], np.asarray(scale, np.float32))
+        for scale, top in [] if why else scales:
+            inputs += [fresh(f"{name}_weight_scale"), fresh(f"{name}_weight_largest")]
+            add_constant(inputs[-2], np.asarray(scale, np.float32))
+            add_constant(inputs[-1], np.asarray(top, np.float32))
         marker = helper.make_node(op_type, inputs, [], domain=domain, source=name)
         graph.names[id(marker)] = f"{name} (integer weights)"
         markers.append(marker)

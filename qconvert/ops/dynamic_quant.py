@@ -17,7 +17,7 @@ row and asymmetric, a step no coarser than onnxruntime's per-tensor one). Two st
   operands become float constants (q - z), or (q - z) * s for an LSTM, so that the MatMul, Conv
   and LSTM importers convert them and the float steps fold the scales into the weights. An
   INTEGER_WEIGHTS node per converted node tells the importers the scales its weights were stored
-  with (Model.integer_weight_scales);
+  with and their largest integers (Model.integer_weights);
 - after the float steps, transforms/store_integer_weights.py finds each such op's weights on
   their grid again, q = w / s, and writes those very integers as int8 (never requantized),
   read directly by the op's hybrid kernel.
@@ -58,9 +58,10 @@ QUANTIZED_MATMUL = "com.microsoft.DynamicQuantizeMatMul"
 INTEGER_TO_FLOAT = "com.microsoft.MatMulIntegerToFloat"
 FAMILY = {DYNAMIC_QUANTIZE, QUANTIZED_LSTM, QUANTIZED_MATMUL, INTEGER_TO_FLOAT, *INTEGER_PRODUCTS}
 # The loader's note to the importers: a node of this private domain, without outputs, naming (in
-# its `source` attribute) a node whose weights were integers, its inputs the scales they were
-# stored with (one value, or one per output channel). Its importer records them in
-# Model.integer_weight_scales, where transforms/store_integer_weights.py finds them.
+# its `source` attribute) a node whose weights were integers, its inputs pairs of the scale one
+# was stored with and its largest |integer| (each one value, or one per output channel). Its
+# importer records them in Model.integer_weights, where transforms/store_integer_weights.py
+# finds them.
 INTEGER_WEIGHTS = "qconvert.IntegerWeights"
 # DynamicQuantizeLSTM's inputs: X, W, R, B, sequence_lens, initial_h, initial_c, P (ONNX LSTM's,
 # but W is [D, input, 4H] and R [D, H, 4H]: transposed), then W_scale, W_zero_point, R_scale,
@@ -107,9 +108,19 @@ def float_product(node, operands: list[str]):
 
 @onnx_op(INTEGER_WEIGHTS)
 def import_integer_weights(node, ctx) -> None:
-    """Records the scales node `source`'s integer weights were stored with (see INTEGER_WEIGHTS)."""
-    scales = ctx.model.integer_weight_scales.setdefault(node.attr("source"), [])
-    scales.extend(np.asarray(ctx.const(name), np.float32) for name in node.inputs if name)
+    """Records the scales node `source`'s integer weights were stored with and their largest
+    integers (see INTEGER_WEIGHTS)."""
+    values = [np.asarray(ctx.const(name), np.float32) for name in node.inputs]
+    ctx.model.integer_weights.setdefault(node.attr("source"), []).extend(zip(values[::2], values[1::2]))
+
+
+def largest(levels: np.ndarray, axis: int | None) -> np.ndarray:
+    """The largest |level| of a weight, or of each entry of its `axis` (its output channels)."""
+    magnitude = np.abs(np.asarray(levels, np.float32))
+    if axis is None or magnitude.ndim == 0:
+        return magnitude.max(initial=0)
+    axis %= magnitude.ndim
+    return magnitude.max(axis=tuple(a for a in range(magnitude.ndim) if a != axis), initial=0)
 
 
 def beyond_int8(levels: np.ndarray) -> str:
@@ -125,9 +136,9 @@ def beyond_int8(levels: np.ndarray) -> str:
 def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict, list, str]:
     """DynamicQuantizeLSTM as ONNX LSTM: W and R dequantized, (q - z) * s per direction or per
     gate row, and transposed from [D, rows, 4H] to ONNX's [D, 4H, rows]; the other inputs and the
-    attributes as they are. Returns the node, its new constants {name: array}, the scales its
-    weights are stored with (each direction's, when one per direction: TFLite's hybrid LSTM takes
-    one scale per weight tensor) and why the weights are not int8 on them ("" when they are);
+    attributes as they are. Returns the node, its new constants {name: array}, the (scale, largest
+    |integer|) its weights are stored with (each direction's W and R, when one scale per
+    direction: TFLite's hybrid LSTM takes one scale per weight tensor) and why the weights are not int8 on them ("" when they are);
     `fresh(hint)` gives an unused name."""
     inputs = list(node.input) + [""] * (12 - len(node.input))
     weights, scales, why = {}, [], ""
@@ -152,7 +163,8 @@ def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict, 
             why = why or ("its weights have one scale per gate row; TFLite's hybrid LSTM takes one "
                           "per weight tensor")
         why = why or beyond_int8(shifted)
-        scales.extend(np.float32(v) for v in s.ravel())
+        if s.size == q.shape[0]:
+            scales.extend((np.float32(v), largest(shifted[d], None)) for d, v in enumerate(s.ravel()))
         name = fresh(f"{names[0]}_dequantized")
         weights[name] = np.ascontiguousarray(value.astype(np.float32).transpose(0, 2, 1))
         inputs[index] = name
@@ -170,8 +182,8 @@ def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict, 
 def float_fused_matmul(node, label: str, constants: dict, fresh) -> tuple[list, dict, list, str]:
     """DynamicQuantizeMatMul / MatMulIntegerToFloat as MatMul(A, B - b_zero_point), Mul by the
     scales (a_scale, a rewritten DynamicQuantizeLinear's, is the constant 1 by then), Add of the
-    bias: the nodes, their new constants {name: array}, the scales B is stored with and why B is
-    not int8 on them ("" when it is). B, its scale and its zero point must be constants."""
+    bias: the nodes, their new constants {name: array}, the (scale, largest |integer|) B is
+    stored with and why B is not int8 on them ("" when it is). B, its scale and its zero point must be constants."""
     fused = key(node) == QUANTIZED_MATMUL
     inputs = list(node.input) + [""] * (7 - len(node.input))
     if fused:
@@ -196,4 +208,5 @@ def float_fused_matmul(node, label: str, constants: dict, fresh) -> tuple[list, 
     if bias:
         nodes.append(helper.make_node("Add", [scaled, bias], [out], name=node.name))
     stored = np.asarray(constants[scales[-1]], np.float32)
-    return nodes, new, [stored], beyond_int8(shifted)
+    grid = (stored, largest(shifted, -1 if stored.size > 1 else None))
+    return nodes, new, [grid], beyond_int8(shifted)

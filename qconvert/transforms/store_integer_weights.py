@@ -5,10 +5,13 @@ The loader computes such a model in float (qconvert/ops/dynamic_quant.py): each 
 becomes float levels (q - z) and the float steps fold the scale that multiplies the sum into them,
 so that the weight of the FULLY_CONNECTED, CONV_2D or UNIDIRECTIONAL_SEQUENCE_LSTM the node
 became is (q - z) * s in float, laid out as the op wants. The loader also records, by source node,
-the scales the weights were stored with (Model.integer_weight_scales). This step, run once after
-the float steps whatever the weight mode, finds each such op's weights back on their grid:
-q = round(w / s), per tensor (one scale) or per output channel along the hybrid kernel's axis,
-checked to give back w (to float rounding) and to fit int8. Those integers are written as they
+the scale s each weight was stored with and its largest |q - z|, m (Model.integer_weights). This
+step, run once after the float steps whatever the weight mode, finds each such op's weights back
+on their grid: q = round(w / s), per tensor (one scale) or per output channel along the hybrid
+kernel's axis, checked to give back w (to float rounding) and to fit int8. When the float steps
+folded a constant factor k into the weight as well (GELU's 0.5 before a MatMul), the grid is
+s * k = max|w| / m; and when the scale stayed apart (a MUL the steps could not fold), the levels
+are the weight itself, at scale 1. Those integers are written as they
 are, never requantized (zero point 0; a uint8 weight re-centred by the loader); the op reads them
 directly and quantizes its float input at run time (`asymmetric_quantize_inputs`, per row, where
 the op has it), which is what onnxruntime's DynamicQuantizeLinear does per tensor.
@@ -43,10 +46,27 @@ _GRID_TOLERANCE = 1e-3
 _PER_CHANNEL_ONLY = {"DEPTHWISE_CONV_2D"}
 
 
-def on_grid(w: np.ndarray, scales: list[np.ndarray], axis: int | None) -> tuple[np.ndarray, QuantParams] | None:
-    """(int8 q, params) with q * scale == w to float rounding, from the first of `scales` (one
-    value, or one per entry of w's `axis`) that puts w on an int8 grid; None when none does."""
-    for scale in list(scales) + [np.float32(1)]:  # 1: levels whose scale stayed apart (a MUL)
+def _candidates(w: np.ndarray, grids: list[tuple[np.ndarray, np.ndarray]], axis: int | None):
+    """The scales w may be on: each recorded scale, then max|w| / (its largest integer), per
+    tensor or per entry of `axis` like the record (a zero channel keeps the recorded scale); 1."""
+    for scale, top in grids:
+        yield scale
+        top = np.asarray(top, np.float64).ravel()
+        if top.size == 1:
+            yield np.float64(np.abs(w).max(initial=0)) / top[0] if top[0] else scale
+        elif axis is not None and w.ndim and top.size == w.shape[axis]:
+            other = tuple(a for a in range(w.ndim) if a != axis % w.ndim)
+            found = np.abs(w).max(axis=other).astype(np.float64)
+            yield np.where(top > 0, found / np.maximum(top, 1), np.ravel(scale) * np.ones(top.size))
+    yield np.float32(1)  # levels whose scale stayed apart (a MUL)
+
+
+def on_grid(w: np.ndarray, grids: list[tuple[np.ndarray, np.ndarray]],
+            axis: int | None) -> tuple[np.ndarray, QuantParams] | None:
+    """(int8 q, params) with q * scale == w to float rounding, from the first candidate scale (one
+    value, or one per entry of w's `axis`) that puts w on an int8 grid; None when none does.
+    `grids`: the recorded (scale, largest |integer|) pairs."""
+    for scale in _candidates(w, grids, axis):
         scale = np.asarray(scale, np.float32).ravel()
         if scale.size == 1:
             shaped, params_axis = scale.reshape(()), None
@@ -92,7 +112,7 @@ def _drop_zero_bias(model: Model, op: Operator) -> None:
 
 
 def store_integer_weights(model: Model) -> bool:
-    records = model.integer_weight_scales
+    records = model.integer_weights
     if not records:
         return False  # not a dynamically quantized model
     stored: dict[tuple[str, int | None], tuple[str, bool]] = {}  # (float weight, axis) -> int8, exact
@@ -147,7 +167,7 @@ def restore_float_weights(model: Model) -> bool:
     weights: each int8 weight it wrote becomes float32 q * s again (the very float32 values the
     float steps had made, when the integers were exact), its DEQUANTIZEs go and the ops read it
     as float kernels do."""
-    if not model.integer_weight_scales:
+    if not model.integer_weights:
         return False
     restored = set()
     for name, array in model.arrays.items():

@@ -369,13 +369,25 @@ def test_bias_rounded_at_run_time():
     assert sqnr_db(run_onnxruntime(model, {"x": x})["y"], got) > 30
 
 
-@pytest.mark.parametrize("case", ["depthwise", "conv1d", "shared"])
+@pytest.mark.parametrize("case", ["depthwise", "conv1d", "shared", "folded"])
 def test_layouts_keep_integers(tmp_path, caplog, case):
     """A depthwise Conv (DEPTHWISE_CONV_2D's hybrid kernel reads one scale per channel: the one
     per-tensor scale is written for each), a Conv1D (its scale stays a MUL after the RESHAPE and
-    TRANSPOSE around CONV_2D: the weights are the levels themselves, at scale 1) and a weight two
-    MatMuls share: each keeps onnxruntime's integers, none requantized."""
+    TRANSPOSE around CONV_2D: the weights are the levels themselves, at scale 1), a weight two
+    MatMuls share, and a Mul by 0.5 before a MatMul (GELU's), which the float steps fold into the
+    weights (the grid becomes 0.5 s): each keeps onnxruntime's integers, none requantized."""
     rng = np.random.default_rng(8)
+    if case == "folded":
+        nodes = [helper.make_node("Mul", ["x", "half"], ["xh"]), helper.make_node("MatMul", ["xh", "w"], ["y"])]
+        model = make_model(nodes, {"x": (TensorProto.FLOAT, (3, 32))}, {"y": TensorProto.FLOAT},
+                           {"w": rng.standard_normal((32, 16)).astype(np.float32), "half": np.float32(0.5)})
+        quantized, flatbuffer, ops = _check(model, tmp_path, 35)
+        assert ops == ["FULLY_CONNECTED"] and "requantized" not in caplog.text
+        stored = _stored(quantized)
+        (tensor, values), = _int8_weights(flatbuffer)
+        np.testing.assert_array_equal(values, stored["w_quantized"].T)
+        np.testing.assert_allclose(tensor.scales, [stored["w_scale"] * 0.5], rtol=1e-6)
+        return
     if case == "depthwise":
         nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])]
         shapes, w = (1, 8, 6, 6), rng.standard_normal((8, 1, 3, 3))
