@@ -25,6 +25,14 @@ tflite_op("AVERAGE_POOL_2D", options="Pool2DOptions", quant=SAME16, version=int1
 @onnx_op("MaxPool", "AveragePool")
 def import_pool(node, ctx):
     x, y = node.inputs[0], node.outputs[0]
+    if ctx.dtype(x).kind == "i":
+        # An 8-bit MaxPool computes as int32 inside (loader._NARROWED), which MAX_POOL_2D does
+        # not take: pooled in float32, which holds those values exactly.
+        x_float, y_float = (ctx.tensor(f"{n}_float", ctx.shape(n), np.float32) for n in (x, y))
+        ctx.add_op("CAST", [x], [x_float], {"in_data_type": ctx.dtype(x), "out_data_type": np.dtype(np.float32)})
+        import_pool(dataclasses.replace(node, inputs=[x_float], outputs=[y_float]), ctx)
+        ctx.add_op("CAST", [y_float], [y], {"in_data_type": np.dtype(np.float32), "out_data_type": ctx.dtype(y)})
+        return
     if len(node.outputs) > 1 and node.outputs[1]:
         raise ctx.error("MaxPool's Indices output is not supported")
     shape = ctx.shape(x)
