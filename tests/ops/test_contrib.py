@@ -321,7 +321,8 @@ def _bert_like(batch=2, seq=6, hidden=16, heads=4, layers=2, vocab=40, ffn=32, m
     inits.update(one=np.float32(1.0), neg=np.float32(-10000.0), root=np.float32(np.sqrt(size)),
                  split=np.array([0, 0, heads, size], np.int64), merge=np.array([0, 0, hidden], np.int64),
                  ax1=np.array([1], np.int64), ax2=np.array([2], np.int64), sqrt2=np.float32(np.sqrt(2.0)),
-                 half=np.float32(0.5), quick=np.float32(1.702), position_ids=np.arange(seq, dtype=np.int64)[None])
+                 half=np.float32(0.5), quick=np.float32(1.702),
+                 position_ids=np.arange(seq, dtype=np.int64)[None])
     s = node("Add", [node("Gather", [w("word", vocab, hidden), "input_ids"], "word_e"),
                      node("Gather", [w("pos", 32, hidden), "position_ids"], "pos_e")], "emb0")
     s = node("Add", [s, node("Gather", [w("types", 2, hidden), "token_type_ids"], "type_e")], "emb")
