@@ -237,6 +237,21 @@ def test_weights_dominate_size(tmp_path):
             assert sqnr_db(dynamic[name], got[name]) > 35
 
 
+def test_lstm_weights_dominate_size(tmp_path):
+    """A bidirectional LSTM of 128 inputs and 256 hidden units: its eight int8 gate matrices per
+    direction keep the .tflite no bigger than the quantized ONNX file (the gate biases stay float,
+    as the hybrid kernel reads them); the output stays within onnxruntime's rounding by SQNR."""
+    rng = np.random.default_rng(9)
+    nodes = [helper.make_node("LSTM", ["x", "W", "R", "B"], ["Y"], hidden_size=256, direction="bidirectional")]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (10, 1, 128))}, {"Y": TensorProto.FLOAT},
+                       {"W": rng.standard_normal((2, 1024, 128)).astype(np.float32) * 0.1,
+                        "R": rng.standard_normal((2, 1024, 256)).astype(np.float32) * 0.05,
+                        "B": rng.standard_normal((2, 2048)).astype(np.float32) * 0.1}, opset=14)
+    quantized, flatbuffer, _ = _check(model, tmp_path, 35, reduce_range=True)
+    assert len(flatbuffer) <= (tmp_path / "dynamic.onnx").stat().st_size
+    assert len(_int8_weights(flatbuffer)) == 16
+
+
 def _contrib_matmul(fused: bool, zero_point: int, per_column: bool) -> tuple[onnx.ModelProto, np.ndarray]:
     """com.microsoft DynamicQuantizeMatMul(x, B, scale, zero point, bias), or
     DynamicQuantizeLinear + MatMulIntegerToFloat(q, B, x_s, scale, x_z, zero point, bias):
