@@ -433,6 +433,29 @@ def test_layouts_keep_integers(tmp_path, caplog, case):
         assert len(others) == 1 and len(buffers) == 1  # the file holds the integers once
 
 
+def test_onnxruntime_fused_graph(tmp_path):
+    """The model onnxruntime's graph optimizer writes from quantize_dynamic's (extended level):
+    DynamicQuantizeMatMul nodes, converted to the same hybrid FULLY_CONNECTEDs with the same
+    integers."""
+    import onnxruntime as ort
+
+    quantized = _quantize(_mlp(np.random.default_rng(0)), tmp_path)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(tmp_path / "fused.onnx")
+    ort.InferenceSession(str(tmp_path / "dynamic.onnx"), options, providers=["CPUExecutionProvider"])
+    fused = onnx.load(tmp_path / "fused.onnx")
+    assert "DynamicQuantizeMatMul" in {n.op_type for n in fused.graph.node}
+    flatbuffer, report = convert_proto(fused)
+    from qconvert.tflite.reader import read
+
+    assert sorted({op.name for op in read(flatbuffer).operators}) == ["FULLY_CONNECTED"]
+    _assert_same_integers(flatbuffer, quantized, ["w1", "w2_Transposed"], transpose=True)
+    for seed in (1, 2):
+        feeds = _feeds(fused, seed)
+        assert sqnr_db(run_onnxruntime(fused, feeds)["y"], run_tflite(flatbuffer, report, feeds)["y"]) > 35
+
+
 def test_contrib_uint8_off_center_requantized(caplog):
     """B at zero point 37: its levels reach 218, beyond int8: dequantized, requantized as
     --weight-only does, with a warning naming the node."""
