@@ -1,13 +1,14 @@
 """onnxruntime's contrib ops as its transformer optimizer writes them (onnxruntime.transformers.
-optimizer, model types bert, gpt2, vit, clip, unet...): com.microsoft Gelu, FastGelu, QuickGelu,
-BiasGelu, BiasAdd, BiasSplitGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization,
-FusedMatMul, FusedConv, Attention, MultiHeadAttention, EmbedLayerNormalization, RotaryEmbedding
-and GroupQueryAttention (a prompt without a cache), and the two it defines in the ONNX domain,
+optimizer, model types bert, gpt2, vit, clip, unet...; with its graph optimizations too):
+com.microsoft Gelu, FastGelu, QuickGelu, BiasGelu, BiasAdd, BiasSplitGelu, SkipLayerNormalization,
+SkipSimplifiedLayerNormalization, FusedMatMul (and its older name TransposeMatMul), FusedConv,
+FusedGemm, Attention, MultiHeadAttention, EmbedLayerNormalization, RotaryEmbedding and
+GroupQueryAttention (a prompt without a cache), and the two it defines in the ONNX domain,
 SimplifiedLayerNormalization (RMSNorm) and LayerNormalization before opset 17 (the ONNX importer
 converts it; only its output types come from here).
 
 Each is the op sequence the plain ONNX importers emit for the subgraph the optimizer fused: those
-importers are called (MatMul, LayerNormalization, Conv, Gather, Split, Concat, Gelu, the
+importers are called (MatMul, Gemm, LayerNormalization, Conv, Gather, Split, Concat, Gelu, the
 activations), so later steps (GELU and bias fusion, int8) treat a fused model as the unfused one.
 Attention is the BERT export's: per-head Q K^T (BATCH_MATMUL), times the scale, plus the masks as
 additive biases (mask_filter_value where a key is masked, as onnxruntime adds it), SOFTMAX, times V.
@@ -17,6 +18,7 @@ ONNX shape inference knows none of these ops: `infer_types` gives their outputs'
 dtypes from their inputs', and `value_info` shows them to the next inference run
 (onnx/loader.py, _Graph.infer_shapes, repeats inference while `infer_types` finds new ones).
 """
+
 from __future__ import annotations
 
 import math
@@ -317,7 +319,7 @@ def _product_shape(a, b) -> tuple[int, ...]:
     return shape[:-2] + shape[-1:] if len(a) == 1 else shape[:-1] if len(b) == 1 else shape
 
 
-@_types(MS + "FusedMatMul")
+@_types(MS + "FusedMatMul", MS + "TransposeMatMul")
 def _fused_matmul_types(shapes, dtypes, attrs):
     operands = []
     for shape, t, tb in ((shapes[0], "transA", "transBatchA"), (shapes[1], "transB", "transBatchB")):
@@ -326,7 +328,7 @@ def _fused_matmul_types(shapes, dtypes, attrs):
     return [(_product_shape(*operands), dtypes[0])]
 
 
-@onnx_op(MS + "FusedMatMul")
+@onnx_op(MS + "FusedMatMul", MS + "TransposeMatMul")
 def import_fused_matmul(node, ctx):
     """alpha * (A' @ B'), A' and B' the operands after transA/transBatchA and transB/transBatchB:
     a constant B transposed and scaled by alpha here (the MatMul importer then makes it a
@@ -355,60 +357,86 @@ def import_fused_matmul(node, ctx):
         ctx.add_op("MUL", [product, _scalar(ctx, alpha)], [y])
 
 
-# FusedConv's activations (its `activation` attribute) as ONNX ops, with how activation_params
+# FusedConv's and FusedGemm's activations (their `activation` attribute) as ONNX ops, with how
+# their parameters (FusedConv's activation_params, FusedGemm's activation_alpha/beta/gamma)
 # become the op's attributes.
-_CONV_ACTIVATIONS = {
-    "Relu": lambda p: {}, "Tanh": lambda p: {}, "Sigmoid": lambda p: {},
-    "LeakyRelu": lambda p: {"alpha": p[0]} if p else {},
-    "HardSigmoid": lambda p: dict(zip(("alpha", "beta"), p)),
-    "Clip": lambda p: dict(zip(("min", "max"), p)),
+_ACTIVATIONS = {
+    "Relu": (), "Tanh": (), "Sigmoid": (), "LeakyRelu": ("alpha",), "HardSigmoid": ("alpha", "beta"),
+    "Clip": ("min", "max"), "Elu": ("alpha",), "Selu": ("alpha", "gamma"),
 }
 _CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+_GEMM_ATTRIBUTES = ("alpha", "beta", "transA", "transB")
 
 
-def _conv_node(shapes, dtypes, attrs):
-    return helper.make_node("Conv", [f"i{k}" for k in range(min(len(shapes), 3))], ["y"],
-                            **{k: v for k, v in attrs.items() if k in _CONV_ATTRIBUTES})
+def _onnx_types(op_type: str, version: int, names: tuple[str, ...], inputs: int):
+    """Output types of a fused op as onnx infers those of the ONNX op it extends, from the
+    attributes `names` and the first `inputs` inputs."""
+    def infer(shapes, dtypes, attrs):
+        node = helper.make_node(op_type, [f"i{k}" for k in range(min(len(shapes), inputs))], ["y"],
+                                **{k: v for k, v in attrs.items() if k in names})
+        types = {name: helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(dtypes[k]), shapes[k])
+                 for k, name in enumerate(node.input)}
+        schema = onnx.defs.get_schema(op_type, version)
+        try:
+            found = onnx.shape_inference.infer_node_outputs(schema, node, types)
+        except Exception:  # onnx raises several types; the importer names what is wrong
+            return [None]
+        dims = found["y"].tensor_type.shape.dim
+        return [(tuple(d.dim_value if d.HasField("dim_value") else -1 for d in dims), dtypes[0])]
+    return infer
 
 
-@_types(MS + "FusedConv")
-def _fused_conv_types(shapes, dtypes, attrs):
-    """Conv's, from onnx's own Conv inference."""
-    node = _conv_node(shapes, dtypes, attrs)
-    types = {name: helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(dtypes[k]), shapes[k])
-             for k, name in enumerate(node.input)}
-    try:
-        found = onnx.shape_inference.infer_node_outputs(onnx.defs.get_schema("Conv", 11), node, types)
-    except Exception:  # onnx raises several types; the importer names what is wrong
-        return [None]
-    dims = found["y"].tensor_type.shape.dim
-    return [(tuple(d.dim_value if d.HasField("dim_value") else -1 for d in dims), dtypes[0])]
+_types(MS + "FusedConv")(_onnx_types("Conv", 11, _CONV_ATTRIBUTES, 3))
+_types(MS + "FusedGemm")(_onnx_types("Gemm", 13, _GEMM_ATTRIBUTES, 3))
+
+
+def _check_activation(ctx, activation: str, known=tuple(_ACTIVATIONS)) -> None:
+    if activation and activation not in known:
+        raise ctx.error(f"activation {activation!r} is not supported ("
+                        + ", ".join(known) + " are)")
+
+
+def _activate(ctx, node, activation: str, params: dict, x: str, y: str) -> None:
+    """y = activation(x) by the activation's ONNX importer (a RELU or clamp the pipeline fuses
+    into the op before it); `params` the ONNX op's attributes."""
+    inputs = [x]
+    if activation == "Clip":  # bounds as inputs from opset 11, as attributes before
+        inputs += [_scalar(ctx, params.get("min", -np.inf)), _scalar(ctx, params.get("max", np.inf))]
+    _call(ctx, node, activation, inputs, [y], **params)
 
 
 @onnx_op(MS + "FusedConv")
 def import_fused_conv(node, ctx):
-    """activation(Conv(X, W, B) + Z): the Conv importer, an ADD of Z, the activation's importer
-    (a RELU or clamp that the pipeline fuses into the CONV_2D)."""
+    """activation(Conv(X, W, B) + Z): the Conv importer, an ADD of Z, the activation."""
     x, w = node.inputs[:2]
     b, z, y = _input(node, 2), _input(node, 3), node.outputs[0]
     activation = node.attr("activation", "")
-    params = [float(p) for p in node.attr("activation_params", [])]
-    if activation and activation not in _CONV_ACTIVATIONS:
-        raise ctx.error(f"activation {activation!r} is not supported ("
-                        + ", ".join(_CONV_ACTIVATIONS) + " are)")
+    _check_activation(ctx, activation)
     conv_attrs = {k: v for k, v in node.attrs.items() if k in _CONV_ATTRIBUTES}
     out = y if not (activation or z) else ctx.tensor(y + "_conv", ctx.shape(y), ctx.dtype(y))
     _call(ctx, node, "Conv", [x, w] + ([b] if b else []), [out], **conv_attrs)
     if z:
         ctx.check_broadcast([out, z], y)
         out = _binary(ctx, "ADD", out, z, y + "_sum", out=None if activation else y)
-    if not activation:
-        return
-    attrs = _CONV_ACTIVATIONS[activation](params)
-    inputs = [out]
-    if activation == "Clip":  # bounds as inputs from opset 11, as attributes before
-        inputs += [_scalar(ctx, attrs.get("min", -np.inf)), _scalar(ctx, attrs.get("max", np.inf))]
-    _call(ctx, node, activation, inputs, [y], **attrs)
+    if activation:
+        params = [float(p) for p in node.attr("activation_params", [])]
+        _activate(ctx, node, activation, dict(zip(_ACTIVATIONS[activation], params)), out, y)
+
+
+@onnx_op(MS + "FusedGemm")
+def import_fused_gemm(node, ctx):
+    """activation(Gemm(A, B, C)): the Gemm importer, then the activation with
+    activation_alpha/beta/gamma as its alpha/beta/gamma."""
+    y = node.outputs[0]
+    activation = node.attr("activation", "")
+    _check_activation(ctx, activation, tuple(a for a in _ACTIVATIONS if a != "Clip"))  # no bounds
+    out = ctx.tensor(y + "_gemm", ctx.shape(y), ctx.dtype(y)) if activation else y
+    _call(ctx, node, "Gemm", node.inputs[:3], [out],
+          **{k: v for k, v in node.attrs.items() if k in _GEMM_ATTRIBUTES})
+    if activation:  # activation_alpha is the activation's alpha, and so on
+        params = {name: float(node.attr(f"activation_{name}")) for name in _ACTIVATIONS[activation]
+                  if node.attr(f"activation_{name}") is not None}
+        _activate(ctx, node, activation, params, out, y)
 
 
 # --- attention ------------------------------------------------------------------------------

@@ -471,3 +471,23 @@ def test_optional_outputs_named_but_unread(op_type):
                        {"gamma": _normal(16)}, extra_inputs={"skip": (F, [2, 4, 16])})
     _, report = assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16), "skip": _normal(2, 4, 16)})
     assert report.op_counts.get("RSQRT") == 1
+
+
+@pytest.mark.parametrize("activation,params", [
+    ("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("LeakyRelu", {"activation_alpha": 0.2}),
+    ("HardSigmoid", {"activation_alpha": 0.3, "activation_beta": 0.6}), ("Elu", {"activation_alpha": 0.7}),
+    ("Selu", {"activation_alpha": 1.5, "activation_gamma": 1.1})])
+def test_fused_gemm(activation, params):
+    """FusedGemm (onnxruntime's graph optimizer writes it): Gemm with transB, alpha and beta,
+    then the activation."""
+    attrs = dict(params, activation=activation, transB=1, alpha=0.5, beta=2.0)
+    model = _then_relu(_ms("FusedGemm", ["x", "w", "c"], ["t"], **attrs), [3, 6],
+                       {"w": _normal(5, 6), "c": _normal(5)})
+    assert_matches_onnxruntime(model, {"x": _normal(3, 6, scale=2)})
+
+
+def test_transpose_matmul():
+    """FusedMatMul's older name."""
+    model = _then_relu(_ms("TransposeMatMul", ["x", "w"], ["t"], transB=1, alpha=0.5), [2, 4, 5],
+                       {"w": _normal(6, 5)})
+    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 5)})
