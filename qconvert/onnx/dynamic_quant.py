@@ -4,12 +4,11 @@ inference, each DynamicQuantizeLinear, MatMulInteger, ConvInteger and com.micros
 DynamicQuantizeLSTM, DynamicQuantizeMatMul and MatMulIntegerToFloat node of the loader's graph is
 replaced by the float nodes it stands for, and one INTEGER_WEIGHTS node (a private domain, no
 outputs) per node with integer weights carries the scales they were stored with (and their
-largest integers) to the IR, where
-transforms/store_integer_weights.py writes the weights back as those integers. Only onnxruntime's
-pattern converts: a run-time quantized activation read by integer products only (its scale by
-Mul, or by MatMulIntegerToFloat with the activation), their int32 sums read by a Cast to float;
-anything else is refused in one line naming the node. A model without these ops is left
-untouched.
+largest integers) to the IR, where transforms/store_integer_weights.py writes the weights back as
+those integers. Only onnxruntime's pattern converts: a run-time quantized activation read by
+integer products only (its scale by Mul, or by MatMulIntegerToFloat with the activation), their
+int32 sums read by a Cast to float; anything else is refused in one line naming the node. A model
+without these ops is left untouched.
 """
 from __future__ import annotations
 
@@ -21,9 +20,9 @@ from onnx import helper
 
 from ..errors import ConversionError
 from ..ops.dynamic_quant import (DYNAMIC_QUANTIZE, FAMILY, INTEGER_PRODUCTS, INTEGER_TO_FLOAT,
-                                 INTEGER_WEIGHTS, QUANTIZED_LSTM, QUANTIZED_MATMUL, beyond_int8, largest,
+                                 INTEGER_WEIGHTS, QUANTIZED_LSTM, QUANTIZED_MATMUL, beyond_int8,
                                  float_cast, float_fused_matmul, float_lstm, float_product, key,
-                                 levels)
+                                 largest, levels)
 
 log = logging.getLogger("qconvert")
 # Which input of an op reading a DynamicQuantizeLinear's output may take it, with the input that
@@ -87,8 +86,8 @@ def dequantize(graph) -> None:
             new = [float_product(node, operands)]
             grids = []
             for scale in _product_scales(node, graph, readers, producer, scales) if weight else ():
-                levels, axis = weight
-                grids.append((scale, largest(levels, axis if np.size(scale) > 1 else None)))
+                values, axis = weight
+                grids.append((scale, largest(values, axis if np.size(scale) > 1 else None)))
             records[name] = (grids, why)
         elif id(node) in dropped:  # a bias's rounding to the sum's grid: kept in float
             new = [helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)]

@@ -138,8 +138,8 @@ def float_lstm(node, label: str, constants: dict, fresh) -> tuple[object, dict, 
     gate row, and transposed from [D, rows, 4H] to ONNX's [D, 4H, rows]; the other inputs and the
     attributes as they are. Returns the node, its new constants {name: array}, the (scale, largest
     |integer|) its weights are stored with (each direction's W and R, when one scale per
-    direction: TFLite's hybrid LSTM takes one scale per weight tensor) and why the weights are not int8 on them ("" when they are);
-    `fresh(hint)` gives an unused name."""
+    direction: TFLite's hybrid LSTM takes one scale per weight tensor) and why the weights are
+    not int8 on them ("" when they are); `fresh(hint)` gives an unused name."""
     inputs = list(node.input) + [""] * (12 - len(node.input))
     weights, scales, why = {}, [], ""
     for index, what, scale_index in ((1, "W", 8), (2, "R", 10)):
@@ -183,7 +183,8 @@ def float_fused_matmul(node, label: str, constants: dict, fresh) -> tuple[list, 
     """DynamicQuantizeMatMul / MatMulIntegerToFloat as MatMul(A, B - b_zero_point), Mul by the
     scales (a_scale, a rewritten DynamicQuantizeLinear's, is the constant 1 by then), Add of the
     bias: the nodes, their new constants {name: array}, the (scale, largest |integer|) B is
-    stored with and why B is not int8 on them ("" when it is). B, its scale and its zero point must be constants."""
+    stored with and why B is not int8 on them ("" when it is). B, its scale and its zero point
+    must be constants."""
     fused = key(node) == QUANTIZED_MATMUL
     inputs = list(node.input) + [""] * (7 - len(node.input))
     if fused:

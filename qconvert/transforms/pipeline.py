@@ -134,7 +134,8 @@ def weight_steps(mode: str, min_elements: int = 1024) -> list[tuple[str, Step]]:
     """--weight-only ("int8") or --float16 ("float16"): only the stored weights change."""
     if mode == "int8":
         return [("quantize_weights_only", partial(quantize_weights_only, min_elements=min_elements))]
-    return [("restore_float_weights", restore_float_weights), ("store_weights_float16", store_weights_float16)]
+    return [("restore_float_weights", restore_float_weights),
+            ("store_weights_float16", store_weights_float16)]
 
 
 def build_pipeline(io_layout: str = "nhwc") -> list[tuple[str, Step]]:

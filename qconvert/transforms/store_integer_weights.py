@@ -79,8 +79,10 @@ def on_grid(w: np.ndarray, grids: list[tuple[np.ndarray, np.ndarray]],
             continue
         levels = w.astype(np.float64) / shaped.astype(np.float64)
         q = np.round(levels)
-        if (np.abs(levels - q) <= _GRID_TOLERANCE).all() and q.min(initial=0) >= -128 and q.max(initial=0) <= 127:
-            return q.astype(np.int8), QuantParams(scale.copy(), np.zeros(scale.size, np.int64), params_axis)
+        if ((np.abs(levels - q) <= _GRID_TOLERANCE).all() and q.min(initial=0) >= -128
+                and q.max(initial=0) <= 127):
+            zero_points = np.zeros(scale.size, np.int64)
+            return q.astype(np.int8), QuantParams(scale.copy(), zero_points, params_axis)
     return None
 
 
@@ -123,7 +125,8 @@ def store_integer_weights(model: Model) -> bool:
             continue
         if not all(i < len(op.inputs) and _float_constant(model, op.inputs[i]) for i in rule.weights):
             continue
-        companions = [i for i in rule.companions if i < len(op.inputs) and _float_constant(model, op.inputs[i])]
+        companions = [i for i in rule.companions
+                      if i < len(op.inputs) and _float_constant(model, op.inputs[i])]
         requantized = []
         for index in list(rule.weights) + companions:
             name = op.inputs[index]
@@ -172,11 +175,11 @@ def restore_float_weights(model: Model) -> bool:
     restored = set()
     for name, array in model.arrays.items():
         if array.is_constant and array.dtype == np.int8 and array.quant is not None:
-            params = array.quant
-            scale = params.scale.astype(np.float32)
+            params, shape = array.quant, ()
             if params.axis is not None:
-                scale = scale.reshape([-1 if a == params.axis else 1 for a in range(array.data.ndim)])
-            array.data = (array.data.astype(np.float32) * scale.reshape(scale.shape or ())).astype(np.float32)
+                shape = [-1 if a == params.axis else 1 for a in range(array.data.ndim)]
+            scale = params.scale.astype(np.float32).reshape(shape)
+            array.data = (array.data.astype(np.float32) * scale).astype(np.float32)
             array.dtype, array.quant, array.narrow_range = FLOAT32, None, False
             restored.add(name)
     for op in model.operators:
