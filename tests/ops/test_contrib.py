@@ -391,6 +391,21 @@ def test_encoder_through_onnxruntime_transformer_optimizer(model_type, options, 
     assert report.op_counts.get("SOFTMAX") == 2
 
 
+def test_encoder_through_onnxruntime_graph_optimizations(tmp_path):
+    """The optimizer with onnxruntime's own graph optimizations (opt_level 1) writes Gelu and
+    the Gemm forms of the projections next to Attention and SkipLayerNormalization."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    path = tmp_path / "encoder.onnx"
+    onnx.save(_bert_like(), str(path))
+    fused = optimize_model(str(path), model_type="bert", num_heads=4, hidden_size=16, opt_level=1).model
+    kinds = {n.op_type for n in fused.graph.node if n.domain == "com.microsoft"}
+    assert {"Attention", "SkipLayerNormalization", "Gelu"} <= kinds, kinds
+    feeds = {"input_ids": RNG.integers(0, 40, (2, 6)), "token_type_ids": RNG.integers(0, 2, (2, 6)),
+             "attention_mask": np.array([[1] * 6, [1] * 3 + [0] * 3], np.int64)}
+    assert_matches_onnxruntime(fused, feeds)
+
+
 def test_shape_inference_runs_do_not_grow_with_depth(monkeypatch):
     """Ten layers of FastGelu -> MatMul: the contrib outputs' types and the plain nodes between
     them are found in one pass, so the loader runs onnx's inference a fixed number of times."""
