@@ -62,6 +62,8 @@ def infer_types(nodes, shapes: dict, dtypes: dict, constants: dict | None = None
     by onnx's per-node inference and kept aside (the next full inference run records them), so
     that a stack of layers needs one more full run, not one per layer. Returns whether it added
     any."""
+    if not any(_key(node) in _TYPES for node in nodes):
+        return False
     known_shapes, known_dtypes = ChainMap({}, shapes), ChainMap({}, dtypes)
     added = False
     for node in nodes:
