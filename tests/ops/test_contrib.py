@@ -506,3 +506,59 @@ def test_transpose_matmul():
     model = _then_relu(_ms("TransposeMatMul", ["x", "w"], ["t"], transB=1, alpha=0.5), [2, 4, 5],
                        {"w": _normal(6, 5)})
     assert_matches_onnxruntime(model, {"x": _normal(2, 4, 5)})
+
+
+@pytest.mark.parametrize("op_type", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+def test_skip_layer_norm_statistics(op_type):
+    """The optional mean and inv_std_var outputs, read as graph outputs."""
+    simplified = op_type.startswith("SkipSimplified")
+    inits = {"gamma": _normal(16), "beta": _normal(16)}
+    inputs = ["x", "skip", "gamma"] + ([] if simplified else ["beta"])
+    outputs = ["y", "", "inv_std"] if simplified else ["y", "mean", "inv_std"]
+    model = _model([_ms(op_type, inputs, outputs, epsilon=1e-5)],
+                   {"x": (F, [2, 4, 16]), "skip": (F, [2, 4, 16])},
+                   {o: F for o in outputs if o}, inits)
+    assert_matches_onnxruntime(model, {"x": _normal(2, 4, 16, scale=2), "skip": _normal(2, 4, 16)})
+
+
+def test_refusals_name_the_node():
+    conv = _then_relu(_ms("FusedConv", ["x", "w"], ["t"], activation="Softsign", name="fc"), [1, 3, 6, 6],
+                      {"w": _normal(4, 3, 3, 3)})
+    assert_refused_in_one_line(conv, "activation 'Softsign' is not supported", node="fc")
+    attention = _attention_model([B, S, S, 1])
+    assert_refused_in_one_line(attention, r"mask_index 'mask' of shape \[2, 5, 5, 1\] is not supported")
+    packed = _model([_ms("MultiHeadAttention", ["qkv"], ["t"], num_heads=HEADS, name="mha"),
+                     helper.make_node("Relu", ["t"], ["y"])], {"qkv": (F, [B, S, HEADS, 3, 4])}, {"y": F})
+    assert_refused_in_one_line(packed, "only separate 3-D query, key and value", node="mha")
+    odd = _model([_ms("Attention", ["x", "w"], ["y"], num_heads=HEADS, name="att")],
+                 {"x": (F, [B, S, HIDDEN])}, {"y": F}, {"w": _normal(HIDDEN, 47)})
+    assert_refused_in_one_line(odd, r"weights \[16, 47\] with qkv_hidden_sizes \[15, 15, 15\]", node="att")
+    computed = _model([_ms("Attention", ["x", "w"], ["y"], num_heads=HEADS, name="att")],
+                      {"x": (F, [B, S, HIDDEN]), "w": (F, [HIDDEN, 48])}, {"y": F})
+    assert_refused_in_one_line(computed, r"weights \(input 'w'\): a graph input", node="att")
+
+
+@pytest.mark.parametrize("layout,interleaved,rotary,positions", [
+    ("bsd", 0, 0, "ids"), ("bsd", 1, 0, "ids"), ("bnsh", 0, 0, "ids"), ("bnsh", 1, 4, "offset"),
+    ("bsd", 0, 4, "offset"), ("bsd", 1, 0, "constant")])
+def test_rotary_embedding(layout, interleaved, rotary, positions):
+    """Heads of 8 features (4 heads), a rotary dim of 8 or 4 (the rest passes), position_ids a
+    [B, S] input, a [1] offset input, or a constant."""
+    half = (rotary or 8) // 2
+    angles = np.arange(20)[:, None] * (1e-2 ** (np.arange(half) / half))[None]
+    inits = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
+    x_shape = [B, S, 32] if layout == "bsd" else [B, 4, S, 8]
+    attrs = {"interleaved": interleaved, "num_heads": 4 if layout == "bsd" or rotary else 0}
+    if rotary:
+        attrs["rotary_embedding_dim"] = rotary
+    feeds = {"x": _normal(*x_shape)}
+    extra = {}
+    if positions == "constant":
+        inits["pos"] = RNG.integers(0, 20, (B, S)).astype(np.int64)
+    else:
+        shape = [B, S] if positions == "ids" else [1]
+        extra["pos"] = (TensorProto.INT64, shape)
+        feeds["pos"] = RNG.integers(0, 20 - S, shape).astype(np.int64)
+    node = _ms("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["t"], **attrs)
+    model = _then_relu(node, x_shape, inits, extra_inputs=extra)
+    assert_matches_onnxruntime(model, feeds)
