@@ -384,13 +384,14 @@ def test_bias_rounded_at_run_time():
     assert sqnr_db(run_onnxruntime(model, {"x": x})["y"], got) > 30
 
 
-@pytest.mark.parametrize("case", ["depthwise", "conv1d", "shared", "folded"])
+@pytest.mark.parametrize("case", ["depthwise", "conv1d", "shared", "folded", "batched"])
 def test_layouts_keep_integers(tmp_path, caplog, case):
     """A depthwise Conv (DEPTHWISE_CONV_2D's hybrid kernel reads one scale per channel: the one
     per-tensor scale is written for each), a Conv1D (its scale stays a MUL after the RESHAPE and
     TRANSPOSE around CONV_2D: the weights are the levels themselves, at scale 1), a weight two
     MatMuls share, and a Mul by 0.5 before a MatMul (GELU's), which the float steps fold into the
-    weights (the grid becomes 0.5 s): each keeps onnxruntime's integers, none requantized."""
+    weights (the grid becomes 0.5 s), and a batch of weights (a hybrid BATCH_MATMUL, its scale a
+    MUL after it): each keeps onnxruntime's integers, none requantized."""
     rng = np.random.default_rng(8)
     if case == "folded":
         nodes = [helper.make_node("Mul", ["x", "half"], ["xh"]), helper.make_node("MatMul", ["xh", "w"], ["y"])]
@@ -409,6 +410,9 @@ def test_layouts_keep_integers(tmp_path, caplog, case):
     elif case == "conv1d":
         nodes = [helper.make_node("Conv", ["x", "w"], ["y"])]
         shapes, w = (1, 8, 20), rng.standard_normal((6, 8, 3))
+    elif case == "batched":
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+        shapes, w = (3, 5, 32), rng.standard_normal((3, 32, 16))
     else:
         nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["y"])]
         shapes, w = (3, 32), rng.standard_normal((32, 32)) * 0.2
@@ -428,6 +432,9 @@ def test_layouts_keep_integers(tmp_path, caplog, case):
     elif case == "conv1d":  # [O, 1, W, I], at scale 1; the MUL applies onnxruntime's scale
         np.testing.assert_array_equal(values, levels.transpose(0, 2, 1)[:, None])
         assert tensor.scales == [1.0] and "MUL" in ops
+    elif case == "batched":
+        np.testing.assert_array_equal(values, levels)
+        assert tensor.scales == [1.0] and ops == ["BATCH_MATMUL", "MUL"]
     else:
         np.testing.assert_array_equal(values, levels.T)
         assert len(others) == 1 and len(buffers) == 1  # the file holds the integers once
