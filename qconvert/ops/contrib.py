@@ -343,10 +343,10 @@ def import_fused_matmul(node, ctx):
         raise ctx.error(f"transBatchA/transBatchB take operands of one rank >= 3, not "
                         f"{list(ctx.shape(a))} and {list(ctx.shape(b))}")
     operands = []
-    for name, t, tb in ((a, "transA", "transBatchA"), (b, "transB", "transBatchB")):
+    for index, (name, t, tb) in enumerate(((a, "transA", "transBatchA"), (b, "transB", "transBatchB"))):
         perm = _operand_perm(ctx.rank(name), bool(node.attr(t, 0)), bool(node.attr(tb, 0)))
         value = ctx.const(name)
-        if value is not None and name == b:
+        if value is not None and index == 1:
             value = value if perm is None else np.transpose(value, perm)
             operands.append(ctx.constant(name, np.ascontiguousarray(value * np.float32(alpha),
                                                                     dtype=np.float32)))
@@ -449,8 +449,12 @@ def _attention_sizes(w_shape, attrs) -> tuple[int, int, int]:
 
 @_types(MS + "Attention")
 def _attention_types(shapes, dtypes, attrs):
-    x = shapes[0]
-    return [(tuple(x[:-1]) + (_attention_sizes(shapes[1], attrs)[2],), dtypes[0]), None]
+    """Output [B, S, v]; present [2, B, N, past + S, H] (so that the importer is reached to
+    refuse it)."""
+    x, sizes, heads = shapes[0], _attention_sizes(shapes[1], attrs), int(attrs["num_heads"])
+    past = shapes[4][3] if len(shapes) > 4 and shapes[4] is not None else 0
+    present = (2, x[0], heads, past + x[1], sizes[1] // heads)
+    return [(tuple(x[:-1]) + (sizes[2],), dtypes[0]), (present, dtypes[0])]
 
 
 @_types(MS + "MultiHeadAttention")
@@ -461,7 +465,10 @@ def _multi_head_attention_types(shapes, dtypes, attrs):
     if len(q) == 5:
         return [(tuple(q[:2]) + (q[2] * q[4],), dtypes[0])]
     width = v[-1] if v is not None and len(v) == 3 else v[1] * v[3] if v is not None else k[2] * k[4]
-    return [(tuple(q[:2]) + (width,), dtypes[0])]
+    heads = int(attrs["num_heads"])
+    keys = k[1] if k is not None and len(k) == 3 else q[1]
+    present = ((q[0], heads, keys, q[2] // heads), dtypes[0])  # only for the refusal
+    return [(tuple(q[:2]) + (width,), dtypes[0]), present, present]
 
 
 def _refuse_state(ctx, node, past_inputs, present_outputs) -> None:
@@ -788,13 +795,14 @@ def _angles(ctx, node, cache: str, position_ids: str, batch: int, length: int, t
 # --- grouped-query attention ----------------------------------------------------------------
 @_types(MS + "GroupQueryAttention")
 def _group_query_attention_types(shapes, dtypes, attrs):
-    """Output [B, S, N*H]; present_key and present_value [B, Nk, S, H] (no past)."""
+    """Output [B, S, N*H]; present_key and present_value [B, Nk, S, H]."""
     q = shapes[0]
     heads, kv_heads = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
     packed = len(shapes) < 2 or shapes[1] is None
     size = q[2] // (heads + 2 * kv_heads) if packed else q[2] // heads
-    present = (q[0], kv_heads, q[1], size) if len(shapes) < 4 or shapes[3] is None else None
-    return [((q[0], q[1], heads * size), dtypes[0])] + [(present, dtypes[0]) if present else None] * 2
+    past = shapes[3][2] if len(shapes) > 3 and shapes[3] is not None else 0  # a past: refused
+    present = (q[0], kv_heads, past + q[1], size)
+    return [((q[0], q[1], heads * size), dtypes[0])] + [(present, dtypes[0])] * 2
 
 
 # GroupQueryAttention's inputs beyond the ones converted, and attributes that must keep their

@@ -254,6 +254,10 @@ def test_attention_past_is_refused():
     node.input.extend(["", "past"])
     model.graph.input.append(helper.make_tensor_value_info("past", F, [2, B, HEADS, 1, HIDDEN // HEADS]))
     assert_refused_in_one_line(model, "past and present")
+    present = _attention_model()
+    present.graph.node[0].output.append("present")
+    present.graph.output.append(helper.make_tensor_value_info("present", F, None))
+    assert_refused_in_one_line(present, "past and present")
 
 
 @pytest.mark.parametrize("mask_shape,bias,attrs", [
