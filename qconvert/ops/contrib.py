@@ -451,7 +451,7 @@ def _attention_sizes(w_shape, attrs) -> tuple[int, int, int]:
 def _attention_types(shapes, dtypes, attrs):
     """Output [B, S, v]; present [2, B, N, past + S, H] (so that the importer is reached to
     refuse it)."""
-    x, sizes, heads = shapes[0], _attention_sizes(shapes[1], attrs), int(attrs["num_heads"])
+    x, sizes, heads = shapes[0], _attention_sizes(shapes[1], attrs), int(attrs.get("num_heads") or 1)
     past = shapes[4][3] if len(shapes) > 4 and shapes[4] is not None else 0
     present = (2, x[0], heads, past + x[1], sizes[1] // heads)
     return [(tuple(x[:-1]) + (sizes[2],), dtypes[0]), (present, dtypes[0])]
@@ -465,7 +465,7 @@ def _multi_head_attention_types(shapes, dtypes, attrs):
     if len(q) == 5:
         return [(tuple(q[:2]) + (q[2] * q[4],), dtypes[0])]
     width = v[-1] if v is not None and len(v) == 3 else v[1] * v[3] if v is not None else k[2] * k[4]
-    heads = int(attrs["num_heads"])
+    heads = int(attrs.get("num_heads") or 1)
     keys = k[1] if k is not None and len(k) == 3 else q[1]
     present = ((q[0], heads, keys, q[2] // heads), dtypes[0])  # only for the refusal
     return [(tuple(q[:2]) + (width,), dtypes[0]), present, present]
@@ -797,7 +797,7 @@ def _angles(ctx, node, cache: str, position_ids: str, batch: int, length: int, t
 def _group_query_attention_types(shapes, dtypes, attrs):
     """Output [B, S, N*H]; present_key and present_value [B, Nk, S, H]."""
     q = shapes[0]
-    heads, kv_heads = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
+    heads, kv_heads = int(attrs.get("num_heads") or 1), int(attrs.get("kv_num_heads") or 1)
     packed = len(shapes) < 2 or shapes[1] is None
     size = q[2] // (heads + 2 * kv_heads) if packed else q[2] // heads
     past = shapes[3][2] if len(shapes) > 3 and shapes[3] is not None else 0  # a past: refused

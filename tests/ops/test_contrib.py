@@ -540,6 +540,9 @@ def test_refusals_name_the_node():
     computed = _model([_ms("Attention", ["x", "w"], ["y"], num_heads=HEADS, name="att")],
                       {"x": (F, [B, S, HIDDEN]), "w": (F, [HIDDEN, 48])}, {"y": F})
     assert_refused_in_one_line(computed, r"weights \(input 'w'\): a graph input", node="att")
+    headless = _model([_ms("Attention", ["x", "w"], ["y"], name="att")], {"x": (F, [B, S, HIDDEN])},
+                      {"y": F}, {"w": _normal(HIDDEN, 48)})
+    assert_refused_in_one_line(headless, "num_heads is missing", node="att")
 
 
 @pytest.mark.parametrize("layout,interleaved,rotary,positions", [
