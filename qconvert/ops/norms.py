@@ -235,7 +235,7 @@ def import_group_norm(node, ctx):
 @onnx_op("LpNormalization")
 def import_lp_norm(node, ctx):
     """x / ||x||_p along `axis`, p 1 (SUM of ABS) or 2 (SQRT of the SUM of squares), as ONNX
-    defines it (no epsilon)."""
+    defines it (no epsilon; a zero norm gives zeros)."""
     x, y = node.inputs[0], node.outputs[0]
     _check_float(ctx, x)
     p, rank = int(node.attr("p", 2)), ctx.rank(x)
@@ -253,4 +253,9 @@ def import_lp_norm(node, ctx):
         norm = ctx.tensor(y + "_norm", small, dtype)
         ctx.add_op("SQRT", [total], [norm])
         total = norm
-    ctx.add_op("DIV", [x, total], [y])
+    # A slice of zeros normalises to zeros (ONNX's 0 / 0 = 0): its norm is raised to the smallest
+    # normal float, which leaves every other norm as it is.
+    safe = ctx.tensor(y + "_norm_safe", small, dtype)
+    ctx.add_op("MAXIMUM", [total, ctx.constant("tiny", np.array(np.finfo(np.float32).tiny, dtype))],
+               [safe])
+    ctx.add_op("DIV", [x, safe], [y])
