@@ -14,7 +14,7 @@ def _remap_axis_option(op, model, perm):
     return perm
 
 
-def _remap_axis_input(index):
+def remap_axis_input(index):
     def remap(op, model, perm):
         axis = model.constant(op.inputs[index])
         if axis is None:
@@ -44,10 +44,10 @@ tflite_op("CONCATENATION", options="ConcatenationOptions", layout="axis",
           evaluate=lambda inputs, op: [np.concatenate(inputs, axis=op.options["axis"])])
 tflite_op("SPLIT", options="SplitOptions", layout="axis", layout_inputs=(1,),
           quant=QuantRule(activations=(1,), output="same", int16=True),
-          remap_axes=_remap_axis_input(0), evaluate=_evaluate_split,
+          remap_axes=remap_axis_input(0), evaluate=_evaluate_split,
           version=by_input_dtype({np.int16: 4, np.int32: 3, np.int8: 2}, index=1))  # 0 is the axis
 tflite_op("SPLIT_V", options="SplitVOptions", layout="axis", layout_inputs=(0,), quant=SAME16,
-          remap_axes=_remap_axis_input(2), evaluate=_evaluate_split_v,
+          remap_axes=remap_axis_input(2), evaluate=_evaluate_split_v,
           version=by_input_dtype({np.int8: 2}))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .concat import _remap_axis_input
+from .concat import remap_axis_input
 from .registry import onnx_op, tflite_op
 
 
@@ -31,7 +31,7 @@ def _evaluate(inputs, op):
 
 
 tflite_op("CUMSUM", options="CumsumOptions", evaluate=_evaluate, layout="axis", layout_inputs=(0,),
-          remap_axes=_remap_axis_input(1))
+          remap_axes=remap_axis_input(1))
 
 
 @onnx_op("CumSum")

@@ -18,7 +18,7 @@ import string
 
 import numpy as np
 
-from .gemm import _fully_connected
+from .gemm import fully_connected
 from .layout import reshape, transpose
 from .registry import onnx_op
 
@@ -170,7 +170,7 @@ def _product(ctx, a: _Operand, b: _Operand, keep: set[str]) -> _Operand:
         # a's free axes stay apart (FULLY_CONNECTED keeps them): a leading batch stays axis 0
         x = reshape(ctx, _permuted(ctx, a, free_a + contracted).tensor, sizes(a, free_a) + [inner])
         y = ctx.tensor(a.tensor + "_fc", sizes(a, free_a) + [columns], dtype)
-        _fully_connected(ctx, x, w.reshape(columns, inner), None, y)
+        fully_connected(ctx, x, w.reshape(columns, inner), None, y)
         return _Operand(reshape(ctx, y, sizes(a, free_a) + sizes(b, free_b)), out_labels)
     batch_a, batch_b = sizes(a, batch), sizes(b, batch)
     if len(batch) > 3:  # BATCH_MATMUL takes rank 5 at most: the batch axes become one

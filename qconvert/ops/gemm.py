@@ -101,7 +101,7 @@ def check_product(ctx, a, a_shape, b_shape, y, b_name: str, shown: str = "") -> 
                         f"output's shape {list(ctx.shape(y))}")
 
 
-def _fully_connected(ctx, a, w, bias, y, bias_name=""):
+def fully_connected(ctx, a, w, bias, y, bias_name=""):
     """y = a @ w.T + bias over the last axis of `a`; w is a constant [out, in] matrix."""
     out_features = w.shape[0]
     inputs = [a, ctx.constant("weights", np.ascontiguousarray(w, dtype=np.float32))]
@@ -152,10 +152,10 @@ def import_gemm(node, ctx):
                 bias = np.ascontiguousarray(bias[0], dtype=np.float32)
             else:  # a bias that differs per row cannot be FULLY_CONNECTED's bias
                 inner = ctx.tensor(y + "_fc", ctx.shape(y), ctx.dtype(y))
-                _fully_connected(ctx, a, w, None, inner)
+                fully_connected(ctx, a, w, None, inner)
                 ctx.add_op("ADD", [inner, ctx.constant(c, bias.astype(np.float32))], [y])
                 return
-        _fully_connected(ctx, a, w, bias, y, c)
+        fully_connected(ctx, a, w, bias, y, c)
         return
     # General case: BATCH_MATMUL, then scale and add.
     b_in = b
@@ -182,7 +182,7 @@ def import_matmul(node, ctx):
     check_product(ctx, a, ctx.shape(a), ctx.shape(b), y, b)
     w = ctx.const(b)
     if w is not None and w.ndim == 2 and ctx.rank(a) >= 1:
-        _fully_connected(ctx, a, np.ascontiguousarray(w.T), None, y)
+        fully_connected(ctx, a, np.ascontiguousarray(w.T), None, y)
         return
     a_shape, b_shape = ctx.shape(a), ctx.shape(b)
     if len(a_shape) == 1 or len(b_shape) == 1:

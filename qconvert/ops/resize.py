@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gemm import _fully_connected
+from .gemm import fully_connected
 from .layout import channels_last_tensor, to_channels_first, to_channels_last, transpose
 from .registry import SAME16, QuantRule, onnx_op, tflite_op
 
@@ -299,7 +299,7 @@ def _resize_by_matrices(node, ctx, interp, coord, nearest, scales, antialias) ->
         shape = list(ctx.shape(moved))
         shape[-1] = out_shape[a]
         product = y if last and a == rank - 1 else ctx.tensor(y + f"_axis{a}", shape, ctx.dtype(x))
-        _fully_connected(ctx, moved, matrix.astype(np.float32), None, product)
+        fully_connected(ctx, moved, matrix.astype(np.float32), None, product)
         current = product if a == rank - 1 else transpose(ctx, product, perm, y if last else None)
 
 

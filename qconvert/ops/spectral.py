@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .gemm import _fully_connected
+from .gemm import fully_connected
 from .layout import reshape, transpose
 from .registry import onnx_op
 
@@ -78,7 +78,7 @@ def _transform_last(ctx, x: str, w: np.ndarray, y_shape, y: str) -> None:
     x_shape = ctx.shape(x)
     flat = reshape(ctx, x, list(x_shape[:-2]) + [x_shape[-2] * x_shape[-1]])
     product = ctx.tensor(y + "_fc", list(x_shape[:-2]) + [w.shape[0]], ctx.dtype(x))
-    _fully_connected(ctx, flat, w.astype(np.float32), None, product)
+    fully_connected(ctx, flat, w.astype(np.float32), None, product)
     reshape(ctx, product, y_shape, y)
 
 
