@@ -11,11 +11,10 @@ DATA_DEPENDENT = ("its output's shape depends on the values it reads, which a st
 RANDOM = ("it draws random numbers: TFLite's generators are not onnxruntime's, so no conversion "
           "can be verified")
 STRINGS = "it computes on strings, which TFLite's builtin kernels do not"
-SEQUENCES = ("ONNX sequences have no TFLite counterpart (TFLite tensors only); a sequence built "
-             "and read back with static lengths is folded or unrolled by the loader")
+SEQUENCES = "ONNX sequences have no TFLite counterpart (TFLite has tensors only)"
 TRAINING = "a training loss: qconvert converts inference graphs"
 FOLDED = ("converted when its inputs are constants (the loader folds it); a size computed at run "
-          "time gives " + DATA_DEPENDENT.replace("its output's", "a"))
+          "time makes its output's shape data-dependent, which a static TFLite graph cannot hold")
 QOPERATOR = ("onnxruntime's QOperator format: export with quant_format=QDQ (QuantizeLinear/"
              "DequantizeLinear pairs), which qconvert imports as int8")
 
