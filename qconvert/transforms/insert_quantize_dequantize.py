@@ -140,7 +140,8 @@ def insert_quantize_dequantize(model: Model, io_type: str = "float") -> bool:
         if not op.quantized:
             for i, name in enumerate(op.inputs):
                 array = model.arrays[name] if name else None
-                if array is not None and not array.is_constant and array.dtype in QUANTIZED:
+                if array is not None and not array.is_constant and array.dtype in QUANTIZED \
+                        and array.quant is not None:  # not a plain integer input (a uint8 image)
                     model.set_input(op, i, boundary.convert("DEQUANTIZE", name, FLOAT32, None, op))
             continue
         dtype = op_activation_type(op)

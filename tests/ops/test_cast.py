@@ -3,12 +3,13 @@
 int64 is no op at all inside the graph), and CAST's numpy twin used by constant folding."""
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from qconvert.ir import Operator
 from qconvert.ops.registry import TFLITE_OPS
-from tests.harness import assert_matches_onnxruntime
+from tests.harness import assert_int8_matches_onnxruntime, assert_matches_onnxruntime
 
 RNG = np.random.default_rng(5)
 FLOAT, INT32, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL
@@ -152,7 +153,7 @@ def test_cast_to_a_small_integer_wraps_like_onnx():
                                rtol=0, atol=0)
 
 
-def test_uint8_nhwc_image_through_cast_to_a_convolution():
+def uint8_image_model() -> onnx.ModelProto:
     """The common image model: uint8 NHWC, Transpose, Cast to float, scale, Conv."""
     rng = np.random.default_rng(2)
     graph = helper.make_graph(
@@ -164,5 +165,18 @@ def test_uint8_nhwc_image_through_cast_to_a_convolution():
         [helper.make_tensor_value_info("y", FLOAT, None)],
         [helper.make_tensor("scale", FLOAT, [], [1 / 255]),
          helper.make_tensor("w", FLOAT, [4, 3, 3, 3], rng.standard_normal(108).astype(np.float32))])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
-    assert_matches_onnxruntime(model, {"image": edge_values(np.uint8, (1, 8, 8, 3))}, rtol=1e-5, atol=1e-5)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+
+
+def test_uint8_nhwc_image_through_cast_to_a_convolution():
+    assert_matches_onnxruntime(uint8_image_model(), {"image": edge_values(np.uint8, (1, 8, 8, 3))},
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_uint8_image_model_quantizes(tmp_path):
+    """--quantize: the uint8 input is a plain integer (no quantization params), read by the
+    CASTs that stay float; the convolution runs int8."""
+    model = uint8_image_model()
+    rng = np.random.default_rng(4)
+    calibration = {"image": rng.integers(0, 256, (8, 1, 8, 8, 3)).astype(np.uint8)}
+    assert_int8_matches_onnxruntime(model, tmp_path, calibration, allow_float=("CAST",))
