@@ -1,5 +1,5 @@
 """Activation functions: Relu, Clip, Sigmoid, Tanh, LeakyRelu, PRelu, Elu, Selu, Celu, HardSigmoid,
-HardSwish, Softplus, Gelu; and the fused-activation arithmetic every op shares.
+HardSwish, Swish, Softplus, Gelu; and the fused-activation arithmetic every op shares.
 
 TFLite's ELU has alpha 1, so Elu/Selu/Celu with other constants become
 gamma * (RELU(x) + alpha * MINIMUM(ELU(x / alpha_in), 0)). Softplus is computed stably as
@@ -217,6 +217,18 @@ def import_hard_sigmoid(node, ctx):
         value = _op(ctx, "ADD", [value, _scalar(ctx, beta, x)], x, y + "_shifted")
     value = _op(ctx, "RELU", [value], x, y + "_relu")
     ctx.add_op("MINIMUM", [value, _scalar(ctx, 1.0, x)], [y])
+
+
+@onnx_op("Swish")
+def import_swish(node, ctx):
+    """x * sigmoid(alpha * x) (opset 24): LOGISTIC then MUL, the ops the SiLU pattern becomes
+    (transforms/identify_activations.py), with a MUL by alpha in front when alpha is not 1."""
+    x, y = node.inputs[0], node.outputs[0]
+    if ctx.dtype(x) != np.float32:
+        raise ctx.error(f"Swish of {ctx.dtype(x)} is not supported (float32 is)")
+    alpha = float(node.attr("alpha", 1.0))
+    scaled = x if alpha == 1.0 else _op(ctx, "MUL", [x, _scalar(ctx, alpha, x)], x, y + "_scaled")
+    ctx.add_op("MUL", [x, _op(ctx, "LOGISTIC", [scaled], x, y + "_sigmoid")], [y])
 
 
 @onnx_op("Softplus")

@@ -2,7 +2,8 @@
 transforms/fuse_binary_into_affine.py folds into a preceding conv.
 
 InstanceNormalization, LayerNormalization and MeanVarianceNormalization come from MEAN, SUB, MUL,
-ADD, RSQRT (SQRT and DIV for MVN), in the ONNX layout.
+ADD, RSQRT (SQRT and DIV for MVN), in the ONNX layout; RMSNormalization from MUL, MEAN, ADD, RSQRT
+(no centring).
 
 All three are (x - mean) / sqrt(var + eps) over some axes: mean = MEAN(x, keep_dims),
 xc = x - mean, var = MEAN(xc * xc). Nothing is layout-sensitive, so when the input comes from a
@@ -133,6 +134,38 @@ def import_layer_norm(node, ctx):
         bias = np.asarray(bias, np.float32)
         bias_name = None if not np.any(bias) else ctx.constant(bias_name, bias)
     _affine(ctx, normed, scale_name, bias_name or None, y)
+
+
+@onnx_op("RMSNormalization")
+def import_rms_norm(node, ctx):
+    """x * RSQRT(MEAN(x * x) + epsilon) * scale over axes [axis, rank) (opset 23), composed like
+    LayerNormalization without the centring. stash_type is ignored: TFLite computes in float32,
+    which is stash_type's default. A scale computed at run time is the tensor MUL reads."""
+    x, scale_name = node.inputs[:2]
+    y = node.outputs[0]
+    _check_float(ctx, x)
+    shape, dtype, rank = ctx.shape(x), ctx.dtype(x), ctx.rank(x)
+    axis = int(node.attr("axis", -1))
+    if not -rank <= axis < rank:
+        raise ctx.error(f"axis {axis} is out of range for the rank {rank} input {x!r}")
+    axes = range(axis % rank, rank)
+    scale = ctx.const(scale_name)
+    if scale is None:
+        _computed(ctx, scale_name, "RMSNormalization scale")
+    else:
+        scale = np.asarray(scale, np.float32)
+        scale_name = None if np.all(scale == 1) else ctx.constant(scale_name, scale)
+    ctx.check_broadcast([x] + ([scale_name] if scale_name else []), y)
+    square = ctx.tensor(y + "_sq", shape, dtype)
+    ctx.add_op("MUL", [x, x], [square])
+    mean = ctx.tensor(y + "_mean_sq", _reduced_shape(shape, axes), dtype)
+    ctx.add_op("MEAN", [square, ctx.constant("axes", np.array(list(axes), np.int32))], [mean],
+               {"keep_dims": True})
+    inv = _inv_std(ctx, mean, float(node.attr("epsilon", 1e-5)), y)
+    normed = ctx.tensor(y + "_normed", shape, dtype) if scale_name else y
+    ctx.add_op("MUL", [x, inv], [normed])
+    if scale_name:
+        ctx.add_op("MUL", [normed, scale_name], [y])
 
 
 @onnx_op("MeanVarianceNormalization")

@@ -27,10 +27,11 @@ CASES = [
     ("HardSigmoid", {}, 13), ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}, 13),
     ("HardSwish", {}, 14), ("Softplus", {}, 13),
     ("Gelu", {}, 20), ("Gelu", {"approximate": "tanh"}, 20),
+    ("Swish", {}, 24), ("Swish", {"alpha": 1.702}, 24),
 ]
 IDS = [f"{op}-{'-'.join(f'{k}{v}' for k, v in attrs.items())}" for op, attrs, _ in CASES]
 EXPECTED_OPS = {"Sigmoid": "LOGISTIC", "Tanh": "TANH", "LeakyRelu": "LEAKY_RELU",
-                "HardSwish": "HARD_SWISH", "Gelu": "GELU", "Elu": "ELU", "Selu": "ELU", "Celu": "ELU"}
+                "HardSwish": "HARD_SWISH", "Gelu": "GELU", "Swish": "LOGISTIC", "Elu": "ELU", "Selu": "ELU", "Celu": "ELU"}
 
 
 @pytest.mark.parametrize("op_type,attrs,opset", CASES, ids=IDS)
@@ -227,3 +228,10 @@ def test_clip_with_computed_bound_runs_int8(tmp_path):
     calibration["x"] = calibration["x"] - 50.0  # dB-like: -140..40
     _, report = assert_int8_matches_onnxruntime(model, tmp_path, calibration)
     assert report.op_counts.get("MAXIMUM") == 1
+
+
+def test_swish_of_alpha_1_is_the_silu_ops():
+    """Swish with alpha 1 is SiLU: the LOGISTIC and MUL that the SiLU pattern becomes
+    (transforms/identify_activations.py), nothing more."""
+    _, report = assert_matches_onnxruntime(plain("Swish", (2, 3, 5), {}, opset=24), feed((2, 3, 5), -8.0, 8.0))
+    assert report.op_counts == {"LOGISTIC": 1, "MUL": 1}

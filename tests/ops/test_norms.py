@@ -78,6 +78,32 @@ def test_layer_norm_without_bias_with_mean_and_inv_std_outputs():
     assert "RSQRT" in report.op_counts
 
 
+@pytest.mark.parametrize("shape, axis", [([2, 3, 4, 5], 1), ([2, 3, 4, 5], -1), ([2, 6, 5], -1),
+                                         ([2, 6, 5], 0), ([3, 8], -2)])
+def test_rms_normalization(shape, axis):
+    """RMSNormalization (opset 23): after a conv too, where it runs in NHWC like LayerNormalization."""
+    normalized = shape[axis % len(shape):]
+    model = _model("RMSNormalization", shape, {"axis": axis, "epsilon": 1e-4},
+                   params=[RNG.standard_normal(normalized)], conv_before=len(shape) == 4, opset=23)
+    _, report = assert_matches_onnxruntime(model, _feeds(shape))
+    assert report.transposes == 0 and "RSQRT" in report.op_counts
+
+
+def test_rms_normalization_with_a_computed_scale_and_unit_scale():
+    shape = [2, 3, 6]
+    model = _computed_params("RMSNormalization", shape, [RNG.standard_normal(6)], (0,), opset=23)
+    assert_matches_onnxruntime(model, _feeds_with_s(shape))
+    _, report = assert_matches_onnxruntime(_model("RMSNormalization", shape, opset=23,
+                                                  params=[np.ones(6)]), _feeds(shape))
+    assert report.op_counts.get("MUL") == 2  # x * x and x * inv_std: no MUL by a scale of ones
+
+
+def test_rms_normalization_refuses_an_axis_out_of_range():
+    with pytest.raises(ConversionError, match="axis 3 is out of range"):
+        convert_proto(_model("RMSNormalization", [2, 6, 5], {"axis": 3}, params=[np.ones(5)], opset=23,
+                             y_shape=[2, 6, 5]))
+
+
 def test_mean_variance_normalization():
     # ONNX shape inference does not see through this function op: the output shape is declared.
     model = _model("MeanVarianceNormalization", [2, 3, 4, 5], opset=13, conv_before=True,
