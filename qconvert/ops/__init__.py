@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     activations,
     argmax,
+    attention,
     cast,
     compare,
     concat,
