@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     activations,
+    affine_grid,
     argmax,
     attention,
     cast,

@@ -45,8 +45,6 @@ REFUSED: dict[str, str] = {
                              "MatMulInteger/ConvInteger, their sums cast to float)",
     "MatMulInteger": "converted as onnxruntime's quantize_dynamic pattern only",
     "ConvInteger": "converted as onnxruntime's quantize_dynamic pattern only",
-    "BitwiseAnd": "TFLite has no bitwise AND kernel", "BitwiseOr": "TFLite has no bitwise OR kernel",
-    "BitwiseNot": "TFLite has no bitwise NOT kernel",
     "BitCast": "TFLite's BITCAST reinterprets bytes of the same width only; not converted yet",
     "CumProd": "TFLite has no cumulative product (exp of a cumulative sum of logs is not exact)",
     "Det": "TFLite has no determinant kernel",
@@ -57,8 +55,6 @@ REFUSED: dict[str, str] = {
     "Col2Im": "TFLite has no col2im kernel; not converted yet",
     "CenterCropPad": "not converted yet (its function body, Slice and Pad, converts: export "
                      "with the function inlined)",
-    "AffineGrid": "not converted yet (its function body converts when the size is constant: export "
-                  "with the function inlined)",
 }
 
 

@@ -131,6 +131,8 @@ PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "DFT": (1, 2), "STFT": (1, 3),
     # RotaryEmbedding's cos and sin tables: a model's precomputed constants.
     "RotaryEmbedding": (1, 2),
+    # AffineGrid's size: it sets the grid's shape.
+    "AffineGrid": (1,),
 }
 
 
