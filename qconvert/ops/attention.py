@@ -7,7 +7,8 @@ there, and the output back): K and V after their past (CONCATENATION along the s
 present key/value, static shapes), each K/V head GATHERed to the query heads it serves (GQA),
 scores Q K^T (BATCH_MATMUL) times the scale, the softcap (c * TANH(scores / c)), the additive bias
 (the mask: a bool mask is 0 where True and -inf where False, a float mask is added as it is; the
-causal and window biases, aligned bottom-right after the past, as constants), SOFTMAX, and a row
+causal and window biases, aligned bottom-right after the past, as constants; with
+nonpad_kv_seqlen, an external cache's lengths, computed at run time by comparisons), SOFTMAX, and a row
 whose keys are all masked gives zeros (as the ONNX reference defines it), then times V.
 softmax_precision is ignored: TFLite computes the softmax in float32.
 """
@@ -82,6 +83,32 @@ def _constant_bias(node, length: int, keys: int, offset: int) -> np.ndarray | No
     return np.where(allowed, np.float32(0), _NEG_INF)
 
 
+def _padding_bias(ctx, node, nonpad: str, batch: int, length: int, keys: int, y: str) -> str:
+    """An external cache's bias [B, 1, S|1, L] from nonpad_kv_seqlen [B]: -inf for the keys at or
+    past each batch's length n and, causal or windowed, the frontier aligned to n (query i at
+    position i + n - S among the keys)."""
+    if ctx.shape(nonpad) != (batch,) or ctx.dtype(nonpad).kind not in "iu":
+        raise ctx.error(f"nonpad_kv_seqlen {nonpad!r} of shape {list(ctx.shape(nonpad))} is not [{batch}] "
+                        "integers")
+    n = reshape(ctx, nonpad, (batch, 1, 1, 1))
+    keys_at = ctx.constant("key_positions", np.arange(keys, dtype=np.int32).reshape(1, 1, 1, keys))
+    allowed = _op(ctx, "LESS", [keys_at, n], y + "_valid_keys", (batch, 1, 1, keys), np.bool_)
+    causal = bool(node.attr("is_causal", 0))
+    left, right = int(node.attr("left_window_size", -1)), int(node.attr("right_window_size", -1))
+    if causal or left >= 0 or right >= 0:  # diff = i + n - S - j
+        grid = (np.arange(length)[:, None] - length - np.arange(keys)[None, :]).astype(np.int32)
+        diff = _binary(ctx, "ADD", ctx.constant("offsets", grid.reshape(1, 1, length, keys)), n, y + "_diff")
+        for flag, bound, op in ((causal, 0, "GREATER_EQUAL"), (left >= 0, left, "LESS_EQUAL"),
+                                (right >= 0, -right, "GREATER_EQUAL")):
+            if flag:
+                inside = _op(ctx, op, [diff, ctx.constant("bound", np.array(bound, np.int32))],
+                             y + "_inside", ctx.shape(diff), np.bool_)
+                allowed = _op(ctx, "LOGICAL_AND", [allowed, inside], y + "_allowed",
+                              np.broadcast_shapes(ctx.shape(allowed), ctx.shape(inside)), np.bool_)
+    return _op(ctx, "SELECT_V2", [allowed, _scalar(ctx, 0.0), _scalar(ctx, _NEG_INF)], y + "_padding",
+               ctx.shape(allowed))
+
+
 def _mask_bias(ctx, node, mask: str, keys: int, hint: str):
     """The mask as an additive bias whose last axis has the keys' length (a shorter mask is
     padded with masked keys): a numpy array for a constant mask, else a tensor name."""
@@ -112,15 +139,17 @@ def _mask_bias(ctx, node, mask: str, keys: int, hint: str):
 def import_attention(node, ctx):
     """Scaled dot-product attention of Q, K, V (3-D [B, S, N*H] with q_num_heads/kv_num_heads, or
     4-D [B, N, S, H]), optional attn_mask, past_key/past_value (the present_key/present_value
-    outputs are them concatenated with K and V), is_causal, GQA, scale, softcap and the
-    qk_matmul_output of qk_matmul_output_mode 0 to 3 (as the ONNX reference computes them)."""
+    outputs are them concatenated with K and V) or nonpad_kv_seqlen, is_causal, the sliding
+    window (opset 25), GQA, scale, softcap and the qk_matmul_output of qk_matmul_output_mode 0 to 3
+    (as the ONNX reference computes them)."""
     q, k, v = node.inputs[:3]
     mask = _input(node, 3)
     y = node.outputs[0]
-    if _input(node, 6):
-        raise ctx.error("nonpad_kv_seqlen is not supported (an external cache's per-batch lengths)")
+    nonpad = _input(node, 6)
     if bool(_input(node, 4)) != bool(_input(node, 5)):
         raise ctx.error("past_key and past_value must be given together")
+    if nonpad and _input(node, 4):
+        raise ctx.error("nonpad_kv_seqlen and past_key/past_value cannot be given together")
     for name, what in ((q, "Q"), (k, "K"), (v, "V")):
         _check_float(ctx, name, what)
     rank = ctx.rank(q)
@@ -164,11 +193,14 @@ def import_attention(node, ctx):
     if qk_output and mode in (0, 1):  # the scores before the bias (softcapped), as the reference
         ctx.add_op("IDENTITY", [scores], [qk_output])
 
-    constant = _constant_bias(node, length, keys, past)
+    constant = None if nonpad else _constant_bias(node, length, keys, past)
     bias = _mask_bias(ctx, node, mask, keys, y) if mask else None
     if isinstance(bias, np.ndarray):
         constant = bias if constant is None else bias + constant
         bias = None
+    if nonpad:
+        padding = _padding_bias(ctx, node, nonpad, batch, length, keys, y)
+        bias = padding if bias is None else _binary(ctx, "ADD", bias, padding, y + "_padded_bias")
     shapes = [s for s in (np.shape(constant) if constant is not None else None,
                           ctx.shape(bias) if bias else None) if s is not None]
     try:

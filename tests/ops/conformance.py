@@ -44,14 +44,6 @@ for _stft in ("test_stft", "test_stft_with_window"):
 for _affine in ("2d", "2d_align_corners", "3d", "3d_align_corners"):
     EXPECTED_FAILURES[f"test_affine_grid_{_affine}_expanded"] = (
         "the grid's shape is computed from the `size` graph input at run time")
-for _nonpad in ("4d_causal_nonpad_attn_mask_composition", "4d_causal_nonpad_batch_prefill",
-                "4d_causal_nonpad_continued_prefill", "4d_causal_nonpad_negative_offset_structural_empty",
-                "4d_diff_heads_mask4d_padded_kv", "4d_gqa_causal_nonpad_decode",
-                "4d_gqa_causal_nonpad_decode_fp16", "local_window_ext_cache_float16_mask",
-                "local_window_ext_cache_rank2_mask", "local_window_ext_cache_rank3_head_mask",
-                "local_window_ext_cache_rank4_batch_mask"):
-    EXPECTED_FAILURES[f"test_attention_{_nonpad}"] = (
-        "nonpad_kv_seqlen (an external cache's per-batch valid lengths) is not converted")
 for _range in ("bfloat16_type_positive_delta", "float16_type_positive_delta",
                "float_type_positive_delta", "int32_type_negative_delta"):
     EXPECTED_FAILURES[f"test_range_{_range}_expanded"] = (

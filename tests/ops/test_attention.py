@@ -92,10 +92,28 @@ def test_refusals_name_the_node():
     model = _attention({"Q": (F, (1, 5, 8)), "K": (F, (1, 5, 8)), "V": (F, (1, 5, 8))}, ["Y"],
                        {"q_num_heads": 3, "kv_num_heads": 3})
     assert_refused_in_one_line(model, "does not split into 3 heads")
-    node = helper.make_node("Attention", ["Q", "K", "V", "", "", "", "n"], ["Y"])
+    node = helper.make_node("Attention", ["Q", "K", "V", "", "pk", "pv", "n"], ["Y"])
     model = make_model([node], {"Q": (F, (1, 1, 2, 4)), "K": (F, (1, 1, 2, 4)), "V": (F, (1, 1, 2, 4)),
+                                "pk": (F, (1, 1, 2, 4)), "pv": (F, (1, 1, 2, 4)),
                                 "n": (TensorProto.INT64, (1,))}, {"Y": F}, opset=24)
-    assert_refused_in_one_line(model, "nonpad_kv_seqlen is not supported")
+    assert_refused_in_one_line(model, "nonpad_kv_seqlen and past_key/past_value")
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_nonpad_kv_seqlen(causal, with_mask):
+    """An external cache (opset 24): keys past each batch's length are masked and the causal
+    frontier sits at that length; computed at run time from nonpad_kv_seqlen."""
+    inputs = {"Q": (F, (2, 2, 3, 4)), "K": (F, (2, 2, 6, 4)), "V": (F, (2, 2, 6, 4))}
+    names = ["Q", "K", "V", "attn_mask" if with_mask else "", "", "", "n"]
+    if with_mask:
+        inputs["attn_mask"] = (F, (3, 6))
+    inputs["n"] = (TensorProto.INT64, (2,))
+    node = helper.make_node("Attention", names, ["Y"], is_causal=causal)
+    model = make_model([node], inputs, {"Y": F}, opset=24)
+    feeds = _feeds(model)
+    feeds["n"] = np.array([4, 6], np.int64)
+    assert_matches_onnxruntime(model, feeds)
 
 
 # --- RotaryEmbedding ----------------------------------------------------------------------------
@@ -138,3 +156,12 @@ def test_rotary_embedding_with_computed_tables_is_refused():
     model = make_model([node], {"x": (F, (1, 2, 3, 8)), "cos": (F, (1, 3, 4)), "sin": (F, (1, 3, 4))},
                        {"y": F}, opset=23)
     assert_refused_in_one_line(model, "cos_cache .*a graph input")
+
+
+@pytest.mark.parametrize("attrs", [{"is_causal": 1, "left_window_size": 2},
+                                   {"left_window_size": 1, "right_window_size": 2}])
+def test_sliding_window(attrs):
+    """Opset 25's windows: each query attends the keys within left/right of its position."""
+    model = _attention({"Q": (F, (1, 2, 5, 4)), "K": (F, (1, 2, 5, 4)), "V": (F, (1, 2, 5, 4))}, ["Y"],
+                       attrs, opset=25)
+    assert_matches_onnxruntime(model, _feeds(model))
