@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     argmax,
     attention,
     cast,
+    center_crop_pad,
     compare,
     concat,
     contrib,

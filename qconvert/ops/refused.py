@@ -53,8 +53,6 @@ REFUSED: dict[str, str] = {
     "MaxRoiPool": "TFLite has no ROI pooling kernel (its boxes are data)",
     "MaxUnpool": "TFLite has no unpooling kernel (its indices are data); not converted yet",
     "Col2Im": "TFLite has no col2im kernel; not converted yet",
-    "CenterCropPad": "not converted yet (its function body, Slice and Pad, converts: export "
-                     "with the function inlined)",
 }
 
 

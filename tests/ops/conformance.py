@@ -125,6 +125,8 @@ PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "RotaryEmbedding": (1, 2),
     # AffineGrid's size: it sets the grid's shape.
     "AffineGrid": (1,),
+    # CenterCropPad's target shape: it sets the output's shape.
+    "CenterCropPad": (1,),
 }
 
 
