@@ -53,8 +53,13 @@ REQUIREMENTS = ["torch==2.14.1", "torchvision==0.29.1", "timm", "transformers", 
 TF_VENV = CACHE / "zoo-tf-venv"
 TF_REQUIREMENTS = ["tensorflow-cpu", "tf2onnx", "onnxruntime"]
 # Run in this order: every family first at opset 17 (tf2onnx: 13, its default).
-EXPORTERS = ("ts17", "tf2onnx13", "dynamo18", "ts13", "tf2onnx17")
-FORMATS = ("fp16", "ortopt", "dynint8", "qdq")  # of the transformers' ts17 export
+# dynamo20: the transformers only (the dynamo exporter's newest opset, where most of its ops
+# changed; the CNNs' ops did not).
+EXPORTERS = ("ts17", "tf2onnx13", "dynamo18", "ts13", "tf2onnx17", "dynamo20")
+# The formats made from each kind's ts17 export: all for the transformers; float16 and QDQ for
+# torchvision's classifiers and segmenters.
+FORMATS = {"hf": ("fp16", "ortopt", "dynint8", "qdq"), "tv": ("fp16", "qdq"),
+           "tvseg": ("fp16", "qdq")}
 SEED = 0
 MB = 1024 * 1024
 
@@ -78,8 +83,8 @@ TORCHVISION = [
     _tv("squeezenet", "squeezenet1_1"), _tv("densenet", "densenet121"),
     _tv("googlenet", "googlenet", aux_logits=False, init_weights=True),
     _tv("mnasnet", "mnasnet0_5"), _tv("resnext", "resnext50_32x4d"),
-    _tv("wide_resnet", "wide_resnet50_2"), _tv("alexnet", "alexnet", size=96),
-    _tv("vgg", "vgg11", size=32),
+    _tv("wide_resnet", "wide_resnet50_2"), _tv("alexnet", "alexnet", size=224),
+    _tv("vgg", "vgg11", size=224),  # 224: adaptive pooling to 6x6 / 7x7 exports as a fixed pool
     _tv("inception", "inception_v3", size=96, aux_logits=False, init_weights=True),
     ("tv/vit", "vit_cfg", "tv", dict(size=64, cls="VisionTransformer",
                                      kw=dict(image_size=64, patch_size=16, num_layers=2,
@@ -128,8 +133,8 @@ TIMM = [
     _timm("inception_v3", "inception_v3", size=96), _timm("xception", "xception41", size=96),
     _timm("nfnet", "nf_resnet26"), _timm("dpn", "dpn68"), _timm("efficientvit", "efficientvit_b0"),
     _timm("cait", "cait_xxs24_224", size=64, img_size=64, depth=2),
-    _timm("coat", "coat_lite_tiny", size=64), _timm("mlp_mixer", "mixer_s32_224", size=64, img_size=64),
-    _timm("resmlp", "resmlp_12_224", size=64, img_size=64, depth=2),
+    _timm("coat", "coat_lite_tiny", size=224), _timm("mlp_mixer", "mixer_s32_224", size=64, img_size=64),
+    _timm("resmlp", "resmlp_12_224", size=64, img_size=64, num_blocks=2),
     _timm("crossvit", "crossvit_tiny_240", size=240), _timm("tnt", "tnt_s_patch16_224", size=224, depth=2),
     _timm("gcvit", "gcvit_xxtiny", size=224), _timm("twins", "twins_pcpvt_small", size=64, depths=(1, 1, 1, 1)),
     _timm("mobilevitv1_s", "mobilevit_s", size=128), _timm("hgnet", "hgnetv2_b0"),
@@ -222,6 +227,10 @@ KERAS = [
     _keras("bidirectional", "bilstm", layer="Bidirectional", args=(), kw={}),
     _keras("conv1d", "conv1d_stack", layer="Conv1D", args=(16, 3), kw=dict(activation="relu")),
     _keras("attention", "mha_block", layer="MultiHeadAttention", args=(), kw={}),
+    _keras("gru", "gru_last", layer="GRU", args=(32,), kw={}),
+    _keras("attention", "dot_attention", layer="Attention", args=(), kw={}),
+    _keras("embedding", "embedding_lstm", layer="Embedding", args=(), kw={}),
+    _keras("conv2d", "conv2d_bn", layer="Conv2D", args=(), kw={}),
     _keras("mobilenet_v2", "MobileNetV2", app=dict(alpha=0.35), size=96),
     _keras("mobilenet_v3", "MobileNetV3Small", app=dict(minimalistic=False), size=96),
     _keras("efficientnet", "EfficientNetB0", app={}, size=64),
@@ -330,10 +339,11 @@ def export(module, example, names, outputs, exporter: str, path: Path) -> None:
     import torch
 
     opset = int(re.sub(r"\D", "", exporter))
-    with torch.no_grad():
-        torch.onnx.export(module, example, str(path), input_names=names, output_names=outputs,
-                          opset_version=opset, dynamo=exporter.startswith("dynamo"),
-                          **({} if exporter.startswith("dynamo") else {"do_constant_folding": True}))
+    # Not under no_grad: there nn.MultiheadAttention takes its fused fast path
+    # (aten::_native_multi_head_attention), which the TorchScript exporter cannot write.
+    torch.onnx.export(module, example, str(path), input_names=names, output_names=outputs,
+                      opset_version=opset, dynamo=exporter.startswith("dynamo"),
+                      **({} if exporter.startswith("dynamo") else {"do_constant_folding": True}))
     import onnx
 
     onnx.checker.check_model(str(path))
@@ -347,15 +357,27 @@ def export_keras(name: str, spec: dict, exporter: str, path: Path) -> None:
     import tf2onnx
 
     keras.utils.set_random_seed(SEED)
+    dtype = "float32"
     if "app" in spec:
         size = spec["size"]
         shape = (size, size, 3)
         model = getattr(keras.applications, name)(weights=None, input_shape=shape, **spec["app"])
     else:
-        shape = (SEQ, 8)
-        inp = keras.Input(shape, batch_size=1)
         layer = spec["layer"]
-        if layer == "Bidirectional":
+        shape = {"Embedding": (SEQ,), "Conv2D": (32, 32, 3)}.get(layer, (SEQ, 8))
+        dtype = "int32" if layer == "Embedding" else "float32"
+        inp = keras.Input(shape, batch_size=1, dtype=dtype)
+        if layer == "Embedding":  # token ids (the verification draws them in [0, 10))
+            x = keras.layers.LSTM(16)(keras.layers.Embedding(100, 16)(inp))
+        elif layer == "Conv2D":
+            x = keras.layers.Conv2D(8, 3, padding="same")(inp)
+            x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
+            x = keras.layers.DepthwiseConv2D(3, strides=2)(keras.layers.MaxPooling2D()(x))
+            x = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(x))
+        elif layer == "Attention":
+            h = keras.layers.Dense(16)(inp)
+            x = keras.layers.Attention(use_scale=True)([h, h])
+        elif layer == "Bidirectional":
             x = keras.layers.Bidirectional(keras.layers.LSTM(16, return_sequences=True))(inp)
         elif layer == "MultiHeadAttention":
             h = keras.layers.Dense(32)(inp)
@@ -370,7 +392,7 @@ def export_keras(name: str, spec: dict, exporter: str, path: Path) -> None:
         else:
             x = getattr(keras.layers, layer)(*spec["args"], **spec["kw"])(inp)
         model = keras.Model(inp, x)
-    signature = (tf.TensorSpec((1,) + shape, tf.float32, name="x"),)
+    signature = (tf.TensorSpec((1,) + shape, getattr(tf, dtype), name="x"),)
     tf2onnx.convert.from_keras(model, input_signature=signature, opset=int(exporter[7:]),
                                output_path=str(path))
 
@@ -435,7 +457,8 @@ def make_format(source: Path, fmt: str, spec: dict, dest: Path) -> None:
                         weight_type=QuantType.QInt8)
     else:
         raise ValueError(fmt)
-    onnx.checker.check_model(str(dest))
+    if fmt != "ortopt":  # the optimizer writes contrib ops (SimplifiedLayerNormalization) into
+        onnx.checker.check_model(str(dest))  # the default domain, which the checker rejects
 
 
 def model_file(key: str, exporter: str, fmt: str = "") -> Path:
@@ -446,11 +469,13 @@ def model_file(key: str, exporter: str, fmt: str = "") -> Path:
 def jobs_of(key: str, exporter: str) -> list[tuple[str, str]]:
     """(exporter, format) of the files made for `key` in the pass of `exporter`: tf2onnx takes
     the Keras models, torch.onnx the others."""
-    if (ARCHITECTURES[key][2] == "keras") != exporter.startswith("tf2onnx"):
+    kind = ARCHITECTURES[key][2]
+    if (kind == "keras") != exporter.startswith("tf2onnx") or (exporter == "dynamo20"
+                                                               and kind != "hf"):
         return []
     jobs = [(exporter, "")]
-    if ARCHITECTURES[key][2] == "hf" and exporter == "ts17":
-        jobs += [(exporter, f) for f in FORMATS]
+    if exporter == "ts17":
+        jobs += [(exporter, f) for f in FORMATS.get(kind, ())]
     return jobs
 
 
@@ -621,8 +646,9 @@ def save(rows: list[dict]) -> None:
     tmp.replace(RESULTS)
 
 
-def run(keys: list[str], exporters: list[str], timeout: float) -> list[dict]:
-    """Generates (in chunks, in the zoo venv) and converts; results.json after every model."""
+def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = False) -> list[dict]:
+    """Generates (in chunks, in the zoo venv) and converts; results.json after every model.
+    resume: files that already have a row keep it (not converted again)."""
     rows = {}
     if RESULTS.exists():  # a rerun keeps the rows of files it does not redo
         rows = {(r["family"], r["model"], r["exporter"], r["format"]): r
@@ -638,22 +664,28 @@ def run(keys: list[str], exporters: list[str], timeout: float) -> list[dict]:
                       else ensure_venv(VENV, REQUIREMENTS))
             for i in range(0, len(mine), 6):
                 chunk = mine[i:i + 6]
-                with open(ZOO / "generate.log", "a") as log:  # the exporters' chatter
-                    try:
-                        subprocess.run([str(python), __file__, "--generate-worker", exporter,
-                                        ",".join(chunk)], timeout=700 * len(chunk) * 5,
-                                       env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=log,
-                                       stderr=log)
-                    except subprocess.TimeoutExpired:
-                        pass
+                made = all(model_file(k, e, f).with_suffix(".json").exists()
+                           for k in chunk for e, f in jobs_of(k, exporter))
+                if not made:  # else all cached: no worker to start
+                    with open(ZOO / "generate.log", "a") as log:  # the exporters' chatter
+                        try:
+                            subprocess.run([str(python), __file__, "--generate-worker", exporter,
+                                            ",".join(chunk)], timeout=700 * len(chunk) * 5,
+                                           env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                           stdout=log, stderr=log)
+                        except subprocess.TimeoutExpired:
+                            pass
                 for key in chunk:
                     for exp, fmt in jobs_of(key, exporter):
+                        family, model, _, _ = ARCHITECTURES[key]
+                        done = rows.get((family, model, exp, fmt or "float"))
+                        if resume and done and done["status"] != "export failed":
+                            continue
                         print(f"zoo: convert {key} {exp} {fmt or 'float'}", file=sys.stderr,
                               flush=True)
                         try:
                             row = convert_one(key, exp, fmt, timeout, work)
                         except Exception as e:  # the benchmark's own failure: a row
-                            family, model, _, _ = ARCHITECTURES[key]
                             row = dict(family=family, model=model, exporter=exp,
                                        format=fmt or "float", status="error",
                                        message=f"zoo: {type(e).__name__}: {e}")
@@ -672,7 +704,12 @@ COLUMNS = ["family", "models", "exact", "refused", "wrong", "errors", "export fa
 def reason(message: str, limit: int = 90) -> str:
     """A failure's message without node, tensor and file names, so that one cause groups: the op
     types of unsupported nodes (corpus._reason), else the failing op and its first clause."""
-    text = _sibling("corpus")._reason(message)
+    if "unsupported ONNX node" in message:  # "name (Op)", "Op ('name')", "Op x 3 ('name', ...)"
+        ops = set(re.findall(r"\(([A-Za-z0-9_.:]+)\)", message))
+        ops |= set(re.findall(r"([A-Za-z][A-Za-z0-9_.:]*)(?: x \d+)? \('", message))
+        text = "unsupported ops: " + ", ".join(sorted(ops))
+    else:
+        text = _sibling("corpus")._reason(message)
     text = re.sub(r"'[^']*'", "X", text)
     text = re.sub(r"/\S+\.(onnx|tflite)", "FILE", text)
     text = re.sub(r"\b\d+(\.\d+)?(e-?\d+)?\b", "N", text)  # values and shapes
@@ -771,6 +808,8 @@ def main(argv=None) -> int:
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--timeout", type=float, default=600, help="per conversion, seconds")
     parser.add_argument("--table", action="store_true", help="print the table of results.json")
+    parser.add_argument("--resume", action="store_true",
+                        help="convert only the files results.json has no row for")
     parser.add_argument("--generate-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.generate_worker:
@@ -786,7 +825,7 @@ def main(argv=None) -> int:
     keys = [k for k in ARCHITECTURES if not wanted or k in wanted
             or any(k.startswith(w + "/") for w in wanted)]
     exporters = [e for e in args.exporters.split(",") if e]
-    rows = run(keys, exporters, args.timeout)
+    rows = run(keys, exporters, args.timeout, args.resume)
     print(report(rows))
     return 0
 
