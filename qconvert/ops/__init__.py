@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     attention,
     cast,
     center_crop_pad,
+    col2im,
     compare,
     concat,
     contrib,

@@ -52,7 +52,6 @@ REFUSED: dict[str, str] = {
     "RoiAlign": "TFLite has no ROI pooling kernel (its boxes are data)",
     "MaxRoiPool": "TFLite has no ROI pooling kernel (its boxes are data)",
     "MaxUnpool": "TFLite has no unpooling kernel (its indices are data); not converted yet",
-    "Col2Im": "TFLite has no col2im kernel; not converted yet",
 }
 
 

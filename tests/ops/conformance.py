@@ -44,6 +44,7 @@ for _stft in ("test_stft", "test_stft_with_window"):
 for _affine in ("2d", "2d_align_corners", "3d", "3d_align_corners"):
     EXPECTED_FAILURES[f"test_affine_grid_{_affine}_expanded"] = (
         "the grid's shape is computed from the `size` graph input at run time")
+EXPECTED_FAILURES["test_col2im_5d"] = "a 3-D Col2Im: TFLite's transposed convolution is 2-D"
 for _range in ("bfloat16_type_positive_delta", "float16_type_positive_delta",
                "float_type_positive_delta", "int32_type_negative_delta"):
     EXPECTED_FAILURES[f"test_range_{_range}_expanded"] = (
@@ -127,6 +128,8 @@ PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "AffineGrid": (1,),
     # CenterCropPad's target shape: it sets the output's shape.
     "CenterCropPad": (1,),
+    # Col2Im's image_shape and block_shape: they set the output's shape.
+    "Col2Im": (1, 2),
 }
 
 
