@@ -312,6 +312,23 @@ def test_dynamic_leading_dims_default_without_a_shared_batch(tmp_path, name):
         np.testing.assert_array_equal(got[n + "_y"], want[n + "_y"])
 
 
+def test_a_pinned_dimension_name_sizes_the_other_inputs(tmp_path):
+    """--input-shape input_ids:2,5 sizes the attention mask's [batch, seq] too: same names."""
+    shapes = {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"], "length": ["batch"]}
+    model = _relu_each(shapes)
+    data, report, summary = _convert_cli(model, tmp_path, "--input-shape", "input_ids:2,5")
+    assert report["leading_dims"] == {"attention_mask": 2, "length": 2}
+    assert [i["shape"] for i in report["inputs"]] == [[2, 5], [2, 5], [2]]
+    rng = np.random.default_rng(4)
+    feeds = {"input_ids": rng.standard_normal((2, 5)).astype(np.float32),
+             "attention_mask": rng.standard_normal((2, 5)).astype(np.float32),
+             "length": rng.standard_normal(2).astype(np.float32)}
+    want = run_onnxruntime(model, feeds)
+    got = Interpreter(model_content=data).get_signature_runner()(**feeds)
+    for n in shapes:
+        np.testing.assert_array_equal(got[n + "_y"], want[n + "_y"])
+
+
 def test_input_shape_overrides_the_default(tmp_path):
     model = classifier("reshape_0")
     data, report, summary = _convert_cli(model, tmp_path, "--input-shape", "x:2,3,6,6")

@@ -64,18 +64,26 @@ def _dynamic(dim) -> bool:
     return not dim.HasField("dim_value") or dim.dim_value < 0
 
 
-def leading_sizes(inputs, pinned: dict[str, tuple[int, ...]]) -> dict[str, int]:
-    """The size a dynamic axis 0 takes, by input, where the shared batch (default_batch) does not
-    apply: inputs --input-shape (`pinned`) leaves out, whose axis 0 is dynamic -- a rank-1
-    `length`, `[batch, 256]` state inputs beside a pinned `[batch, seq]` one -- take the size a
-    pinned input gives the same dimension name, else 1, as a batch does. Other dynamic
-    dimensions still need --input-shape."""
-    named = {}
+def pinned_names(inputs, pinned: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """The sizes --input-shape (`pinned`) gives dimension names: a dimension of another input
+    under the same name (`seq` of an attention mask beside the pinned `input_ids`) has that size,
+    as ONNX's shared names mean."""
+    named: dict[str, int] = {}
     for value in inputs:
         if value.name in pinned and value.type.tensor_type.HasField("shape"):
             for dim, size in zip(value.type.tensor_type.shape.dim, pinned[value.name]):
                 if dim.HasField("dim_param") and dim.dim_param:
                     named.setdefault(dim.dim_param, size)
+    return named
+
+
+def leading_sizes(inputs, pinned: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """The size a dynamic axis 0 takes, by input, where the shared batch (default_batch) does not
+    apply: inputs --input-shape (`pinned`) leaves out, whose axis 0 is dynamic -- a rank-1
+    `length`, `[batch, 256]` state inputs beside a pinned `[batch, seq]` one -- take the size a
+    pinned input gives the same dimension name (pinned_names), else 1, as a batch does. Other
+    dynamic dimensions without a pinned name still need --input-shape."""
+    named = pinned_names(inputs, pinned)
     sizes = {}
     for value in inputs:
         dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else ()

@@ -133,9 +133,11 @@ class _Graph:
                 f"(inputs: {names})")
         # A dynamic batch (axis 0 of every input, one name) is set to 1 unless shapes are pinned;
         # else a dynamic axis 0 of an input --input-shape leaves out is set to 1 (or to the size
-        # --input-shape gives the same name).
+        # --input-shape gives the same name); any dimension named like one --input-shape pins
+        # has its size.
         self.batch = None if input_shapes else dynamic_batch.default_batch(self.inputs)
         leading = {} if self.batch is not None else dynamic_batch.leading_sizes(self.inputs, input_shapes)
+        named = dynamic_batch.pinned_names(self.inputs, input_shapes)
         for i in self.inputs:
             tt = i.type.tensor_type
             if not i.type.HasField("tensor_type"):
@@ -146,6 +148,7 @@ class _Graph:
                 dims = [1] + dims[1:]
             elif i.name in leading:
                 dims = [leading[i.name]] + dims[1:]
+            dims = [named.get(d, d) if isinstance(d, str) else d for d in dims]
             if i.name in input_shapes:
                 pinned = input_shapes[i.name]
                 if tt.HasField("shape") and len(pinned) != len(dims):
