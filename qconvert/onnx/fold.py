@@ -3,9 +3,9 @@
 The loader folds a node whose inputs are all known (loader._Graph._evaluate). It asks
 `fold(node, inputs)` first: a node whose op is in `_FOLDERS` is computed here with numpy, as
 onnxruntime computes it; any other goes to onnx's reference evaluator. Each entry says why it is
-here. tests/onnx/test_fold.py folds a hundred ops (float32, float16, integer) in graphs of initializers and
-compares the .tflite's constant with onnxruntime's output, so that a new gap of the reference
-evaluator shows there and its fix is one entry below.
+here. tests/onnx/test_fold.py folds a hundred ops (float32, float16, integer) in graphs of
+initializers and compares the .tflite's constants with onnxruntime's outputs, so that a new gap
+of the reference evaluator shows there and its fix is one entry below.
 """
 
 from __future__ import annotations
