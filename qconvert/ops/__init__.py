@@ -24,6 +24,7 @@ from . import (  # noqa: F401
     grid_sample,
     lrn,
     lstm,
+    max_unpool,
     nms,
     norms,
     onehot,

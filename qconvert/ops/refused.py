@@ -51,7 +51,6 @@ REFUSED: dict[str, str] = {
     "DeformConv": "TFLite has no deformable convolution (its sampling offsets are data)",
     "RoiAlign": "TFLite has no ROI pooling kernel (its boxes are data)",
     "MaxRoiPool": "TFLite has no ROI pooling kernel (its boxes are data)",
-    "MaxUnpool": "TFLite has no unpooling kernel (its indices are data); not converted yet",
 }
 
 
