@@ -8,7 +8,9 @@ largest integers) to the IR, where transforms/store_integer_weights.py writes th
 those integers. Only onnxruntime's pattern converts: a run-time quantized activation read by
 integer products only (its scale by Mul, or by MatMulIntegerToFloat with the activation), their
 int32 sums read by a Cast to float; anything else is refused in one line naming the node. A model
-without these ops is left untouched.
+without these ops is left untouched. Integer embedding tables (quantize_dynamic's Gather, a QDQ
+model's gathered constant) become float tables the same way, noted for the Gather so that the
+table is written back 8-bit (_integer_tables).
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ import onnx
 from onnx import helper
 
 from ..errors import ConversionError
-from ..ops.dynamic_quant import (DYNAMIC_QUANTIZE, FAMILY, INTEGER_PRODUCTS, INTEGER_TO_FLOAT,
-                                 INTEGER_WEIGHTS, QUANTIZED_LSTM, QUANTIZED_MATMUL, beyond_int8,
+from ..ops.dynamic_quant import (DEQUANTIZE_LINEAR, DYNAMIC_QUANTIZE, FAMILY, GATHER,
+                                 INTEGER_PRODUCTS, INTEGER_TO_FLOAT, INTEGER_WEIGHTS,
+                                 QUANTIZED_LSTM, QUANTIZED_MATMUL, TABLE_DTYPES, beyond_int8,
                                  float_cast, float_fused_matmul, float_lstm, float_product, key,
-                                 largest, levels)
+                                 largest, levels, table_dequantization, table_params)
 
 log = logging.getLogger("qconvert")
 # Which input of an op reading a DynamicQuantizeLinear's output may take it, with the input that
@@ -32,31 +35,48 @@ _ACTIVATION_READERS = {**{kind: dict(pair for pair, _ in operands)
                        INTEGER_TO_FLOAT: {0: 4}}
 
 
-def dequantize(graph) -> None:
-    """Rewrites the family's nodes of `graph` (loader._Graph, before shape inference) into float
-    nodes; their new constants join graph.constants, the nodes keep their names in messages."""
-    if not any(key(node) in FAMILY for node in graph.nodes):
-        return
+def _readers(nodes) -> dict[str, list]:
+    """Value name -> the (node, input index) pairs reading it."""
     readers: dict[str, list] = {}
-    for node in graph.nodes:
+    for node in nodes:
         for index, name in enumerate(node.input):
             if name:
                 readers.setdefault(name, []).append((node, index))
-    graph_outputs = {o.name for o in graph.graph.output}
-    taken = set(graph.constants) | set(readers) | graph_outputs | _names(graph.graph)
-    taken |= {o for node in graph.nodes for o in node.output}
+    return readers
 
-    def fresh(hint: str) -> str:
+
+class _Additions:
+    """New value names (none of the graph's) and new constants of the loader's graph."""
+
+    def __init__(self, graph, readers: dict):
+        self.graph = graph
+        self.taken = set(graph.constants) | set(readers) | {o.name for o in graph.graph.output}
+        self.taken |= _names(graph.graph) | {o for node in graph.nodes for o in node.output}
+
+    def fresh(self, hint: str) -> str:
         name, k = hint, 1
-        while name in taken:
+        while name in self.taken:
             name, k = f"{hint}_{k}", k + 1
-        taken.add(name)
+        self.taken.add(name)
         return name
 
-    def add_constant(name: str, value: np.ndarray) -> None:
-        graph.constants[name] = value
-        graph.shapes[name] = value.shape
-        graph.dtypes[name] = value.dtype
+    def add_constant(self, name: str, value: np.ndarray) -> None:
+        self.graph.constants[name] = value
+        self.graph.shapes[name] = value.shape
+        self.graph.dtypes[name] = value.dtype
+
+
+def dequantize(graph) -> None:
+    """Rewrites the family's nodes of `graph` (loader._Graph, before shape inference) into float
+    nodes, and its integer embedding tables into float ones (_integer_tables); their new
+    constants join graph.constants, the nodes keep their names in messages."""
+    tables = _integer_tables(graph)
+    if not any(key(node) in FAMILY for node in graph.nodes):
+        return
+    readers = _readers(graph.nodes)
+    graph_outputs = {o.name for o in graph.graph.output}
+    additions = _Additions(graph, readers)
+    fresh, add_constant = additions.fresh, additions.add_constant
 
     def label(node) -> str:
         return f"{graph.names[id(node)]!r} ({node.op_type})"
@@ -64,7 +84,8 @@ def dequantize(graph) -> None:
     dropped = _check_scales(graph, readers, graph_outputs, label)
     producer = {o: n for n in graph.nodes for o in n.output if o}
     scales = {n.output[1] for n in graph.nodes if key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
-    quantized: dict[str, tuple[str, str]] = {}  # a rewritten activation -> its zero point, scale
+    # a rewritten activation -> its zero point, scale (a gathered table's levels: no scale)
+    quantized: dict[str, tuple[str, str]] = {name: (zero, "") for name, zero in tables.items()}
     records: dict[str, tuple[list, str]] = {}  # node -> its weights' scales, why not int8 on them
     nodes = []
     for node in graph.nodes:
@@ -119,24 +140,129 @@ def _markers(records: dict, graph, label, fresh, add_constant) -> list:
     (transforms/store_integer_weights.py). A weight that is not int8 on one scale per tensor or
     per output channel (uint8 levels beyond int8's range, an LSTM's per-row scales) is requantized
     there, as --weight-only does: said here."""
-    domain, op_type = INTEGER_WEIGHTS.split(".")
-    if records and domain not in graph.opsets:  # shape inference wants the domain declared
-        graph.proto.opset_import.append(helper.make_opsetid(domain, 1))
-        graph.opsets[domain] = 1
     markers = []
     for name, (scales, why) in records.items():
         if why:
             log.warning("warning: node %r: %s; dequantized, then requantized to TFLite's int8 "
                         "weights as --weight-only does", name, why)
-        inputs = []
-        for scale, top in [] if why else scales:
-            inputs += [fresh(f"{name}_weight_scale"), fresh(f"{name}_weight_largest")]
-            add_constant(inputs[-2], np.asarray(scale, np.float32))
-            add_constant(inputs[-1], np.asarray(top, np.float32))
-        marker = helper.make_node(op_type, inputs, [], domain=domain, source=name)
-        graph.names[id(marker)] = f"{name} (integer weights)"
-        markers.append(marker)
+        markers.append(_marker(graph, name, [] if why else scales,
+                               ("weight_scale", "weight_largest"), fresh, add_constant))
     return markers
+
+
+def _marker(graph, source: str, pairs: list, hints: tuple[str, str], fresh, add_constant):
+    """The INTEGER_WEIGHTS node of node `source` with its (value, value) `pairs` as constants."""
+    domain, op_type = INTEGER_WEIGHTS.split(".")
+    if domain not in graph.opsets:  # shape inference wants the domain declared
+        graph.proto.opset_import.append(helper.make_opsetid(domain, 1))
+        graph.opsets[domain] = 1
+    inputs = []
+    for pair in pairs:
+        for hint, value in zip(hints, pair):
+            inputs.append(fresh(f"{source}_{hint}"))
+            add_constant(inputs[-1], np.asarray(value, np.float32))
+    marker = helper.make_node(op_type, inputs, [], domain=domain, source=source)
+    graph.names[id(marker)] = f"{source} (integer weights)"
+    return marker
+
+
+def _integer_tables(graph) -> dict[str, str]:
+    """The integer embedding tables of `graph` (ops/dynamic_quant.py, DEQUANTIZE_LINEAR) as float
+    ones, each Gather of one noted (an INTEGER_WEIGHTS node: the table's scale and zero point)
+    so that the table is written back as its integers:
+    - DequantizeLinear(Gather(table, indices)): a copy of the Gather reads the dequantized table
+      (q - z) * s, the very floats DequantizeLinear gives, and writes the DQ's output;
+    - Gather(DequantizeLinear(table), indices): the DQ's output becomes that constant;
+    - quantize_dynamic's Gather read by MatMulInteger as A (with one zero point z): the Gather
+      reads the levels q - z, which the float MatMul takes as the activation, and the table is
+      noted at scale 1. Returns {such a Gather's output: the zero point's name}.
+    A Gather whose integer output something else reads stays, for that reader."""
+    readers = _readers(graph.nodes)
+    producer = {o: n for n in graph.nodes for o in n.output if o}
+    outputs = {o.name for o in graph.graph.output}
+    kinds = {id(n): table_dequantization(n, graph.constants.get, producer.get,
+                                         lambda name: readers.get(name, []), outputs)
+             for n in graph.nodes if key(n) == DEQUANTIZE_LINEAR}
+    dequantized = {k for k, kind in kinds.items() if kind == "gathered"}  # read as levels too
+    levels_read = [n for n in graph.nodes
+                   if key(n) == GATHER and _integer_constant(graph, n.input[0])
+                   and _levels_zero(n, readers, outputs, graph.constants, dequantized) is not None]
+    if not any(kinds.values()) and not levels_read:
+        return {}
+    additions = _Additions(graph, readers)
+    records: dict[str, list] = {}  # a Gather's name -> its tables' (scale, zero point)
+    tables: dict[tuple, str] = {}  # (table, scale, zero point) -> its float copy
+    replaced: dict[int, object] = {}  # id(node) -> its replacement (None: dropped)
+
+    def float_table(table: str, scale: np.ndarray, zero: np.ndarray) -> str:
+        index = (table, float(scale), int(zero))
+        if index not in tables:
+            q = graph.constants[table]
+            value = ((q.astype(np.float64) - float(zero)) * float(scale)).astype(np.float32)
+            tables[index] = additions.fresh(f"{table}_{'levels' if scale == 1 else 'dequantized'}")
+            additions.add_constant(tables[index], value)
+        return tables[index]
+
+    def gather_copy(gather, table: str, output: str):
+        copy = onnx.NodeProto()
+        copy.CopyFrom(gather)
+        copy.input[0], copy.output[0] = table, output
+        graph.names[id(copy)] = graph.names[id(gather)]
+        return copy
+
+    for node in graph.nodes:
+        kind = kinds.get(id(node), "")
+        if kind == "gathered":
+            gather = producer[node.input[0]]
+            scale, zero = table_params(node, graph.constants.get, gather.input[0])
+            copy = gather_copy(gather, float_table(gather.input[0], scale, zero), node.output[0])
+            replaced[id(node)] = copy
+            records.setdefault(graph.names[id(gather)], []).append((scale, zero))
+            if node.input[0] not in outputs and all(kinds.get(id(r)) == "gathered"
+                                                    for r, _ in readers[node.input[0]]):
+                replaced[id(gather)] = None
+        elif kind == "gathers":
+            scale, zero = table_params(node, graph.constants.get)
+            table = float_table(node.input[0], scale, zero)
+            additions.add_constant(node.output[0], graph.constants[table])
+            replaced[id(node)] = None
+            for gather, _ in readers[node.output[0]]:
+                records.setdefault(graph.names[id(gather)], []).append((scale, zero))
+    levels: dict[str, str] = {}
+    for gather in levels_read:
+        zero_name = _levels_zero(gather, readers, outputs, graph.constants, dequantized)
+        zero = (np.asarray(graph.constants[zero_name]).reshape(()) if zero_name
+                else np.zeros((), graph.constants[gather.input[0]].dtype))
+        one = np.float32(1)
+        replaced[id(gather)] = gather_copy(gather, float_table(gather.input[0], one, zero),
+                                           gather.output[0])
+        records.setdefault(graph.names[id(gather)], []).append((one, zero))
+        levels[gather.output[0]] = zero_name
+    nodes = [replaced.get(id(n), n) for n in graph.nodes]
+    graph.nodes = [n for n in nodes if n is not None] + [
+        _marker(graph, name, pairs, ("table_scale", "table_zero_point"), additions.fresh,
+                additions.add_constant) for name, pairs in records.items()]
+    return levels
+
+
+def _integer_constant(graph, name: str) -> bool:
+    value = graph.constants.get(name)
+    return value is not None and np.asarray(value).dtype in TABLE_DTYPES
+
+
+def _levels_zero(gather, readers: dict, outputs: set, constants: dict, ignored: set) -> str | None:
+    """The zero point's name ("" when omitted) with which MatMulIntegers read `gather`'s output,
+    as A, all with that one scalar constant, and nothing else but the `ignored` nodes; None when
+    not so read."""
+    output = gather.output[0] if gather.output else ""
+    uses = [(r, i) for r, i in readers.get(output, []) if id(r) not in ignored]
+    if not uses or output in outputs or any(key(r) != "MatMulInteger" or i != 0 for r, i in uses):
+        return None
+    zeros = {r.input[2] if len(r.input) > 2 else "" for r, _ in uses}
+    zero = zeros.pop() if len(zeros) == 1 else None
+    if zero is None or (zero and (zero not in constants or np.size(constants[zero]) != 1)):
+        return None
+    return zero
 
 
 def _product_scales(node, graph, readers: dict, producer: dict, scales: set) -> list[np.ndarray]:

@@ -59,10 +59,18 @@ INTEGER_TO_FLOAT = "com.microsoft.MatMulIntegerToFloat"
 FAMILY = {DYNAMIC_QUANTIZE, QUANTIZED_LSTM, QUANTIZED_MATMUL, INTEGER_TO_FLOAT, *INTEGER_PRODUCTS}
 # The loader's note to the importers: a node of this private domain, without outputs, naming (in
 # its `source` attribute) a node whose weights were integers, its inputs pairs of the scale one
-# was stored with and its largest |integer| (each one value, or one per output channel). Its
-# importer records them in Model.integer_weights, where transforms/store_integer_weights.py
-# finds them.
+# was stored with and its largest |integer| (each one value, or one per output channel); for a
+# Gather whose table was integers, pairs of the table's scale and zero point. Its importer
+# records them in Model.integer_weights, where transforms/store_integer_weights.py finds them.
 INTEGER_WEIGHTS = "qconvert.IntegerWeights"
+# An integer embedding table (quantize_dynamic's Gather, or a QDQ model's constant): an int8 or
+# uint8 initializer gathered, then dequantized with one scale and zero point (or dequantized,
+# then gathered). TFLite's GATHER reads int8 and uint8 tables and DEQUANTIZE computes
+# (q - zero point) * scale as DequantizeLinear does, so the table stays 8-bit: the loader
+# gathers its float values and notes the scale and zero point (INTEGER_WEIGHTS), and
+# transforms/store_integer_weights.py writes the table back as those integers.
+DEQUANTIZE_LINEAR, GATHER = "DequantizeLinear", "Gather"
+TABLE_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 # DynamicQuantizeLSTM's inputs: X, W, R, B, sequence_lens, initial_h, initial_c, P (ONNX LSTM's,
 # but W is [D, input, 4H] and R [D, H, 4H]: transposed), then W_scale, W_zero_point, R_scale,
 # R_zero_point, one per direction [D] or per gate row [D, 4H].
@@ -73,6 +81,45 @@ _FLOAT_TYPES = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 def key(node) -> str:
     return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
+def table_params(node, constant, table: str = "") -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, zero point), float32 and the table's integer scalars, of DequantizeLinear `node`
+    when it dequantizes an int8 or uint8 table (its input, or the constant `table` that input
+    gathers) to float32 with one scale and zero point, all constants (`constant(name)`: a
+    constant's value or None); None otherwise."""
+    inputs = list(node.input) + [""] * (3 - len(node.input))
+    table, scale = constant(table or inputs[0]), constant(inputs[1])
+    zero = constant(inputs[2]) if inputs[2] else None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if (table is None or scale is None or (inputs[2] and zero is None)
+            or attrs.get("output_dtype", 1) != 1 or attrs.get("block_size", 0)):
+        return None
+    table, scale = np.asarray(table), np.asarray(scale)
+    zero = np.zeros((), table.dtype) if zero is None else np.asarray(zero)
+    if (table.dtype not in TABLE_DTYPES or zero.dtype != table.dtype or scale.dtype != np.float32
+            or scale.size != 1 or zero.size != 1
+            or not (np.isfinite(scale).all() and scale.item() > 0)):
+        return None
+    return scale.reshape(()), zero.reshape(())
+
+
+def table_dequantization(node, constant, producer, readers, outputs) -> str:
+    """How DequantizeLinear `node` dequantizes an integer embedding table that stays integer (see
+    DEQUANTIZE_LINEAR): "gathered" when it reads Gather(table, indices), "gathers" when only
+    Gathers read its output (as their data) and it reads the table; "" otherwise. `constant`,
+    `producer(name)` (the node writing it or None) and `readers(name)` ((node, input index)
+    pairs) describe the graph; `outputs` are its output names."""
+    if key(node) != DEQUANTIZE_LINEAR or not node.input:
+        return ""
+    gather = producer(node.input[0])
+    if gather is not None and key(gather) == GATHER:
+        return "gathered" if table_params(node, constant, gather.input[0]) is not None else ""
+    uses = readers(node.output[0])
+    if (table_params(node, constant) is None or node.output[0] in outputs or not uses
+            or any(key(reader) != GATHER or index != 0 for reader, index in uses)):
+        return ""
+    return "gathers"
 
 
 def float_cast(node) -> bool:

@@ -14,7 +14,9 @@ int32 -> DequantizeLinear. TOCO read its ranges from FakeQuant nodes the same wa
 - a constant under DQ (or under Q -> DQ) becomes the float initializer it dequantizes to, the
   values the model computes with. Weights quantized symmetric per channel onto [-127, 127] (what
   onnxruntime, PyTorch and TFLite write) requantize to the same integers and scales; a bias
-  requantizes to the same int32 at input scale x weight scale.
+  requantizes to the same int32 at input scale x weight scale. But an int8 or uint8 embedding
+  table with one scale and zero point, gathered then dequantized (or dequantized, then read by
+  Gathers only), keeps its DQ: the loader keeps the table integer (onnx/dynamic_quant.py).
 An int16 pair gives its range the same way (symmetric: a zero point is widened away, with a
 warning), and the nodes writing and reading the tensor run their 16x8 kernels where TFLite has one
 (int16_nodes).
@@ -36,6 +38,7 @@ from onnx import helper, numpy_helper
 from ..errors import ConversionError
 from ..ir import MinMax, Model, counterpart
 from ..onnx.loader import node_names, onnx_names
+from ..ops.dynamic_quant import table_dequantization
 from ..transforms.quantization import QDQ_SOURCE, params_for_range, set_loaded_ranges
 from .names import FreshNames
 
@@ -89,6 +92,11 @@ class _Graph:
                 self.readers.setdefault(i, []).append(n)
         self.outputs = {o.name for o in graph.output}
         self.inputs = {i.name for i in graph.input}
+
+    def uses(self, name: str) -> list[tuple[onnx.NodeProto, int]]:
+        """The (node, input index) pairs that read `name`."""
+        readers = {id(n): n for n in self.readers.get(name, [])}.values()
+        return [(n, k) for n in readers for k, i in enumerate(n.input) if i == name]
 
     def constant(self, name: str) -> np.ndarray | None:
         if name in self.initializers:
@@ -180,6 +188,12 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
         scale, zero, axis = _params(g, node)
         value = g.constant(x)
         quantize = g.producer.get(x)
+        if table_dequantization(node, g.constant, g.producer.get, g.uses, g.outputs):
+            # An integer embedding table gathered: the loader keeps it integer (TFLite's GATHER
+            # reads it, a DEQUANTIZE makes the rows float; onnx/dynamic_quant.py): the DQ stays.
+            table = value if value is not None else g.constant(quantize.input[0])
+            found.constants[y] = str(table.dtype)
+            continue
         if value is not None:  # an integer initializer: a weight or a bias
             _replace_by_constant(g, node, _checked(node, x, value.shape, _dequantized, value, scale,
                                                    zero, axis))

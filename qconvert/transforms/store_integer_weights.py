@@ -38,6 +38,7 @@ from .helpers import dequantize_for
 
 log = logging.getLogger("qconvert")
 FLOAT32 = np.dtype(np.float32)
+TABLE_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))  # what TFLite's GATHER and DEQUANTIZE read
 # How far w / s may be from an integer: its float rounding is below 128 * 2**-23 (the levels reach
 # 255 at most); a value off the grid is a fraction of a step away.
 _GRID_TOLERANCE = 1e-3
@@ -155,6 +156,7 @@ def store_integer_weights(model: Model) -> bool:
             op.options["asymmetric_quantize_inputs"] = True
         _drop_zero_bias(model, op)
         changed = True
+    changed |= _store_tables(model, records, stored)
     order: dict[Operator, int] | None = None
     for (name, _), (new, exact) in stored.items():
         uses = [(op, i) for op in dict.fromkeys(model.consumers(name))
@@ -165,25 +167,90 @@ def store_integer_weights(model: Model) -> bool:
     return changed
 
 
+def table_integers(w: np.ndarray, pairs: list) -> tuple[np.ndarray, QuantParams] | None:
+    """An embedding table `w` as the integers it was stored as: (q, params), q int8 or uint8 with
+    float32((q - zero point) * scale) == w bit for bit, from the first recorded (scale, zero
+    point) pair that gives w back; None when none does. The recorded zero point is kept where the
+    integers fit int8 or uint8 with it (a uint8 table stays uint8), else they are re-centred."""
+    for scale, zero in pairs:
+        scale, zero = np.float32(np.asarray(scale).reshape(())), int(np.asarray(zero).reshape(()))
+        if not (np.isfinite(scale) and scale > 0):
+            continue
+        levels = np.round(w.astype(np.float64) / np.float64(scale))
+        if np.abs(levels).max(initial=0) > 255 or not np.array_equal(
+                (levels * np.float64(scale)).astype(np.float32), w):
+            continue
+        low, high = levels.min(initial=0), levels.max(initial=0)
+        for dtype, z in ((np.int8, zero), (np.uint8, zero), (np.int8, 0), (np.uint8, 128)):
+            info = np.iinfo(dtype)
+            if info.min <= z <= info.max and info.min <= low + z and high + z <= info.max:
+                q = (levels + z).astype(dtype)
+                return q, QuantParams(np.array([scale], np.float32), np.array([z], np.int64))
+    return None
+
+
+def _store_tables(model: Model, records: dict, stored: dict) -> bool:
+    """Each GATHER whose source's table was integers (a recorded (scale, zero point)) reads the
+    table as those integers, int8 or uint8 (both TFLite's GATHER reads) and a DEQUANTIZE makes
+    the gathered rows float32, (q - zero point) * scale, the very floats onnxruntime's
+    DequantizeLinear gives. Another op still reading the float table reads the integers through
+    a DEQUANTIZE (a table that is also a weight). A table that is no longer on the recorded grid
+    stays float, with a warning."""
+    changed, off_grid = False, set()
+    for op in list(model.operators):
+        if (op.type != "GATHER" or op.source not in records
+                or not _float_constant(model, op.inputs[0])):
+            continue
+        name, out = op.inputs[0], op.outputs[0]
+        if (name, "table") not in stored and name not in off_grid:
+            found = table_integers(model.arrays[name].data, records[op.source])
+            if found is None:
+                log.warning("warning: node %r: its embedding table %r is not on the integer grid "
+                            "it was stored with; written float", op.source, name)
+                off_grid.add(name)
+                continue
+            q, params = found
+            table = model.add_array(typed_name(name, q.dtype), q.shape, q.dtype, q)
+            model.arrays[table].quant = params
+            stored[(name, "table")] = (table, True)
+        if name in off_grid:
+            continue
+        table = stored[(name, "table")][0]
+        array = model.arrays[table]
+        rows = model.add_array(typed_name(out, array.dtype), model.arrays[out].shape, array.dtype)
+        model.arrays[rows].quant = QuantParams(array.quant.scale.copy(),
+                                               array.quant.zero_point.copy())
+        model.set_input(op, 0, table)
+        model.set_output(op, 0, rows)
+        model.insert_after(op, Operator("DEQUANTIZE", [rows], [out], source=op.source))
+        changed = True
+    return changed
+
+
 def restore_float_weights(model: Model) -> bool:
     """Undoes store_integer_weights before --quantize or --float16, which start from float
-    weights: each int8 weight it wrote becomes float32 q * s again (the very float32 values the
-    float steps had made, when the integers were exact), its DEQUANTIZEs go and the ops read it
-    as float kernels do."""
+    weights: each int8 weight (or int8 or uint8 table) it wrote becomes float32 (q - z) * s
+    again (the very float32 values the float steps had made, when the integers were exact), its
+    DEQUANTIZEs go (a table's, after its GATHERs, too) and the ops read it as float kernels do."""
     if not model.integer_weights:
         return False
     restored = set()
     for name, array in model.arrays.items():
-        if array.is_constant and array.dtype == np.int8 and array.quant is not None:
+        if array.is_constant and array.dtype in TABLE_DTYPES and array.quant is not None:
             params, shape = array.quant, ()
             if params.axis is not None:
                 shape = [-1 if a == params.axis else 1 for a in range(array.data.ndim)]
             scale = params.scale.astype(np.float32).reshape(shape)
-            array.data = (array.data.astype(np.float32) * scale).astype(np.float32)
+            zero = params.zero_point.astype(np.float32).reshape(shape)
+            array.data = ((array.data.astype(np.float32) - zero) * scale).astype(np.float32)
             array.dtype, array.quant, array.narrow_range = FLOAT32, None, False
             restored.add(name)
     for op in model.operators:
-        if op.type == "DEQUANTIZE" and op.inputs[0] in restored:
+        if op.type == "GATHER" and op.inputs[0] in restored:  # its rows float again
+            for dequantize in model.consumers(op.outputs[0]):
+                model.remove_operator(dequantize)
+                model.set_output(op, 0, dequantize.outputs[0])
+        elif op.type == "DEQUANTIZE" and op.inputs[0] in restored:
             model.remove_operator(op)
             model.rename_uses(op.outputs[0], op.inputs[0])
         elif restored.intersection(op.inputs):

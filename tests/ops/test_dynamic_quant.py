@@ -487,3 +487,144 @@ def test_integer_to_float_reads_its_own_quantization():
                                               r"is not a DynamicQuantizeLinear output read with its own "
                                               r"scale and zero point"):
         convert_proto(model)
+
+
+# --- integer embedding tables: quantize_dynamic's Gather ------------------------------------------
+V, D = 1000, 64
+
+
+def _embedding(rng, direct: bool = False, rows_out: bool = True) -> onnx.ModelProto:
+    """ids [2, 7] -> Gather from a [V, D] table -> (+ pos, unless `direct`) -> MatMul -> Relu ->
+    MatMul -> y, with the gathered rows (h) an output too when `rows_out`."""
+    rows = "e" if direct else "h"
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"])]
+    nodes += [] if direct else [helper.make_node("Add", ["e", "pos"], ["h"])]
+    nodes += [helper.make_node("MatMul", [rows, "w1"], ["m"]),
+              helper.make_node("Relu", ["m"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    outputs = {rows: TensorProto.FLOAT} if rows_out else {}
+    outputs["y"] = TensorProto.FLOAT
+    return make_model(nodes, {"ids": (TensorProto.INT64, (2, 7))}, outputs,
+                      {"table": rng.standard_normal((V, D)).astype(np.float32),
+                       "pos": rng.standard_normal((7, D)).astype(np.float32) * 0.1,
+                       "w1": rng.standard_normal((D, D)).astype(np.float32) * 0.1,
+                       "w2": rng.standard_normal((D, 16)).astype(np.float32) * 0.1})
+
+
+def _ids(seed: int) -> dict[str, np.ndarray]:
+    """Token ids over the whole table, negative ones (counted from the end) too."""
+    return {"ids": np.random.default_rng(seed).integers(-V, V, (2, 7)).astype(np.int64)}
+
+
+def _tables(flatbuffer: bytes) -> list:
+    """(tensor, its integers) of each 8-bit constant of the .tflite that GATHER reads."""
+    from qconvert.tflite.reader import buffer_data, read
+
+    model = read(flatbuffer)
+    gathered = {op.inputs[0] for op in model.operators if op.name == "GATHER"}
+    return [(t, buffer_data(flatbuffer, t.buffer).view(np.dtype(t.dtype.lower())).reshape(t.shape))
+            for k, t in enumerate(model.tensors) if k in gathered and t.data_offset is not None
+            and t.dtype in ("INT8", "UINT8")]
+
+
+def _assert_same_table(flatbuffer: bytes, quantized: onnx.ModelProto, count: int = 1) -> None:
+    """The .tflite's GATHER tables are onnxruntime's uint8 table with its scale and zero point
+    (or, read as MatMulInteger's A, its levels: scale 1, the same zero point)."""
+    stored = _stored(quantized)
+    tables = _tables(flatbuffer)
+    assert len(tables) == count, [t.name for t, _ in tables]
+    for tensor, q in tables:
+        assert tensor.dtype == "UINT8"
+        np.testing.assert_array_equal(q, stored["table_quantized"])
+        assert tensor.zero_points == [int(stored["table_zero_point"])]
+        assert tensor.scales[0] in (1.0, np.float32(stored["table_scale"]))
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["dequantized", "read_by_matmul_integer"])
+def test_embedding_table_stays_uint8(tmp_path, direct):
+    """quantize_dynamic stores the Gather's table as uint8 with a scale and zero point: the
+    .tflite keeps those integers, GATHER reads them and DEQUANTIZE gives the rows onnxruntime's
+    DequantizeLinear gives, bit for bit (h, and e where MatMulInteger also reads the integer rows);
+    the MatMuls behind them stay within onnxruntime's activation rounding (SQNR)."""
+    quantized = _quantize(_embedding(np.random.default_rng(3), direct), tmp_path,
+                          op_types_to_quantize=["Gather", "MatMul"])
+    assert {"Gather", "DequantizeLinear"} <= {n.op_type for n in quantized.graph.node}
+    flatbuffer, report = convert_proto(quantized)
+    # read by MatMulInteger as its A too: the levels q - z at scale 1 are a second table
+    _assert_same_table(flatbuffer, quantized, 2 if direct else 1)
+    rows = "e" if direct else "h"
+    for seed in (1, 2):
+        feeds = _ids(seed)
+        got, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(quantized, feeds)
+        np.testing.assert_array_equal(got[rows], expected[rows])
+        assert sqnr_db(expected["y"], got["y"]) > 35, sqnr_db(expected["y"], got["y"])
+
+
+def test_embedding_read_by_matmul_integer_only(tmp_path):
+    """quantize_dynamic's Gather read by a MatMul only: MatMulInteger multiplies the gathered
+    uint8 rows themselves (with the table's zero point), so the .tflite's table holds the same
+    integers at scale 1 and the hybrid FULLY_CONNECTED reads their levels; the table is 8-bit
+    and y within the activation rounding of the hybrid kernel (SQNR)."""
+    model = _embedding(np.random.default_rng(4), direct=True, rows_out=False)
+    quantized = _quantize(model, tmp_path, op_types_to_quantize=["Gather", "MatMul"])
+    assert "DequantizeLinear" not in {n.op_type for n in quantized.graph.node}
+    flatbuffer, report = convert_proto(quantized)
+    _assert_same_table(flatbuffer, quantized)
+    for seed in (1, 2):
+        feeds = _ids(seed)
+        got, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(quantized, feeds)
+        assert sqnr_db(expected["y"], got["y"]) > 35, sqnr_db(expected["y"], got["y"])
+
+
+@pytest.mark.parametrize("mode", ["weight_only", "float16", "quantize"])
+def test_embedding_table_with_weight_modes(tmp_path, mode):
+    """--weight-only keeps the uint8 table as it is; --float16 and --quantize start from the
+    float table (restore_float_weights), which --float16 stores as float16 and --quantize as
+    int8. Each runs and stays close to onnxruntime."""
+    from qconvert.transforms.pipeline import QuantizeOptions
+
+    quantized = _quantize(_embedding(np.random.default_rng(5)), tmp_path,
+                          op_types_to_quantize=["Gather", "MatMul"])
+    if mode == "quantize":
+        samples = {"ids": np.stack([_ids(seed)["ids"] for seed in range(10, 26)])}
+        np.savez(tmp_path / "calibration.npz", **samples)
+        flatbuffer, report = convert_proto(quantized, quantize=QuantizeOptions(),
+                                           calibration=str(tmp_path / "calibration.npz"))
+    else:
+        weights = "int8" if mode == "weight_only" else "float16"
+        flatbuffer, report = convert_proto(quantized, weights=weights)
+    tables = _tables(flatbuffer)
+    if mode == "weight_only":
+        _assert_same_table(flatbuffer, quantized)
+    elif mode == "quantize":
+        assert [t.dtype for t, _ in tables] == ["INT8"]
+    else:
+        assert tables == []
+    for seed in (1, 2):
+        feeds = _ids(seed)
+        got, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(quantized, feeds)
+        for name in ("h", "y"):
+            assert sqnr_db(expected[name], got[name]) > (25 if mode == "quantize" else 35), name
+
+
+def test_bert_embeddings_keep_the_file_small(tmp_path):
+    """The zoo's BERT (bench/zoo.py: 1000 tokens, 2 layers of 64) through quantize_dynamic: its
+    word embeddings stay uint8, so the .tflite is no bigger than the dynamic int8 ONNX file, and
+    its output stays within onnxruntime's activation rounding."""
+    torch = pytest.importorskip("torch", reason="torch is the qat extra: pip install -e '.[qat]'")
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    from bench import zoo
+
+    _, name, kind, spec = zoo.ARCHITECTURES["hf/bert/bert"]
+    module, example, names, outputs = zoo.build(kind, name, spec)
+    source, target = tmp_path / "bert.onnx", tmp_path / "dynamic.onnx"
+    torch.onnx.export(module, example, str(source), input_names=names, output_names=outputs,
+                      opset_version=17, dynamo=False)
+    quantize_dynamic(str(source), str(target))
+    quantized = onnx.load(target)
+    flatbuffer, report = convert_proto(quantized)
+    assert len(flatbuffer) <= target.stat().st_size, (len(flatbuffer), target.stat().st_size)
+    tables = _tables(flatbuffer)
+    assert [(t.dtype, t.shape) for t, _ in tables] == [("UINT8", [1000, 64])]
+    feeds = {n: t.numpy() for n, t in zip(names, example)}
+    got, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(quantized, feeds)
+    assert sqnr_db(expected["output"], got["output"]) > 35
