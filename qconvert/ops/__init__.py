@@ -40,6 +40,7 @@ from . import (  # noqa: F401
     softmax,
     space_depth,
     spectral,
+    tensor_scatter,
     tile,
     topk,
     trilu,
