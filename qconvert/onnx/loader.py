@@ -23,11 +23,10 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
-from . import control_flow, dynamic_batch, dynamic_quant, fold
+from . import control_flow, dynamic_batch, dynamic_quant, node_types, fold
 from ..errors import FOLDED_BYTES, ConversionError, UsageError
 from ..ir import DynamicBatch, Model, Operator
 from .file import OnnxFile
-from ..ops import contrib
 from ..ops.refused import refusal
 from ..ops.registry import ONNX_IMPORTERS
 from .validate import check_model, check_node_types, type_name
@@ -37,9 +36,6 @@ log = logging.getLogger("qconvert")
 # Ops never folded at load time: their value is not a function of their inputs.
 _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                  "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
-# Initializers bigger than this are shown to shape inference as typed inputs, not as data, so that
-# inference does not copy the weights (it only needs their shapes).
-_INFERENCE_DATA_LIMIT = 4096
 _INT32 = np.iinfo(np.int32)
 # Tensor types a float model may compute in: TFLite's float kernels take float32, int32 and bool;
 # the others compute as one of those (_NARROWED).
@@ -181,10 +177,10 @@ class _Graph:
                    [helper.make_tensor_value_info(o.name, 0, None) for o in self.graph.output])
         g = helper.make_graph(self.nodes, self.graph.name or "g", [], outputs,
                               value_info=control_flow.loop_output_shapes(self)
-                              + contrib.value_info(self.nodes, self.shapes, self.dtypes))
+                              + node_types.value_info(self.nodes, self.shapes, self.dtypes))
         for name in [i.name for i in self.inputs] + list(self.constants):
             value = self.constants.get(name)
-            if value is not None and value.size <= _INFERENCE_DATA_LIMIT and value.dtype.kind in "fiub":
+            if value is not None and value.size <= node_types.DATA_LIMIT and value.dtype.kind in "fiub":
                 g.initializer.append(numpy_helper.from_array(value, name))
             else:
                 g.input.append(helper.make_tensor_value_info(
@@ -201,9 +197,6 @@ class _Graph:
         contradicts the computation would make a model LiteRT refuses); a declared output shape
         is used only where inference finds none (onnx cannot infer some function ops)."""
         self._take(self._inference(declared=False), None)
-        while contrib.infer_types(self.nodes, self.shapes, self.dtypes, self.constants, self.opsets):
-            # onnx knows no contrib op: their outputs' types, then inference again from them
-            self._take(self._inference(declared=False), None)
         missing = {o.name for o in self.graph.output} - set(self.shapes)
         if missing:
             self._take(self._inference(declared=True), missing)
@@ -245,12 +238,17 @@ class _Graph:
 
     # --- load-time folding --------------------------------------------------------------------
     def fold_constants(self) -> bool:
-        """Evaluates every node whose inputs are all known; Shape/Size of static tensors too."""
+        """Evaluates every node whose inputs are all known; Shape/Size of static tensors too. A
+        node it cannot evaluate gets the types of its outputs that inference left unknown from
+        its own inference (node_types), so that what follows it folds in this same pass. Returns
+        whether anything was folded or typed."""
         kept, folded = [], False
         for node in self.nodes:
             value = self._evaluate(node)
             if value is None:
                 kept.append(node)
+                folded |= node_types.infer_node(node, self.shapes, self.dtypes, self.constants,
+                                                self.opsets)
                 continue
             for name, v in zip(node.output, value):
                 v = np.asarray(v)

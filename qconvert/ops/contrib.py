@@ -14,111 +14,24 @@ Attention is the BERT export's: per-head Q K^T (BATCH_MATMUL), times the scale, 
 additive biases (mask_filter_value where a key is masked, as onnxruntime adds it), SOFTMAX, times V.
 A decoder's past/present key-value cache is refused: a static TFLite graph has no state.
 
-ONNX shape inference knows none of these ops: `infer_types` gives their outputs' shapes and
-dtypes from their inputs', and `value_info` shows them to the next inference run
-(onnx/loader.py, _Graph.infer_shapes, repeats inference while `infer_types` finds new ones).
+ONNX shape inference knows none of these ops: each registers its output types
+(registry.onnx_types), which the loader's per-node inference uses (onnx/node_types.py).
 """
 
 from __future__ import annotations
 
 import math
-from collections import ChainMap
 from dataclasses import replace
-from typing import Callable
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from .layout import reshape, transpose
-from .registry import ONNX_IMPORTERS, onnx_op
+from .registry import ONNX_IMPORTERS, onnx_op, onnx_types
 
 MS = "com.microsoft."
-# Output types by op key ("com.microsoft.Attention"): fn(input shapes, input dtypes, attrs) ->
-# [(shape, dtype) or None per output]; inputs omitted or unknown are None.
-_TYPES: dict[str, Callable] = {}
 _FLOAT = np.dtype(np.float32)
-# Constants up to this size are shown to onnx's per-node inference as data (as the loader does).
-_DATA_LIMIT = 4096
-
-
-def _key(node) -> str:
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-
-
-def _types(*keys: str):
-    def register(fn):
-        for key in keys:
-            _TYPES[key] = fn
-        return fn
-    return register
-
-
-def infer_types(nodes, shapes: dict, dtypes: dict, constants: dict | None = None,
-                opsets: dict | None = None) -> bool:
-    """Adds to `shapes` and `dtypes` the outputs of the contrib nodes among `nodes` whose inputs
-    are known and which shape inference left unknown. One pass in graph order; with `constants`
-    and `opsets` (domain: version), the plain nodes between contrib ones are inferred on the way
-    by onnx's per-node inference and kept aside (the next full inference run records them), so
-    that a stack of layers needs one more full run, not one per layer. Returns whether it added
-    any."""
-    if not any(_key(node) in _TYPES for node in nodes):
-        return False
-    known_shapes, known_dtypes = ChainMap({}, shapes), ChainMap({}, dtypes)
-    added = False
-    for node in nodes:
-        if all(not o or o in known_shapes for o in node.output) or \
-                any(n and n not in known_shapes for n in node.input):
-            continue
-        fn = _TYPES.get(_key(node))
-        if fn is None:
-            if opsets is not None:
-                _infer_plain(node, known_shapes, known_dtypes, constants or {}, opsets)
-            continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        try:
-            types = fn([known_shapes.get(n) if n else None for n in node.input],
-                       [known_dtypes.get(n) if n else None for n in node.input], attrs)
-        except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
-            continue  # malformed: the importer names what is wrong
-        for name, found in zip(node.output, types):
-            if name and found is not None and name not in known_shapes and all(d >= 0 for d in found[0]):
-                shapes[name], dtypes[name] = tuple(int(d) for d in found[0]), np.dtype(found[1])
-                added = True
-    return added
-
-
-def _infer_plain(node, shapes, dtypes, constants: dict, opsets: dict) -> None:
-    """The static output types of an ONNX-domain node by onnx's inference of that node alone
-    (small constant inputs shown as data: Reshape's shape), into `shapes` and `dtypes`; nothing
-    when onnx cannot tell (the full run that follows will, or will say why)."""
-    graphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-    if node.domain not in ("", "ai.onnx") or any(a.type in graphs for a in node.attribute):
-        return
-    version = opsets.get("", opsets.get("ai.onnx", 1))
-    try:
-        schema = onnx.defs.get_schema(node.op_type, version, "")
-        types = {n: helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(dtypes[n]), shapes[n])
-                 for n in node.input if n}
-        data = {n: numpy_helper.from_array(np.asarray(constants[n]), n) for n in node.input
-                if n in constants and np.asarray(constants[n]).size <= _DATA_LIMIT}
-        found = onnx.shape_inference.infer_node_outputs(
-            schema, node, types, data, opset_imports=[helper.make_opsetid("", version)])
-    except Exception:  # onnx raises several types: no schema, a function op, an invalid node
-        return
-    for name, value in found.items():
-        tensor = value.tensor_type
-        if not tensor.elem_type or not tensor.HasField("shape"):
-            continue
-        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
-        if all(d >= 0 for d in dims):
-            shapes[name], dtypes[name] = dims, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
-
-
-def value_info(nodes, shapes: dict, dtypes: dict) -> list:
-    """The known outputs of contrib nodes as ValueInfoProtos, for shape inference to start from."""
-    return [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(dtypes[o]), shapes[o])
-            for node in nodes if _key(node) in _TYPES for o in node.output if o in shapes]
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -165,7 +78,7 @@ def _same_as_input(shapes, dtypes, attrs):
 
 
 # --- activations ----------------------------------------------------------------------------
-_types(MS + "Gelu", MS + "FastGelu", MS + "BiasGelu", MS + "QuickGelu")(
+onnx_types(MS + "Gelu", MS + "FastGelu", MS + "BiasGelu", MS + "QuickGelu")(
     lambda shapes, dtypes, attrs: [(np.broadcast_shapes(*[s for s in shapes if s is not None]), dtypes[0])])
 
 
@@ -193,10 +106,10 @@ def import_quick_gelu(node, ctx):
     ctx.add_op("MUL", [x, gate], [y])
 
 
-_types(MS + "BiasAdd")(_same_as_input)
+onnx_types(MS + "BiasAdd")(_same_as_input)
 
 
-@_types(MS + "BiasSplitGelu")
+@onnx_types(MS + "BiasSplitGelu")
 def _bias_split_gelu_types(shapes, dtypes, attrs):
     x = tuple(shapes[0])
     if x[-1] % 2:
@@ -239,11 +152,11 @@ def _norm_types(shapes, dtypes, attrs, skip: bool, axis_default=-1):
     return [(x, dtypes[0]), stats, stats] + ([(x, dtypes[0])] if skip else [])
 
 
-_types(MS + "SkipLayerNormalization", MS + "SkipSimplifiedLayerNormalization")(
+onnx_types(MS + "SkipLayerNormalization", MS + "SkipSimplifiedLayerNormalization")(
     lambda shapes, dtypes, attrs: _norm_types(shapes, dtypes, attrs, True))
-_types("LayerNormalization")(lambda shapes, dtypes, attrs: _norm_types(shapes, dtypes, attrs, False))
+onnx_types("LayerNormalization")(lambda shapes, dtypes, attrs: _norm_types(shapes, dtypes, attrs, False))
 # SimplifiedLayerNormalization's outputs: Y, inv_std_var.
-_types("SimplifiedLayerNormalization")(
+onnx_types("SimplifiedLayerNormalization")(
     lambda shapes, dtypes, attrs: [t for k, t in enumerate(_norm_types(shapes, dtypes, attrs, False))
                                    if k != 1])
 
@@ -321,7 +234,7 @@ def _product_shape(a, b) -> tuple[int, ...]:
     return shape[:-2] + shape[-1:] if len(a) == 1 else shape[:-1] if len(b) == 1 else shape
 
 
-@_types(MS + "FusedMatMul", MS + "TransposeMatMul")
+@onnx_types(MS + "FusedMatMul", MS + "TransposeMatMul")
 def _fused_matmul_types(shapes, dtypes, attrs):
     operands = []
     for shape, t, tb in ((shapes[0], "transA", "transBatchA"), (shapes[1], "transB", "transBatchB")):
@@ -388,8 +301,8 @@ def _onnx_types(op_type: str, version: int, names: tuple[str, ...], inputs: int)
     return infer
 
 
-_types(MS + "FusedConv")(_onnx_types("Conv", 11, _CONV_ATTRIBUTES, 3))
-_types(MS + "FusedGemm")(_onnx_types("Gemm", 13, _GEMM_ATTRIBUTES, 3))
+onnx_types(MS + "FusedConv")(_onnx_types("Conv", 11, _CONV_ATTRIBUTES, 3))
+onnx_types(MS + "FusedGemm")(_onnx_types("Gemm", 13, _GEMM_ATTRIBUTES, 3))
 
 
 def _check_activation(ctx, activation: str, known=tuple(_ACTIVATIONS)) -> None:
@@ -447,7 +360,7 @@ def _attention_sizes(w_shape, attrs) -> tuple[int, int, int]:
     return tuple(int(s) for s in sizes)
 
 
-@_types(MS + "Attention")
+@onnx_types(MS + "Attention")
 def _attention_types(shapes, dtypes, attrs):
     """Output [B, S, v]; present [2, B, N, past + S, H] (so that the importer is reached to
     refuse it)."""
@@ -457,7 +370,7 @@ def _attention_types(shapes, dtypes, attrs):
     return [(tuple(x[:-1]) + (sizes[2],), dtypes[0]), (present, dtypes[0])]
 
 
-@_types(MS + "MultiHeadAttention")
+@onnx_types(MS + "MultiHeadAttention")
 def _multi_head_attention_types(shapes, dtypes, attrs):
     """[B, S, value width]; the packed forms too (query [B, S, N, 3, H], key [B, L, N, 2, H], key
     and value [B, N, L, H]), so that the importer is reached to refuse them."""
@@ -643,7 +556,7 @@ def import_multi_head_attention(node, ctx):
 
 
 # --- embeddings -----------------------------------------------------------------------------
-@_types(MS + "EmbedLayerNormalization")
+@onnx_types(MS + "EmbedLayerNormalization")
 def _embed_types(shapes, dtypes, attrs):
     ids, words = shapes[0], shapes[2]
     out = (tuple(ids) + (words[1],), dtypes[2])
@@ -661,8 +574,6 @@ def import_embed_layer_norm(node, ctx):
     if ctx.rank(ids) != 2:
         raise ctx.error(f"input_ids {ids!r} of shape {list(ctx.shape(ids))} is not [batch, sequence]")
     batch, length = ctx.shape(ids)
-    width = ctx.shape(words)[1]
-    shape = (batch, length, width)
     total = _gather(ctx, node, words, ids, y + "_words")
     if position_ids:
         position = _gather(ctx, node, positions, position_ids, y + "_positions")
@@ -703,7 +614,7 @@ def _gather(ctx, node, table: str, indices: str, hint: str) -> str:
 
 
 # --- rotary position embedding --------------------------------------------------------------
-_types(MS + "RotaryEmbedding")(_same_as_input)
+onnx_types(MS + "RotaryEmbedding")(_same_as_input)
 
 
 @onnx_op(MS + "RotaryEmbedding")
@@ -793,7 +704,7 @@ def _angles(ctx, node, cache: str, position_ids: str, batch: int, length: int, t
 
 
 # --- grouped-query attention ----------------------------------------------------------------
-@_types(MS + "GroupQueryAttention")
+@onnx_types(MS + "GroupQueryAttention")
 def _group_query_attention_types(shapes, dtypes, attrs):
     """Output [B, S, N*H]; present_key and present_value [B, Nk, S, H]."""
     q = shapes[0]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape
-from .registry import onnx_op
+from .registry import onnx_op, onnx_types
 
 
 def _reduced_shape(shape, axes):
@@ -228,6 +228,10 @@ def _batch_norm_tensors(ctx, node, values, eps: float, shape) -> tuple[str, str]
     shifted = op("ADD", [sigma2, ctx.constant("epsilon", np.array(eps, np.float32))], "var_eps")
     multiplier = op("MUL", [gamma, op("RSQRT", [shifted], "inv_std")], "multiplier")
     return multiplier, op("SUB", [beta, op("MUL", [mu, multiplier], "mean_scaled")], "shift")
+
+
+# onnx's shape inference does not expand GroupNormalization's function body.
+onnx_types("GroupNormalization")(lambda shapes, dtypes, attrs: [(shapes[0], dtypes[0])])
 
 
 @onnx_op("GroupNormalization")

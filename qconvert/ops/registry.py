@@ -151,6 +151,27 @@ def evaluate_unary(fn: Callable[[np.ndarray], np.ndarray]):
 
 TFLITE_OPS: dict[str, OpDef] = {}
 ONNX_IMPORTERS: dict[str, Callable] = {}
+# Output types of the ops onnx's shape inference does not know (contrib ops, function ops it does
+# not expand), by op key: fn(input shapes, input dtypes, attrs) -> [(shape, dtype) or None per
+# output]; inputs omitted or unknown are None. qconvert/onnx/node_types.py uses them.
+OUTPUT_TYPES: dict[str, Callable] = {}
+
+
+def op_key(node) -> str:
+    """The registries' key of an ONNX node: its op type, prefixed by its domain outside ai.onnx
+    ("com.microsoft.Attention")."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
+def onnx_types(*keys: str):
+    """Registers the decorated function as the output types of the given op keys."""
+
+    def register(fn: Callable) -> Callable:
+        for key in keys:
+            OUTPUT_TYPES[key] = fn
+        return fn
+
+    return register
 
 
 def tflite_op(name: str, **fields) -> OpDef:

@@ -177,13 +177,12 @@ def test_group_normalization(conv_before, opset, per_group):
     size = groups if per_group else shape[1]
     params = (RNG.uniform(0.5, 2, size), RNG.standard_normal(size))
     model = _model("GroupNormalization", shape, {"num_groups": groups, "epsilon": 1e-3}, params,
-                   conv_before, opset=opset, y_shape=shape)
+                   conv_before, opset=opset)
     assert_matches_onnxruntime(model, _feeds(shape), rtol=1e-4, atol=1e-4)
 
 
 def test_group_normalization_refuses_groups_that_do_not_divide_the_channels():
-    model = _model("GroupNormalization", [1, 6, 4, 4], {"num_groups": 4}, (np.ones(4), np.zeros(4)),
-                   y_shape=[1, 6, 4, 4])
+    model = _model("GroupNormalization", [1, 6, 4, 4], {"num_groups": 4}, (np.ones(4), np.zeros(4)))
     with pytest.raises(ConversionError, match="num_groups 4 does not divide the 6 channels"):
         convert_proto(model)
 
