@@ -177,6 +177,9 @@ def _integer_tables(graph) -> dict[str, str]:
       reads the levels q - z, which the float MatMul takes as the activation, and the table is
       noted at scale 1. Returns {such a Gather's output: the zero point's name}.
     A Gather whose integer output something else reads stays, for that reader."""
+    if not any(key(n) == DEQUANTIZE_LINEAR
+               or (key(n) == GATHER and _integer_constant(graph, n.input[0])) for n in graph.nodes):
+        return {}  # a float model: nothing to index
     readers = _readers(graph.nodes)
     producer = {o: n for n in graph.nodes for o in n.output if o}
     outputs = {o.name for o in graph.graph.output}

@@ -31,6 +31,11 @@ rather than per tensor), so verification judges such a model by SQNR (check/veri
 rounding_dropped). onnxruntime's own integer sums are not exact either on x86 without VNNI: its
 u8 x s8 kernel (VPMADDUBSW) saturates pairs of products at 16 bits.
 
+An integer embedding table (quantize_dynamic's Gather: a uint8 table gathered, then
+DequantizeLinear, or read by MatMulInteger as it is) stays 8-bit the same way: the loader gathers
+float values and notes the table's scale and zero point; TFLite's GATHER then reads the
+integers and a DEQUANTIZE gives onnxruntime's rows exactly (see DEQUANTIZE_LINEAR).
+
 The functions here turn one node into its float nodes and constants; the loader step checks how
 the node's outputs are read.
 """

@@ -122,15 +122,14 @@ def _static_qdq(tmp_path) -> onnx.ModelProto:
 def test_quantize_static_table(tmp_path, quantize):
     """quantize_static's DQ(int8 table) -> Gather: the float conversion keeps the table's
     integers (its other weights float, its activation pairs dropped: judged by SQNR); --quantize
-    starts from the float table and writes it int8 again, on the pair's grid."""
+    starts from the float table and writes it int8 again, on the pair's grid: the same integers."""
     model = _static_qdq(tmp_path)
     options = {"quantize": QuantizeOptions()} if quantize else {}
     flatbuffer, report = convert_proto(model, **options)
     (tensor, q), = _tables(flatbuffer)
     stored = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    assert tensor.dtype == "INT8"
-    if not quantize:
-        np.testing.assert_array_equal(q, stored["table_quantized"])
+    assert tensor.dtype == "INT8" and tensor.zero_points == [int(stored["table_zero_point"])]
+    np.testing.assert_array_equal(q, stored["table_quantized"])
     from qconvert.check.verify import sqnr_db
 
     for seed in (1, 2):
