@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     cast,
     center_crop_pad,
     col2im,
+    compress,
     compare,
     concat,
     contrib,

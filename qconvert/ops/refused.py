@@ -21,7 +21,6 @@ QOPERATOR = ("onnxruntime's QOperator format: export with quant_format=QDQ (Quan
 REFUSED: dict[str, str] = {
     "NonZero": DATA_DEPENDENT,
     "Unique": DATA_DEPENDENT,
-    "Compress": DATA_DEPENDENT + " (with a constant condition the loader folds it)",
     "Bernoulli": RANDOM, "Multinomial": RANDOM, "RandomNormal": RANDOM,
     "RandomNormalLike": RANDOM, "RandomUniform": RANDOM, "RandomUniformLike": RANDOM,
     "RegexFullMatch": STRINGS, "StringConcat": STRINGS, "StringNormalizer": STRINGS,

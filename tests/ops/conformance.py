@@ -136,6 +136,8 @@ PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "Col2Im": (1, 2),
     # MaxUnpool's output_shape: it sets the output's shape.
     "MaxUnpool": (2,),
+    # Compress's condition: a constant one fixes the output's length.
+    "Compress": (1,),
 }
 
 

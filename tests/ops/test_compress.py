@@ -1,0 +1,42 @@
+"""Compress (qconvert/ops/compress.py) against onnxruntime: a constant condition along an axis,
+a negative axis, a condition shorter than the axis, no axis (the flattened input). The output's
+shape comes from the graph output's declaration (onnx infers none for Compress)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line, make_model
+
+F = TensorProto.FLOAT
+
+
+def _model(x_shape, condition, axis, y_shape, extra_nodes=(), output="y"):
+    attrs = {} if axis is None else {"axis": axis}
+    node = helper.make_node("Compress", ["x", "c"], ["y"], **attrs)
+    model = make_model([node, *extra_nodes], {"x": (F, x_shape)}, {output: F},
+                       {"c": np.array(condition, np.bool_)}, opset=13)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info(output, F, y_shape))
+    return model
+
+
+@pytest.mark.parametrize("x_shape,condition,axis,y_shape", [
+    ((3, 5, 2), [1, 0, 1, 1, 0], 1, (3, 3, 2)), ((3, 5, 2), [0, 1, 1], 0, (2, 5, 2)),
+    ((3, 5, 2), [1, 0], -1, (3, 5, 1)), ((3, 5, 2), [1, 0, 0, 1], 1, (3, 2, 2)),
+    ((2, 3), [0, 1, 1, 0, 0, 1], None, (3,)), ((2, 3), [1, 0, 1], None, (2,))])
+def test_compress_with_a_constant_condition(x_shape, condition, axis, y_shape):
+    _, report = assert_matches_onnxruntime(_model(x_shape, condition, axis, y_shape), io_layout="onnx")
+    assert report.op_counts.get("GATHER") == 1
+
+
+def test_selecting_nothing_is_refused():
+    assert_refused_in_one_line(_model((3, 4), [0, 0, 0], 0, (0, 4)), "selects nothing")
+
+
+def test_computed_condition_is_refused():
+    node = helper.make_node("Compress", ["x", "c"], ["y"], axis=0)
+    model = make_model([node], {"x": (F, (3, 4)), "c": (TensorProto.BOOL, (3,))}, {"y": F}, opset=13)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", F, (2, 4)))
+    assert_refused_in_one_line(model, "condition .*a graph input")
