@@ -80,3 +80,23 @@ def test_onnx_conv_pool_add_in_float16():
     assert np.frombuffer(bytes(buffer_data(flatbuffer, pad_value.buffer)), np.float16).tolist() == [-np.inf]
     big = summary.tensors[add.inputs[1]]
     assert big.dtype == "FLOAT32" and add.inputs[1] not in dequantized and big.data_offset is not None
+
+
+def test_a_constant_float16_would_flush_stays_float32():
+    """An epsilon of 1e-12 is 0 in float16 (a LayerNorm would divide by zero): float32 stays; a
+    tiny weight beside large ones only loses what float16's rounding loses, so its tensor goes."""
+    b = Builder().input("x", S).const("eps", np.float32(1e-12))
+    b.const("w", np.array([[0.5, 1e-9, 3.0], [1.0, -2.0, 0.25]], np.float32))
+    b.op("ADD", ["x", "eps"], "a", S).op("MUL", ["a", "w"], "y", S).output("y")
+    run(b.model)
+    assert b.model.arrays["eps"].dtype == np.float32 and b.model.arrays["w"].dtype == np.float16
+
+
+def test_layer_norm_of_a_constant_row_in_float16():
+    """A row of equal values has variance 0: the epsilon must survive --float16 (no NaN)."""
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-12)]
+    model = make_model(nodes, {"x": (F, (2, 8))}, {"y": F},
+                       {"g": np.linspace(0.5, 2, 8).astype(np.float16).astype(np.float32),
+                        "b": np.linspace(-1, 1, 8).astype(np.float16).astype(np.float32)}, opset=17)
+    x = np.stack([np.full(8, 0.75), np.linspace(-2, 2, 8)]).astype(np.float32)
+    assert_matches_onnxruntime(model, {"x": x}, weights="float16")
