@@ -165,3 +165,17 @@ def test_sliding_window(attrs):
     model = _attention({"Q": (F, (1, 2, 5, 4)), "K": (F, (1, 2, 5, 4)), "V": (F, (1, 2, 5, 4))}, ["Y"],
                        attrs, opset=25)
     assert_matches_onnxruntime(model, _feeds(model))
+
+
+@pytest.mark.parametrize("constant", [False, True])
+def test_a_fully_masked_row_gives_zeros(constant):
+    """A query whose keys are all masked attends nothing: zeros, as onnxruntime gives (SOFTMAX of
+    -inf alone would give NaN); decided at run time for a computed mask, at import for a constant."""
+    mask = np.array([[True, False, True], [False, False, False]])
+    inputs = {"Q": (F, (1, 2, 2, 4)), "K": (F, (1, 2, 3, 4)), "V": (F, (1, 2, 3, 4))}
+    if not constant:
+        inputs["attn_mask"] = (B, (2, 3))
+    model = _attention(inputs, ["Y"], inits={"attn_mask": mask} if constant else None)
+    feeds = _feeds(model, mask)
+    _, report = assert_matches_onnxruntime(model, feeds)
+    assert ("REDUCE_MAX" in report.op_counts) != constant
