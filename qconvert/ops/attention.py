@@ -141,7 +141,7 @@ def import_attention(node, ctx):
     4-D [B, N, S, H]), optional attn_mask, past_key/past_value (the present_key/present_value
     outputs are them concatenated with K and V) or nonpad_kv_seqlen, is_causal, the sliding
     window (opset 25), GQA, scale, softcap and the qk_matmul_output of qk_matmul_output_mode 0 to 3
-    (as the ONNX reference computes them)."""
+    (the scaled Q K^T, after the softcap, after the bias, after the softmax: onnxruntime's stages)."""
     q, k, v = node.inputs[:3]
     mask = _input(node, 3)
     y = node.outputs[0]
@@ -181,16 +181,18 @@ def import_attention(node, ctx):
     scale = node.attr("scale")
     scale = 1 / math.sqrt(size) if scale is None else float(scale)
     scores = _binary(ctx, "MUL", scores, _scalar(ctx, scale), y + "_scaled")
+    mode = int(node.attr("qk_matmul_output_mode", 0))
+    if mode not in (0, 1, 2, 3):
+        raise ctx.error(f"qk_matmul_output_mode {mode} is not one of 0, 1, 2, 3")
+    qk_output = _output(ctx, node, 3)
+    if qk_output and mode == 0:  # the scaled Q K^T
+        ctx.add_op("IDENTITY", [scores], [qk_output])
     softcap = float(node.attr("softcap", 0.0))
     if softcap > 0:
         scores = _binary(ctx, "MUL", scores, _scalar(ctx, 1 / softcap), y + "_capped_in")
         scores = _op(ctx, "TANH", [scores], y + "_tanh", scores_shape)
         scores = _binary(ctx, "MUL", scores, _scalar(ctx, softcap), y + "_capped")
-    mode = int(node.attr("qk_matmul_output_mode", 0))
-    if mode not in (0, 1, 2, 3):
-        raise ctx.error(f"qk_matmul_output_mode {mode} is not one of 0, 1, 2, 3")
-    qk_output = _output(ctx, node, 3)
-    if qk_output and mode in (0, 1):  # the scores before the bias (softcapped), as the reference
+    if qk_output and mode == 1:  # after the softcap, before the bias
         ctx.add_op("IDENTITY", [scores], [qk_output])
 
     constant = None if nonpad else _constant_bias(node, length, keys, past)

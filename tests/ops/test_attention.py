@@ -69,9 +69,11 @@ def test_causal_with_past_is_aligned_after_it():
     assert_matches_onnxruntime(model, _feeds(model))
 
 
-@pytest.mark.parametrize("mode", [0, 2, 3])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
 def test_scale_softcap_and_qk_matmul_output(mode):
-    attrs = {"scale": 0.3, "qk_matmul_output_mode": mode}
+    """qk_matmul_output at each stage: the scaled Q K^T (mode 0), after the softcap (1), after the
+    mask (2), after the softmax (3)."""
+    attrs = {"scale": 0.3, "qk_matmul_output_mode": mode, "softcap": 1.5}
     model = _attention({"Q": (F, (1, 2, 3, 4)), "K": (F, (1, 2, 5, 4)), "V": (F, (1, 2, 5, 4)),
                         "attn_mask": (F, (3, 5))}, ["Y", "", "", "qk"], attrs)
     assert_matches_onnxruntime(model, _feeds(model))
