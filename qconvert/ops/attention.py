@@ -40,7 +40,9 @@ _NEG_INF = np.float32(-np.inf)
 def _heads_first(ctx, x: str, heads: int, what: str) -> str:
     """A 3-D [B, S, N*H] input as [B, N, S, H]."""
     batch, length, width = ctx.shape(x)
-    if heads < 1 or width % heads:
+    if heads < 1:
+        raise ctx.error(f"3-D {what} {x!r} needs q_num_heads and kv_num_heads (missing or not positive)")
+    if width % heads:
         raise ctx.error(f"{what} {x!r} of shape {list(ctx.shape(x))} does not split into {heads} heads "
                         "(q_num_heads/kv_num_heads)")
     return transpose(ctx, reshape(ctx, x, (batch, length, heads, width // heads)), (0, 2, 1, 3))

@@ -94,6 +94,8 @@ def test_refusals_name_the_node():
     model = _attention({"Q": (F, (1, 5, 8)), "K": (F, (1, 5, 8)), "V": (F, (1, 5, 8))}, ["Y"],
                        {"q_num_heads": 3, "kv_num_heads": 3})
     assert_refused_in_one_line(model, "does not split into 3 heads")
+    model = _attention({"Q": (F, (1, 5, 8)), "K": (F, (1, 5, 8)), "V": (F, (1, 5, 8))}, ["Y"])
+    assert_refused_in_one_line(model, "q_num_heads")
     node = helper.make_node("Attention", ["Q", "K", "V", "", "pk", "pv", "n"], ["Y"])
     model = make_model([node], {"Q": (F, (1, 1, 2, 4)), "K": (F, (1, 1, 2, 4)), "V": (F, (1, 1, 2, 4)),
                                 "pk": (F, (1, 1, 2, 4)), "pv": (F, (1, 1, 2, 4)),
