@@ -175,7 +175,9 @@ def _integer_tables(graph) -> dict[str, str]:
     - Gather(DequantizeLinear(table), indices): the DQ's output becomes that constant;
     - quantize_dynamic's Gather read by MatMulInteger as A (with one zero point z): the Gather
       reads the levels q - z, which the float MatMul takes as the activation, and the table is
-      noted at scale 1. Returns {such a Gather's output: the zero point's name}.
+      noted at scale 1; a DequantizeLinear of its rows with that zero point becomes a Mul of the
+      levels by its scale (the same floats: one table). Returns {such a Gather's output: the zero
+      point's name}.
     A Gather whose integer output something else reads stays, for that reader."""
     if not any(key(n) == DEQUANTIZE_LINEAR
                or (key(n) == GATHER and _integer_constant(graph, n.input[0])) for n in graph.nodes):
@@ -213,11 +215,28 @@ def _integer_tables(graph) -> dict[str, str]:
         graph.names[id(copy)] = graph.names[id(gather)]
         return copy
 
+    levels: dict[str, str] = {}
+    level_zeros: dict[int, int] = {}  # id(Gather) -> the zero point of its levels
+    for gather in levels_read:
+        zero_name = _levels_zero(gather, readers, outputs, graph.constants, dequantized)
+        zero = (np.asarray(graph.constants[zero_name]).reshape(()) if zero_name
+                else np.zeros((), graph.constants[gather.input[0]].dtype))
+        one = np.float32(1)
+        replaced[id(gather)] = gather_copy(gather, float_table(gather.input[0], one, zero),
+                                           gather.output[0])
+        records.setdefault(graph.names[id(gather)], []).append((one, zero))
+        levels[gather.output[0]] = zero_name
+        level_zeros[id(gather)] = int(zero)
     for node in graph.nodes:
         kind = kinds.get(id(node), "")
         if kind == "gathered":
             gather = producer[node.input[0]]
             scale, zero = table_params(node, graph.constants.get, gather.input[0])
+            if level_zeros.get(id(gather)) == int(zero):  # (q - z) * s from the levels q - z
+                replaced[id(node)] = helper.make_node("Mul", [node.input[0], node.input[1]],
+                                                      [node.output[0]], name=node.name)
+                graph.names[id(replaced[id(node)])] = graph.names[id(node)]
+                continue
             copy = gather_copy(gather, float_table(gather.input[0], scale, zero), node.output[0])
             replaced[id(node)] = copy
             records.setdefault(graph.names[id(gather)], []).append((scale, zero))
@@ -231,16 +250,6 @@ def _integer_tables(graph) -> dict[str, str]:
             replaced[id(node)] = None
             for gather, _ in readers[node.output[0]]:
                 records.setdefault(graph.names[id(gather)], []).append((scale, zero))
-    levels: dict[str, str] = {}
-    for gather in levels_read:
-        zero_name = _levels_zero(gather, readers, outputs, graph.constants, dequantized)
-        zero = (np.asarray(graph.constants[zero_name]).reshape(()) if zero_name
-                else np.zeros((), graph.constants[gather.input[0]].dtype))
-        one = np.float32(1)
-        replaced[id(gather)] = gather_copy(gather, float_table(gather.input[0], one, zero),
-                                           gather.output[0])
-        records.setdefault(graph.names[id(gather)], []).append((one, zero))
-        levels[gather.output[0]] = zero_name
     nodes = [replaced.get(id(n), n) for n in graph.nodes]
     graph.nodes = [n for n in nodes if n is not None] + [
         _marker(graph, name, pairs, ("table_scale", "table_zero_point"), additions.fresh,

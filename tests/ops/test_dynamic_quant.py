@@ -542,15 +542,15 @@ def _assert_same_table(flatbuffer: bytes, quantized: onnx.ModelProto, count: int
 @pytest.mark.parametrize("direct", [False, True], ids=["dequantized", "read_by_matmul_integer"])
 def test_embedding_table_stays_uint8(tmp_path, direct):
     """quantize_dynamic stores the Gather's table as uint8 with a scale and zero point: the
-    .tflite keeps those integers, GATHER reads them and DEQUANTIZE gives the rows onnxruntime's
-    DequantizeLinear gives, bit for bit (h, and e where MatMulInteger also reads the integer rows);
-    the MatMuls behind them stay within onnxruntime's activation rounding (SQNR)."""
+    .tflite keeps those integers once, GATHER reads them and DEQUANTIZE gives the rows
+    onnxruntime's DequantizeLinear gives, bit for bit (h; and e, where MatMulInteger also reads
+    the integer rows: their levels q - z times the scale); the MatMuls behind them stay within
+    onnxruntime's activation rounding (SQNR)."""
     quantized = _quantize(_embedding(np.random.default_rng(3), direct), tmp_path,
                           op_types_to_quantize=["Gather", "MatMul"])
     assert {"Gather", "DequantizeLinear"} <= {n.op_type for n in quantized.graph.node}
     flatbuffer, report = convert_proto(quantized)
-    # read by MatMulInteger as its A too: the levels q - z at scale 1 are a second table
-    _assert_same_table(flatbuffer, quantized, 2 if direct else 1)
+    _assert_same_table(flatbuffer, quantized)
     rows = "e" if direct else "h"
     for seed in (1, 2):
         feeds = _ids(seed)
