@@ -89,8 +89,17 @@ tflite_op("GELU", quant=FREE, options="GeluOptions", layout="elementwise", versi
                                        .astype(inputs[0].dtype)])
 
 
-onnx_ops_as({"Relu": "RELU", "Sigmoid": "LOGISTIC", "Tanh": "TANH", "HardSwish": "HARD_SWISH"},
-            inputs=1)
+onnx_ops_as({"Sigmoid": "LOGISTIC", "Tanh": "TANH", "HardSwish": "HARD_SWISH"}, inputs=1)
+
+
+@onnx_op("Relu")
+def import_relu(node, ctx):
+    """RELU; on integers (opset 14) MAXIMUM with 0, which has an int32 kernel where RELU has not."""
+    x, y = node.inputs[0], node.outputs[0]
+    if ctx.dtype(x).kind == "f":
+        ctx.add_op("RELU", [x], [y])
+    else:
+        ctx.add_op("MAXIMUM", [x, ctx.constant("zero", np.zeros((), ctx.dtype(x)))], [y])
 
 
 @onnx_op("Clip")

@@ -235,3 +235,18 @@ def test_swish_of_alpha_1_is_the_silu_ops():
     (transforms/identify_activations.py), nothing more."""
     _, report = assert_matches_onnxruntime(plain("Swish", (2, 3, 5), {}, opset=24), feed((2, 3, 5), -8.0, 8.0))
     assert report.op_counts == {"LOGISTIC": 1, "MUL": 1}
+
+
+def test_relu_of_integers():
+    """Opset 14's integer Relu: MAXIMUM with 0 (TFLite's RELU has no int32 kernel)."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from tests.harness import assert_matches_onnxruntime as matches
+    from tests.harness import make_model as model_of
+
+    for elem_type, dtype in ((T.INT32, np.int32), (T.INT8, np.int8)):  # onnxruntime: no int64 Relu
+        model = model_of([h.make_node("Relu", ["x"], ["y"])], {"x": (elem_type, [2, 5])},
+                         {"y": elem_type}, opset=14)
+        x = np.arange(-5, 5, dtype=dtype).reshape(2, 5)
+        matches(model, {"x": x}, rtol=0, atol=0)
