@@ -23,6 +23,11 @@ peepholes and projection (float in ONNX) become int8 with its weights, as its ke
 op still reading the float weight reads the int8 one through a DEQUANTIZE when the integers are
 exact. Biases stay float, as the hybrid kernels want them. --weight-only then quantizes what else
 is big; --quantize and --float16 start from the float weights (restore_float_weights).
+
+An integer embedding table (a GATHER whose source recorded the table's scale and zero point:
+quantize_dynamic's Gather, a QDQ model's gathered constant) is written back the same way, as the
+int8 or uint8 integers whose (q - z) * s are its float values bit for bit, the recorded zero
+point kept: GATHER reads them and a DEQUANTIZE after it gives the rows DequantizeLinear gives.
 """
 
 from __future__ import annotations
@@ -248,8 +253,9 @@ def restore_float_weights(model: Model) -> bool:
     for op in model.operators:
         if op.type == "GATHER" and op.inputs[0] in restored:  # its rows float again
             for dequantize in model.consumers(op.outputs[0]):
-                model.remove_operator(dequantize)
-                model.set_output(op, 0, dequantize.outputs[0])
+                if dequantize.type == "DEQUANTIZE":
+                    model.remove_operator(dequantize)
+                    model.set_output(op, 0, dequantize.outputs[0])
         elif op.type == "DEQUANTIZE" and op.inputs[0] in restored:
             model.remove_operator(op)
             model.rename_uses(op.outputs[0], op.inputs[0])
