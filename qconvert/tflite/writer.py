@@ -114,15 +114,28 @@ def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(_bytes_of(a), _bytes_of(b))
 
 
+# Bytes of a buffer its fingerprint reads: all of a small one; of a larger one its first and last
+# kilobyte and an even sample between (weights that differ, differ there).
+_FINGERPRINT_BYTES = 4096
+
+
 def _digest(data: np.ndarray) -> bytes:
-    return hashlib.blake2b(_bytes_of(data), digest_size=16).digest()
+    """A fingerprint of the buffer's bytes, not the whole of them: equal bytes give equal
+    fingerprints, and a fingerprint match is confirmed by a full comparison (_same_bytes), so
+    reading a few kilobytes of each weight is enough to tell most buffers apart."""
+    flat = _bytes_of(data)
+    if flat.size > _FINGERPRINT_BYTES:
+        step = flat.size // (_FINGERPRINT_BYTES // 2)
+        flat = np.concatenate([flat[:1024], flat[-1024:], flat[::step]])
+    return hashlib.blake2b(flat, digest_size=16).digest()
 
 
 class DistinctBuffers:
     """Constant data kept once per distinct byte string, numbered from 1 as the file's buffers are
     (buffer 0 is the empty one). A byte length met once keeps its buffer in `unhashed` (big weights
-    rarely share a length, and are then never hashed); from the second buffer of a length on, its
-    buffers are hashed and looked up by (length, hash), so each constant is read at most twice."""
+    rarely share a length, and are then never fingerprinted); from the second buffer of a length
+    on, its buffers are fingerprinted (_digest) and looked up by (length, fingerprint), and a match
+    is compared byte for byte."""
 
     def __init__(self) -> None:
         self.data: list[np.ndarray | None] = []
