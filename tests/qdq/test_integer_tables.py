@@ -136,3 +136,24 @@ def test_quantize_static_table(tmp_path, quantize):
         feeds = _ids(seed)
         got, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(model, feeds)
         assert sqnr_db(expected["y"], got["y"]) > 25, sqnr_db(expected["y"], got["y"])
+
+
+def test_fakequant_keeps_the_table(tmp_path):
+    """`qconvert fakequant` of such a model keeps the table's DequantizeLinear (the model's own
+    integers: the conversion writes the same ones), and onnxruntime runs the fake-quant model
+    as LiteRT runs the --quantize conversion."""
+    from qconvert.check.verify import sqnr_db
+    from tests.harness import fake_quant
+
+    model = _static_qdq(tmp_path)
+    written, _ = fake_quant("<test>", data=model.SerializeToString(), quantize=QuantizeOptions())
+    fake = onnx.load_from_string(written)
+    stored = {t.name: numpy_helper.to_array(t) for t in fake.graph.initializer}
+    dequantized = [n for n in fake.graph.node if n.op_type == "DequantizeLinear"
+                   and n.input[0] == "table_quantized"]
+    assert len(dequantized) == 1 and stored["table_quantized"].dtype == np.int8
+    flatbuffer, report = convert_proto(model, quantize=QuantizeOptions())
+    for seed in (1, 2):
+        feeds = _ids(seed)
+        got, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(fake, feeds)
+        assert sqnr_db(expected["y"], got["y"]) > 30, sqnr_db(expected["y"], got["y"])
