@@ -540,10 +540,17 @@ def run_time_quantization(proto: onnx.ModelProto) -> str | None:
     int8 one with calibrated params, --weight-only with TFLite's per-row run-time params. Such a
     model is judged by SQNR; None when it does not."""
     counts: dict[str, int] = {}
+    quantized = {n.output[0] for n in proto.graph.node if n.op_type == "DynamicQuantizeLinear"}
     for n in proto.graph.node:
         if (n.op_type, n.domain or "ai.onnx") in (("DynamicQuantizeLinear", "ai.onnx"),
                                                    ("DynamicQuantizeLSTM", "com.microsoft")):
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    # quantize_dynamic's Gather read by MatMulInteger as it is: onnxruntime multiplies the integer
+    # rows exactly, the .tflite's hybrid kernel quantizes them again at run time
+    rows = sum(n.op_type == "MatMulInteger" and n.input[0] not in quantized for n in proto.graph.node)
+    if rows and not counts:
+        return ("the .tflite's hybrid kernels quantize at run time the integer rows onnxruntime's "
+                f"MatMulInteger multiplies as they are ({rows} MatMulInteger)")
     if not counts:
         return None
     ops = ", ".join(f"{k} {op}" for op, k in sorted(counts.items()))

@@ -575,6 +575,19 @@ def test_embedding_read_by_matmul_integer_only(tmp_path):
         assert sqnr_db(expected["y"], got["y"]) > 35, sqnr_db(expected["y"], got["y"])
 
 
+def test_cli_verifies_integer_rows_by_sqnr_and_says_why(tmp_path):
+    """The default check of that model: onnxruntime multiplies the integer rows as they are, the
+    hybrid kernel quantizes them again at run time, so it is judged by SQNR and says why."""
+    model = _embedding(np.random.default_rng(4), direct=True, rows_out=False)
+    _quantize(model, tmp_path, op_types_to_quantize=["Gather", "MatMul"])
+    source, out = tmp_path / "dynamic.onnx", tmp_path / "m.tflite"
+    run = subprocess.run([sys.executable, "-m", "qconvert", str(source), str(out), "--json"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    verify = json.loads(run.stdout)["verify"]
+    assert verify["check"] == "sqnr" and "MatMulInteger multiplies as they are" in verify["reason"]
+
+
 @pytest.mark.parametrize("mode", ["weight_only", "float16", "quantize"])
 def test_embedding_table_with_weight_modes(tmp_path, mode):
     """--weight-only keeps the uint8 table as it is; --float16 and --quantize start from the
