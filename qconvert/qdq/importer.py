@@ -107,9 +107,10 @@ class _Graph:
         return None
 
 
-def _params(g: _Graph, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, int]:
+def _params(g: _Graph, node: onnx.NodeProto, finite: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
     """(scale, zero point, axis) of a Q or DQ node; both constant, the zero point's dtype naming
-    the grid (int8 when absent, as ONNX says)."""
+    the grid (int8 when absent, as ONNX says); the scale finite and positive unless not `finite`
+    (the caller decides: an activation pair without a usable scale stays float)."""
     scale = g.constant(node.input[1]) if len(node.input) > 1 else None
     if scale is None:
         raise ConversionError(f"{_label(node)}: its scale {node.input[1] if len(node.input) > 1 else ''!r} "
@@ -121,10 +122,14 @@ def _params(g: _Graph, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, in
     if scale.ndim > 1 or (zero.ndim > 0 and zero.shape != scale.shape):
         raise ConversionError(f"{_label(node)}: scale of shape {list(scale.shape)} and zero point of "
                               f"shape {list(zero.shape)}: ONNX wants one shape, a scalar or a vector")
-    if not np.all(np.isfinite(scale)) or not np.all(scale > 0):
+    if finite and not _usable(scale):
         raise ConversionError(f"{_label(node)}: scale {scale.tolist() if scale.size < 9 else scale.shape} "
                               "must be finite and positive")
     return scale.astype(np.float32), zero, axis
+
+
+def _usable(scale: np.ndarray) -> bool:
+    return bool(np.all(np.isfinite(scale)) and np.all(scale > 0))
 
 
 def _along(values: np.ndarray, rank: int, axis: int) -> np.ndarray:
@@ -185,9 +190,24 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
         if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
             continue
         x, y = node.input[0], node.output[0]
-        scale, zero, axis = _params(g, node)
+        scale, zero, axis = _params(g, node, finite=False)
         value = g.constant(x)
         quantize = g.producer.get(x)
+        if not _usable(scale) and value is None and quantize is not None \
+                and quantize.op_type == "QuantizeLinear" and g.constant(quantize.input[0]) is None:
+            # quantize_static's pair on a tensor no int8 grid spans (an attention mask at the
+            # float minimum: scale inf): the tensor stays float, as if it had no pair.
+            found.warnings.append(f"{_label(node)}: scale {scale.reshape(-1)[0]:.3g} quantizes "
+                                  f"{quantize.input[0]!r} to nothing usable; it stays float")
+            if y in g.outputs:
+                found.activations.pop(y, None)
+            _bypass(g, node, quantize.input[0], appended)
+            removed.add(id(node))
+            if not any(id(r) not in removed for r in g.readers.get(quantize.output[0], [])):
+                removed.add(id(quantize))
+            continue
+        if not _usable(scale):
+            _params(g, node)  # refused in one line naming the node
         if table_dequantization(node, g.constant, g.producer.get, g.uses, g.outputs):
             # An integer embedding table gathered: the loader keeps it integer (TFLite's GATHER
             # reads it, a DEQUANTIZE makes the rows float; onnx/dynamic_quant.py): the DQ stays.

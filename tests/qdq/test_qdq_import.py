@@ -348,3 +348,38 @@ def test_a_table_moved_twice_and_read_by_two_dqs_converts():
     feeds = {"ids": np.array([[1, 5, 0, 3, 3]], np.int64)}
     flatbuffer, report = convert_proto(model)
     np.testing.assert_array_equal(run_tflite(flatbuffer, report, feeds)["y"], run_onnxruntime(model, feeds)["y"])
+
+
+def test_a_pair_whose_scale_is_infinite_leaves_its_tensor_float(caplog):
+    """quantize_static calibrates an additive attention mask at the float minimum to scale inf:
+    that tensor stays float (under --quantize, one warning naming the node), its neighbours keep
+    their pairs; the float and the int8 model run and track the model's own arithmetic."""
+    float_min = np.finfo(np.float32).min
+    nodes = [helper.make_node("Mul", ["mask", "big"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "inf", "zp"], ["mq"]),
+             helper.make_node("DequantizeLinear", ["mq", "inf", "zp"], ["md"], name="mask_dq"),
+             helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
+             helper.make_node("Add", ["xd", "md"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["y"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                     helper.make_tensor_value_info("mask", TensorProto.FLOAT, [2, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(-float_min, np.float32), "big"),
+         numpy_helper.from_array(np.array(np.inf, np.float32), "inf"),
+         numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+         numpy_helper.from_array(np.array(0, np.int8), "zp")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(2, 6)
+    mask = np.array([[0, 0, 0, 0, -1, -1], [0, 0, 0, -1, -1, -1]], np.float32)
+    masked = np.where(mask < 0, -np.inf, np.round(x / 0.05) * 0.05)
+    expected = np.exp(masked - masked.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    for options in ({}, {"quantize": QuantizeOptions()}):
+        with caplog.at_level("WARNING", logger="qconvert"):
+            flatbuffer, report = convert_proto(model, **options)
+        got = run_tflite(flatbuffer, report, {"x": x, "mask": mask})["y"]
+        np.testing.assert_allclose(got, expected, atol=0.02)
+        assert ("node 'mask_dq' (DequantizeLinear): scale inf" in caplog.text) == bool(options)
+        caplog.clear()
