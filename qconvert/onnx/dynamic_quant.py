@@ -45,6 +45,22 @@ def _readers(nodes) -> dict[str, list]:
     return readers
 
 
+# Ops that move a run-time quantized activation between its DynamicQuantizeLinear and the integer
+# product reading it (quantize_dynamic quantizes x once for x @ W and x^T @ W2): they move the float
+# activation the same way once the DynamicQuantizeLinear passes x on.
+_MOVERS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten")
+
+
+def _moved(nodes, activations: dict) -> dict:
+    """`activations` (a DynamicQuantizeLinear output -> what it maps to) with the outputs of the
+    data-movement ops reading them, in graph order, mapped as their input is."""
+    moved = dict(activations)
+    for node in nodes:
+        if key(node) in _MOVERS and node.input and node.input[0] in moved:
+            moved[node.output[0]] = moved[node.input[0]]
+    return moved
+
+
 class _Additions:
     """New value names (none of the graph's) and new constants of the loader's graph."""
 
@@ -126,6 +142,8 @@ def dequantize(graph) -> None:
                 add_constant(value_name, value)
             records[name] = (stored, why)
         else:
+            if key(node) in _MOVERS and node.input and node.input[0] in quantized:
+                quantized[node.output[0]] = quantized[node.input[0]]  # moves the float activation
             nodes.append(node)
             continue
         for n in new:
@@ -333,14 +351,21 @@ def _names(graph: onnx.GraphProto) -> set[str]:
 
 def _float_quantize(node, text: str, readers: dict, graph_outputs: set, label):
     """DynamicQuantizeLinear(x) -> y, y_scale, y_zero_point as y := x (an Identity): checked
-    that only integer products read y, paired with this zero point (_check_scales checks what
-    reads y_scale, which becomes the constant 1)."""
+    that only integer products read y (directly or through data-movement ops), paired with this
+    zero point (_check_scales checks what reads y_scale, which becomes the constant 1)."""
     outputs = list(node.output) + [""] * (3 - len(node.output))
     y, scale, zero = outputs
     if y in graph_outputs or scale in graph_outputs or zero in graph_outputs:
         raise ConversionError(f"node {text}: an output is a graph output; qconvert converts run-time "
                               "quantization that MatMulInteger or ConvInteger read")
-    for reader, index in readers.get(y, []):
+    moved = [y]
+    for name in moved:  # y and the data-movement ops' outputs carrying it to the products
+        for reader, index in readers.get(name, []):
+            if key(reader) in _MOVERS and index == 0 and reader.output[0] not in graph_outputs:
+                moved.append(reader.output[0])
+    for reader, index in (pair for name in moved for pair in readers.get(name, [])):
+        if key(reader) in _MOVERS and index == 0:
+            continue
         pairs = _ACTIVATION_READERS.get(key(reader), {})
         paired = reader.input[pairs[index]] if index in pairs and len(reader.input) > pairs[index] else ""
         if index not in pairs or paired != zero:
@@ -389,8 +414,8 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
     become Identity (the bias then stays float, its rounding dropped)."""
     producer = {o: n for n in graph.nodes for o in n.output if o}
     scales = {n.output[1] for n in graph.nodes if key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
-    activations = {n.output[0]: n.output[1] if len(n.output) > 1 else "" for n in graph.nodes
-                   if key(n) == DYNAMIC_QUANTIZE}
+    activations = _moved(graph.nodes, {n.output[0]: n.output[1] if len(n.output) > 1 else ""
+                                       for n in graph.nodes if key(n) == DYNAMIC_QUANTIZE})
     memo: dict[str, frozenset | None] = {}
 
     def scaled(name: str) -> frozenset | None:

@@ -190,6 +190,15 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
         if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
             continue
         x, y = node.input[0], node.output[0]
+        dynamic = _dynamically_quantized(g, node)
+        if dynamic is not None:
+            # quantize_dynamic's activation moved in int8 (a Transpose) and dequantized at its
+            # run-time scale: the same movement in float (the rounding dropped, judged by SQNR)
+            source, moved = dynamic
+            in_place[id(node)] = _moves_redone(names, node, moved, source)
+            _drop_unread_moves(g, node, moved, removed)
+            removed.add(id(node))
+            continue
         scale, zero, axis = _params(g, node, finite=False)
         value = g.constant(x)
         quantize = g.producer.get(x)
@@ -274,12 +283,7 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
             # dequantized once and the movement repeated on it in float, in the DQ's place.
             in_place[id(node)] = _dequantized_moves(g, names, node, moved, scale, zero, axis)
             found.constants[y] = str(g.constant(moved[-1].input[0]).dtype)
-            for mover in moved:  # the integer originals go once nothing else reads them
-                readers = g.readers.get(mover.output[0], [])
-                if mover.output[0] in g.outputs or any(r is not node and id(r) not in removed
-                                                       for r in readers):
-                    break
-                removed.add(id(mover))
+            _drop_unread_moves(g, node, moved, removed)
         else:
             raise ConversionError(f"{_label(node)}: dequantizes {x!r}, which is neither a constant, a "
                                   "constant moved by Gather/Reshape/Transpose/Squeeze/Unsqueeze/"
@@ -423,6 +427,48 @@ def _moved_constant(g: _Graph, node: onnx.NodeProto | None) -> list[onnx.NodePro
     return None
 
 
+def _dynamically_quantized(g: _Graph, node: onnx.NodeProto) -> tuple[str, list] | None:
+    """(the float activation, the data-movement ops from it) when the DQ `node` dequantizes a
+    DynamicQuantizeLinear's output, moved by those ops, at that DynamicQuantizeLinear's own
+    run-time scale and zero point; else None."""
+    moved, producer = [], g.producer.get(node.input[0])
+    while producer is not None and producer.op_type in _DATA_MOVEMENT and producer.domain in ("", "ai.onnx"):
+        moved.append(producer)
+        producer = g.producer.get(producer.input[0])
+    if producer is None or producer.op_type != "DynamicQuantizeLinear" or \
+            list(node.input[1:3]) != list(producer.output[1:1 + len(node.input[1:3])]):
+        return None
+    return producer.input[0], moved
+
+
+def _drop_unread_moves(g: _Graph, node: onnx.NodeProto, moved: list[onnx.NodeProto], removed: set) -> None:
+    """The integer data-movement ops `moved` (the DQ `node`'s first) go once nothing else reads
+    them."""
+    for mover in moved:
+        readers = g.readers.get(mover.output[0], [])
+        if mover.output[0] in g.outputs or any(r is not node and id(r) not in removed for r in readers):
+            break
+        removed.add(id(mover))
+
+
+def _moves_redone(names: FreshNames, node: onnx.NodeProto, moved: list[onnx.NodeProto],
+                  source: str) -> list[onnx.NodeProto]:
+    """Copies of the data-movement ops `moved` (the DQ `node`'s first) reading the float `source`,
+    the last one writing the DQ's output (an Identity when there are none)."""
+    if not moved:
+        return [helper.make_node("Identity", [source], [node.output[0]], name=f"{node.output[0]}_float")]
+    copies = []
+    for k, mover in enumerate(reversed(moved)):
+        copy = onnx.NodeProto()
+        copy.CopyFrom(mover)
+        copy.input[0] = source
+        source = node.output[0] if k == len(moved) - 1 else names.fresh(f"{mover.output[0]}_dequantized")
+        copy.output[0] = source
+        copy.name = f"{mover.name}_for_{node.output[0]}" if mover.name else ""  # one per DQ
+        copies.append(copy)
+    return copies
+
+
 def _dequantized_moves(g: _Graph, names: FreshNames, node: onnx.NodeProto, moved: list[onnx.NodeProto],
                        scale, zero, axis: int) -> list[onnx.NodeProto]:
     """Copies of the data-movement ops `moved` reading the dequantized constant, the last one
@@ -434,16 +480,7 @@ def _dequantized_moves(g: _Graph, names: FreshNames, node: onnx.NodeProto, moved
     g.initializers[source] = numpy_helper.from_array(_checked(
         node, first.input[0], table.shape, _dequantized, table, scale, zero, axis), source)
     g.graph.initializer.append(g.initializers[source])
-    copies = []
-    for k, mover in enumerate(reversed(moved)):
-        copy = onnx.NodeProto()
-        copy.CopyFrom(mover)
-        copy.input[0] = source
-        source = node.output[0] if k == len(moved) - 1 else names.fresh(f"{mover.output[0]}_dequantized")
-        copy.output[0] = source
-        copy.name = f"{mover.name}_for_{node.output[0]}" if mover.name else ""  # one per DQ
-        copies.append(copy)
-    return copies
+    return _moves_redone(names, node, moved, source)
 
 
 def _replace_by_constant(g: _Graph, node: onnx.NodeProto, value: np.ndarray) -> None:

@@ -641,3 +641,34 @@ def test_bert_embeddings_keep_the_file_small(tmp_path):
     feeds = {n: t.numpy() for n, t in zip(names, example)}
     got, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(quantized, feeds)
     assert sqnr_db(expected["output"], got["output"]) > 35
+
+
+def _transposed_activation(rng, reader: str) -> onnx.ModelProto:
+    """x [1, 8, 16] -> MatMul(W) -> a, and x -> Transpose -> `reader` -> b: quantize_dynamic
+    quantizes x once, then moves it in int8 (DynamicQuantizeLinear -> Transpose -> MatMulInteger,
+    or -> DequantizeLinear at x's run-time scale before a float op)."""
+    second = (helper.make_node("MatMul", ["t", "w2"], ["b"]) if reader == "MatMul"
+              else helper.make_node("Relu", ["t"], ["b"]))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]),
+             helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), second]
+    return make_model(nodes, {"x": (TensorProto.FLOAT, [1, 8, 16])},
+                      {"a": TensorProto.FLOAT, "b": TensorProto.FLOAT},
+                      {"w": rng.standard_normal((16, 32)).astype(np.float32),
+                       "w2": rng.standard_normal((8, 32)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("reader", ["MatMul", "Relu"])
+def test_an_activation_moved_in_int8(tmp_path, reader):
+    """The int8 activation moved by a Transpose to a second MatMulInteger, or dequantized after it
+    at its run-time scale for a float op: the same movement in float, within onnxruntime's
+    rounding, the weights int8."""
+    quantized = _quantize(_transposed_activation(np.random.default_rng(6), reader), tmp_path)
+    assert "Transpose" in {n.op_type for n in quantized.graph.node}
+    flatbuffer, report = convert_proto(quantized)
+    feeds = _feeds(quantized)
+    got, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(quantized, feeds)
+    for name in ("a", "b"):
+        assert sqnr_db(expected[name], got[name]) > 35, (name, sqnr_db(expected[name], got[name]))
+    from qconvert.tflite.reader import read
+
+    assert any(t.dtype == "INT8" and t.shape == [32, 16] for t in read(flatbuffer).tensors)
