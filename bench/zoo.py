@@ -134,7 +134,7 @@ TIMM = [
     _timm("nfnet", "nf_resnet26"), _timm("dpn", "dpn68"), _timm("efficientvit", "efficientvit_b0"),
     _timm("cait", "cait_xxs24_224", size=64, img_size=64, depth=2),
     _timm("coat", "coat_lite_tiny", size=224), _timm("mlp_mixer", "mixer_s32_224", size=64, img_size=64),
-    _timm("resmlp", "resmlp_12_224", size=64, img_size=64, num_blocks=2),
+    _timm("resmlp", "resmlp_12_224", size=224),
     _timm("crossvit", "crossvit_tiny_240", size=240), _timm("tnt", "tnt_s_patch16_224", size=224, depth=2),
     _timm("gcvit", "gcvit_xxtiny", size=224), _timm("twins", "twins_pcpvt_small", size=64, depths=(1, 1, 1, 1)),
     _timm("mobilevitv1_s", "mobilevit_s", size=128), _timm("hgnet", "hgnetv2_b0"),
@@ -252,8 +252,10 @@ AUDIO_SAMPLES = 4000
 # --------------------------------------------------------------------------------------------
 # Generation (runs in the zoo venv: torch 2.14.1, no qconvert).
 
-def build(kind: str, name: str, spec: dict):
-    """(torch module in eval mode, example inputs, input names, output names), seeded weights."""
+def build(kind: str, name: str, spec: dict, opset: int = 17):
+    """(torch module in eval mode, example inputs, input names, output names), seeded weights.
+    Below opset 14, which has no scaled_dot_product_attention for the TorchScript exporter,
+    attention is built unfused (timm's set_fused_attn, transformers' "eager"), as users do."""
     import torch
 
     torch.manual_seed(SEED)
@@ -300,11 +302,14 @@ def build(kind: str, name: str, spec: dict):
     if kind == "timm":
         import timm
 
+        timm.layers.set_fused_attn(opset >= 14)
         model = timm.create_model(name, pretrained=False, **spec["kw"])
         return model.eval(), image, ["images"], ["logits"]
     import transformers
 
     config = getattr(transformers, spec["config"])(**spec["cfg"])
+    if opset < 14:
+        config._attn_implementation = "eager"
     cls, _, part = spec["model"].partition(".")
     inner = getattr(transformers, cls)(config)
     if part:
@@ -521,7 +526,7 @@ def generate_worker(exporter: str, keys: list[str]) -> None:
                         export_keras(model, spec, exp, path)
                     else:
                         if module is None:
-                            module = build(kind, model, spec)
+                            module = build(kind, model, spec, int(re.sub(r"\D", "", exp)))
                         export(*module, exp, path)
                 result = {"ok": True}
             except BaseException as e:  # noqa: BLE001 - any exporter failure is a row
@@ -679,7 +684,7 @@ def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = Fa
                     for exp, fmt in jobs_of(key, exporter):
                         family, model, _, _ = ARCHITECTURES[key]
                         done = rows.get((family, model, exp, fmt or "float"))
-                        if resume and done and done["status"] != "export failed":
+                        if resume and done and done["status"] not in ("export failed", "error"):
                             continue
                         print(f"zoo: convert {key} {exp} {fmt or 'float'}", file=sys.stderr,
                               flush=True)
@@ -809,7 +814,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="per conversion, seconds")
     parser.add_argument("--table", action="store_true", help="print the table of results.json")
     parser.add_argument("--resume", action="store_true",
-                        help="convert only the files results.json has no row for")
+                        help="convert only the files results.json has no row for (or an "
+                             "internal error or a failed export)")
     parser.add_argument("--generate-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.generate_worker:
