@@ -89,6 +89,17 @@ def _tensor_to_array(t: onnx.TensorProto, source: OnnxFile) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
+# Attributes whose default onnx's shape inference reads wrongly: spelled out before inference.
+# STFT's onesided is 1 by the spec and in onnxruntime; onnx 1.23's inference takes a missing one as 0.
+_DEFAULTS = {"STFT": {"onesided": 1}}
+
+
+def _spell_out_defaults(node: onnx.NodeProto) -> None:
+    for name, value in _DEFAULTS.get(node.op_type, {}).items() if node.domain in ("", "ai.onnx") else ():
+        if all(a.name != name for a in node.attribute):
+            node.attribute.append(helper.make_attribute(name, value))
+
+
 def _declared_outputs(graph) -> list:
     """The graph's outputs as declared, but with negative dimensions (some exporters write -1
     for a dynamic one) made unknown: shape inference keeps a declared dimension over the one it
@@ -166,6 +177,8 @@ class _Graph:
             self.shapes[name] = value.shape
             self.dtypes[name] = value.dtype
         self.nodes = list(self.graph.node)
+        for node in self.nodes:
+            _spell_out_defaults(node)
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 

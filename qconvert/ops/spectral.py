@@ -161,11 +161,7 @@ def import_stft(node, ctx):
     bins = frame_length // 2 + 1 if onesided else frame_length
     y_shape = [batch, frames, bins, 2]
     if list(ctx.shape(y)) != y_shape:
-        why = ""
-        if "onesided" not in node.attrs and ctx.shape(y)[2:3] == (frame_length,):
-            why = (" (onnx's shape inference takes onesided's default as 0, onnxruntime as 1: "
-                   "set onesided=1 on the node)")
-        raise ctx.error(f"the STFT gives shape {y_shape}, not the output's {list(ctx.shape(y))}{why}")
+        raise ctx.error(f"the STFT gives shape {y_shape}, not the output's {list(ctx.shape(y))}")
     m = _spectrum_matrix(frame_length, frame_length, bins, False, False)
     weights = ctx.const(window) if window else np.ones(frame_length)
     if weights is not None:

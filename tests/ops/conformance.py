@@ -38,9 +38,6 @@ for _nms in ("center_point_box_format", "flipped_coordinates", "identical_boxes"
     EXPECTED_FAILURES[f"test_nonmaxsuppression_{_nms}"] = (
         "the number of selected boxes is known at run time only; TFLite's NON_MAX_SUPPRESSION_V4/V5 "
         "write a fixed max_output_size")
-for _stft in ("test_stft", "test_stft_with_window"):
-    EXPECTED_FAILURES[_stft] = ("onnx's STFT shape inference takes the absent onesided as 0 (two-sided "
-                                "bins) where the op computes one-sided ones")
 for _affine in ("2d", "2d_align_corners", "3d", "3d_align_corners"):
     EXPECTED_FAILURES[f"test_affine_grid_{_affine}_expanded"] = (
         "the grid's shape is computed from the `size` graph input at run time")
