@@ -199,7 +199,7 @@ def _batch_matmul(model, op, batched) -> str:
 
 def _axis_option(model, op, batched) -> str:
     """CONCATENATION, GATHER: an `axis` option other than 0; every input of a concatenation
-    carries the batch."""
+    carries the batch; a GATHER with batch_dims reads its batch from both inputs."""
     rank = _rank(model, op.inputs[0])
     axis = op.options.get("axis", 0) % max(rank, 1)
     if op.type == "GATHER":
@@ -208,6 +208,9 @@ def _axis_option(model, op, batched) -> str:
             return ""
         if params not in batched and indices in batched and axis == 0 and _rank(model, indices) >= 1:
             return ""  # a table lookup: the output's axis 0 is the indices'
+        if params in batched and indices in batched and op.options.get("batch_dims", 0) >= 1 \
+                and axis != 0:
+            return ""  # per-sample gathers (batch_dims 1: GridSample's): the batch stays axis 0
         return "gathers along the batch"
     if axis == 0 or any(n not in batched for n in op.inputs):
         return "concatenates along the batch"
