@@ -39,8 +39,35 @@ def _identity(node, x):
     return [x]
 
 
+def _batch_normalization(node, x, scale, bias, mean, var):
+    """In training mode (training_mode 1, or before opset 14 its extra outputs) the evaluator
+    gives fewer outputs than the node has ("Unable to find output name"): timm's weight
+    standardization (NF-ResNet) normalises each constant weight so. Training mode normalises by
+    the input's own statistics over every axis but the channels, and writes the running ones."""
+    attrs = _attrs(node)
+    epsilon = attrs.get("epsilon", 1e-5)
+    training = bool(attrs.get("training_mode", 0)) or sum(bool(o) for o in node.output) > 1
+    axes = tuple(k for k in range(x.ndim) if k != 1)
+    wide = x.astype(np.float64)
+    channels = (1, -1) + (1,) * (x.ndim - 2)
+    if training:
+        batch_mean, batch_var = wide.mean(axis=axes), wide.var(axis=axes)
+    else:
+        batch_mean, batch_var = mean.astype(np.float64), var.astype(np.float64)
+    y = ((wide - batch_mean.reshape(channels)) / np.sqrt(batch_var.reshape(channels) + epsilon)
+         * scale.astype(np.float64).reshape(channels) + bias.astype(np.float64).reshape(channels))
+    outputs = [y.astype(x.dtype)]
+    if training:
+        momentum = attrs.get("momentum", 0.9)
+        running = [mean * momentum + batch_mean * (1 - momentum),
+                   var * momentum + batch_var * (1 - momentum), batch_mean, batch_var]
+        outputs += [np.asarray(v).astype(x.dtype) for v in running]
+    return outputs[:len(node.output)]
+
+
 # op_type -> function(node, *inputs) -> list of outputs (ONNX domain only).
 _FOLDERS: dict[str, Callable] = {
+    "BatchNormalization": _batch_normalization,
     "GatherElements": _gather_elements,
     "Identity": _identity,
 }

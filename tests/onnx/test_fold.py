@@ -163,6 +163,7 @@ c("Cast_f16_f32", "Cast", [h(2, 3)], to=1)
 c("Cast_f32_f16", "Cast", [f(2, 3)], to=10)
 c("GatherElements_f16", "GatherElements", [h(1, 40), np.arange(5, dtype=np.int64).reshape(1, 5)], axis=1)
 c("Where_u8", "Where", [b(2, 3), np.full((2, 3), 7, np.uint8), np.full(3, 250, np.uint8)])
+c("BatchNormalization", "BatchNormalization", [f(2, 3, 4), pos(3), f(3), f(3), pos(3)], opset=15)
 
 
 @pytest.mark.parametrize("op, inputs, attrs, opset, outputs", CASES)
@@ -201,3 +202,27 @@ def test_gather_elements_along_a_long_axis_folds():
     feeds = {"x": ints(1, 32)}
     np.testing.assert_array_equal(run_tflite(flatbuffer, report, feeds)["y"],
                                   run_onnxruntime(model, feeds)["y"])
+
+
+def test_batch_normalization_with_training_outputs_folds():
+    """timm's weight standardization (NF-ResNet) exported at opset 13: a BatchNormalization of a
+    constant weight with its four training outputs (unused), which onnx's evaluator does not give;
+    output 0 normalises by the weight's own statistics, as onnxruntime computes it."""
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((1, 4, 9)).astype(np.float32)
+    stats = [weight.mean(axis=(0, 2)), weight.var(axis=(0, 2))]
+    bn = helper.make_node("BatchNormalization", ["w", "g", "b", "m", "v"],
+                          ["wn", "rm", "rv", "sm", "sv"], epsilon=1e-5, momentum=1.0)
+    graph = helper.make_graph(
+        [bn, helper.make_node("Reshape", ["wn", "shape"], ["w2"]),
+         helper.make_node("MatMul", ["x", "w2"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, n) for n, v in [
+            ("w", weight), ("g", np.ones(4, np.float32)), ("b", np.zeros(4, np.float32)),
+            ("m", stats[0]), ("v", stats[1]), ("shape", np.array([4, 9], np.int64))]])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32)}
+    flatbuffer, report = convert_proto(model)
+    np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["y"],
+                               run_onnxruntime(model, feeds)["y"], rtol=1e-5, atol=1e-5)
