@@ -18,7 +18,11 @@ FOLDED = ("converted when its inputs are constants (the loader folds it); a size
 QOPERATOR = ("onnxruntime's QOperator format: export with quant_format=QDQ (QuantizeLinear/"
              "DequantizeLinear pairs), which qconvert imports as int8")
 
+NOT_ONNX = ("not an ONNX operator: the exporter left a TensorFlow op in the graph (tf2onnx could "
+            "not convert it; onnxruntime cannot run the file either)")
+
 REFUSED: dict[str, str] = {
+    "Erfc": NOT_ONNX, "StatefulPartitionedCall": NOT_ONNX, "PartitionedCall": NOT_ONNX,
     "NonZero": DATA_DEPENDENT,
     "Unique": DATA_DEPENDENT,
     "Bernoulli": RANDOM, "Multinomial": RANDOM, "RandomNormal": RANDOM,

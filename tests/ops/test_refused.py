@@ -38,3 +38,12 @@ def test_a_refused_op_on_constants_is_folded():
                        {"x": (TensorProto.FLOAT, [1, 1])}, {"y": TensorProto.FLOAT},
                        {"c": np.array([[0, 1, 0], [2, 0, 3]], np.float32)})
     assert_matches_onnxruntime(model)
+
+
+def test_a_tensorflow_op_left_by_the_exporter_is_named_so():
+    """tf2onnx leaves StatefulPartitionedCall (a Keras function it could not inline) or Erfc in
+    the graph: not ONNX at all, which the refusal says."""
+    model = make_model([helper.make_node("StatefulPartitionedCall", ["x"], ["y"], name="call")],
+                       {"x": (TensorProto.FLOAT, [2])}, {"y": TensorProto.FLOAT})
+    message = assert_refused_in_one_line(model, "1 unsupported ONNX node")
+    assert "StatefulPartitionedCall ('call'): not an ONNX operator" in message
