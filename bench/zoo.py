@@ -4,11 +4,12 @@ No weights are downloaded: torchvision, timm, Hugging Face transformers and Kera
 architecture from its code (transformers from a small config: hidden 64, 2 layers, 2 heads) with
 seeded random weights, which is enough for a float conversion's exactness. Each PyTorch model is
 exported by every exporter a PyTorch user has: torch.onnx's TorchScript exporter (dynamo=False) at
-opsets 13 and 17 and its dynamo exporter at opset 18; the Keras models (layers: LSTM, GRU,
+opsets 13 and 17 and its dynamo exporter at opset 18 (the transformers at 20 too); the Keras models (layers: LSTM, GRU,
 Bidirectional, Conv1D, MultiHeadAttention; keras.applications) by tf2onnx at opsets 13 and 17.
 The transformers' opset-17 exports are also written in the formats people ship: float16
 (onnxconverter-common, keep_io_types), onnxruntime's transformer optimizer output,
-quantize_dynamic (int8 weights) and QDQ from quantize_static (random calibration).
+quantize_dynamic (int8 weights) and QDQ from quantize_static (random calibration); torchvision's
+in float16 and QDQ.
 
 Generation runs in venvs of its own outside git, created on first use: torch 2.14.1 +
 torchvision 0.29.1, timm, transformers, onnxscript, onnxconverter-common, onnxruntime (the
@@ -532,7 +533,7 @@ def generate_worker(exporter: str, keys: list[str]) -> None:
             except BaseException as e:  # noqa: BLE001 - any exporter failure is a row
                 if isinstance(e, KeyboardInterrupt):
                     raise
-                text = f"{type(e).__name__}: {e}".strip()
+                text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(e).__name__}: {e}").strip()
                 result = {"ok": False, "error": " ".join(text.split())[:300]}
                 path.unlink(missing_ok=True)
             finally:
@@ -629,6 +630,7 @@ def convert_one(key: str, exporter: str, fmt: str, timeout: float, work: Path) -
     options = ("--quantize", "--verify") if fmt == "qdq" else ()
     result = run_qconvert(path, dest, timeout, work, options)
     row["status"], row["message"] = _status(result)
+    row["commit"] = _sibling("bench").qconvert_commit()  # others may commit while the zoo runs
     if fmt == "qdq" and row["status"] == "exact":
         row["status"] = "converted"
     if "seconds" in result:
@@ -769,7 +771,9 @@ def report(rows: list[dict]) -> str:
              f"{sum(r['status'] == 'wrong' for r in rows)} wrong, "
              f"{sum(r['status'] in ('error', 'timeout') for r in rows)} errors; "
              f"{sum(r['status'] == 'export failed' for r in rows)} exports failed (not counted). "
-             f"convert (s): mean over the exact ones; MB/s: ONNX MB per second.\n",
+             f"convert (s): mean over the exact ones; MB/s: ONNX MB per second. qconvert "
+             f"commit: {', '.join(sorted({r['commit'] for r in rows if 'commit' in r})) or '-'}."
+             f"\n",
              markdown_table(zoo_rows(rows)), "", "By exporter and format:"]
     kinds = collections.defaultdict(collections.Counter)
     for r in converted:
@@ -799,7 +803,7 @@ def report(rows: list[dict]) -> str:
     exports = collections.defaultdict(list)
     for r in rows:
         if r["status"] == "export failed":
-            exports[r["message"][:90]].append(f"{r['model']}@{r['exporter']}/{r['format']}")
+            exports[re.sub(r"\x1b\[[0-9;]*m", "", r["message"])[:90]].append(f"{r['model']}@{r['exporter']}/{r['format']}")
     if exports:
         lines.append("\nExports that failed (the exporter's message):")
         lines += [f"- {m} [{len(n)}]: {', '.join(n)}" for m, n in
