@@ -4,8 +4,9 @@ No weights are downloaded: torchvision, timm, Hugging Face transformers and Kera
 architecture from its code (transformers from a small config: hidden 64, 2 layers, 2 heads) with
 seeded random weights, which is enough for a float conversion's exactness. Each PyTorch model is
 exported by every exporter a PyTorch user has: torch.onnx's TorchScript exporter (dynamo=False) at
-opsets 13 and 17 and its dynamo exporter at opset 18 (the transformers at 20 too); the Keras models (layers: LSTM, GRU,
-Bidirectional, Conv1D, MultiHeadAttention; keras.applications) by tf2onnx at opsets 13 and 17.
+opsets 13 and 17 and its dynamo exporter at opset 18 (the transformers at 20 too); the Keras
+models (layers: LSTM, GRU, Bidirectional, Conv1D, attention; keras.applications) by tf2onnx at
+opsets 13 and 17.
 The transformers' opset-17 exports are also written in the formats people ship: float16
 (onnxconverter-common, keep_io_types), onnxruntime's transformer optimizer output,
 quantize_dynamic (int8 weights) and QDQ from quantize_static (random calibration); torchvision's
@@ -92,10 +93,12 @@ TORCHVISION = [
                                              num_heads=2, hidden_dim=64, mlp_dim=128))),
     _tv("swin", "swin_t", size=64), _tv("maxvit", "maxvit_t", size=224),
     ("tv/lraspp", "lraspp_mobilenet_v3_large", "tvseg", dict(size=128, kw=dict(num_classes=4))),
-    ("tv/deeplabv3", "deeplabv3_mobilenet_v3_large", "tvseg", dict(size=128, kw=dict(num_classes=4))),
+    ("tv/deeplabv3", "deeplabv3_mobilenet_v3_large", "tvseg",
+     dict(size=128, kw=dict(num_classes=4))),
     ("tv/fcn", "fcn_resnet50", "tvseg", dict(size=96, kw=dict(num_classes=4))),
     ("tv/ssdlite", "ssdlite320_mobilenet_v3_large", "tvdet", dict(size=320, kw={})),
-    ("tv/retinanet", "retinanet_resnet50_fpn", "tvdet", dict(size=128, kw=dict(min_size=128, max_size=128))),
+    ("tv/retinanet", "retinanet_resnet50_fpn", "tvdet",
+     dict(size=128, kw=dict(min_size=128, max_size=128))),
     ("tv/fasterrcnn", "fasterrcnn_mobilenet_v3_large_320_fpn", "tvdet", dict(size=320, kw={})),
 ]
 
@@ -134,10 +137,13 @@ TIMM = [
     _timm("inception_v3", "inception_v3", size=96), _timm("xception", "xception41", size=96),
     _timm("nfnet", "nf_resnet26"), _timm("dpn", "dpn68"), _timm("efficientvit", "efficientvit_b0"),
     _timm("cait", "cait_xxs24_224", size=64, img_size=64, depth=2),
-    _timm("coat", "coat_lite_tiny", size=224), _timm("mlp_mixer", "mixer_s32_224", size=64, img_size=64),
+    _timm("coat", "coat_lite_tiny", size=224),
+    _timm("mlp_mixer", "mixer_s32_224", size=64, img_size=64),
     _timm("resmlp", "resmlp_12_224", size=224),
-    _timm("crossvit", "crossvit_tiny_240", size=240), _timm("tnt", "tnt_s_patch16_224", size=224, depth=2),
-    _timm("gcvit", "gcvit_xxtiny", size=224), _timm("twins", "twins_pcpvt_small", size=64, depths=(1, 1, 1, 1)),
+    _timm("crossvit", "crossvit_tiny_240", size=240),
+    _timm("tnt", "tnt_s_patch16_224", size=224, depth=2),
+    _timm("gcvit", "gcvit_xxtiny", size=224),
+    _timm("twins", "twins_pcpvt_small", size=64, depths=(1, 1, 1, 1)),
     _timm("mobilevitv1_s", "mobilevit_s", size=128), _timm("hgnet", "hgnetv2_b0"),
     _timm("ecaresnet", "ecaresnet26t"), _timm("seresnext", "seresnext26d_32x4d"),
     _timm("res2net", "res2net50_14w_8s"), _timm("regnetz", "regnetz_005"),
@@ -158,11 +164,13 @@ HF = [
     _hf("bert", "BertModel", "BertConfig", "bert", "text", **_TEXT),
     _hf("distilbert", "DistilBertModel", "DistilBertConfig", "bert", "text", vocab_size=1000,
         dim=64, n_layers=2, n_heads=2, hidden_dim=128, max_position_embeddings=64),
-    _hf("roberta", "RobertaModel", "RobertaConfig", "bert", "text", **dict(_TEXT, max_position_embeddings=66)),
+    _hf("roberta", "RobertaModel", "RobertaConfig", "bert", "text",
+        **dict(_TEXT, max_position_embeddings=66)),
     _hf("albert", "AlbertModel", "AlbertConfig", "bert", "text", embedding_size=32, **_TEXT),
     _hf("electra", "ElectraModel", "ElectraConfig", "bert", "text", embedding_size=32, **_TEXT),
     _hf("deberta_v2", "DebertaV2Model", "DebertaV2Config", "bert", "text", **_TEXT),
-    _hf("mpnet", "MPNetModel", "MPNetConfig", "bert", "text", **dict(_TEXT, max_position_embeddings=66)),
+    _hf("mpnet", "MPNetModel", "MPNetConfig", "bert", "text",
+        **dict(_TEXT, max_position_embeddings=66)),
     _hf("xlm_roberta", "XLMRobertaModel", "XLMRobertaConfig", "bert", "text",
         **dict(_TEXT, max_position_embeddings=66)),
     _hf("mobilebert", "MobileBertModel", "MobileBertConfig", "bert", "text",
@@ -439,7 +447,8 @@ def make_format(source: Path, fmt: str, spec: dict, dest: Path) -> None:
         cfg = spec["cfg"]
         heads = cfg.get("num_attention_heads") or cfg.get("n_heads") or cfg.get("n_head") or \
             cfg.get("encoder_attention_heads") or cfg.get("num_heads") or 2
-        hidden = cfg.get("hidden_size") or cfg.get("dim") or cfg.get("n_embd") or cfg.get("d_model") or 64
+        hidden = (cfg.get("hidden_size") or cfg.get("dim") or cfg.get("n_embd")
+                  or cfg.get("d_model") or 64)
         heads = heads[0] if isinstance(heads, list) else heads
         optimize_model(str(source), model_type=spec["opt"], num_heads=heads,
                        hidden_size=hidden).save_model_to_file(str(dest))
@@ -621,7 +630,8 @@ def convert_one(key: str, exporter: str, fmt: str, timeout: float, work: Path) -
     row = dict(family=family, model=model, exporter=exporter, format=fmt or "float",
                file=str(path))
     note = path.with_suffix(".json")
-    made = json.loads(note.read_text()) if note.exists() else {"ok": False, "error": "not generated"}
+    made = (json.loads(note.read_text()) if note.exists()
+            else {"ok": False, "error": "not generated"})
     if not made["ok"]:
         row.update(status="export failed", message=made["error"])
         return row
@@ -765,7 +775,8 @@ def report(rows: list[dict]) -> str:
     ok = [r for r in converted if r["status"] in ("exact", "converted")]
     lines = [f"\nArchitecture zoo (bench/zoo.py): {len(converted)} generated models over "
              f"{len(families)} families (seeded random weights; torchvision, timm, Hugging Face "
-             f"transformers from small configs, Keras through tf2onnx), each converted by `qconvert IN OUT --json` (the "
+             f"transformers from small configs, Keras through tf2onnx), each converted by "
+             f"`qconvert IN OUT --json` (the "
              f"float check; QDQ: `--quantize --verify`, the model's own ranges); "
              f"{len(ok)} exact, {sum(r['status'] == 'refused' for r in rows)} refused, "
              f"{sum(r['status'] == 'wrong' for r in rows)} wrong, "
@@ -787,8 +798,8 @@ def report(rows: list[dict]) -> str:
     for r in converted:
         if r["status"] not in ("exact", "converted"):
             label = r["status"] + ": " + reason(r["message"])
-            groups[label].append(f"{r['family'].split('/')[0]}/{r['model']}"
-                                 f"@{r['exporter']}{'' if r['format'] == 'float' else '/' + r['format']}")
+            fmt = "" if r["format"] == "float" else "/" + r["format"]
+            groups[label].append(f"{r['family'].split('/')[0]}/{r['model']}@{r['exporter']}{fmt}")
     lines.append("\nFailures by message (model@exporter[/format]):")
     for label, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"- {label} [{len(names)}]: {', '.join(names)}")
@@ -803,7 +814,8 @@ def report(rows: list[dict]) -> str:
     exports = collections.defaultdict(list)
     for r in rows:
         if r["status"] == "export failed":
-            exports[re.sub(r"\x1b\[[0-9;]*m", "", r["message"])[:90]].append(f"{r['model']}@{r['exporter']}/{r['format']}")
+            message = re.sub(r"\x1b\[[0-9;]*m", "", r["message"])[:90]  # no colour codes
+            exports[message].append(f"{r['model']}@{r['exporter']}/{r['format']}")
     if exports:
         lines.append("\nExports that failed (the exporter's message):")
         lines += [f"- {m} [{len(n)}]: {', '.join(n)}" for m, n in
