@@ -16,7 +16,11 @@ def _evaluate(fn):
     def evaluate(inputs, op):
         x, axes = inputs
         axes = tuple(int(a) % x.ndim for a in np.atleast_1d(axes))
-        return [fn(x, axis=axes, keepdims=bool(op.options.get("keep_dims"))).astype(x.dtype)]
+        extra = {}
+        if fn in (np.max, np.min) and x.size == 0:  # an empty reduction: TFLite's starting value
+            limits = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
+            extra["initial"] = limits.min if fn is np.max else limits.max
+        return [fn(x, axis=axes, keepdims=bool(op.options.get("keep_dims")), **extra).astype(x.dtype)]
     return evaluate
 
 
