@@ -665,7 +665,8 @@ def save(rows: list[dict]) -> None:
 
 def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = False) -> list[dict]:
     """Generates (in chunks, in the zoo venv) and converts; results.json after every model.
-    resume: files that already have a row keep it (not converted again)."""
+    resume: files whose row is exact (or, for QDQ, converted) keep it; the others are converted
+    again (a refusal fixed since, an export to retry)."""
     rows = {}
     if RESULTS.exists():  # a rerun keeps the rows of files it does not redo
         rows = {(r["family"], r["model"], r["exporter"], r["format"]): r
@@ -696,7 +697,7 @@ def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = Fa
                     for exp, fmt in jobs_of(key, exporter):
                         family, model, _, _ = ARCHITECTURES[key]
                         done = rows.get((family, model, exp, fmt or "float"))
-                        if resume and done and done["status"] not in ("export failed", "error"):
+                        if resume and done and done["status"] in ("exact", "converted"):
                             continue
                         print(f"zoo: convert {key} {exp} {fmt or 'float'}", file=sys.stderr,
                               flush=True)
