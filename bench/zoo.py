@@ -831,8 +831,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="per conversion, seconds")
     parser.add_argument("--table", action="store_true", help="print the table of results.json")
     parser.add_argument("--resume", action="store_true",
-                        help="convert only the files results.json has no row for (or an "
-                             "internal error or a failed export)")
+                        help="convert only the files results.json has no exact row for")
     parser.add_argument("--generate-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.generate_worker:
