@@ -624,6 +624,26 @@ def run_qconvert(source: Path, dest: Path, timeout: float, work: Path, options: 
     return result
 
 
+def _onnxruntime_fails(path: Path) -> str | None:
+    """Why onnxruntime cannot load the file or run it once on zeros (dynamic dims 1), or None."""
+    import numpy as np
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeds = {}
+        for i in session.get_inputs():
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+            dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
+                     "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+                     "tensor(uint8)": np.uint8}.get(i.type, np.float32)
+            feeds[i.name] = np.zeros(shape, dtype)
+        session.run(None, feeds)
+    except Exception as e:  # noqa: BLE001  (any failure of the reference is the answer)
+        return str(e).splitlines()[0][:160]
+    return None
+
+
 def convert_one(key: str, exporter: str, fmt: str, timeout: float, work: Path) -> dict:
     family, model, _, _ = ARCHITECTURES[key]
     path = model_file(key, exporter, fmt)
@@ -640,6 +660,10 @@ def convert_one(key: str, exporter: str, fmt: str, timeout: float, work: Path) -
     options = ("--quantize", "--verify") if fmt == "qdq" else ()
     result = run_qconvert(path, dest, timeout, work, options)
     row["status"], row["message"] = _status(result)
+    if row["status"] == "refused" and (invalid := _onnxruntime_fails(path)):
+        # A file onnxruntime cannot run either is the exporter's failure (an op that is not
+        # ONNX, a QDQ scale of inf): no conversion can match a reference that does not exist.
+        row["status"], row["message"] = "export failed", f"onnxruntime cannot run it: {invalid}"
     row["commit"] = _sibling("bench").qconvert_commit()  # others may commit while the zoo runs
     if fmt == "qdq" and row["status"] == "exact":
         row["status"] = "converted"
