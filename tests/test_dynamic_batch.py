@@ -105,6 +105,22 @@ def _run(data: bytes, report: dict, feeds: dict, resolver: str) -> dict:
     return results
 
 
+def assert_resizes_to_the_feeds_batch(model, feeds: dict, output: str = "y", rtol=1e-4, atol=1e-4):
+    """`model` (a dynamic batch) converts with its batch resizable, and the .tflite resized to the
+    batch of `feeds` matches onnxruntime there, with XNNPACK and with the builtin kernels."""
+    import json
+
+    from tests.harness import convert, run_onnxruntime
+
+    flatbuffer, report = convert("m.onnx", data=model.SerializeToString())
+    assert report.batch.resizable, report.batch.note
+    want = run_onnxruntime(model, feeds)[output]
+    report = json.loads(json.dumps(report.as_dict()))
+    for resolver in RESOLVERS:
+        np.testing.assert_allclose(_run(bytes(flatbuffer), report, feeds, resolver)[output], want,
+                                   rtol=rtol, atol=atol, err_msg=resolver)
+
+
 def _activation_signatures(data: bytes) -> list[tuple[str, list, list]]:
     """(name, shape, shape_signature) of every tensor without data, read from the file; a tensor
     without a shape_signature reports its shape."""

@@ -81,19 +81,9 @@ def test_grid_that_does_not_match_the_input_is_refused():
 def test_grid_sample_keeps_a_dynamic_batch_resizable():
     """Its GATHER reads each sample's map with batch_dims 1: the batch stays axis 0, so the
     .tflite resizes to batch 3 and matches onnxruntime there."""
-    import json
-
-    from tests.harness import convert, run_onnxruntime
-    from tests.test_dynamic_batch import RESOLVERS, _run
+    from tests.test_dynamic_batch import assert_resizes_to_the_feeds_batch
 
     model = grid_sample_model((1, 2, 5, 6), (1, 4, 3, 2), mode="linear")
     model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 5, 6]))
     model.graph.input[1].CopyFrom(helper.make_tensor_value_info("grid", TensorProto.FLOAT, ["N", 4, 3, 2]))
-    flatbuffer, report = convert("m.onnx", data=model.SerializeToString())
-    assert report.batch.resizable, report.batch.note
-    inputs = feeds((3, 2, 5, 6), (3, 4, 3, 2))
-    want = run_onnxruntime(model, inputs)["y"]
-    report = json.loads(json.dumps(report.as_dict()))
-    for resolver in RESOLVERS:
-        np.testing.assert_allclose(_run(bytes(flatbuffer), report, inputs, resolver)["y"], want,
-                                   rtol=1e-4, atol=1e-4, err_msg=resolver)
+    assert_resizes_to_the_feeds_batch(model, feeds((3, 2, 5, 6), (3, 4, 3, 2)))

@@ -118,18 +118,8 @@ def test_stft_without_onesided_attribute_is_one_sided():
 def test_stft_keeps_a_dynamic_batch_resizable():
     """The frames' GATHER and the product keep the batch on axis 0: the .tflite resizes to
     batch 3 and matches onnxruntime there."""
-    import json
-
-    from tests.harness import convert, run_onnxruntime
-    from tests.test_dynamic_batch import RESOLVERS, _run
+    from tests.test_dynamic_batch import assert_resizes_to_the_feeds_batch
 
     model = stft_model((1, 64, 1), 8, frame_length=16)
     model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", F, ["N", 64, 1]))
-    flatbuffer, report = convert("m.onnx", data=model.SerializeToString())
-    assert report.batch.resizable, report.batch.note
-    feeds = {"x": RNG.standard_normal((3, 64, 1)).astype(np.float32)}
-    want = run_onnxruntime(model, feeds)["y"]
-    report = json.loads(json.dumps(report.as_dict()))
-    for resolver in RESOLVERS:
-        np.testing.assert_allclose(_run(bytes(flatbuffer), report, feeds, resolver)["y"], want,
-                                   rtol=1e-4, atol=1e-4, err_msg=resolver)
+    assert_resizes_to_the_feeds_batch(model, {"x": RNG.standard_normal((3, 64, 1)).astype(np.float32)})
