@@ -28,6 +28,7 @@ import numpy as np
 from ..ir import Model, Operator
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
+from ..ops.unary import ERF_MARK
 
 MAX_OPS = 10
 CENTRAL = 12.0  # the samples where the region must be finite
@@ -64,7 +65,10 @@ def identify_activations(model: Model) -> bool:
 
 
 def _elementwise(op: Operator, model: Model) -> bool:
-    """An elementwise op of one float output whose constant inputs are scalars."""
+    """An elementwise op of one float output whose constant inputs are scalars, not part of the
+    Erf importer's composition (an erf is identify_gelu's, and none of these activations)."""
+    if ERF_MARK in op.source:
+        return False
     spec = TFLITE_OPS.get(op.type)
     if spec is None or spec.layout != "elementwise" or spec.evaluate is None or len(op.outputs) != 1:
         return False
@@ -80,7 +84,7 @@ def _region(model: Model, end: Operator, position: dict[int, int]) -> tuple[str,
     shape = model.arrays[end.outputs[0]].shape
     while len(region) <= MAX_OPS:
         pending = _pending(model, region)
-        if len(pending) == 1 and len(region) >= 2:
+        if len(pending) == 1 and len(region) >= 2 and not _polynomial(region):
             x = pending[0]
             if model.arrays[x].shape == shape and model.arrays[x].dtype == np.float32:
                 name = _matching(model, region, x, end.outputs[0], position)
@@ -93,6 +97,15 @@ def _region(model: Model, end: Operator, position: dict[int, int]) -> tuple[str,
             return None
         region.append(latest)
     return None
+
+
+# Ops that keep a region a polynomial of x: no activation is one, so such a region is not evaluated
+# (a transformer's scalings and norms are most of its elementwise ops).
+_POLYNOMIAL = {"ADD", "SUB", "MUL", "NEG", "SQUARE"}
+
+
+def _polynomial(region: list[Operator]) -> bool:
+    return all(op.type in _POLYNOMIAL and op.fused_activation == "NONE" for op in region)
 
 
 def _pending(model: Model, region: list[Operator]) -> list[str]:
