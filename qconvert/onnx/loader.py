@@ -179,6 +179,7 @@ class _Graph:
         self.nodes = list(self.graph.node)
         for node in self.nodes:
             _spell_out_defaults(node)
+        self.folded: dict[tuple, list[np.ndarray]] = {}  # _fold_key -> the values it folded to
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 
@@ -291,6 +292,9 @@ class _Graph:
         if not any(node.input) and node.op_type not in ("Constant", "ConstantOfShape", "Range", "EyeLike"):
             return None
         feeds = {n: self.constants[n] for n in node.input if n}
+        key = _fold_key(node, feeds)
+        if key is not None and key in self.folded:
+            return [v.copy() for v in self.folded[key]]
         where = f"node {self.names[id(node)]!r} ({node.op_type})"
         itemsize = self.dtypes[node.output[0]].itemsize if node.output[0] in self.dtypes else 4
         elements = _folded_elements(node, [self.constants.get(n) for n in node.input],
@@ -319,7 +323,23 @@ class _Graph:
                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         for value in results:
             FOLDED_BYTES.check(np.asarray(value).nbytes, where)
+        if key is not None and sum(np.size(v) for v in results) <= node_types.DATA_LIMIT:
+            self.folded[key] = [np.array(v) for v in results]
         return results
+
+
+def _fold_key(node: onnx.NodeProto, feeds: dict) -> tuple | None:
+    """What a folded node's value is a function of, when its inputs are small (a shape
+    computation): the op, its attributes, which outputs it has, and its inputs' values. Exporters
+    repeat the same shape arithmetic in every layer of a model; each distinct one is computed
+    once (kept when its values are small too). None for a node reading bigger constants (a
+    weight), computed each time."""
+    if sum(v.size for v in feeds.values()) > node_types.DATA_LIMIT:
+        return None
+    return (node.op_type, tuple(a.SerializeToString() for a in node.attribute),
+            tuple(bool(o) for o in node.output),
+            tuple((bool(n), n and feeds[n].dtype.str, n and feeds[n].shape, n and feeds[n].tobytes())
+                  for n in node.input))
 
 
 def _folded_elements(node: onnx.NodeProto, inputs: list, inferred: tuple | None) -> int | None:
