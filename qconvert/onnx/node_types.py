@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..ops.registry import OUTPUT_TYPES, op_key
+from ..ops.registry import OUTPUT_TYPES, VALUE_TYPED, op_key
 
 # Constants up to this size are shown to shape inference as data (Reshape's shape), here and in the
 # loader's whole-graph inference; bigger ones as typed inputs, so that inference does not copy the
@@ -32,12 +32,15 @@ def infer_node(node: onnx.NodeProto, shapes: dict, dtypes: dict, constants: dict
     types cannot be told (the whole-graph inference, or the importer, says why)."""
     if all(not o or o in shapes for o in node.output) or any(n and n not in shapes for n in node.input):
         return False
-    fn = OUTPUT_TYPES.get(op_key(node))
+    key = op_key(node)
+    fn = OUTPUT_TYPES.get(key)
     if fn is not None:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        given = ([[constants.get(n) if n else None for n in node.input]] if key in VALUE_TYPED
+                 else [])
         try:
             found = fn([shapes.get(n) if n else None for n in node.input],
-                       [dtypes.get(n) if n else None for n in node.input], attrs)
+                       [dtypes.get(n) if n else None for n in node.input], attrs, *given)
         except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
             return False  # malformed: the importer names what is wrong
     else:

@@ -2,16 +2,28 @@
 `axis`, or of the flattened input without one). A condition computed at run time stays refused:
 the output's length would be data-dependent, which a static TFLite graph cannot hold.
 
-onnx's shape inference leaves the output's length unknown even for a constant condition, so the
-output needs a shape from elsewhere (a graph output's declared shape) until the loader's per-node
-types see constant inputs."""
+onnx's shape inference leaves the output's length unknown even for a constant condition: the
+output types below count the condition's selected positions (the loader's per-node types)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .layout import reshape
-from .registry import onnx_op
+from .registry import onnx_op, onnx_types
+
+
+@onnx_types("Compress", values=True)
+def _compress_types(shapes, dtypes, attrs, values):
+    x, condition = shapes[0], values[1] if len(values) > 1 else None
+    if x is None or condition is None:
+        return [None]
+    count = int(np.count_nonzero(np.asarray(condition).reshape(-1)))
+    axis = attrs.get("axis")
+    if axis is None:
+        return [((count,), dtypes[0])]
+    axis = int(axis) % len(x)
+    return [(tuple(x[:axis]) + (count,) + tuple(x[axis + 1:]), dtypes[0])]
 
 
 @onnx_op("Compress")

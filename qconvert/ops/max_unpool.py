@@ -12,7 +12,16 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape
-from .registry import onnx_op
+from .registry import onnx_op, onnx_types
+
+
+@onnx_types("MaxUnpool", values=True)
+def _max_unpool_types(shapes, dtypes, attrs, values):
+    """onnx infers no shape when output_shape is given: it is that constant's value."""
+    wanted = values[2] if len(values) > 2 else None
+    if wanted is None or dtypes[0] is None:
+        return [None]
+    return [(tuple(int(d) for d in np.ravel(wanted)), dtypes[0])]
 
 
 @onnx_op("MaxUnpool")

@@ -152,9 +152,12 @@ def evaluate_unary(fn: Callable[[np.ndarray], np.ndarray]):
 TFLITE_OPS: dict[str, OpDef] = {}
 ONNX_IMPORTERS: dict[str, Callable] = {}
 # Output types of the ops onnx's shape inference does not know (contrib ops, function ops it does
-# not expand), by op key: fn(input shapes, input dtypes, attrs) -> [(shape, dtype) or None per
-# output]; inputs omitted or unknown are None. qconvert/onnx/node_types.py uses them.
+# not expand, ops whose shape follows from a constant input's values), by op key:
+# fn(input shapes, input dtypes, attrs) -> [(shape, dtype) or None per output], inputs omitted or
+# unknown None; an op registered with values=True also gets the constant inputs' values (None for
+# the others). qconvert/onnx/node_types.py uses them.
 OUTPUT_TYPES: dict[str, Callable] = {}
+VALUE_TYPED: set[str] = set()
 
 
 def op_key(node) -> str:
@@ -163,12 +166,15 @@ def op_key(node) -> str:
     return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
 
 
-def onnx_types(*keys: str):
-    """Registers the decorated function as the output types of the given op keys."""
+def onnx_types(*keys: str, values: bool = False):
+    """Registers the decorated function as the output types of the given op keys (given the
+    constant inputs' values too with `values`)."""
 
     def register(fn: Callable) -> Callable:
         for key in keys:
             OUTPUT_TYPES[key] = fn
+            if values:
+                VALUE_TYPED.add(key)
         return fn
 
     return register

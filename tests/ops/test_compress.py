@@ -1,6 +1,7 @@
 """Compress (qconvert/ops/compress.py) against onnxruntime: a constant condition along an axis,
-a negative axis, a condition shorter than the axis, no axis (the flattened input). The output's
-shape comes from the graph output's declaration (onnx infers none for Compress)."""
+a negative axis, a condition shorter than the axis, no axis (the flattened input); and in the
+middle of a graph, where the output's shape comes from the loader's per-node types (onnx infers
+none for Compress)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,12 @@ def test_computed_condition_is_refused():
     model = make_model([node], {"x": (F, (3, 4)), "c": (TensorProto.BOOL, (3,))}, {"y": F}, opset=13)
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", F, (2, 4)))
     assert_refused_in_one_line(model, "condition .*a graph input")
+
+
+def test_compress_in_the_middle_of_a_graph():
+    """No declared shape to lean on: the loader's per-node types count the constant condition's
+    selected positions, and the Relu behind the Compress gets its shape from them."""
+    nodes = [helper.make_node("Compress", ["x", "c"], ["t"], axis=1), helper.make_node("Relu", ["t"], ["y"])]
+    model = make_model(nodes, {"x": (F, (3, 5, 2))}, {"y": F},
+                       {"c": np.array([1, 0, 1, 1, 0], np.bool_)}, opset=13)
+    assert_matches_onnxruntime(model, io_layout="onnx")
