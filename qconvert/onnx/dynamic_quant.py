@@ -24,8 +24,9 @@ from ..errors import ConversionError
 from ..ops.dynamic_quant import (DEQUANTIZE_LINEAR, DYNAMIC_QUANTIZE, FAMILY, GATHER,
                                  INTEGER_PRODUCTS, INTEGER_TO_FLOAT, INTEGER_WEIGHTS,
                                  QUANTIZED_LSTM, QUANTIZED_MATMUL, TABLE_DTYPES, beyond_int8,
-                                 float_cast, float_fused_matmul, float_lstm, float_product, key,
+                                 float_cast, float_fused_matmul, float_lstm, float_product,
                                  largest, levels, table_dequantization, table_params)
+from ..ops.registry import op_key
 
 log = logging.getLogger("qconvert")
 # Which input of an op reading a DynamicQuantizeLinear's output may take it, with the input that
@@ -56,7 +57,7 @@ def _moved(nodes, activations: dict) -> dict:
     data-movement ops reading them, in graph order, mapped as their input is."""
     moved = dict(activations)
     for node in nodes:
-        if key(node) in _MOVERS and node.input and node.input[0] in moved:
+        if op_key(node) in _MOVERS and node.input and node.input[0] in moved:
             moved[node.output[0]] = moved[node.input[0]]
     return moved
 
@@ -87,7 +88,7 @@ def dequantize(graph) -> None:
     nodes, and its integer embedding tables into float ones (_integer_tables); their new
     constants join graph.constants, the nodes keep their names in messages."""
     tables = _integer_tables(graph)
-    if not any(key(node) in FAMILY for node in graph.nodes):
+    if not any(op_key(node) in FAMILY for node in graph.nodes):
         return
     readers = _readers(graph.nodes)
     graph_outputs = {o.name for o in graph.graph.output}
@@ -99,13 +100,13 @@ def dequantize(graph) -> None:
 
     dropped = _check_scales(graph, readers, graph_outputs, label)
     producer = {o: n for n in graph.nodes for o in n.output if o}
-    scales = {n.output[1] for n in graph.nodes if key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
+    scales = {n.output[1] for n in graph.nodes if op_key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
     # a rewritten activation -> its zero point, scale (a gathered table's levels: no scale)
     quantized: dict[str, tuple[str, str]] = {name: (zero, "") for name, zero in tables.items()}
     records: dict[str, tuple[list, str]] = {}  # node -> its weights' scales, why not int8 on them
     nodes = []
     for node in graph.nodes:
-        kind, name = key(node), graph.names[id(node)]
+        kind, name = op_key(node), graph.names[id(node)]
         if kind == DYNAMIC_QUANTIZE:
             new = [_float_quantize(node, label(node), readers, graph_outputs, label)]
             outputs = list(node.output) + [""] * 2
@@ -142,7 +143,7 @@ def dequantize(graph) -> None:
                 add_constant(value_name, value)
             records[name] = (stored, why)
         else:
-            if key(node) in _MOVERS and node.input and node.input[0] in quantized:
+            if op_key(node) in _MOVERS and node.input and node.input[0] in quantized:
                 quantized[node.output[0]] = quantized[node.input[0]]  # moves the float activation
             nodes.append(node)
             continue
@@ -197,18 +198,18 @@ def _integer_tables(graph) -> dict[str, str]:
       levels by its scale (the same floats: one table). Returns {such a Gather's output: the zero
       point's name}.
     A Gather whose integer output something else reads stays, for that reader."""
-    if not any(key(n) == DEQUANTIZE_LINEAR
-               or (key(n) == GATHER and _integer_constant(graph, n.input[0])) for n in graph.nodes):
+    if not any(op_key(n) == DEQUANTIZE_LINEAR
+               or (op_key(n) == GATHER and _integer_constant(graph, n.input[0])) for n in graph.nodes):
         return {}  # a float model: nothing to index
     readers = _readers(graph.nodes)
     producer = {o: n for n in graph.nodes for o in n.output if o}
     outputs = {o.name for o in graph.graph.output}
     kinds = {id(n): table_dequantization(n, graph.constants.get, producer.get,
                                          lambda name: readers.get(name, []), outputs)
-             for n in graph.nodes if key(n) == DEQUANTIZE_LINEAR}
+             for n in graph.nodes if op_key(n) == DEQUANTIZE_LINEAR}
     dequantized = {k for k, kind in kinds.items() if kind == "gathered"}  # read as levels too
     levels_read = [n for n in graph.nodes
-                   if key(n) == GATHER and _integer_constant(graph, n.input[0])
+                   if op_key(n) == GATHER and _integer_constant(graph, n.input[0])
                    and _levels_zero(n, readers, outputs, graph.constants, dequantized) is not None]
     if not any(kinds.values()) and not levels_read:
         return {}
@@ -286,7 +287,7 @@ def _levels_zero(gather, readers: dict, outputs: set, constants: dict, ignored: 
     not so read."""
     output = gather.output[0] if gather.output else ""
     uses = [(r, i) for r, i in readers.get(output, []) if id(r) not in ignored]
-    if not uses or output in outputs or any(key(r) != "MatMulInteger" or i != 0 for r, i in uses):
+    if not uses or output in outputs or any(op_key(r) != "MatMulInteger" or i != 0 for r, i in uses):
         return None
     zeros = {r.input[2] if len(r.input) > 2 else "" for r, _ in uses}
     zero = zeros.pop() if len(zeros) == 1 else None
@@ -306,19 +307,19 @@ def _product_scales(node, graph, readers: dict, producer: dict, scales: set) -> 
         if name in graph.constants:
             return np.asarray(graph.constants[name], np.float32)
         mul = producer.get(name)
-        if mul is None or key(mul) != "Mul" or len(mul.input) != 2:
+        if mul is None or op_key(mul) != "Mul" or len(mul.input) != 2:
             return None
         a, b = factor(mul.input[0]), factor(mul.input[1])
         return None if a is None or b is None else a * b
 
     sums = [node.output[0]] + [add.output[0] for add, _ in readers.get(node.output[0], [])
-                               if key(add) == "Add"]
+                               if op_key(add) == "Add"]
     found = []
     for value in sums:
         for cast, _ in readers.get(value, []):
             if float_cast(cast):
                 for mul, index in readers.get(cast.output[0], []):
-                    if key(mul) == "Mul" and len(mul.input) == 2:
+                    if op_key(mul) == "Mul" and len(mul.input) == 2:
                         constant = factor(mul.input[1 - index])
                         if constant is not None and all(constant is not f for f in found):
                             found.append(constant)
@@ -361,19 +362,19 @@ def _float_quantize(node, text: str, readers: dict, graph_outputs: set, label):
     moved = [y]
     for name in moved:  # y and the data-movement ops' outputs carrying it to the products
         for reader, index in readers.get(name, []):
-            if key(reader) in _MOVERS and index == 0 and reader.output[0] not in graph_outputs:
+            if op_key(reader) in _MOVERS and index == 0 and reader.output[0] not in graph_outputs:
                 moved.append(reader.output[0])
     for reader, index in (pair for name in moved for pair in readers.get(name, [])):
-        if key(reader) in _MOVERS and index == 0:
+        if op_key(reader) in _MOVERS and index == 0:
             continue
-        pairs = _ACTIVATION_READERS.get(key(reader), {})
+        pairs = _ACTIVATION_READERS.get(op_key(reader), {})
         paired = reader.input[pairs[index]] if index in pairs and len(reader.input) > pairs[index] else ""
         if index not in pairs or paired != zero:
             raise ConversionError(
                 f"node {text}: output {y!r} is read by node {label(reader)}; qconvert converts "
                 "run-time quantization read by MatMulInteger or ConvInteger with its zero point")
     for reader, index in readers.get(zero, []):
-        pairs = _ACTIVATION_READERS.get(key(reader), {})
+        pairs = _ACTIVATION_READERS.get(op_key(reader), {})
         if index not in pairs.values():
             raise ConversionError(f"node {text}: zero point {zero!r} is read by node {label(reader)}, "
                                   "not as the zero point of an integer product")
@@ -413,9 +414,9 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
     scales, Floor, Cast to int32, Reshape): returns the ids of those Floor and Cast nodes, which
     become Identity (the bias then stays float, its rounding dropped)."""
     producer = {o: n for n in graph.nodes for o in n.output if o}
-    scales = {n.output[1] for n in graph.nodes if key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
+    scales = {n.output[1] for n in graph.nodes if op_key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
     activations = _moved(graph.nodes, {n.output[0]: n.output[1] if len(n.output) > 1 else ""
-                                       for n in graph.nodes if key(n) == DYNAMIC_QUANTIZE})
+                                       for n in graph.nodes if op_key(n) == DYNAMIC_QUANTIZE})
     memo: dict[str, frozenset | None] = {}
 
     def scaled(name: str) -> frozenset | None:
@@ -427,7 +428,7 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
                 memo[name] = frozenset([name])
             elif name in graph.constants:
                 memo[name] = frozenset()
-            elif node is not None and key(node) == "Mul":
+            elif node is not None and op_key(node) == "Mul":
                 parts = [scaled(i) for i in node.input]
                 memo[name] = None if None in parts else frozenset().union(*parts)
         return memo[name]
@@ -440,16 +441,16 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
         grid at run time: Cast(int)(Floor(Div(constant, scales))), through Reshape/Unsqueeze."""
         name = add.input[index]
         node = producer.get(name)
-        while node is not None and key(node) in ("Reshape", "Unsqueeze") and len(readers.get(name, [])) == 1:
+        while node is not None and op_key(node) in ("Reshape", "Unsqueeze") and len(readers.get(name, [])) == 1:
             name = node.input[0]
             node = producer.get(name)
         chain = []
         for op in ("Cast", "Floor"):
-            if node is None or key(node) != op or len(readers.get(node.output[0], [])) != 1:
+            if node is None or op_key(node) != op or len(readers.get(node.output[0], [])) != 1:
                 return None
             chain.append(node)
             node = producer.get(node.input[0])
-        if node is None or key(node) != "Div" or node.input[0] not in graph.constants:
+        if node is None or op_key(node) != "Div" or node.input[0] not in graph.constants:
             return None
         return node, chain
 
@@ -457,9 +458,9 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
     divisions: dict[int, frozenset] = {}  # a bias's Div -> the scales it must divide by
     dropped: set[int] = set()
     for node in graph.nodes:
-        if key(node) in INTEGER_PRODUCTS:
+        if op_key(node) in INTEGER_PRODUCTS:
             sums[node.output[0]] = product_scales(node)
-        elif key(node) == "Add" and len(node.input) == 2:
+        elif op_key(node) == "Add" and len(node.input) == 2:
             for index in (0, 1):
                 found = bias(node, index) if node.input[1 - index] in sums else None
                 if found is not None and len(readers.get(node.input[1 - index], [])) == 1:
@@ -476,20 +477,20 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
         for value in node.output:
             if value in sums:
                 _check_sum(node, value, sums[value], readers, graph_outputs, scaled, label)
-            factors = scaled(value) if value and key(node) in ("Mul", DYNAMIC_QUANTIZE) else None
-            if not factors or (key(node) == DYNAMIC_QUANTIZE and value != node.output[1]):
+            factors = scaled(value) if value and op_key(node) in ("Mul", DYNAMIC_QUANTIZE) else None
+            if not factors or (op_key(node) == DYNAMIC_QUANTIZE and value != node.output[1]):
                 continue
             if value in graph_outputs:
                 raise ConversionError(f"node {label(node)}: the run-time scale {value!r} is a graph "
                                       "output; qconvert converts a scale that multiplies a sum")
             for reader, index in readers.get(value, []):
-                if key(reader) == "Mul" and scaled(reader.output[0]) is not None:
+                if op_key(reader) == "Mul" and scaled(reader.output[0]) is not None:
                     continue  # a further product of scales, checked in turn
                 if id(reader) in divisions and index == 1:
                     continue  # a bias rounded to the sum's grid, checked above
-                if key(reader) == INTEGER_TO_FLOAT and index == 2:
+                if op_key(reader) == INTEGER_TO_FLOAT and index == 2:
                     continue  # its A's scale: checked with A (_check_integer_to_float)
-                other = reader.input[1 - index] if key(reader) == "Mul" and len(reader.input) == 2 else ""
+                other = reader.input[1 - index] if op_key(reader) == "Mul" and len(reader.input) == 2 else ""
                 cast = producer.get(other)
                 summed = cast.input[0] if cast is not None and float_cast(cast) else None
                 if summed not in sums or sums[summed] != factors:
@@ -518,7 +519,7 @@ def _check_sum(node, value: str, expected: frozenset, readers: dict, graph_outpu
             raise ConversionError(f"node {label(node)}: its sum is a graph output without the "
                                   "activation's scale; qconvert converts it scaled")
         for mul, index in readers.get(cast.output[0], []):
-            other = mul.input[1 - index] if key(mul) == "Mul" and len(mul.input) == 2 else ""
+            other = mul.input[1 - index] if op_key(mul) == "Mul" and len(mul.input) == 2 else ""
             if scaled(other) != expected:
                 raise ConversionError(
                     f"node {label(node)}: its sum reaches node {label(mul)} without being "

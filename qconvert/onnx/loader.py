@@ -23,12 +23,12 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
-from . import control_flow, dynamic_batch, dynamic_quant, node_types, fold
+from . import control_flow, dynamic_batch, dynamic_quant, fold, node_types
 from ..errors import FOLDED_BYTES, ConversionError, UsageError
 from ..ir import DynamicBatch, Model, Operator
 from .file import OnnxFile
 from ..ops.refused import refusal
-from ..ops.registry import ONNX_IMPORTERS
+from ..ops.registry import ONNX_IMPORTERS, op_key
 from .validate import check_model, check_node_types, type_name
 
 log = logging.getLogger("qconvert")
@@ -659,7 +659,7 @@ def load(source: OnnxFile | onnx.ModelProto,
 
     unsupported: dict[str, list[str]] = {}
     for node in graph.nodes:
-        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        key = op_key(node)
         if key not in ONNX_IMPORTERS and not control_flow.is_runtime_control(node):
             unsupported.setdefault(key, []).append(graph.names[id(node)])
     if unsupported:
@@ -722,8 +722,7 @@ def load(source: OnnxFile | onnx.ModelProto,
         ctx.node = OnnxNode(node_name, node.op_type,
                             [aliases.get(n, n) for n in node.input],
                             [aliases.get(n, n) for n in node.output], _decode_attrs(node), node.domain)
-        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-        ONNX_IMPORTERS[key](ctx.node, ctx)
+        ONNX_IMPORTERS[op_key(node)](ctx.node, ctx)
 
     # Graph outputs keep their ONNX name and dtype (a narrowed one through a CAST); a constant
     # output gets a producing op so that the TFLite graph has a tensor to return.

@@ -45,7 +45,7 @@ import numpy as np
 from onnx import helper
 
 from ..errors import ConversionError
-from .registry import onnx_op
+from .registry import onnx_op, op_key
 
 # The ops of the family, keyed like ONNX_IMPORTERS ("domain.op" outside the default domain).
 DYNAMIC_QUANTIZE = "DynamicQuantizeLinear"
@@ -84,10 +84,6 @@ _LSTM_ATTRIBUTES = ("activation_alpha", "activation_beta", "activations", "clip"
 _FLOAT_TYPES = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
-def key(node) -> str:
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-
-
 def table_params(node, constant, table: str = "") -> tuple[np.ndarray, np.ndarray] | None:
     """(scale, zero point), float32 and the table's integer scalars, of DequantizeLinear `node`
     when it dequantizes an int8 or uint8 table (its input, or the constant `table` that input
@@ -115,14 +111,14 @@ def table_dequantization(node, constant, producer, readers, outputs) -> str:
     Gathers read its output (as their data) and it reads the table; "" otherwise. `constant`,
     `producer(name)` (the node writing it or None) and `readers(name)` ((node, input index)
     pairs) describe the graph; `outputs` are its output names."""
-    if key(node) != DEQUANTIZE_LINEAR or not node.input:
+    if op_key(node) != DEQUANTIZE_LINEAR or not node.input:
         return ""
     gather = producer(node.input[0])
-    if gather is not None and key(gather) == GATHER:
+    if gather is not None and op_key(gather) == GATHER:
         return "gathered" if table_params(node, constant, gather.input[0]) is not None else ""
     uses = readers(node.output[0])
     if (table_params(node, constant) is None or node.output[0] in outputs or not uses
-            or any(key(reader) != GATHER or index != 0 for reader, index in uses)):
+            or any(op_key(reader) != GATHER or index != 0 for reader, index in uses)):
         return ""
     return "gathers"
 
@@ -130,7 +126,7 @@ def table_dequantization(node, constant, producer, readers, outputs) -> str:
 def float_cast(node) -> bool:
     """Whether `node` is a Cast to a float type (what reads an integer product's sum)."""
     to = next((a.i for a in node.attribute if a.name == "to"), None)
-    return key(node) == "Cast" and to in _FLOAT_TYPES
+    return op_key(node) == "Cast" and to in _FLOAT_TYPES
 
 
 def levels(label: str, what: str, q: np.ndarray, zero_point: np.ndarray | None, axis: int) -> np.ndarray:
@@ -237,7 +233,7 @@ def float_fused_matmul(node, label: str, constants: dict, fresh) -> tuple[list, 
     bias: the nodes, their new constants {name: array}, the (scale, largest |integer|) B is
     stored with and why B is not int8 on them ("" when it is). B, its scale and its zero point
     must be constants."""
-    fused = key(node) == QUANTIZED_MATMUL
+    fused = op_key(node) == QUANTIZED_MATMUL
     inputs = list(node.input) + [""] * (7 - len(node.input))
     if fused:
         a, b, scales, b_zero, bias = inputs[0], inputs[1], [inputs[2]], inputs[3], inputs[4]
