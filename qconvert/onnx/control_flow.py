@@ -222,8 +222,9 @@ def _simulated_count(graph, node: onnx.NodeProto) -> int | None:
     """The iteration count of a Loop whose condition depends on counters only (the iteration
     number, carried values that start constant and evolve from constants: tf2onnx writes every
     Keras RNN so), found by running the body's control slice alone; None otherwise, or beyond
-    MAX_SIMULATED_ITERATIONS. `graph` is the loader's _Graph; a count once simulated is kept on it
-    by node (shape inference and flattening ask again at every round of the loader's folding)."""
+    MAX_SIMULATED_ITERATIONS. `graph` is the loader's _Graph; a count once simulated is kept in
+    its `simulated_counts` by node (shape inference and flattening ask again at every round of
+    the loader's folding)."""
     body = _attr(node, "body")
     constants = graph.constants
     trip = node.input[0] if node.input else ""
@@ -233,7 +234,7 @@ def _simulated_count(graph, node: onnx.NodeProto) -> int | None:
     found = _control_slice(body, lambda name: name in constants)
     if found is None or any(node.input[2 + k] not in constants for k in found[1]):
         return None
-    known = graph.__dict__.setdefault("simulated_counts", {})
+    known = graph.simulated_counts
     if id(node) not in known:
         known[id(node)] = _simulate(graph, node, *found)
     return known[id(node)]

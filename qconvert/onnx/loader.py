@@ -180,6 +180,8 @@ class _Graph:
         for node in self.nodes:
             _spell_out_defaults(node)
         self.folded: dict[tuple, list[np.ndarray]] = {}  # _fold_key -> the values it folded to
+        # id(Loop node) -> its iteration count found by control_flow's simulation (or None)
+        self.simulated_counts: dict[int, int | None] = {}
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 

@@ -204,16 +204,7 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
         quantize = g.producer.get(x)
         if not _usable(scale) and value is None and quantize is not None \
                 and quantize.op_type == "QuantizeLinear" and g.constant(quantize.input[0]) is None:
-            # quantize_static's pair on a tensor no int8 grid spans (an attention mask at the
-            # float minimum: scale inf): the tensor stays float, as if it had no pair.
-            found.warnings.append(f"{_label(node)}: scale {scale.reshape(-1)[0]:.3g} quantizes "
-                                  f"{quantize.input[0]!r} to nothing usable; it stays float")
-            if y in g.outputs:
-                found.activations.pop(y, None)
-            _bypass(g, node, quantize.input[0], appended)
-            removed.add(id(node))
-            if not any(id(r) not in removed for r in g.readers.get(quantize.output[0], [])):
-                removed.add(id(quantize))
+            _unusable_pair(g, node, quantize, scale, found, removed, appended)
             continue
         if not _usable(scale):
             _params(g, node)  # refused in one line naming the node
@@ -425,6 +416,19 @@ def _moved_constant(g: _Graph, node: onnx.NodeProto | None) -> list[onnx.NodePro
             return chain if np.issubdtype(value.dtype, np.integer) else None
         node = g.producer.get(node.input[0])
     return None
+
+
+def _unusable_pair(g: _Graph, node: onnx.NodeProto, quantize: onnx.NodeProto, scale: np.ndarray,
+                   found: QdqRanges, removed: set, appended: list) -> None:
+    """quantize_static's pair (Q `quantize`, DQ `node`) on a tensor no int8 grid spans (an
+    attention mask at the float minimum: scale inf) goes: the tensor stays float, as if it had no
+    pair, with a warning naming the node."""
+    found.warnings.append(f"{_label(node)}: scale {scale.reshape(-1)[0]:.3g} quantizes "
+                          f"{quantize.input[0]!r} to nothing usable; it stays float")
+    _bypass(g, node, quantize.input[0], appended)
+    removed.add(id(node))
+    if not any(id(r) not in removed for r in g.readers.get(quantize.output[0], [])):
+        removed.add(id(quantize))
 
 
 def _dynamically_quantized(g: _Graph, node: onnx.NodeProto) -> tuple[str, list] | None:
