@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from ..ir import channels_last_name
+from .cast import add_cast
 from .layout import from_channels_last, reshape, to_channels_last
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import SAME16, onnx_op, tflite_op
@@ -29,9 +30,9 @@ def import_pool(node, ctx):
         # An 8-bit MaxPool computes as int32 inside (loader._NARROWED), which MAX_POOL_2D does
         # not take: pooled in float32, which holds those values exactly.
         x_float, y_float = (ctx.tensor(f"{n}_float", ctx.shape(n), np.float32) for n in (x, y))
-        ctx.add_op("CAST", [x], [x_float], {"in_data_type": ctx.dtype(x), "out_data_type": np.dtype(np.float32)})
+        add_cast(ctx, x, x_float)
         import_pool(dataclasses.replace(node, inputs=[x_float], outputs=[y_float]), ctx)
-        ctx.add_op("CAST", [y_float], [y], {"in_data_type": np.dtype(np.float32), "out_data_type": ctx.dtype(y)})
+        add_cast(ctx, y_float, y)
         return
     if len(node.outputs) > 1 and node.outputs[1]:
         raise ctx.error("MaxPool's Indices output is not supported")

@@ -173,14 +173,6 @@ def _choose_flags(interp, coord_mode, nearest_mode, sizes_in, sizes_out, scales)
     return None
 
 
-def _disagreement(interp, coord_mode, nearest_mode, sizes_in, sizes_out, scales) -> str:
-    for i, o, s in zip(sizes_in, sizes_out, scales):
-        spec, runtime = _onnx_matrices(interp, coord_mode, nearest_mode, i, o, s)
-        if not _same(spec, runtime):
-            return " (the ONNX spec and onnxruntime also disagree on these sizes)"
-    return ""
-
-
 # --- importers --------------------------------------------------------------------------------
 def _scales_from_sizes(node, in_shape, sizes, axes):
     """Per-axis scales ONNX derives from `sizes` (keep_aspect_ratio_policy included)."""

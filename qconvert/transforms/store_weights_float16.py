@@ -35,8 +35,10 @@ def _as_float16(data: np.ndarray) -> np.ndarray | None:
         return None
     with np.errstate(over="ignore"):  # float32 sentinels become float16 infinities
         half = data.astype(np.float16)
-    finite = magnitude <= FLOAT16_MAX
-    error = np.abs(half[finite].astype(np.float32) - data[finite])
+    with np.errstate(invalid="ignore"):  # a sentinel's inf - inf
+        error = np.abs(half.astype(np.float32) - data)
+    if largest > FLOAT16_MAX:  # the sentinels' own error is not rounding
+        error = error[magnitude <= FLOAT16_MAX]
     if error.size and float(error.max()) > min(largest, FLOAT16_MAX) * HALF_STEP:
         return None
     return half
