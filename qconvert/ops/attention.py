@@ -1,6 +1,6 @@
 """The ONNX domain's attention ops (opset 23 and later): Attention and RotaryEmbedding, composed
-from the ops qconvert/ops/contrib.py builds onnxruntime's fused attention from (its helpers are
-reused: RotaryEmbedding is com.microsoft RotaryEmbedding's importer with the ONNX input order).
+from the ops qconvert/ops/contrib.py builds onnxruntime's fused attention from (ops/compose.py's helpers;
+RotaryEmbedding is com.microsoft RotaryEmbedding's importer with the ONNX input order).
 
 Attention works per head in [B, N, S, H] (3-D inputs [B, S, N*H] are reshaped and transposed
 there, and the output back): K and V after their past (CONCATENATION along the sequence: the
@@ -20,20 +20,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from .contrib import (
-    _binary,
-    _call,
-    _check_float,
-    _input,
-    _op,
-    _output,
-    _scalar,
-    import_rotary_embedding,
-)
+from .compose import binary, call_importer, check_float32, emit, input_at, scalar, used_output
+from .contrib import import_rotary_embedding
 from .layout import reshape, transpose
 from .registry import onnx_op
 
-_FLOAT = np.dtype(np.float32)
+FLOAT = np.dtype(np.float32)
 _NEG_INF = np.float32(-np.inf)
 
 
@@ -51,19 +43,19 @@ def _heads_first(ctx, x: str, heads: int, what: str) -> str:
 def _with_past(ctx, node, current: str, past_index: int, present_index: int, what: str) -> str:
     """K or V [B, Nk, L, H] after its past (CONCATENATION along L), written to the present
     output when something reads it."""
-    past, present = _input(node, past_index), _output(ctx, node, present_index)
+    past, present = input_at(node, past_index), used_output(ctx, node, present_index)
     if not past:
         if present:
             ctx.add_op("IDENTITY", [current], [present])
         return current
-    _check_float(ctx, past, f"past_{what}")
+    check_float32(ctx, past, f"past_{what}")
     shape, past_shape = ctx.shape(current), ctx.shape(past)
     if len(past_shape) != 4 or past_shape[:2] != shape[:2] or past_shape[3] != shape[3]:
         raise ctx.error(f"past_{what} {past!r} of shape {list(past_shape)} does not fit the {what} heads "
                         f"{list(shape)}")
     out = present or ctx.tensor(f"{current}_present", shape[:2] + (past_shape[2] + shape[2], shape[3]),
                                 ctx.dtype(current))
-    _call(ctx, node, "Concat", [past, current], [out], axis=2)
+    call_importer(ctx, node, "Concat", [past, current], [out], axis=2)
     return out
 
 
@@ -94,20 +86,20 @@ def _padding_bias(ctx, node, nonpad: str, batch: int, length: int, keys: int, y:
                         "integers")
     n = reshape(ctx, nonpad, (batch, 1, 1, 1))
     keys_at = ctx.constant("key_positions", np.arange(keys, dtype=np.int32).reshape(1, 1, 1, keys))
-    allowed = _op(ctx, "LESS", [keys_at, n], y + "_valid_keys", (batch, 1, 1, keys), np.bool_)
+    allowed = emit(ctx, "LESS", [keys_at, n], y + "_valid_keys", (batch, 1, 1, keys), np.bool_)
     causal = bool(node.attr("is_causal", 0))
     left, right = int(node.attr("left_window_size", -1)), int(node.attr("right_window_size", -1))
     if causal or left >= 0 or right >= 0:  # diff = i + n - S - j
         grid = (np.arange(length)[:, None] - length - np.arange(keys)[None, :]).astype(np.int32)
-        diff = _binary(ctx, "ADD", ctx.constant("offsets", grid.reshape(1, 1, length, keys)), n, y + "_diff")
+        diff = binary(ctx, "ADD", ctx.constant("offsets", grid.reshape(1, 1, length, keys)), n, y + "_diff")
         for flag, bound, op in ((causal, 0, "GREATER_EQUAL"), (left >= 0, left, "LESS_EQUAL"),
                                 (right >= 0, -right, "GREATER_EQUAL")):
             if flag:
-                inside = _op(ctx, op, [diff, ctx.constant("bound", np.array(bound, np.int32))],
+                inside = emit(ctx, op, [diff, ctx.constant("bound", np.array(bound, np.int32))],
                              y + "_inside", ctx.shape(diff), np.bool_)
-                allowed = _op(ctx, "LOGICAL_AND", [allowed, inside], y + "_allowed",
+                allowed = emit(ctx, "LOGICAL_AND", [allowed, inside], y + "_allowed",
                               np.broadcast_shapes(ctx.shape(allowed), ctx.shape(inside)), np.bool_)
-    return _op(ctx, "SELECT_V2", [allowed, _scalar(ctx, 0.0), _scalar(ctx, _NEG_INF)], y + "_padding",
+    return emit(ctx, "SELECT_V2", [allowed, scalar(ctx, 0.0), scalar(ctx, _NEG_INF)], y + "_padding",
                ctx.shape(allowed))
 
 
@@ -124,15 +116,15 @@ def _mask_bias(ctx, node, mask: str, keys: int, hint: str):
         pad = [(0, 0)] * (bias.ndim - 1) + [(0, keys - shape[-1])]
         return np.pad(bias, pad, constant_values=_NEG_INF)
     if ctx.dtype(mask) == np.bool_:
-        bias = _op(ctx, "SELECT_V2", [mask, _scalar(ctx, 0.0), _scalar(ctx, _NEG_INF)], hint + "_mask_bias",
+        bias = emit(ctx, "SELECT_V2", [mask, scalar(ctx, 0.0), scalar(ctx, _NEG_INF)], hint + "_mask_bias",
                    shape)
     else:
-        _check_float(ctx, mask, "attn_mask")
+        check_float32(ctx, mask, "attn_mask")
         bias = mask
     if shape[-1] < keys:
         block = ctx.constant("masked", np.full(shape[:-1] + (keys - shape[-1],), _NEG_INF))
-        padded = ctx.tensor(hint + "_mask_padded", shape[:-1] + (keys,), _FLOAT)
-        _call(ctx, node, "Concat", [bias, block], [padded], axis=len(shape) - 1)
+        padded = ctx.tensor(hint + "_mask_padded", shape[:-1] + (keys,), FLOAT)
+        call_importer(ctx, node, "Concat", [bias, block], [padded], axis=len(shape) - 1)
         bias = padded
     return bias
 
@@ -145,15 +137,15 @@ def import_attention(node, ctx):
     window (opset 25), GQA, scale, softcap and the qk_matmul_output of qk_matmul_output_mode 0 to 3
     (the scaled Q K^T, after the softcap, after the bias, after the softmax: onnxruntime's stages)."""
     q, k, v = node.inputs[:3]
-    mask = _input(node, 3)
+    mask = input_at(node, 3)
     y = node.outputs[0]
-    nonpad = _input(node, 6)
-    if bool(_input(node, 4)) != bool(_input(node, 5)):
+    nonpad = input_at(node, 6)
+    if bool(input_at(node, 4)) != bool(input_at(node, 5)):
         raise ctx.error("past_key and past_value must be given together")
-    if nonpad and _input(node, 4):
+    if nonpad and input_at(node, 4):
         raise ctx.error("nonpad_kv_seqlen and past_key/past_value cannot be given together")
     for name, what in ((q, "Q"), (k, "K"), (v, "V")):
-        _check_float(ctx, name, what)
+        check_float32(ctx, name, what)
     rank = ctx.rank(q)
     if rank not in (3, 4) or ctx.rank(k) != rank or ctx.rank(v) != rank:
         raise ctx.error(f"Q {list(ctx.shape(q))}, K {list(ctx.shape(k))} and V {list(ctx.shape(v))}: "
@@ -169,31 +161,31 @@ def import_attention(node, ctx):
             heads % kv_heads:
         raise ctx.error(f"Q {list(ctx.shape(q))}, K {list(ctx.shape(k))} and V {list(ctx.shape(v))} do "
                         "not fit each other (the query heads a multiple of the key/value heads)")
-    past = ctx.shape(_input(node, 4))[2] if _input(node, 4) else 0
+    past = ctx.shape(input_at(node, 4))[2] if input_at(node, 4) else 0
     k4 = _with_past(ctx, node, k4, 4, 1, "key")
     v4 = _with_past(ctx, node, v4, 5, 2, "value")
     keys, value_size = ctx.shape(k4)[2], ctx.shape(v4)[3]
     if heads != kv_heads:  # each K/V head serves heads / kv_heads query heads, in order
         index = ctx.constant("heads", np.arange(heads, dtype=np.int32) // (heads // kv_heads))
-        k4, v4 = (_op(ctx, "GATHER", [name, index], name + "_heads", (batch, heads) + ctx.shape(name)[2:],
+        k4, v4 = (emit(ctx, "GATHER", [name, index], name + "_heads", (batch, heads) + ctx.shape(name)[2:],
                       options={"axis": 1, "batch_dims": 0}) for name in (k4, v4))
     scores_shape = (batch, heads, length, keys)
     kt = transpose(ctx, k4, (0, 1, 3, 2))
-    scores = _op(ctx, "BATCH_MATMUL", [q4, kt], y + "_qk", scores_shape)
+    scores = emit(ctx, "BATCH_MATMUL", [q4, kt], y + "_qk", scores_shape)
     scale = node.attr("scale")
     scale = 1 / math.sqrt(size) if scale is None else float(scale)
-    scores = _binary(ctx, "MUL", scores, _scalar(ctx, scale), y + "_scaled")
+    scores = binary(ctx, "MUL", scores, scalar(ctx, scale), y + "_scaled")
     mode = int(node.attr("qk_matmul_output_mode", 0))
     if mode not in (0, 1, 2, 3):
         raise ctx.error(f"qk_matmul_output_mode {mode} is not one of 0, 1, 2, 3")
-    qk_output = _output(ctx, node, 3)
+    qk_output = used_output(ctx, node, 3)
     if qk_output and mode == 0:  # the scaled Q K^T
         ctx.add_op("IDENTITY", [scores], [qk_output])
     softcap = float(node.attr("softcap", 0.0))
     if softcap > 0:
-        scores = _binary(ctx, "MUL", scores, _scalar(ctx, 1 / softcap), y + "_capped_in")
-        scores = _op(ctx, "TANH", [scores], y + "_tanh", scores_shape)
-        scores = _binary(ctx, "MUL", scores, _scalar(ctx, softcap), y + "_capped")
+        scores = binary(ctx, "MUL", scores, scalar(ctx, 1 / softcap), y + "_capped_in")
+        scores = emit(ctx, "TANH", [scores], y + "_tanh", scores_shape)
+        scores = binary(ctx, "MUL", scores, scalar(ctx, softcap), y + "_capped")
     if qk_output and mode == 1:  # after the softcap, before the bias
         ctx.add_op("IDENTITY", [scores], [qk_output])
 
@@ -204,7 +196,7 @@ def import_attention(node, ctx):
         bias = None
     if nonpad:
         padding = _padding_bias(ctx, node, nonpad, batch, length, keys, y)
-        bias = padding if bias is None else _binary(ctx, "ADD", bias, padding, y + "_padded_bias")
+        bias = padding if bias is None else binary(ctx, "ADD", bias, padding, y + "_padded_bias")
     shapes = [s for s in (np.shape(constant) if constant is not None else None,
                           ctx.shape(bias) if bias else None) if s is not None]
     try:
@@ -216,20 +208,20 @@ def import_attention(node, ctx):
                         f"scores {list(scores_shape)}")
     if constant is not None:
         constant_name = ctx.constant("attention_bias", constant.astype(np.float32))
-        bias = constant_name if bias is None else _binary(ctx, "ADD", bias, constant_name, y + "_bias")
+        bias = constant_name if bias is None else binary(ctx, "ADD", bias, constant_name, y + "_bias")
     if bias:
-        scores = _binary(ctx, "ADD", scores, bias, y + "_biased")
+        scores = binary(ctx, "ADD", scores, bias, y + "_biased")
     if qk_output and mode == 2:
         ctx.add_op("IDENTITY", [scores], [qk_output])
-    probs = _op(ctx, "SOFTMAX", [scores], y + "_probs", scores_shape, options={"beta": 1.0})
+    probs = emit(ctx, "SOFTMAX", [scores], y + "_probs", scores_shape, options={"beta": 1.0})
     if bias:
         probs = _guard_masked_rows(ctx, bias, constant, probs, scores_shape, y)
     if qk_output and mode == 3:
         ctx.add_op("IDENTITY", [probs], [qk_output])
     if rank == 4:
-        _op(ctx, "BATCH_MATMUL", [probs, v4], y, (batch, heads, length, value_size), out=y)
+        emit(ctx, "BATCH_MATMUL", [probs, v4], y, (batch, heads, length, value_size), out=y)
         return
-    context = _op(ctx, "BATCH_MATMUL", [probs, v4], y + "_context", (batch, heads, length, value_size))
+    context = emit(ctx, "BATCH_MATMUL", [probs, v4], y + "_context", (batch, heads, length, value_size))
     reshape(ctx, transpose(ctx, context, (0, 2, 1, 3)), (batch, length, heads * value_size), y)
 
 
@@ -240,16 +232,16 @@ def _guard_masked_rows(ctx, bias: str, constant, probs: str, scores_shape, y: st
     if ctx.const(bias) is None:
         shape = ctx.shape(bias)
         axes = ctx.constant("axes", np.array([len(shape) - 1], np.int32))
-        top = _op(ctx, "REDUCE_MAX", [bias, axes], y + "_bias_max", shape[:-1] + (1,),
+        top = emit(ctx, "REDUCE_MAX", [bias, axes], y + "_bias_max", shape[:-1] + (1,),
                   options={"keep_dims": True})
-        attended = _op(ctx, "GREATER", [top, _scalar(ctx, _NEG_INF)], y + "_has_key", shape[:-1] + (1,),
+        attended = emit(ctx, "GREATER", [top, scalar(ctx, _NEG_INF)], y + "_has_key", shape[:-1] + (1,),
                        np.bool_)
     else:
         rows = np.max(constant, axis=-1, keepdims=True) > _NEG_INF
         if rows.all():
             return probs
         attended = ctx.constant("has_key", rows)
-    return _op(ctx, "SELECT_V2", [attended, probs, _scalar(ctx, 0.0)], y + "_probs_guarded", scores_shape)
+    return emit(ctx, "SELECT_V2", [attended, probs, scalar(ctx, 0.0)], y + "_probs_guarded", scores_shape)
 
 
 @onnx_op("RotaryEmbedding")
@@ -259,7 +251,7 @@ def import_rotary_embedding_onnx(node, ctx):
     without, caches [B, S, R/2] holding each position's angles already (as a table of B*S rows
     read at positions 0..B*S-1). The caches are constants (a model's precomputed tables)."""
     x, cos_cache, sin_cache = node.inputs[:3]
-    position_ids = _input(node, 3)
+    position_ids = input_at(node, 3)
     attrs = {"interleaved": node.attr("interleaved", 0), "num_heads": node.attr("num_heads", 0),
              "rotary_embedding_dim": node.attr("rotary_embedding_dim", 0)}
     values = [ctx.require_const(cache, what, "the rotation's angle tables are taken as constants "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contrib import _call
+from .compose import call_importer
 from .layout import reshape
 from .registry import onnx_op
 
@@ -45,6 +45,6 @@ def import_col2im(node, ctx):
     tap = np.tile(np.arange(taps), channels)
     weights[np.arange(width), np.repeat(np.arange(channels), taps), tap // block[1], tap % block[1]] = 1.0
     columns = reshape(ctx, x, (batch, width, blocks[0], blocks[1]))
-    _call(ctx, node, "ConvTranspose", [columns, ctx.constant("col2im_weights", weights)], [y],
+    call_importer(ctx, node, "ConvTranspose", [columns, ctx.constant("col2im_weights", weights)], [y],
           strides=strides, dilations=dilations, pads=pads,
           output_padding=[s % st for s, st in zip(spans, strides)])

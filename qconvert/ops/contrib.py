@@ -27,54 +27,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from .compose import (FLOAT, binary, call_importer, check_float32, emit, input_at, same_as_input, scalar,
+                      used_output)
 from .layout import reshape, transpose
-from .registry import ONNX_IMPORTERS, onnx_op, onnx_types
+from .registry import onnx_op, onnx_types
 
 MS = "com.microsoft."
-_FLOAT = np.dtype(np.float32)
-
-
-# --- helpers --------------------------------------------------------------------------------
-def _call(ctx, node, op_type: str, inputs, outputs, **attrs) -> None:
-    """Runs the plain ONNX importer of `op_type` on `inputs` and `outputs`, as part of `node`."""
-    ONNX_IMPORTERS[op_type](replace(node, op_type=op_type, inputs=list(inputs),
-                                    outputs=list(outputs), attrs=attrs, domain=""), ctx)
-
-
-def _op(ctx, type: str, inputs, hint: str, shape, dtype=_FLOAT, options=None, out=None) -> str:
-    """One op writing `out` (or a new tensor of `shape`); returns the output's name."""
-    out = out or ctx.tensor(hint, tuple(int(d) for d in shape), dtype)
-    ctx.add_op(type, list(inputs), [out], options)
-    return out
-
-
-def _binary(ctx, type: str, a: str, b: str, hint: str, out=None) -> str:
-    shape = np.broadcast_shapes(ctx.shape(a), ctx.shape(b))
-    return _op(ctx, type, [a, b], hint, shape, ctx.dtype(a), out=out)
-
-
-def _scalar(ctx, value, dtype=_FLOAT) -> str:
-    return ctx.constant("c", np.array(value, dtype))
-
-
-def _input(node, k: int) -> str:
-    return node.inputs[k] if len(node.inputs) > k else ""
-
-
-def _output(ctx, node, k: int) -> str:
-    """Output k when something reads it (a node or the graph's outputs), else "" (an optional
-    output named but unread is not computed)."""
-    name = node.outputs[k] if len(node.outputs) > k else ""
-    return name if ctx.is_used(name) else ""
-
-
-def _check_float(ctx, name: str, what: str) -> None:
-    if ctx.dtype(name) != np.float32:
-        raise ctx.error(f"{what} {name!r} has dtype {ctx.dtype(name)}; float32 is supported")
-
-
-def _same_as_input(shapes, dtypes, attrs):
-    return [(shapes[0], dtypes[0])]
 
 
 # --- activations ----------------------------------------------------------------------------
@@ -86,27 +44,27 @@ onnx_types(MS + "Gelu", MS + "FastGelu", MS + "BiasGelu", MS + "QuickGelu")(
 def import_gelu(node, ctx):
     """GELU (FastGelu: its tanh approximation) of X, or of X + bias."""
     x, y = node.inputs[0], node.outputs[0]
-    _check_float(ctx, x, "input")
-    bias = _input(node, 1)
+    check_float32(ctx, x, "input")
+    bias = input_at(node, 1)
     if bias:
         ctx.check_broadcast([x, bias], y)
-        x = _binary(ctx, "ADD", x, bias, y + "_biased")
+        x = binary(ctx, "ADD", x, bias, y + "_biased")
     approximate = "tanh" if node.op_type == "FastGelu" else "none"
-    _call(ctx, node, "Gelu", [x], [y], approximate=approximate)
+    call_importer(ctx, node, "Gelu", [x], [y], approximate=approximate)
 
 
 @onnx_op(MS + "QuickGelu")
 def import_quick_gelu(node, ctx):
     """x * sigmoid(alpha * x)."""
     x, y = node.inputs[0], node.outputs[0]
-    _check_float(ctx, x, "input")
+    check_float32(ctx, x, "input")
     alpha = float(node.attr("alpha", 1.702))
-    scaled = x if alpha == 1.0 else _binary(ctx, "MUL", x, _scalar(ctx, alpha), y + "_scaled")
-    gate = _op(ctx, "LOGISTIC", [scaled], y + "_sigmoid", ctx.shape(x))
+    scaled = x if alpha == 1.0 else binary(ctx, "MUL", x, scalar(ctx, alpha), y + "_scaled")
+    gate = emit(ctx, "LOGISTIC", [scaled], y + "_sigmoid", ctx.shape(x))
     ctx.add_op("MUL", [x, gate], [y])
 
 
-onnx_types(MS + "BiasAdd")(_same_as_input)
+onnx_types(MS + "BiasAdd")(same_as_input)
 
 
 @onnx_types(MS + "BiasSplitGelu")
@@ -122,9 +80,9 @@ def import_bias_add(node, ctx):
     """X + bias + skip (a diffusion model's fusion; onnxruntime runs it on GPU only)."""
     x, bias, skip = node.inputs[:3]
     y = node.outputs[0]
-    _check_float(ctx, x, "input")
+    check_float32(ctx, x, "input")
     ctx.check_broadcast([x, bias, skip], y)
-    ctx.add_op("ADD", [_binary(ctx, "ADD", x, bias, y + "_biased"), skip], [y])
+    ctx.add_op("ADD", [binary(ctx, "ADD", x, bias, y + "_biased"), skip], [y])
 
 
 @onnx_op(MS + "BiasSplitGelu")
@@ -133,14 +91,14 @@ def import_bias_split_gelu(node, ctx):
     fusion; onnxruntime runs it on GPU only)."""
     x, bias = node.inputs[:2]
     y = node.outputs[0]
-    _check_float(ctx, x, "input")
+    check_float32(ctx, x, "input")
     ctx.check_broadcast([x, bias], x)
-    biased = _binary(ctx, "ADD", x, bias, y + "_biased")
+    biased = binary(ctx, "ADD", x, bias, y + "_biased")
     halves = [ctx.tensor(f"{y}_{side}", ctx.shape(y), ctx.dtype(y)) for side in ("left", "right")]
     ctx.add_op("SPLIT", [ctx.constant("axis", np.array(ctx.rank(x) - 1, np.int32)), biased], halves,
                {"num_splits": 2})
     gate = ctx.tensor(y + "_gelu", ctx.shape(y), ctx.dtype(y))
-    _call(ctx, node, "Gelu", [halves[1]], [gate], approximate="none")
+    call_importer(ctx, node, "Gelu", [halves[1]], [gate], approximate="none")
     ctx.add_op("MUL", [halves[0], gate], [y])
 
 
@@ -148,7 +106,7 @@ def import_bias_split_gelu(node, ctx):
 def _norm_types(shapes, dtypes, attrs, skip: bool, axis_default=-1):
     x = tuple(shapes[0])
     axis = int(attrs.get("axis", axis_default)) % len(x)
-    stats = (x[:axis] + (1,) * (len(x) - axis), _FLOAT)
+    stats = (x[:axis] + (1,) * (len(x) - axis), FLOAT)
     return [(x, dtypes[0]), stats, stats] + ([(x, dtypes[0])] if skip else [])
 
 
@@ -165,12 +123,12 @@ def _rms_norm(ctx, x: str, scale: str, axis: int, eps: float, y: str, inv_std: s
     """y = x * RSQRT(MEAN(x * x) + eps) * scale over axes [axis, rank) (RMSNorm)."""
     shape, rank = ctx.shape(x), ctx.rank(x)
     small = shape[:axis] + (1,) * (rank - axis)
-    square = _op(ctx, "MUL", [x, x], y + "_sq", shape)
+    square = emit(ctx, "MUL", [x, x], y + "_sq", shape)
     axes = ctx.constant("axes", np.arange(axis, rank, dtype=np.int32))
-    mean = _op(ctx, "MEAN", [square, axes], y + "_mean_sq", small, options={"keep_dims": True})
-    shifted = _op(ctx, "ADD", [mean, _scalar(ctx, eps)], y + "_var_eps", small)
-    inv = _op(ctx, "RSQRT", [shifted], y + "_inv_std", small, out=inv_std or None)
-    normed = _op(ctx, "MUL", [x, inv], y + "_normed", shape)
+    mean = emit(ctx, "MEAN", [square, axes], y + "_mean_sq", small, options={"keep_dims": True})
+    shifted = emit(ctx, "ADD", [mean, scalar(ctx, eps)], y + "_var_eps", small)
+    inv = emit(ctx, "RSQRT", [shifted], y + "_inv_std", small, out=inv_std or None)
+    normed = emit(ctx, "MUL", [x, inv], y + "_normed", shape)
     ctx.add_op("MUL", [normed, scale], [y])
 
 
@@ -180,27 +138,27 @@ def import_skip_layer_norm(node, ctx):
     (+ bias), the sum being the optional input_skip_bias_sum output."""
     simplified = node.op_type == "SkipSimplifiedLayerNormalization"
     x, skip = node.inputs[:2]
-    gamma = _input(node, 2)
-    beta = "" if simplified else _input(node, 3)
-    bias = _input(node, 3 if simplified else 4)
+    gamma = input_at(node, 2)
+    beta = "" if simplified else input_at(node, 3)
+    bias = input_at(node, 3 if simplified else 4)
     y = node.outputs[0]
     for name, what in ((x, "input"), (skip, "skip")):
-        _check_float(ctx, name, what)
+        check_float32(ctx, name, what)
     ctx.check_broadcast([x, skip], x)
-    total = _output(ctx, node, 3)
+    total = used_output(ctx, node, 3)
     if bias:
-        partial = _binary(ctx, "ADD", x, skip, y + "_skip_sum")
-        total = _binary(ctx, "ADD", partial, bias, y + "_skip_bias_sum", out=total or None)
+        partial = binary(ctx, "ADD", x, skip, y + "_skip_sum")
+        total = binary(ctx, "ADD", partial, bias, y + "_skip_bias_sum", out=total or None)
     else:
-        total = _binary(ctx, "ADD", x, skip, y + "_skip_sum", out=total or None)
+        total = binary(ctx, "ADD", x, skip, y + "_skip_sum", out=total or None)
     eps = float(node.attr("epsilon", 1e-12))
     if simplified:
-        if _output(ctx, node, 1):
+        if used_output(ctx, node, 1):
             raise ctx.error("the mean output of SkipSimplifiedLayerNormalization is not supported")
-        _rms_norm(ctx, total, gamma, ctx.rank(total) - 1, eps, y, _output(ctx, node, 2))
+        _rms_norm(ctx, total, gamma, ctx.rank(total) - 1, eps, y, used_output(ctx, node, 2))
         return
-    _call(ctx, node, "LayerNormalization", [total, gamma] + ([beta] if beta else []),
-          [y, _output(ctx, node, 1), _output(ctx, node, 2)], axis=-1, epsilon=eps)
+    call_importer(ctx, node, "LayerNormalization", [total, gamma] + ([beta] if beta else []),
+          [y, used_output(ctx, node, 1), used_output(ctx, node, 2)], axis=-1, epsilon=eps)
 
 
 @onnx_op("SimplifiedLayerNormalization")
@@ -208,10 +166,10 @@ def import_simplified_layer_norm(node, ctx):
     """onnxruntime's RMSNorm (ONNX domain): X * RSQRT(MEAN(X^2) + epsilon) * scale over
     [axis, rank)."""
     x, scale = node.inputs[:2]
-    _check_float(ctx, x, "input")
+    check_float32(ctx, x, "input")
     axis = int(node.attr("axis", -1)) % ctx.rank(x)
     _rms_norm(ctx, x, scale, axis, float(node.attr("epsilon", 1e-5)), node.outputs[0],
-              _output(ctx, node, 1))
+              used_output(ctx, node, 1))
 
 
 # --- products -------------------------------------------------------------------------------
@@ -267,9 +225,9 @@ def import_fused_matmul(node, ctx):
         else:
             operands.append(name if perm is None else transpose(ctx, name, perm))
     product = y if alpha == 1.0 else ctx.tensor(y + "_product", ctx.shape(y), ctx.dtype(y))
-    _call(ctx, node, "MatMul", operands, [product])
+    call_importer(ctx, node, "MatMul", operands, [product])
     if alpha != 1.0:
-        ctx.add_op("MUL", [product, _scalar(ctx, alpha)], [y])
+        ctx.add_op("MUL", [product, scalar(ctx, alpha)], [y])
 
 
 # FusedConv's and FusedGemm's activations (their `activation` attribute) as ONNX ops, with how
@@ -316,23 +274,23 @@ def _activate(ctx, node, activation: str, params: dict, x: str, y: str) -> None:
     into the op before it); `params` the ONNX op's attributes."""
     inputs = [x]
     if activation == "Clip":  # bounds as inputs from opset 11, as attributes before
-        inputs += [_scalar(ctx, params.get("min", -np.inf)), _scalar(ctx, params.get("max", np.inf))]
-    _call(ctx, node, activation, inputs, [y], **params)
+        inputs += [scalar(ctx, params.get("min", -np.inf)), scalar(ctx, params.get("max", np.inf))]
+    call_importer(ctx, node, activation, inputs, [y], **params)
 
 
 @onnx_op(MS + "FusedConv")
 def import_fused_conv(node, ctx):
     """activation(Conv(X, W, B) + Z): the Conv importer, an ADD of Z, the activation."""
     x, w = node.inputs[:2]
-    b, z, y = _input(node, 2), _input(node, 3), node.outputs[0]
+    b, z, y = input_at(node, 2), input_at(node, 3), node.outputs[0]
     activation = node.attr("activation", "")
     _check_activation(ctx, activation)
     conv_attrs = {k: v for k, v in node.attrs.items() if k in _CONV_ATTRIBUTES}
     out = y if not (activation or z) else ctx.tensor(y + "_conv", ctx.shape(y), ctx.dtype(y))
-    _call(ctx, node, "Conv", [x, w] + ([b] if b else []), [out], **conv_attrs)
+    call_importer(ctx, node, "Conv", [x, w] + ([b] if b else []), [out], **conv_attrs)
     if z:
         ctx.check_broadcast([out, z], y)
-        out = _binary(ctx, "ADD", out, z, y + "_sum", out=None if activation else y)
+        out = binary(ctx, "ADD", out, z, y + "_sum", out=None if activation else y)
     if activation:
         params = [float(p) for p in node.attr("activation_params", [])]
         _activate(ctx, node, activation, dict(zip(_ACTIVATIONS[activation], params)), out, y)
@@ -346,7 +304,7 @@ def import_fused_gemm(node, ctx):
     activation = node.attr("activation", "")
     _check_activation(ctx, activation, tuple(a for a in _ACTIVATIONS if a != "Clip"))  # no bounds
     out = ctx.tensor(y + "_gemm", ctx.shape(y), ctx.dtype(y)) if activation else y
-    _call(ctx, node, "Gemm", node.inputs[:3], [out],
+    call_importer(ctx, node, "Gemm", node.inputs[:3], [out],
           **{k: v for k, v in node.attrs.items() if k in _GEMM_ATTRIBUTES})
     if activation:  # activation_alpha is the activation's alpha, and so on
         params = {name: float(node.attr(f"activation_{name}")) for name in _ACTIVATIONS[activation]
@@ -385,7 +343,7 @@ def _multi_head_attention_types(shapes, dtypes, attrs):
 
 
 def _refuse_state(ctx, node, past_inputs, present_outputs) -> None:
-    if any(_input(node, k) for k in past_inputs) or any(_output(ctx, node, k) for k in present_outputs):
+    if any(input_at(node, k) for k in past_inputs) or any(used_output(ctx, node, k) for k in present_outputs):
         raise ctx.error("past and present key/value state (a decoder's cache) is not supported; "
                         "export the model without a cache")
     if node.attr("do_rotary", 0):
@@ -404,11 +362,11 @@ def _project(ctx, node, x: str, w: np.ndarray, b: np.ndarray | None, hint: str) 
     folds into it)."""
     shape = ctx.shape(x)[:-1] + (w.shape[1],)
     out = ctx.tensor(hint, shape, ctx.dtype(x))
-    _call(ctx, node, "MatMul", [x, ctx.constant(hint + "_weight", np.ascontiguousarray(w, np.float32))],
+    call_importer(ctx, node, "MatMul", [x, ctx.constant(hint + "_weight", np.ascontiguousarray(w, np.float32))],
           [out])
     if b is None:
         return out
-    return _binary(ctx, "ADD", out, ctx.constant(hint + "_bias", np.asarray(b, np.float32)), hint + "_biased")
+    return binary(ctx, "ADD", out, ctx.constant(hint + "_bias", np.asarray(b, np.float32)), hint + "_biased")
 
 
 def _attend(ctx, q: str, k: str, v: str, heads: int, scale: float, biases, y: str) -> None:
@@ -420,12 +378,12 @@ def _attend(ctx, q: str, k: str, v: str, heads: int, scale: float, biases, y: st
     qh = transpose(ctx, reshape(ctx, q, (batch, length, heads, size)), (0, 2, 1, 3))
     kh = transpose(ctx, reshape(ctx, k, (batch, keys, heads, size)), (0, 2, 3, 1))
     vh = transpose(ctx, reshape(ctx, v, (batch, keys, heads, value_size)), (0, 2, 1, 3))
-    scores = _op(ctx, "BATCH_MATMUL", [qh, kh], y + "_scores", (batch, heads, length, keys))
-    scores = _binary(ctx, "MUL", scores, _scalar(ctx, scale), y + "_scaled")
+    scores = emit(ctx, "BATCH_MATMUL", [qh, kh], y + "_scores", (batch, heads, length, keys))
+    scores = binary(ctx, "MUL", scores, scalar(ctx, scale), y + "_scaled")
     for bias in biases:
-        scores = _binary(ctx, "ADD", scores, bias, y + "_masked")
-    probs = _op(ctx, "SOFTMAX", [scores], y + "_probs", ctx.shape(scores), options={"beta": 1.0})
-    context = _op(ctx, "BATCH_MATMUL", [probs, vh], y + "_context", (batch, heads, length, value_size))
+        scores = binary(ctx, "ADD", scores, bias, y + "_masked")
+    probs = emit(ctx, "SOFTMAX", [scores], y + "_probs", ctx.shape(scores), options={"beta": 1.0})
+    context = emit(ctx, "BATCH_MATMUL", [probs, vh], y + "_context", (batch, heads, length, value_size))
     merged = transpose(ctx, context, (0, 2, 1, 3))
     reshape(ctx, merged, (batch, length, value_width), y)
 
@@ -443,11 +401,11 @@ def _mask_bias(ctx, mask: str, batch: int, length: int, keys: int, fill: float, 
         positions = ctx.constant("positions", np.arange(keys, dtype=np.int32).reshape(1, keys))
         bounds = reshape(ctx, mask, (batch, 1) if shape == (batch,) else (2, batch, 1))
         ends = bounds if shape == (batch,) else _call_gather(ctx, bounds, 0, (batch, 1))
-        valid = _op(ctx, "LESS", [positions, ends], mask + "_valid", (batch, keys), np.bool_)
+        valid = emit(ctx, "LESS", [positions, ends], mask + "_valid", (batch, keys), np.bool_)
         if shape == (2 * batch,):
             starts = _call_gather(ctx, bounds, 1, (batch, 1))
-            after = _op(ctx, "GREATER_EQUAL", [positions, starts], mask + "_after", (batch, keys), np.bool_)
-            valid = _op(ctx, "LOGICAL_AND", [valid, after], mask + "_window", (batch, keys), np.bool_)
+            after = emit(ctx, "GREATER_EQUAL", [positions, starts], mask + "_after", (batch, keys), np.bool_)
+            valid = emit(ctx, "LOGICAL_AND", [valid, after], mask + "_window", (batch, keys), np.bool_)
         target = (batch, 1, 1, keys)
     elif shape == (batch, keys):
         valid, target = mask, (batch, 1, 1, keys)
@@ -457,8 +415,8 @@ def _mask_bias(ctx, mask: str, batch: int, length: int, keys: int, fill: float, 
         raise ctx.error(f"{what} {mask!r} of shape {list(shape)} is not supported (forms: [{batch}], "
                         f"[{2 * batch}], [{batch}, {keys}], [{batch}, {length}, {keys}])")
     if ctx.dtype(valid) != np.bool_:
-        valid = _op(ctx, "GREATER", [valid, zero], mask + "_attended", ctx.shape(valid), np.bool_)
-    bias = _op(ctx, "SELECT_V2", [valid, _scalar(ctx, 0.0), _scalar(ctx, fill)], mask + "_bias",
+        valid = emit(ctx, "GREATER", [valid, zero], mask + "_attended", ctx.shape(valid), np.bool_)
+    bias = emit(ctx, "SELECT_V2", [valid, scalar(ctx, 0.0), scalar(ctx, fill)], mask + "_bias",
                ctx.shape(valid))
     return reshape(ctx, bias, target)
 
@@ -483,7 +441,7 @@ def _biases(ctx, node, mask: str, attention_bias: str, batch, length, keys, head
     if node.attr("unidirectional", 0):
         biases.append(_causal_bias(ctx, length, keys, fill))
     if attention_bias:
-        _check_float(ctx, attention_bias, "attention_bias")
+        check_float32(ctx, attention_bias, "attention_bias")
         try:
             np.broadcast_shapes(ctx.shape(attention_bias), (batch, heads, length, keys))
         except ValueError:
@@ -498,11 +456,11 @@ def import_attention(node, ctx):
     """BERT's self-attention from packed weights [in, q + k + v] (qkv_hidden_sizes, else thirds):
     three projections (MatMul + Add), then _attend with the mask, causal and attention biases."""
     x, w_name = node.inputs[:2]
-    bias_name, mask, attention_bias = _input(node, 2), _input(node, 3), _input(node, 5)
+    bias_name, mask, attention_bias = input_at(node, 2), input_at(node, 3), input_at(node, 5)
     y = node.outputs[0]
     _refuse_state(ctx, node, (4, 6), (1,))
     heads = _heads(ctx, node)
-    _check_float(ctx, x, "input")
+    check_float32(ctx, x, "input")
     if ctx.rank(x) != 3:
         raise ctx.error(f"input {x!r} of shape {list(ctx.shape(x))} is not [batch, sequence, hidden]")
     w = np.asarray(ctx.require_const(w_name, "weights"), np.float32)
@@ -528,8 +486,8 @@ def import_multi_head_attention(node, ctx):
     """Attention of separate Q [B, S, D], K [B, L, D] and V [B, L, Dv] (already projected), the
     optional bias [D + D + Dv] added to them, then _attend with key_padding_mask, causal and
     attention biases."""
-    q, k, v = (_input(node, i) for i in range(3))
-    bias_name, mask, attention_bias = _input(node, 3), _input(node, 4), _input(node, 5)
+    q, k, v = (input_at(node, i) for i in range(3))
+    bias_name, mask, attention_bias = input_at(node, 3), input_at(node, 4), input_at(node, 5)
     y = node.outputs[0]
     _refuse_state(ctx, node, (6, 7, 8, 9), (1, 2, 3))
     heads = _heads(ctx, node)
@@ -537,7 +495,7 @@ def import_multi_head_attention(node, ctx):
         raise ctx.error("only separate 3-D query, key and value are supported (not packed QKV or KV, "
                         "nor key and value in [batch, heads, length, size])")
     for name in (q, k, v):
-        _check_float(ctx, name, "input")
+        check_float32(ctx, name, "input")
     (batch, length, width), (_, keys, key_width), value_width = ctx.shape(q), ctx.shape(k), ctx.shape(v)[2]
     if key_width != width or ctx.shape(k)[0] != batch or ctx.shape(v)[:2] != (batch, keys) or \
             width % heads or value_width % heads:
@@ -548,7 +506,7 @@ def import_multi_head_attention(node, ctx):
         if b.shape != (2 * width + value_width,):
             raise ctx.error(f"bias {list(b.shape)} is not [{2 * width + value_width}]")
         parts = (b[:width], b[width:2 * width], b[2 * width:])
-        q, k, v = (_binary(ctx, "ADD", name, ctx.constant(f"{name}_bias", part), f"{y}_{tag}")
+        q, k, v = (binary(ctx, "ADD", name, ctx.constant(f"{name}_bias", part), f"{y}_{tag}")
                    for name, part, tag in zip((q, k, v), parts, "qkv"))
     scale = float(node.attr("scale", 0.0)) or 1 / math.sqrt(width // heads)
     biases = _biases(ctx, node, mask, attention_bias, batch, length, keys, heads, "key_padding_mask")
@@ -569,7 +527,7 @@ def import_embed_layer_norm(node, ctx):
     segment_ids]) through LayerNormalization; mask_index is the mask's count of attended (1)
     positions per sequence (0 without a mask)."""
     ids, segment_ids, words, positions, segments, gamma, beta, mask, position_ids = (
-        _input(node, k) for k in range(9))
+        input_at(node, k) for k in range(9))
     y = node.outputs[0]
     if ctx.rank(ids) != 2:
         raise ctx.error(f"input_ids {ids!r} of shape {list(ctx.shape(ids))} is not [batch, sequence]")
@@ -584,22 +542,22 @@ def import_embed_layer_norm(node, ctx):
                             f"{length} rows")
         position = ctx.constant(positions, np.asarray(table[:length], np.float32)[None])
     last = not segment_ids
-    total = _binary(ctx, "ADD", total, position, y + "_embedded",
-                    out=(_output(ctx, node, 2) or None) if last else None)
+    total = binary(ctx, "ADD", total, position, y + "_embedded",
+                    out=(used_output(ctx, node, 2) or None) if last else None)
     if segment_ids:
-        total = _binary(ctx, "ADD", total, _gather(ctx, node, segments, segment_ids, y + "_segments"),
-                        y + "_embedded", out=_output(ctx, node, 2) or None)
-    _call(ctx, node, "LayerNormalization", [total, gamma, beta], [y], axis=-1,
+        total = binary(ctx, "ADD", total, _gather(ctx, node, segments, segment_ids, y + "_segments"),
+                        y + "_embedded", out=used_output(ctx, node, 2) or None)
+    call_importer(ctx, node, "LayerNormalization", [total, gamma, beta], [y], axis=-1,
           epsilon=float(node.attr("epsilon", 1e-12)))
-    index = _output(ctx, node, 1)
+    index = used_output(ctx, node, 1)
     if not index:
         return
     if not mask:  # onnxruntime's mask_index of no mask
         ctx.set_constant(index, np.zeros(batch, np.int32))
         return
-    ones = _op(ctx, "EQUAL", [mask, ctx.constant("one", np.ones((), ctx.dtype(mask)))], mask + "_ones",
+    ones = emit(ctx, "EQUAL", [mask, ctx.constant("one", np.ones((), ctx.dtype(mask)))], mask + "_ones",
                ctx.shape(mask), np.bool_)
-    counted = _op(ctx, "CAST", [ones], mask + "_count", ctx.shape(mask), np.int32,
+    counted = emit(ctx, "CAST", [ones], mask + "_count", ctx.shape(mask), np.int32,
                   {"in_data_type": np.dtype(np.bool_), "out_data_type": np.dtype(np.int32)})
     ctx.add_op("SUM", [counted, ctx.constant("axes", np.array([1], np.int32))], [index],
                {"keep_dims": False})
@@ -609,12 +567,12 @@ def _gather(ctx, node, table: str, indices: str, hint: str) -> str:
     if ctx.const(table) is None:
         raise ctx.error(f"embedding table {table!r} is computed at run time; it must be a constant")
     out = ctx.tensor(hint, ctx.shape(indices) + ctx.shape(table)[1:], ctx.dtype(table))
-    _call(ctx, node, "Gather", [table, indices], [out], axis=0)
+    call_importer(ctx, node, "Gather", [table, indices], [out], axis=0)
     return out
 
 
 # --- rotary position embedding --------------------------------------------------------------
-onnx_types(MS + "RotaryEmbedding")(_same_as_input)
+onnx_types(MS + "RotaryEmbedding")(same_as_input)
 
 
 @onnx_op(MS + "RotaryEmbedding")
@@ -625,7 +583,7 @@ def import_rotary_embedding(node, ctx):
     features) become x1*c - x2*s and x2*c + x1*s; features past R pass unchanged."""
     x, position_ids, cos_cache, sin_cache = node.inputs[:4]
     y = node.outputs[0]
-    _check_float(ctx, x, "input")
+    check_float32(ctx, x, "input")
     if node.attr("is_packed_batching", 0):
         raise ctx.error("is_packed_batching is not supported")
     shape, rank = ctx.shape(x), ctx.rank(x)
@@ -657,17 +615,17 @@ def import_rotary_embedding(node, ctx):
     else:
         first, second = _split(ctx, node, rotated, 3, [half, half])
         axis = 3
-    low = _binary(ctx, "SUB", _binary(ctx, "MUL", first, cos, y + "_x1c"),
-                  _binary(ctx, "MUL", second, sin, y + "_x2s"), y + "_low")
-    high = _binary(ctx, "ADD", _binary(ctx, "MUL", second, cos, y + "_x2c"),
-                   _binary(ctx, "MUL", first, sin, y + "_x1s"), y + "_high")
+    low = binary(ctx, "SUB", binary(ctx, "MUL", first, cos, y + "_x1c"),
+                  binary(ctx, "MUL", second, sin, y + "_x2s"), y + "_low")
+    high = binary(ctx, "ADD", binary(ctx, "MUL", second, cos, y + "_x2c"),
+                   binary(ctx, "MUL", first, sin, y + "_x1s"), y + "_high")
     joined = ctx.tensor(y + "_rotated", ctx.shape(first)[:axis] + (2 * ctx.shape(first)[axis],), ctx.dtype(x))
-    _call(ctx, node, "Concat", [low, high], [joined], axis=axis)
+    call_importer(ctx, node, "Concat", [low, high], [joined], axis=axis)
     if axis == 4:
         joined = reshape(ctx, joined, shape4[:3] + (rotary,))
     if len(parts) > 1:
         whole = ctx.tensor(y + "_whole", shape4, ctx.dtype(x))
-        _call(ctx, node, "Concat", [joined, parts[1]], [whole], axis=3)
+        call_importer(ctx, node, "Concat", [joined, parts[1]], [whole], axis=3)
         joined = whole
     reshape(ctx, joined, shape, y)
 
@@ -677,7 +635,7 @@ def _split(ctx, node, x: str, axis: int, sizes) -> list[str]:
         return [x]
     shape = ctx.shape(x)
     parts = [ctx.tensor(f"{x}_part", shape[:axis] + (s,) + shape[axis + 1:], ctx.dtype(x)) for s in sizes]
-    _call(ctx, node, "Split", [x], parts, axis=axis)
+    call_importer(ctx, node, "Split", [x], parts, axis=axis)
     return parts
 
 
@@ -694,7 +652,7 @@ def _angles(ctx, node, cache: str, position_ids: str, batch: int, length: int, t
         return ctx.constant(cache, value.reshape([value.shape[0] if d == -1 else d for d in target]))
     if offsets:
         start = reshape(ctx, position_ids, (1, 1))
-        index = _binary(ctx, "ADD", start, ctx.constant("positions", np.arange(length, dtype=np.int32)[None]),
+        index = binary(ctx, "ADD", start, ctx.constant("positions", np.arange(length, dtype=np.int32)[None]),
                         position_ids + "_positions")
     else:
         index = position_ids
@@ -730,17 +688,17 @@ def import_group_query_attention(node, ctx):
     rotary embedding of Q and K (RotaryEmbedding's ops, positions 0..S-1 or position_ids), keys
     past seqlens_k[b] masked and, causal, later keys too; present_key/present_value are K and V
     in [B, Nk, S, H]."""
-    q, k, v = (_input(node, i) for i in range(3))
-    seqlens, cos_cache, sin_cache, position_ids, attention_bias = (_input(node, i) for i in (5, 7, 8, 9, 10))
+    q, k, v = (input_at(node, i) for i in range(3))
+    seqlens, cos_cache, sin_cache, position_ids, attention_bias = (input_at(node, i) for i in (5, 7, 8, 9, 10))
     y = node.outputs[0]
-    given = [what for index, what in _GQA_INPUTS.items() if _input(node, index)]
+    given = [what for index, what in _GQA_INPUTS.items() if input_at(node, index)]
     changed = [name for name, default in _GQA_DEFAULTS.items() if node.attr(name, default) != default]
     if given or changed:
         raise ctx.error(f"{(given + changed)[0]} is not supported (a cache-free prompt attention is: "
                         "no past_key/past_value, query_seqlens, head_sink, KV scales, QK norms, "
                         "local window, softcap, smooth softmax or QK output)")
     heads, kv_heads = _heads(ctx, node), int(node.attr("kv_num_heads", 0))
-    _check_float(ctx, q, "query")
+    check_float32(ctx, q, "query")
     if kv_heads < 1 or heads % kv_heads or ctx.rank(q) != 3:
         raise ctx.error(f"num_heads {heads} and kv_num_heads {kv_heads} with query {list(ctx.shape(q))}: "
                         "expected a 3-D query and num_heads a multiple of kv_num_heads")
@@ -760,13 +718,13 @@ def import_group_query_attention(node, ctx):
         q, k = (_rotate(ctx, node, name, positions, cos_cache, sin_cache, count)
                 for name, count in ((q, heads), (k, kv_heads)))
     for name, index in ((k, 1), (v, 2)):
-        present = _output(ctx, node, index)
+        present = used_output(ctx, node, index)
         if present:
             transpose(ctx, reshape(ctx, name, (batch, length, kv_heads, size)), (0, 2, 1, 3), present)
     if heads != kv_heads:
         k, v = (_repeat_heads(ctx, name, kv_heads, heads, size) for name in (k, v))
     fill = float(np.finfo(np.float32).min)
-    lengths = _binary(ctx, "ADD", seqlens, ctx.constant("one", np.ones((), np.int32)), seqlens + "_lengths")
+    lengths = binary(ctx, "ADD", seqlens, ctx.constant("one", np.ones((), np.int32)), seqlens + "_lengths")
     biases = [_mask_bias(ctx, lengths, batch, length, length, fill, "seqlens_k")]
     if node.attr("causal", 1):
         biases.append(_causal_bias(ctx, length, length, fill))
@@ -789,6 +747,6 @@ def _repeat_heads(ctx, x: str, kv_heads: int, heads: int, size: int) -> str:
     batch, length = ctx.shape(x)[:2]
     split = reshape(ctx, x, (batch, length, kv_heads, size))
     index = ctx.constant("heads", np.arange(heads, dtype=np.int32) // (heads // kv_heads))
-    repeated = _op(ctx, "GATHER", [split, index], x + "_heads", (batch, length, heads, size), ctx.dtype(x),
+    repeated = emit(ctx, "GATHER", [split, index], x + "_heads", (batch, length, heads, size), ctx.dtype(x),
                    {"axis": 2, "batch_dims": 0})
     return reshape(ctx, repeated, (batch, length, heads * size))

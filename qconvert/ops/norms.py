@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .compose import same_as_input
 from .layout import reshape
 from .registry import onnx_op, onnx_types
 
@@ -231,7 +232,7 @@ def _batch_norm_tensors(ctx, node, values, eps: float, shape) -> tuple[str, str]
 
 
 # onnx's shape inference does not expand GroupNormalization's function body.
-onnx_types("GroupNormalization")(lambda shapes, dtypes, attrs: [(shapes[0], dtypes[0])])
+onnx_types("GroupNormalization")(same_as_input)
 
 
 @onnx_op("GroupNormalization")
