@@ -29,6 +29,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
 from ..ir import Model, Operator
+from ..ops.refused import RANDOM_OPS
 from .file import OnnxFile
 
 CONTROL_OPS = ("If", "Loop", "Scan")
@@ -209,8 +210,7 @@ def _control_slice(body: onnx.GraphProto, known) -> tuple[list, list[int]] | Non
             if name in own or known(name):
                 continue
             return None
-        if node.op_type in CONTROL_OPS or node.op_type in ("RandomNormal", "RandomUniform",
-                                                         "RandomNormalLike", "RandomUniformLike"):
+        if node.op_type in CONTROL_OPS or node.op_type in RANDOM_OPS:
             return None
         if id(node) not in needed:
             needed.add(id(node))

@@ -27,15 +27,14 @@ from . import control_flow, dynamic_batch, dynamic_quant, fold, node_types
 from ..errors import FOLDED_BYTES, ConversionError, UsageError
 from ..ir import DynamicBatch, Model, Operator
 from .file import OnnxFile
-from ..ops.refused import refusal
+from ..ops.refused import RANDOM_OPS, refusal
 from ..ops.registry import ONNX_IMPORTERS, op_key
 from .validate import check_model, check_node_types, type_name
 
 log = logging.getLogger("qconvert")
 
 # Ops never folded at load time: their value is not a function of their inputs.
-_NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                 "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
+_NOT_FOLDABLE = {*RANDOM_OPS, *control_flow.CONTROL_OPS}
 _INT32 = np.iinfo(np.int32)
 # Tensor types a float model may compute in: TFLite's float kernels take float32, int32 and bool;
 # the others compute as one of those (_NARROWED).

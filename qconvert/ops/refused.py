@@ -8,6 +8,9 @@ from __future__ import annotations
 
 DATA_DEPENDENT = ("its output's shape depends on the values it reads, which a static TFLite graph "
                   "cannot hold")
+# Ops whose value is not a function of their inputs: never folded, never simulated, refused.
+RANDOM_OPS = ("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
+              "RandomUniformLike")
 RANDOM = ("it draws random numbers: TFLite's generators are not onnxruntime's, so no conversion "
           "can be verified")
 STRINGS = "it computes on strings, which TFLite's builtin kernels do not"
@@ -25,8 +28,7 @@ REFUSED: dict[str, str] = {
     "Erfc": NOT_ONNX, "StatefulPartitionedCall": NOT_ONNX, "PartitionedCall": NOT_ONNX,
     "NonZero": DATA_DEPENDENT,
     "Unique": DATA_DEPENDENT,
-    "Bernoulli": RANDOM, "Multinomial": RANDOM, "RandomNormal": RANDOM,
-    "RandomNormalLike": RANDOM, "RandomUniform": RANDOM, "RandomUniformLike": RANDOM,
+    **dict.fromkeys(RANDOM_OPS, RANDOM),
     "RegexFullMatch": STRINGS, "StringConcat": STRINGS, "StringNormalizer": STRINGS,
     "StringSplit": STRINGS, "TfIdfVectorizer": STRINGS,
     "ImageDecoder": "it decodes encoded image bytes; TFLite has no image decoding kernel",
