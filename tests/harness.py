@@ -273,12 +273,13 @@ def assert_int8_matches_onnxruntime(model: onnx.ModelProto, tmp_path, calibratio
 
 def crashing_tflite(tmp_path, monkeypatch) -> tuple[onnx.ModelProto, Path]:
     """(an ONNX model, a .tflite of it that crashes LiteRT): requantization multipliers near 1e30
-    abort LiteRT in ADD's prepare; qconvert's check_quantization refuses to write them, so the file
-    is written here without that step. Fails the calling test when LiteRT stops crashing on it."""
+    abort LiteRT in ADD's prepare; qconvert keeps such an ADD float (keep_unrepresentable_float) and
+    check_quantization refuses to write them, so the file is written here without those steps. Fails the calling test when LiteRT stops crashing on it."""
     model = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
                        {"a": (TensorProto.FLOAT, (1, 8)), "b": (TensorProto.FLOAT, (1, 8))},
                        {"y": TensorProto.FLOAT})
     without_quantize_step(monkeypatch, "check_quantization")
+    without_quantize_step(monkeypatch, "keep_unrepresentable_float")
     calibration = {"a": np.full((4, 1, 8), 1e36, np.float32), "b": np.full((4, 1, 8), -1e-3, np.float32)}
     flatbuffer, _ = convert_quantized(model, calibration, tmp_path)
     path = tmp_path / "crashes.tflite"

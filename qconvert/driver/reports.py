@@ -8,7 +8,10 @@ from dataclasses import asdict, dataclass, field
 from ..check.latency import Latency
 from ..check.report import ConversionNotes
 from ..check.verify import Verification, json_number
+from ..transforms.keep_unrepresentable_float import CANNOT_CARRY
 from .planner import Plan
+
+SHOWN_UNCARRIED = 3  # the summary names the first ops int8 cannot carry
 
 
 @dataclass
@@ -109,6 +112,11 @@ class ConversionReport:
             text += f", weights {_human_size(q.weights_bytes_float)} -> {_human_size(q.weights_bytes)}"
             if q.plan is not None:
                 text += "; " + q.plan.summary()
+            uncarried = [f for f in q.float_ops if f.reason.startswith(CANNOT_CARRY)]
+            if uncarried:
+                text += (f"; int8 cannot carry the values of {len(uncarried)} ops, kept float ("
+                         + ", ".join(f"{f.op} {f.node!r}" for f in uncarried[:SHOWN_UNCARRIED])
+                         + (", ..." if len(uncarried) > SHOWN_UNCARRIED else "") + ")")
             if q.float_ops:
                 kinds = collections.Counter(f.op for f in q.float_ops)
                 text += "; stayed float: " + ", ".join(

@@ -16,6 +16,7 @@ import copy
 import logging
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -302,9 +303,22 @@ class _Graph:
                                     self.shapes.get(node.output[0]))
         if elements is not None:
             FOLDED_BYTES.check(elements * itemsize, where)
+        # Values the float model computes too (log of 0 in T5's position buckets: -inf, then a
+        # cast of it) are the model's, not an error: numpy's warnings about them stay quiet.
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            results = self._evaluated(node, feeds, where)
+        for value in results:
+            FOLDED_BYTES.check(np.asarray(value).nbytes, where)
+        if key is not None and sum(np.size(v) for v in results) <= node_types.DATA_LIMIT:
+            self.folded[key] = [np.array(v) for v in results]
+        return results
+
+    def _evaluated(self, node, feeds: dict, where: str) -> list:
+        """The node's outputs from its constant inputs: numpy where onnx's reference evaluator is
+        wrong or slow (qconvert/onnx/fold.py), else the evaluator, which must see the model's
+        opset (ops changed meaning across opsets)."""
         try:
-            # numpy where onnx's reference evaluator is wrong or slow (qconvert/onnx/fold.py), else
-            # the evaluator, which must see the model's opset: ops changed meaning across opsets.
             results = fold.fold(node, [self.constants[n] if n else None for n in node.input])
             if results is None:
                 # float16 computes in float32, rounded to float16 after the node (fold_constants
@@ -322,10 +336,6 @@ class _Graph:
             raise ConversionError(
                 f"{where}: cannot evaluate its constant inputs: "
                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        for value in results:
-            FOLDED_BYTES.check(np.asarray(value).nbytes, where)
-        if key is not None and sum(np.size(v) for v in results) <= node_types.DATA_LIMIT:
-            self.folded[key] = [np.array(v) for v in results]
         return results
 
 

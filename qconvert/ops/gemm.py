@@ -68,7 +68,10 @@ tflite_op("FULLY_CONNECTED", options="FullyConnectedOptions", version=_fc_versio
           quant=QuantRule(weight=1, weight_axis=0, bias=2, int16=True),
           hybrid=HybridRule(axis=0, asymmetric=True),
           evaluate=_evaluate_fc)
+# Both operands int8 activations (attention's Q K^T and its probabilities times V): TFLite's
+# int8 kernel takes a zero point on each.
 tflite_op("BATCH_MATMUL", options="BatchMatMulOptions", version=_batch_matmul_version,
+          quant=QuantRule(activations=(0, 1)),
           hybrid=HybridRule(asymmetric=True),
           evaluate=_evaluate_batch_matmul)
 

@@ -1,19 +1,67 @@
-"""keep_unrepresentable_float: an op about to run int8 whose params, as the model's own
-QuantizeLinear/DequantizeLinear pairs give them, are beyond what its int8 kernel represents stays
-float, with the reason.
+"""keep_unrepresentable_float: an op about to run int8 whose values int8 cannot carry stays float,
+with the reason (CANNOT_CARRY), so that --quantize converts every model a float conversion
+converts.
 
-Such params are the model's, not an accident of calibration: a QDQ model may give an ADD an
-output scale more than 128 times finer than its inputs' (a residual sum that cancels), whose
-requantization multiplier TFLite's kernel cannot take (MAX_MULTIPLIER). Float keeps the op exact
-between a DEQUANTIZE and a QUANTIZE. Ranges from calibration or --default-range that break a
-kernel stay an error (check_quantization): they come from the user's data and say it is wrong.
+What int8 cannot carry: an activation whose range needs a scale beyond [2^-60, 2^60] (an additive
+attention mask at float32's minimum, -3.4e38, as every Hugging Face encoder computes it; a
+calibration range of 1e30), params whose requantization multiplier the kernel cannot take (a QDQ
+model's ADD whose output scale is far finer than its inputs'), weights or a bias holding NaN or
+Inf, weights whose scale no kernel represents. Every op that touches such a tensor (its producer
+and its readers, each checks its own activations) stays float between a DEQUANTIZE and a QUANTIZE:
+float computes them as the float model does, and the int8 ops around them keep their params.
+A mask kept float is exact; the alternative, a mask clipped to a finite negative int8 could hold,
+would put the masked scores' sum on a scale of thousands, where int8 rounds the scores away.
+
 Runs after propagate_minmax (same-scale ops have their ranges), before quantize_activations.
+check_quantization still holds every quantized op to its kernel; after this step a failure
+there is a qconvert bug.
 """
 
 from __future__ import annotations
 
-from ..ir import Model
-from .quantization import QDQ_SOURCE, Int16Choice, about_to_run_int8, representable_problem, rule_of
+import numpy as np
+
+from ..errors import ConversionError
+from ..ir import Model, Operator
+from .quantization import (
+    QDQ_SOURCE,
+    Int16Choice,
+    int8_blocker,
+    representable_problem,
+    rule_of,
+)
+
+CANNOT_CARRY = "int8 cannot carry its values"  # the start of every reason this step gives
+
+
+def _constant_problem(op: Operator, model: Model) -> str | None:
+    """Weights, a bias or a constant input that no int8 (int32) value stands for."""
+    rule = rule_of(op)
+    for index, what in ((rule.weight, "weights"), (rule.bias, "bias")):
+        if index is None or index >= len(op.inputs) or not op.inputs[index]:
+            continue
+        data = model.arrays[op.inputs[index]].data
+        if data is None or not data.size:
+            continue
+        lo, hi = data.min(), data.max()  # NaN propagates; no temporary the size of the weights
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            return f"its {what} {op.inputs[index]!r} hold {'NaN' if np.isnan(lo) or np.isnan(hi) else 'Inf'}"
+    for index in rule.activation_inputs(op):
+        array = model.arrays[op.inputs[index]]
+        if array.is_constant and array.minmax is None and array.data.dtype.kind == "f" and array.data.size:
+            if np.isnan(array.data.min()) or np.isnan(array.data.max()):
+                return f"constant {array.name!r} holds NaN"
+    return None
+
+
+def _problem(op: Operator, model: Model) -> str | None:
+    """Why int8 cannot carry the op's values (None: it can, or the op stays float anyway)."""
+    try:
+        if int8_blocker(op, model) is not None:
+            return None
+        return _constant_problem(op, model) or representable_problem(op, model)
+    except ConversionError as e:  # a range that cannot even be computed (value_range: NaN)
+        return str(e)
 
 
 def keep_unrepresentable_float(model: Model, int16: Int16Choice = Int16Choice()) -> bool:
@@ -21,14 +69,13 @@ def keep_unrepresentable_float(model: Model, int16: Int16Choice = Int16Choice())
     arrays = model.arrays
     for op in model.operators:
         rule = rule_of(op)
-        if rule is None or int16.wants(op) or not about_to_run_int8(op, model, int16):
+        if rule is None or op.float_reason or int16.wants(op):
             continue
-        names = [op.inputs[i] for i in rule.activation_inputs(op)] + list(op.outputs)
-        if not any(arrays[n].minmax is not None and arrays[n].minmax.source == QDQ_SOURCE
-                   for n in names):
-            continue
-        problem = representable_problem(op, model)
+        problem = _problem(op, model)
         if problem:
-            op.float_reason = f"the params of the model's QDQ pairs are beyond its int8 kernel: {problem}"
+            names = [op.inputs[i] for i in rule.activation_inputs(op)] + list(op.outputs)
+            qdq = any(arrays[n].minmax is not None and arrays[n].minmax.source == QDQ_SOURCE for n in names)
+            where = " with the params of the model's QDQ pairs" if qdq else ""
+            op.float_reason = f"{CANNOT_CARRY}{where}: {problem}"
             changed = True
     return changed

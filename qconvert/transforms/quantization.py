@@ -315,6 +315,17 @@ def _described(array: Array, scale: float, model: Model) -> str:
     return f"{array.name!r} scale {scale:.3g}{where}"
 
 
+def weight_scales(weights: Array) -> np.ndarray | None:
+    """The weights' int8 scales, or before quantize_weights the largest they will get (symmetric,
+    narrow range: the largest magnitude over 127); None for weights that are not a float constant."""
+    if weights.quant is not None:
+        return np.asarray(weights.quant.scale, np.float64)
+    if not weights.is_constant or weights.data.dtype.kind != "f" or not weights.data.size:
+        return None
+    largest = max(-float(weights.data.min()), float(weights.data.max()))
+    return np.array([largest / 127 if largest > 0 else 1.0])
+
+
 def _multipliers(op: Operator, model: Model, scales: dict[str, float]) -> list[tuple[str, np.ndarray]]:
     """The requantization multipliers the op's int8 kernel computes, in float32 like XNNPACK,
     each with how it is made (for the message)."""
@@ -325,10 +336,11 @@ def _multipliers(op: Operator, model: Model, scales: dict[str, float]) -> list[t
     found = []
     if rule is not None and rule.weight is not None:
         weights = arrays[op.inputs[rule.weight]]
-        if weights.quant is not None:
-            product = np.float32(scales[names[0]]) * weights.quant.scale.astype(np.float32)
+        w = weight_scales(weights)
+        if w is not None:
+            product = np.float32(scales[names[0]]) * w.astype(np.float32)
             found.append((f"input {_described(arrays[names[0]], scales[names[0]], model)} x weights "
-                          f"{weights.name!r} scale {float(weights.quant.scale.max()):.3g} / output "
+                          f"{weights.name!r} scale {float(w.max()):.3g} / output "
                           f"{_described(arrays[out], scales[out], model)}", product / s_out))
     elif op.type == "MUL" and len(names) == 2:
         a, b = names
@@ -369,7 +381,7 @@ def representable_problem(op: Operator, model: Model) -> str | None:
                     "every int8 kernel represents; its values are too large to quantize")
     if rule is not None and rule.weight is not None:
         weights = arrays[op.inputs[rule.weight]]
-        w = None if weights.quant is None else np.asarray(weights.quant.scale, np.float64)
+        w = weight_scales(weights)
         if w is not None and not np.all((w >= _FLOAT32_TINY) & (w <= MAX_SCALE)):
             bad = float(w[~((w >= _FLOAT32_TINY) & (w <= MAX_SCALE))][0])
             return (f"weights {weights.name!r} need scale {bad:.3g}, beyond what an int8 kernel "

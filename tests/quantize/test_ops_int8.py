@@ -233,6 +233,9 @@ CASES = [
     Case("matmul", "FULLY_CONNECTED", dense("MatMul", bias=False)),
     Case("matmul-3d", "FULLY_CONNECTED", dense("MatMul", bias=False, shape=(2, 3, 12))),
     Case("gemm-per-tensor", "FULLY_CONNECTED", dense("Gemm"), options={"per_tensor_fc": True}),
+    # Two activations (attention's Q K^T, probabilities times V): int8 on both sides.
+    Case("batch-matmul", "BATCH_MATMUL", binary("MatMul", (2, 3, 8), (2, 8, 5))),
+    Case("batch-matmul-broadcast", "BATCH_MATMUL", binary("MatMul", (2, 4, 3, 8), (1, 4, 8, 6))),
     # Pooling and reductions.
     Case("maxpool", "MAX_POOL_2D", unary("MaxPool", NCHW, kernel_shape=[2, 2], strides=[2, 2])),
     Case("avgpool", "AVERAGE_POOL_2D", unary("AveragePool", NCHW, kernel_shape=[3, 3]),

@@ -1,6 +1,6 @@
 """Quantization sanity: calibration ranges, --default-range values and weights that would give
-scales or requantization multipliers a kernel cannot represent end in exit 1 (exit 2 for a
-malformed flag) naming the tensor and its range; a range merely too narrow is stretched to the
+scales or requantization multipliers a kernel cannot represent keep the ops they touch float,
+named on the summary line with the tensor and its range (a malformed flag is exit 2); a range merely too narrow is stretched to the
 smallest scale every kernel handles. Every model written is run by LiteRT in a subprocess, with
 and without XNNPACK, so a crash fails the test instead of killing pytest."""
 
@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 from qconvert.cli import cli
 from qconvert.driver.reports import ConversionReport, TensorInfo
 from qconvert.ir import MinMax
+from qconvert.transforms.keep_unrepresentable_float import CANNOT_CARRY
 from qconvert.transforms.quantization import params_for_range
 from tests.harness import grid_weights, make_model, run_onnxruntime, run_tflite, small_classifier
 
@@ -115,20 +116,40 @@ def test_tiny_calibration_data_gives_a_model_litert_runs(tmp_path, model_name, v
     assert np.abs(actual - expected).max() <= 0.02 * max(np.abs(expected).max(), 1e-30)
 
 
+def _kept_float(result, out, fragments) -> dict:
+    """The conversion went through (never refused for quantization): LiteRT runs the file, the
+    summary line names the ops int8 cannot carry, and one of them says why with `fragments`."""
+    assert result.exit_code == 0, result.stderr
+    assert_runs_in_litert(out)
+    assert "int8 cannot carry" in result.stderr.splitlines()[-1], result.stderr
+    report = json.loads(result.stdout)
+    reasons = [f["reason"] for f in report["quantization"]["float_ops"]
+               if f["reason"].startswith(CANNOT_CARRY)]
+    assert any(all(fragment in reason for fragment in fragments) for reason in reasons), reasons
+    return report
+
+
 @pytest.mark.parametrize("model_name, value, fragments", [
     ("classifier", 1e30, ["'x'", "range [-1e+30, 1e+30] from calibration", "[2^-60, 2^60]"]),
     ("conv", 1e30, ["'x'", "range [-1e+30, 1e+30] from calibration", "[2^-60, 2^60]"]),
-    ("add", 1e30, ["'x_int8'", "range [-1e+30, 1e+30] from calibration"]),
-    ("add", 1e37, ["'x_int8'", "range [-1e+37, 1e+37] from calibration"]),
+    ("add", 1e30, ["'x'", "range [-1e+30, 1e+30] from calibration"]),
+    ("add", 1e37, ["'x'", "range [-1e+37, 1e+37] from calibration"]),
     ("conv", 1e20, ["'y'", "from calibration", "[2^-60, 2^60]"]),
-    # The output range stays [0, 6]: the conv's multiplier is 1e7, which XNNPACK refuses.
-    ("clip", 1e10, ["CONV_2D", "'conv'", "requantization multiplier", "'x' scale",
+    # The output range stays [0, 6]: the conv's multiplier would be 1e7, which XNNPACK refuses.
+    ("clip", 1e10, ["requantization multiplier", "'x' scale",
                     "range [-1e+10, 1e+10] from calibration", "not below 256"]),
 ])
-def test_unrepresentable_calibration_ranges_are_exit_1(tmp_path, model_name, value, fragments):
-    _files(tmp_path, model_name, value)
+def test_values_int8_cannot_carry_stay_float(tmp_path, model_name, value, fragments):
+    """Calibration ranges no int8 scale holds keep the ops that touch them float, and the model
+    computes what onnxruntime computes on the calibration inputs."""
+    model, x = _files(tmp_path, model_name, value)
     result, out = _convert(tmp_path, "--calibration", str(tmp_path / "cal.npz"))
-    _refused(result, out, 1, ["cannot quantize", "--keep-float"] + fragments)
+    report = _kept_float(result, out, fragments)
+    info = ConversionReport(**{**report, "inputs": [TensorInfo(**i) for i in report["inputs"]],
+                               "outputs": [TensorInfo(**o) for o in report["outputs"]]})
+    expected = run_onnxruntime(model, {"x": x[0]})["y"]
+    actual = run_tflite(out.read_bytes(), info, {"x": x[0]})["y"]
+    assert np.abs(actual - expected).max() <= 0.02 * max(np.abs(expected).max(), 1e-30)
 
 
 @pytest.mark.parametrize("value, fragments", [
@@ -149,14 +170,12 @@ def test_malformed_default_range_is_exit_2(tmp_path, value, fragments):
 
 def test_default_range_at_the_edges_of_the_scale_span_runs(tmp_path):
     """The narrowest and widest --default-range accepted still give a model LiteRT runs, or a
-    one-line exit 1 naming the op (a bias no kernel can add at that scale)."""
+    model with the op float where no kernel can add a bias at that scale."""
     _files(tmp_path, "add", 1.0)
     for value in ("0,2.3e-16", "-1e20,1e20"):
         result, out = _convert(tmp_path, f"--default-range={value}")
-        if result.exit_code == 0:
-            assert_runs_in_litert(out)
-        else:
-            _refused(result, out, 1, ["cannot quantize"])
+        assert result.exit_code == 0, result.stderr
+        assert_runs_in_litert(out)
 
 
 def _with_nan(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
@@ -169,19 +188,19 @@ def _with_nan(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("model_name, tensor, fragments", [
-    ("classifier", "gw", ["weights", "'gemm'", "NaN"]),
-    ("conv", "w", ["weights", "'conv'", "NaN"]),
-    ("conv", "b", ["bias", "'conv'", "NaN"]),
+    ("classifier", "gw", ["weights", "NaN"]),
+    ("conv", "w", ["weights", "NaN"]),
+    ("conv", "b", ["bias", "NaN"]),
     ("add", "c", ["constant 'c'", "NaN"]),
 ])
 @pytest.mark.parametrize("source", ["default-range", "calibration"])
-def test_nan_in_weights_or_constants_is_exit_1(tmp_path, model_name, tensor, fragments, source):
+def test_nan_in_weights_or_constants_stays_float(tmp_path, model_name, tensor, fragments, source):
     _files(tmp_path, model_name, 1.0)
     onnx.save(_with_nan(MODELS[model_name](), tensor), tmp_path / "nan.onnx")
     flags = (["--default-range=-1,1"] if source == "default-range"
              else ["--calibration", str(tmp_path / "cal.npz")])
     result, out = _convert(tmp_path, *flags, model="nan.onnx")
-    _refused(result, out, 1, fragments)
+    _kept_float(result, out, fragments)
 
 
 @pytest.mark.parametrize("low, high, scale", [

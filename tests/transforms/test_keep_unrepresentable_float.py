@@ -1,15 +1,17 @@
-"""keep_unrepresentable_float: an op whose QDQ params its int8 kernel cannot take (an ADD whose
-output scale is far finer than its inputs': requantization multiplier 256 or more) stays float
-between a DEQUANTIZE and a QUANTIZE, and the model runs like onnxruntime; without the step the
-conversion is refused, as calibrated ranges that break a kernel still are."""
+"""keep_unrepresentable_float: an op whose values int8 cannot carry (a QDQ model's ADD whose output
+scale is far finer than its inputs': requantization multiplier 256 or more; an attention mask at
+float32's minimum) stays float between a DEQUANTIZE and a QUANTIZE, and the model runs like
+onnxruntime; without the step the conversion is refused."""
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.errors import ConversionError
+from qconvert.transforms.keep_unrepresentable_float import CANNOT_CARRY
 from qconvert.transforms.pipeline import QuantizeOptions
-from tests.harness import convert_proto, make_model, run_onnxruntime, run_tflite, without_quantize_step
+from tests.harness import (convert_proto, convert_quantized, make_model, run_onnxruntime, run_tflite,
+                           without_quantize_step)
 
 F = TensorProto.FLOAT
 
@@ -52,3 +54,45 @@ def test_without_the_step_the_conversion_is_refused(monkeypatch):
     without_quantize_step(monkeypatch, "keep_unrepresentable_float")
     with pytest.raises(ConversionError, match="requantization multiplier"):
         convert_proto(cancelling_sum(2.0**-32), quantize=QuantizeOptions())
+
+
+def masked_attention(mask_value: float):
+    """Hugging Face's additive attention mask: scores = q k^T / 2 + (1 - mask) * mask_value, then
+    Softmax and the values; q, k, v from one input by MatMul with constant weights."""
+    rng = np.random.default_rng(1)
+    weights = {f"w{n}": rng.normal(0, 0.5, (8, 8)).astype(np.float32) for n in "qkv"}
+    nodes = [helper.make_node("MatMul", ["x", f"w{n}"], [n]) for n in "qkv"]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+              helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+              helper.make_node("Mul", ["qk", "half"], ["scores"]),
+              helper.make_node("Cast", ["mask"], ["maskf"], to=F),
+              helper.make_node("Sub", ["one", "maskf"], ["inverted"]),
+              helper.make_node("Mul", ["inverted", "lowest"], ["additive"]),
+              helper.make_node("Unsqueeze", ["additive", "axis1"], ["additive3"]),
+              helper.make_node("Add", ["scores", "additive3"], ["masked"]),
+              helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inits = {**weights, "half": np.array(0.5, np.float32), "one": np.array(1, np.float32),
+             "lowest": np.array(mask_value, np.float32), "axis1": np.array([1], np.int64)}
+    return make_model(nodes, {"x": (F, (1, 6, 8)), "mask": (TensorProto.INT64, (1, 6))}, {"y": F}, inits)
+
+
+@pytest.mark.parametrize("mask_value", [float(np.finfo(np.float32).min), -1e30])
+def test_an_attention_mask_at_the_float_minimum_stays_float(tmp_path, mask_value):
+    """Every Hugging Face encoder adds (1 - mask) * float32's minimum to its attention scores
+    (issue 30: the conversion was refused). The ops on the mask stay float, the model converts,
+    the products stay int8, and the output follows onnxruntime's with padded positions masked."""
+    model = masked_attention(mask_value)
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (16, 1, 6, 8)).astype(np.float32)
+    mask = np.ones((16, 1, 6), np.int64)
+    mask[::2, :, 4:] = 0  # half the samples padded
+    flatbuffer, report = convert_quantized(model, {"x": x, "mask": mask}, tmp_path)
+    kept = {f.op for f in report.quantization.float_ops if f.reason.startswith(CANNOT_CARRY)}
+    assert "SOFTMAX" in kept or "ADD" in kept, report.quantization.float_ops
+    assert report.quantization.int8_ops >= 3  # the products
+    for k in (0, 1):
+        feeds = {"x": x[k], "mask": mask[k]}
+        want, got = run_onnxruntime(model, feeds)["y"], run_tflite(flatbuffer, report, feeds)["y"]
+        error = np.sum((got - want) ** 2) / np.sum(want ** 2)
+        assert error < 10 ** (-25 / 10), error  # better than 25 dB
