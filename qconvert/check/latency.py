@@ -93,16 +93,24 @@ def _seconds(interpreter) -> float:
     return time.perf_counter() - start
 
 
-def measure(model_path: str, float_path: str, budget_s: float = BUDGET_S) -> Latency:
-    """Times the two models in alternating rounds (after one warm-up run each)."""
-    model, reference = _interpreter(model_path), _interpreter(float_path)
-    _seconds(model), _seconds(reference)
-    times: tuple[list[float], list[float]] = ([], [])
+def median_ms(paths: list[str], budget_s: float = BUDGET_S) -> tuple[list[float], int]:
+    """The median time of each model in milliseconds, timed in alternating rounds (after one
+    warm-up run each), about `budget_s` seconds in all, at least MIN_ROUNDS rounds; and the
+    number of rounds."""
+    interpreters = [_interpreter(p) for p in paths]
+    for interpreter in interpreters:
+        _seconds(interpreter)
+    times: list[list[float]] = [[] for _ in paths]
     deadline = time.perf_counter() + budget_s
     while len(times[0]) < MAX_ROUNDS and (len(times[0]) < MIN_ROUNDS or time.perf_counter() < deadline):
-        times[0].append(_seconds(model))
-        times[1].append(_seconds(reference))
-    model_s, float_s = statistics.median(times[0]), statistics.median(times[1])
-    return Latency(float(f"{model_s * 1e3:.4g}"), float(f"{float_s * 1e3:.4g}"),
-                   round(model_s / float_s, 3) if float_s > 0 else float("inf"), len(times[0]),
+        for interpreter, seconds in zip(interpreters, times):
+            seconds.append(_seconds(interpreter))
+    return [statistics.median(seconds) * 1e3 for seconds in times], len(times[0])
+
+
+def measure(model_path: str, float_path: str, budget_s: float = BUDGET_S) -> Latency:
+    """Times the two models in alternating rounds (median_ms)."""
+    (model_ms, float_ms), rounds = median_ms([model_path, float_path], budget_s)
+    return Latency(float(f"{model_ms:.4g}"), float(f"{float_ms:.4g}"),
+                   round(model_ms / float_ms, 3) if float_ms > 0 else float("inf"), rounds,
                    THREADS, cpu_description())

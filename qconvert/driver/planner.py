@@ -1,42 +1,53 @@
-"""The precision planner, on by default with --quantize --calibration: which ops stay float (or
-16x8, --target integer) so that the written model holds an accuracy target, chosen from what
-each quantization is measured to cost.
+"""The precision planner, on by default with --quantize --calibration: which ops run int8, which
+run TFLite's hybrid kernels (int8 weights, float activations) and which stay float (or 16x8,
+--target integer), so that the written model holds an accuracy target at the least latency,
+chosen from what each quantization is measured to cost and what each plan is measured to take.
 
 1. The all-int8 model is written and run in LiteRT on the plan's samples (the first 8 of the
-   calibration data). When every output reaches the target (--target-sqnr) and every output slice
-   the target less SLICE_MARGIN_DB, it is the plan: nothing else runs, and the bytes are those of
-   `--precision int8`.
-   Otherwise, when the weights were rounded for the output and biases corrected
+   calibration data). It holds the target when every output reaches --target-sqnr, every output
+   slice the target less SLICE_MARGIN_DB, and every output read by argmax (argmax_outputs: a
+   classifier's, a CTC recognizer's, a token model's) picks float's class at ARGMAX_AGREEMENT of
+   its positions. When it misses and the weights were rounded for the output and biases corrected
    (quantize/rounding.py), the all-int8 model with weights rounded to nearest and biases as they
    are is measured too, and the better of the two arithmetics is the starting point (Plan's
    `arithmetic` says when that is round-to-nearest).
-2. Then each quantization's cost is measured in the gated fake-quant graph
+2. When it misses, each quantization's cost is measured in the gated fake-quant graph
    (check/sensitivity.py): alone (only it quantized) and poisoned (after everything before it).
-3. The candidate plans keep float the units that cost the most alone, the first 1, 2, 3, 4, 6,
-   ... of them (PLAN_SIZES). A unit stays unquantized only when all the ONNX nodes around it (an
-   activation's producer and readers, only the producer when its kernel fixes the params; a
-   weight's node) stay float, so what is kept float grows as connected regions; an int8 op with
-   no weight whose every neighbour is float joins them (it would cost a QUANTIZE and a DEQUANTIZE
-   to save nothing). Each candidate is measured whole in the gated graph (costs do not add up once
-   errors are large), up to one within HEADROOM * MARGIN of the allowed error, or MAX_SHARE of the
-   int8 ops (MIN_LIMIT nodes in a small graph).
-4. The candidates within HEADROOM, smallest first (the fewest float ops: the lowest latency we
-   can rank without timing each), then the closest others, are written and run in LiteRT, up to
-   MAX_ROUNDS. The first that holds the target is chosen; when none does, the one that missed by
-   the least if it at least halves the all-int8 model's excess error, else the all-int8 model.
+3. The candidate plans take out of int8 the units that cost the most alone, the first 1, 2, 3,
+   4, 6, ... of them (plan_size), with no cap: until one is within HEADROOM * MARGIN of the
+   allowed error in the gated graph, or no int8 is left. A unit leaves int8 only when all the
+   ONNX nodes around it (an activation's producer and readers, only the producer when its kernel
+   fixes the params; a weight's node) do, so what leaves grows as connected regions; an int8 op
+   with no weight whose every neighbour is out joins them (it would cost a QUANTIZE and a
+   DEQUANTIZE to save nothing). A node that left for its activations runs hybrid where it has a
+   hybrid kernel (CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, BATCH_MATMUL, the sequence LSTM:
+   its weights stay int8, which cost little), float otherwise; one that left for its weights runs
+   float. Each candidate is measured whole in the gated graph (costs do not add up once errors
+   are large).
+4. The candidates within HEADROOM, smallest first, then the closest others, are written and run
+   in LiteRT, up to MAX_ROUNDS, until one holds. On LiteRT's CPU path (--target cpu) the
+   weight-only plan (every weighted op hybrid, the rest float) and the float model are
+   candidates too: the float model always holds.
+5. The plans that hold are timed in LiteRT on this CPU, in alternating rounds (check/latency.py),
+   and the fastest wins; a plan with more int8 is kept unless another is faster by more than
+   TIE of its time, and a model whose float time is under TIMED_FROM_MS is not timed (the
+   interpreter's fixed costs decide there, and the smaller int8 file is what such a model wants):
+   the most int8 plan that holds is chosen. With --target integer, the first that holds. When
+   none holds (or with --target integer none of the integer ones), the one that missed by the
+   least, and the plan says int8 cannot hold the target.
 
 With a metric (the API's `evaluate` and `max_drop`), steps 1 and 4 judge by the metric's drop from
 the float model's score instead, and the smallest candidate that holds it is found by bisection.
 
-Promotion is to float for LiteRT's default CPU path (--target cpu): XNNPACK runs float ops, so a
-float region stays inside the delegate, where int16 kernels would leave it (XNNPACK delegates no
-int16 tensor at all). For a model that must stay all-integer (--target integer) it is to the op's
-16x8 kernel, and only ops that have one are promoted.
+Promotion is to float or hybrid for LiteRT's default CPU path (--target cpu): XNNPACK runs float
+ops, so a float region stays inside the delegate, where int16 kernels would leave it (XNNPACK
+delegates no int16 tensor at all). For a model that must stay all-integer (--target integer) it
+is to the op's 16x8 kernel, and only ops that have one are promoted.
 
-Everything depends only on the model, the samples and the options: the same input gives the same
+Everything but step 5 depends only on the model, the samples and the options; step 5 changes a
+choice only on a clear difference in time, so the same input on the same machine gives the same
 plan and the same bytes.
 """
-
 from __future__ import annotations
 
 import logging
@@ -52,6 +63,7 @@ import onnx
 
 from ..errors import ConversionError, ReferenceFailed, first_line
 from ..ir import Model
+from ..onnx.loader import node_names
 from ..ops.registry import TFLITE_OPS
 from ..transforms.pipeline import QuantizeOptions, run_quantize_pipeline
 
@@ -64,11 +76,19 @@ SLICE_MARGIN_DB = 10.0  # an output's slices are held to the target less this
 HEADROOM = 0.8  # a plan measured in the gated graph aims at this share of the allowed error
 MARGIN = 0.25  # plans keep growing (measured) until this share of HEADROOM, for LiteRT's misses
 MAX_ROUNDS = 4  # plans written and measured in LiteRT after the all-int8 one
-# The plans measured in the gated graph keep float the costliest 1, 2, 3, ... units.
-PLAN_SIZES = frozenset([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512])
-MAX_SHARE = 0.2  # at most this share of the int8 ops goes float,
-MIN_LIMIT = 8  # or this many nodes in a small graph
 SHOWN_UNITS = 12  # the plan lists the costliest units
+ARGMAX_AGREEMENT = 0.99  # an output read by argmax picks float's class at this share of positions
+TIE = 0.05  # a plan with less int8 wins on time only when faster by more than this share
+TIMED_FROM_MS = 0.5  # plans of a model whose float time is below this are not timed
+HYBRID = "hybrid"  # a promoted node that runs TFLite's hybrid kernels (Promotion.to)
+
+
+def plan_size(count: int) -> bool:
+    """The plans measured in the gated graph take out the costliest 1, 2, 3, 4, 6, 8, 12, ...
+    units: powers of two and three times powers of two."""
+    while count % 2 == 0:
+        count //= 2
+    return count in (1, 3)
 
 
 @dataclass
@@ -76,13 +96,16 @@ class Promotion:
     node: str
     op: str  # the ONNX op type
     reason: str
+    to: str = "float"  # "float", HYBRID or "int16"
 
 
 @dataclass
 class Round:
-    promoted: int  # nodes kept float in this round's plan
+    promoted: int  # nodes out of int8 in this round's plan
     worst_sqnr_db: float  # the lowest output SQNR
     worst_slice_sqnr_db: float | None = None
+    argmax_agreement: float | None = None  # the lowest over the outputs read by argmax
+    ms: float | None = None  # LiteRT's median time on this CPU, when the plan was timed
 
 
 @dataclass
@@ -115,16 +138,34 @@ class Plan:
     # NEAREST: the plan's int8 weights round to nearest, biases uncorrected (that measured better
     # than rounding for the output with bias correction); "": as the options say
     arithmetic: str = ""
+    mix: dict[str, int] = field(default_factory=dict)  # the written ops by precision: int8, hybrid, ...
+    chosen_round: int = 0  # the rounds' index of the written plan
+    float_ms: float | None = None  # the float model's time, when the plans were timed
+    argmax_outputs: list[str] = field(default_factory=list)  # held to ARGMAX_AGREEMENT
 
     def summary(self) -> str:
+        chosen = self.rounds[self.chosen_round] if self.rounds else None
         if not self.promotions and self.reached:
-            return "plan: all int8"
-        text = f"plan: {len(self.promotions)} ops {self.promoted_to}"
+            text = "plan: all int8"
+        else:
+            text = "plan: " + ", ".join(f"{n} {kind}" for kind, n in self.mix.items() if n) + " ops"
+            if chosen is not None and self.metric is None:
+                text += f", {chosen.worst_sqnr_db:.1f} dB"
+        if chosen is not None and chosen.ms is not None and self.float_ms:
+            text += f", {chosen.ms / self.float_ms:.2f}x float's time"
         if self.metric is not None:
             text += f", metric {self.metric['score']:.4g} (float {self.metric['float']:.4g})"
         if not self.reached:
             text += (f", target {self.target_sqnr_db:g} dB not reached" if self.metric is None
-                     else f", drop above {self.metric['max_drop']:g}")
+                     else f", drop above {self.metric['max_drop']:g}") + ": int8 cannot hold it"
+        if self.promotions and self.rounds:
+            first = self.rounds[0]
+            text += f" (all int8: {first.worst_sqnr_db:.1f} dB"
+            if first.argmax_agreement is not None:
+                text += f", argmax {100 * first.argmax_agreement:.1f} % agree"
+            if first.ms is not None and self.float_ms:
+                text += f", {first.ms / self.float_ms:.2f}x"
+            text += ")"
         if self.note:
             text += f" ({self.note})"
         return text
@@ -160,14 +201,79 @@ def _margin(verification, target_db: float) -> float:
     return worst
 
 
-def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, str], to: str) -> Model:
+def argmax_agreement(outputs: dict, reference: dict, names: list[str], target_db: float) -> float | None:
+    """The lowest share, over the outputs `names`, of float's decisions the model keeps: positions
+    (samples and every index but the last axis) where its argmax along the last axis is float's.
+    Only positions where float decides count: its top class ahead of the next by more than the
+    error the target allows (the output's RMS times 10^(-target/20)); a near tie is no decision
+    (None: no such output)."""
+    shares = []
+    for name in names:
+        if name not in outputs or name not in reference or np.ndim(reference[name]) < 2:
+            continue
+        ref = np.asarray(reference[name], np.float64)
+        top2 = np.partition(ref, -2, axis=-1)[..., -2:]
+        noise = np.sqrt(np.mean(ref ** 2)) * 10 ** (-target_db / 20)
+        decided = (top2[..., 1] - top2[..., 0]) > noise
+        same = np.argmax(outputs[name], -1) == np.argmax(ref, -1)
+        shares.append(float(np.mean(same[decided])) if decided.any() else 1.0)
+    return min(shares) if shares else None
+
+
+# The ops whose output is read by argmax when it is a model output (through ops that only move
+# values): a classifier's probabilities or logits, a CTC recognizer's, a token model's.
+ARGMAX_PRODUCERS = ("SOFTMAX", "LOG_SOFTMAX", "FULLY_CONNECTED")
+MOVES_VALUES = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "DEQUANTIZE", "QUANTIZE")
+
+
+def argmax_outputs(model: Model) -> list[str]:
+    """The model's float outputs of at least 2 classes along their last axis that a SOFTMAX, a
+    LOG_SOFTMAX or a FULLY_CONNECTED computes (through ops that only move values)."""
+    found = []
+    for name in model.outputs:
+        array = model.arrays[name]
+        if array.dtype.kind != "f" or len(array.shape) < 2 or array.shape[-1] < 2:
+            continue
+        producer = model.producer(name)
+        while producer is not None and producer.type in MOVES_VALUES:
+            producer = model.producer(producer.inputs[0])
+        if producer is not None and producer.type in ARGMAX_PRODUCERS:
+            found.append(name)
+    return found
+
+
+def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, str], to: str,
+               hybrid: frozenset[str] = frozenset()) -> Model:
+    """The model with `promoted` nodes out of int8: to int16, or float (`hybrid` of them running
+    hybrid kernels where they have one)."""
     candidate = model.copy()
     if to == "int16":
         options = replace(options, int16_nodes={**promoted, **options.int16_nodes})
     else:
-        options = replace(options, keep_float={**promoted, **options.keep_float})
+        options = replace(options, keep_float={**promoted, **options.keep_float},
+                          hybrid_nodes=options.hybrid_nodes | hybrid)
     run_quantize_pipeline(candidate, options)
     return candidate
+
+
+def precision_mix(model: Model) -> dict[str, int]:
+    """The written ops by how they compute: int8, int16, hybrid (float activations, int8
+    weights read directly) and float (QUANTIZE and DEQUANTIZE not counted)."""
+    mix = {"int8": 0, "int16": 0, HYBRID: 0, "float": 0}
+    for op in model.operators:
+        if op.type in CONVERSIONS:
+            continue
+        if op.quantized in ("int8", "int16"):
+            mix[op.quantized] += 1
+        else:
+            mix[HYBRID if runs_hybrid(op, model) else "float"] += 1
+    return mix
+
+
+def runs_hybrid(op, model: Model) -> bool:
+    """A float op with a hybrid kernel that reads int8 weights directly."""
+    return (not op.quantized and TFLITE_OPS[op.type].hybrid is not None
+            and any(n and model.arrays[n].is_constant and model.arrays[n].dtype == np.int8 for n in op.inputs))
 
 
 CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")  # ops that move a tensor between types, computing nothing
@@ -225,27 +331,29 @@ class _Regions:
 
 @dataclass
 class _Candidate:
-    """A plan measured in the gated graph: the nodes kept float with why, and its error there
-    over the allowed one (the worst output or slice)."""
+    """A plan measured in the gated graph: the nodes out of int8 with why, those of them that run
+    hybrid, and its error there over the allowed one (the worst output or slice)."""
 
     kept: dict[str, str]
     off: float
+    hybrid: frozenset[str] = frozenset()
 
 
-def _candidates(sensitivity, graph, regions: _Regions, allowed: np.ndarray, limit: int) -> list[_Candidate]:
-    """The plans keeping float the units that cost the most alone, the first 1, 2, 3, 4, 6, 8,
-    12, ... of them (PLAN_SIZES), each measured in the gated graph with the gates of every unit
-    left without an int8 neighbour closed (the costs do not add up once errors are large: a
-    unit's cost depends on what else is quantized, so each plan is measured whole). Stops at the
-    first within HEADROOM * MARGIN of the allowed error (the larger plans within HEADROOM are
-    there for LiteRT, whose kernels round their own way, when the smallest misses), or at `limit`
-    nodes."""
+def _candidates(sensitivity, graph, regions: _Regions, allowed: np.ndarray) -> list[_Candidate]:
+    """The plans taking out of int8 the units that cost the most alone, the first 1, 2, 3, 4, 6,
+    8, 12, ... of them (plan_size), each measured in the gated graph with the gates of every unit
+    left without an int8 neighbour closed, but the weights of hybrid nodes (the costs do not add
+    up once errors are large: a unit's cost depends on what else is quantized, so each plan is
+    measured whole). Stops at the first within HEADROOM * MARGIN of the allowed error (the larger
+    plans within HEADROOM are there for LiteRT, whose kernels round their own way, when the
+    smallest misses), or when every unit is out."""
     from ..check.sensitivity import sqnr_db
 
     units = sensitivity.units
     ranked = sorted(range(len(units)), key=lambda k: (-float(np.max(units[k].alone / allowed)), k))
     every = [g for unit in units for g in unit.gates]
     kept: dict[str, str] = {}
+    for_weights: set[str] = set()  # nodes out for their weights' cost: float, not hybrid
     found: list[_Candidate] = []
     for count, k in enumerate(ranked, 1):
         unit = units[k]
@@ -256,20 +364,22 @@ def _candidates(sensitivity, graph, regions: _Regions, allowed: np.ndarray, limi
         reason = f"quantizing {what} alone gives {sqnr_db(unit.alone[~graph.slices]):.1f} dB at the outputs"
         if graph.slices.any():
             reason += f", {sqnr_db(unit.alone[graph.slices]):.1f} dB at the worst slice"
+        if all(kind == "weight" for kind in unit.kinds):
+            for_weights |= promoted
         for node in sorted(promoted - kept.keys() - regions.float_already):
             kept[node] = reason
-        if len(kept) > limit:
-            break
-        if count not in PLAN_SIZES and count < len(ranked):
+        if not plan_size(count) and count < len(ranked):
             continue
         plan = dict(kept)
         for node in regions.bridged(set(plan)):
             plan[node] = "joins the float ops around it (saves a QUANTIZE and a DEQUANTIZE)"
+        hybrid = frozenset(plan) - for_weights if regions.to == "float" else frozenset()
         floating = plan.keys() | regions.float_already
-        closed = {g for u in units if u.nodes <= floating for g in u.gates}
+        closed = {g for u in units if u.nodes <= floating for g in u.gates
+                  if not (graph.gates[g].kind == "weight" and graph.gates[g].node in hybrid)}
         sensitivity.runs += 1
         error = graph.error([g for g in every if g not in closed])
-        found.append(_Candidate(plan, float(np.max(error / allowed))))
+        found.append(_Candidate(plan, float(np.max(error / allowed)), hybrid))
         if found[-1].off <= HEADROOM * MARGIN:
             break
     return found
@@ -281,17 +391,35 @@ class _Attempt:
     model: Model
     kept: dict[str, str]
     score: float | None = None
+    hybrid: frozenset[str] = frozenset()
+    path: str = ""  # the written .tflite, for timing
+    round: int = 0  # its index in Plan.rounds
 
 
-def _chosen(tried: list[_Attempt]) -> _Attempt:
-    """The first plan that holds; else the one missing by the least when it at least halves the
-    all-int8 model's excess error (what is kept float costs time: a plan that gains little is
-    not worth it), else the all-int8 model."""
+def _chosen(tried: list[_Attempt], plan: Plan, timed: bool) -> _Attempt:
+    """Among the plans that hold, in the order tried (the most int8 first), the fastest when
+    `timed` (the float model last: a plan with more int8 is kept unless another is faster by more
+    than TIE, and the first when the float model runs under TIMED_FROM_MS), else the first; when
+    none holds, the one missing by the least."""
     holding = [a for a in tried if a.off <= 1]
-    if holding:
+    if not holding:
+        return min(tried, key=lambda a: a.off)
+    if not timed or len(holding) == 1:
         return holding[0]
-    best = min(tried, key=lambda a: a.off)
-    return best if best.off <= tried[0].off / 2 else tried[0]
+    from ..check.latency import median_ms
+
+    times, _ = median_ms([a.path for a in holding])
+    for attempt, ms in zip(holding, times):
+        plan.rounds[attempt.round].ms = round(ms, 4)
+    plan.float_ms = plan.rounds[holding[-1].round].ms  # the float model comes last
+    if times[-1] < TIMED_FROM_MS:
+        return holding[0]
+    fastest = min(times)
+    return next(a for a, ms in zip(holding, times) if ms <= fastest * (1 + TIE))
+
+
+WEIGHT_ONLY = "the weight-only plan: int8 weights in hybrid kernels, float activations"
+FLOAT_PLAN = "the float model: no int8"
 
 
 def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProto, samples: list,
@@ -307,35 +435,45 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
 
     started = time.perf_counter()
     to = PROMOTE_TO[runtime]
-    plan = Plan(target, False, to)
+    plan = Plan(target, False, to, argmax_outputs=argmax_outputs(model))
     float_weights = FloatWeights()
     float_weights(model)
     tried: list[_Attempt] = []
     with tempfile.TemporaryDirectory(prefix="qconvert-plan-") as folder:
-        path = os.path.join(folder, "plan.tflite")
 
-        def measured(candidate: Model, kept: dict[str, str]) -> _Attempt:
-            """The quantized `candidate` written and run in LiteRT: how far off it is (<= 1: it holds)."""
+        def written(candidate: Model, kept: dict[str, str]) -> str:
+            path = os.path.join(folder, f"plan-{len(plan.rounds)}.tflite")
             write(candidate, path)
+            return path
+
+        def measured(candidate: Model, kept: dict[str, str], hybrid: frozenset[str] = frozenset()) -> _Attempt:
+            """The quantized `candidate` written and run in LiteRT: how far off it is (<= 1: it holds)."""
+            path = written(candidate, kept)
             verification, outputs, reference = check(path)
-            plan.rounds.append(Round(len(kept), *_worst(verification)))
+            agreement = argmax_agreement(outputs, reference, plan.argmax_outputs, target)
+            plan.rounds.append(Round(len(kept), *_worst(verification), agreement))
+            found = _Attempt(0.0, candidate, kept, None, hybrid, path, len(plan.rounds) - 1)
             if metric is None:
-                return _Attempt(_margin(verification, target), candidate, kept)
+                found.off = _margin(verification, target)
+                if agreement is not None and agreement < ARGMAX_AGREEMENT:
+                    found.off = max(found.off, (1 - agreement) / (1 - ARGMAX_AGREEMENT))
+                return found
             if plan.metric is None:
                 plan.metric = {"float": float(metric.evaluate(reference)), "max_drop": metric.max_drop,
                                "scores": []}
-            score = float(metric.evaluate(outputs))
-            plan.metric["scores"].append(score)  # per round
-            drop = plan.metric["float"] - score
+            found.score = float(metric.evaluate(outputs))
+            plan.metric["scores"].append(found.score)  # per round
+            drop = plan.metric["float"] - found.score
             off = drop / metric.max_drop if metric.max_drop > 0 else (0.0 if drop <= 0 else math.inf)
-            return _Attempt(max(off, 0.0), candidate, kept, score)
+            found.off = max(off, 0.0)
+            return found
 
-        def attempt(kept: dict[str, str]) -> float:
-            """Writes and measures the plan keeping `kept`; how far off it is (<= 1: it holds)."""
+        def attempt(kept: dict[str, str], hybrid: frozenset[str] = frozenset()) -> float:
+            """Writes and measures the plan taking `kept` out of int8; how far off it is."""
             for earlier in tried:
-                if earlier.kept == kept:
+                if earlier.kept == kept and earlier.hybrid == hybrid:
                     return earlier.off
-            tried.append(measured(_quantized(model, options, kept, to), kept))
+            tried.append(measured(_quantized(model, options, kept, to, hybrid), kept, hybrid))
             return tried[-1].off
 
         graph = sensitivity = None
@@ -358,36 +496,71 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
                 del tried[1:]
             if sensitivity is not None:
                 plan.sensitivity_runs = sensitivity.runs
-    chosen = _chosen(tried)
-    plan.reached = chosen.off <= 1
+        # Reached: a plan with int8 left in it holds (one with none is the float model).
+        plan.reached = any(a.off <= 1 and any(op.quantized for op in a.model.operators) for a in tried)
+        if to == "float" and not plan.note:
+            chosen = _fastest(model, options, tried, plan, attempt, written)
+        else:
+            chosen = _chosen(tried, plan, timed=False)
+    plan.chosen_round = chosen.round
+    plan.mix = precision_mix(chosen.model)
     if metric is not None:
         plan.metric["score"] = chosen.score
+    types = dict(zip(node_names(proto), (node.op_type for node in proto.graph.node)))
+    position = {name: k for k, name in enumerate(types)}
+    hybrid_nodes = {op.source for op in chosen.model.operators if runs_hybrid(op, chosen.model)}
+    plan.promotions = [Promotion(node, types.get(node, ""), f"kept {HYBRID if node in hybrid_nodes else to}: {reason}",
+                                 HYBRID if node in hybrid_nodes else to)
+                       for node, reason in sorted(chosen.kept.items(), key=lambda item: position.get(item[0], -1))]
     if sensitivity is not None:
         floating = set(chosen.kept) | float_nodes(chosen.model)
         plan.costs = _costs(sensitivity, graph, floating, allowed_error(graph.slices, target))
-        types = dict(zip(graph.nodes, graph.types))
-        plan.promotions = [Promotion(node, types.get(node, ""), f"kept {to}: {reason}")
-                           for node, reason in sorted(chosen.kept.items(),
-                                                      key=lambda item: graph.position.get(item[0], -1))]
     plan.seconds = round(time.perf_counter() - started, 3)
     return chosen.model, plan
 
 
+def _fastest(model: Model, options: QuantizeOptions, tried: list[_Attempt], plan: Plan, attempt,
+             written) -> _Attempt:
+    """On LiteRT's CPU path: the float model joins the plans (exact: not measured), and the
+    weight-only plan too unless an int8 plan holds and is clearly faster than float; the fastest
+    of those that hold is chosen (_chosen)."""
+    every = sorted({op.source for op in tried[0].model.operators if op.quantized == "int8"})
+    float_plan = dict.fromkeys(every, FLOAT_PLAN)
+    floating = _quantized(model, options, float_plan, "float")
+    plan.rounds.append(Round(len(float_plan), math.inf))
+    exact = _Attempt(0.0, floating, float_plan, None, frozenset(), written(floating, float_plan),
+                     len(plan.rounds) - 1)
+    holding = [a for a in tried if a.off <= 1]
+    if not holding or not _clearly_faster(holding[0], exact, plan):
+        attempt(dict.fromkeys(every, WEIGHT_ONLY), frozenset(every))
+    return _chosen(tried + [exact], plan, timed=True)
+
+
+def _clearly_faster(candidate: _Attempt, exact: _Attempt, plan: Plan) -> bool:
+    """Whether the plan runs faster than the float model by more than TIE (or the model is too
+    small to time), timed in alternating rounds."""
+    from ..check.latency import median_ms
+
+    (ms, float_ms), _ = median_ms([candidate.path, exact.path])
+    plan.rounds[candidate.round].ms, plan.rounds[exact.round].ms = round(ms, 4), round(float_ms, 4)
+    plan.float_ms = plan.rounds[exact.round].ms
+    return float_ms < TIMED_FROM_MS or ms < float_ms * (1 - TIE)
+
+
 def _search(graph, all_int8: Model, to: str, target: float, metric: Metric | None, attempt):
-    """Measures the sensitivity, then tries the growing plans in LiteRT (attempt(kept)): the
-    smallest within the headroom first, then the closest ones; with a metric, by bisection."""
+    """Measures the sensitivity, then tries the growing plans in LiteRT (attempt(kept, hybrid)):
+    the smallest within the headroom first, then the closest ones; with a metric, by bisection."""
     from ..check.sensitivity import measure
 
     regions = _Regions(graph, all_int8, to)
-    limit = max(MIN_LIMIT, int(MAX_SHARE * len(regions.int8_nodes)))
     allowed = allowed_error(graph.slices, target)
     sensitivity = measure(graph, allowed)
-    candidates = _candidates(sensitivity, graph, regions, allowed, limit)
+    candidates = _candidates(sensitivity, graph, regions, allowed)
     if metric is None:
         # Those within the headroom, smallest first; then the closest of the others.
         ordered = sorted(candidates, key=lambda c: (c.off > HEADROOM, 0 if c.off <= HEADROOM else c.off))
         for candidate in ordered[:MAX_ROUNDS]:
-            if attempt(candidate.kept) <= 1:
+            if attempt(candidate.kept, candidate.hybrid) <= 1:
                 break
     else:
         _bisect_metric(candidates, attempt)
@@ -400,7 +573,7 @@ def _bisect_metric(candidates: list[_Candidate], attempt) -> None:
     low, high = 0, len(candidates) - 1
     while low <= high:
         middle = (low + high) // 2
-        if attempt(candidates[middle].kept) <= 1:
+        if attempt(candidates[middle].kept, candidates[middle].hybrid) <= 1:
             high = middle - 1
         else:
             low = middle + 1

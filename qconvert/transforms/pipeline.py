@@ -89,6 +89,9 @@ class QuantizeOptions:
     activations: str = "int8"  # "int16": every op with a 16x8 kernel runs it (--activations)
     # Source nodes whose ops run their 16x8 kernel in an int8 model, with the reason (the planner).
     int16_nodes: Mapping[str, str] = field(default_factory=dict)
+    # Source nodes kept float whose weighted ops run TFLite's hybrid kernels, int8 weights with
+    # float activations (the planner's hybrid regions; each is in keep_float too).
+    hybrid_nodes: frozenset[str] = frozenset()
     # The weighted ops' input moments on the calibration samples, by op output
     # (check/layer_inputs.py): weights rounded for the output, biases corrected (quantize_weights).
     layer_inputs: Mapping[str, InputMoments] = field(default_factory=dict)
@@ -126,6 +129,7 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("quantize_biases", quantize_biases),
         ("insert_quantize_dequantize", partial(insert_quantize_dequantize, io_type=options.io_type)),
         ("remove_trivial_activation", remove_trivial_activation),
+        ("quantize_weights_only", partial(quantize_weights_only, sources=options.hybrid_nodes)),
         ("check_quantization", check_quantization),
     ]
 

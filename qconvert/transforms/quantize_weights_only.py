@@ -13,9 +13,15 @@ activations stay float.
 - Biases, and weights below the threshold, stay float32: they are small, and the hybrid
   kernels want a float bias. Exception: a hybrid op's companion weights (an LSTM's peepholes)
   become int8 with its big weights whatever their size, since its kernel wants all weights int8.
+
+In an int8 model the precision planner's hybrid regions (`sources`, the ONNX nodes it runs
+hybrid) get the same treatment after the quantize steps: only the float ops of those nodes are
+considered, so the weights of every other float op stay float32.
 """
 
 from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 
@@ -50,8 +56,13 @@ def _runs_hybrid(op: Operator, model: Model, min_elements: int) -> bool:
                     for i in rule.weights))
 
 
-def quantize_weights_only(model: Model, min_elements: int = 1024) -> bool:
-    hybrid = {id(op) for op in model.operators if _runs_hybrid(op, model, min_elements)}
+def quantize_weights_only(model: Model, min_elements: int = 1024,
+                          sources: AbstractSet[str] | None = None) -> bool:
+    """`sources`: only the weights that float ops of these ONNX nodes read through a hybrid
+    kernel (None: every weight)."""
+    chosen = [op for op in model.operators
+              if sources is None or (op.source in sources and not op.quantized)]
+    hybrid = {id(op) for op in chosen if _runs_hybrid(op, model, min_elements)}
     uses: dict[str, list[tuple[Operator, int]]] = {}
     read_as_bias: set[str] = set()  # constants some op reads as a float bias
     for op in model.operators:
@@ -66,6 +77,8 @@ def quantize_weights_only(model: Model, min_elements: int = 1024) -> bool:
     for name, readers in uses.items():
         direct = [(op, i) for op, i in readers if id(op) in hybrid
                   and i in TFLITE_OPS[op.type].hybrid.weights + TFLITE_OPS[op.type].hybrid.companions]
+        if sources is not None and not direct:
+            continue
         axes = {TFLITE_OPS[op.type].hybrid.axis for op, _ in direct}
         axis = axes.pop() if len(axes) == 1 else None
         if name in read_as_bias:  # the bias stays float32: the int8 weight is a copy
@@ -86,7 +99,7 @@ def quantize_weights_only(model: Model, min_elements: int = 1024) -> bool:
         others = [(op, i) for op, i in readers if (id(op), i) not in direct_ids]
         if others:
             dequantize_for(model, name, others)
-    for op in model.operators:
+    for op in chosen:
         if id(op) in hybrid and TFLITE_OPS[op.type].hybrid.asymmetric:
             op.options["asymmetric_quantize_inputs"] = True
-    return bool(uses)
+    return bool(hybrid) if sources is not None else bool(uses)

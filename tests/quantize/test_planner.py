@@ -61,8 +61,12 @@ def test_plan_promotes_the_tanh_and_reaches_the_target(files, tmp_path, target, 
     assert plan["promotions"][0]["reason"].startswith(f"kept {promoted_to}: quantizing t alone gives")
     assert plan["costs"][0]["tensors"] == ["t"] and plan["costs"][0]["kept_float"]
     # all int8 (weights rounded for the output, biases corrected), all int8 with TOCO's arithmetic,
-    # then the plan
-    assert [r["promoted"] for r in plan["rounds"]] == [0, 0, 1]
+    # then the plan; on the CPU path the float model, timed against the plan
+    rounds = [r["promoted"] for r in plan["rounds"]]
+    assert rounds == ([0, 0, 1, 3] if target == "cpu" else [0, 0, 1]), plan["rounds"]
+    if target == "cpu":
+        assert plan["rounds"][-1]["worst_sqnr_db"] == "inf" and plan["float_ms"] > 0
+        assert plan["chosen_round"] == 2  # a model this small is not chosen by its time
     assert _worst(report) >= 30
     summary = read_tflite((tmp_path / "plan.tflite").read_bytes())
     tanh = next(op for op in summary.operators if op.name == "TANH")
@@ -97,7 +101,8 @@ def test_the_plan_is_on_by_default_and_all_int8_when_the_model_holds_the_target(
     report = _convert(files, tmp_path / "default.tflite")
     plan = report["quantization"]["plan"]
     assert plan["reached"] and plan["target_sqnr_db"] == 20 and not plan["promotions"]
-    assert len(plan["rounds"]) == 1 and plan["sensitivity_runs"] == 0
+    # measured once, then timed against the float model
+    assert len(plan["rounds"]) == 2 and plan["sensitivity_runs"] == 0 and plan["chosen_round"] == 0
     assert report["quantization"]["int8_ops"] == 3
     int8 = _convert(files, tmp_path / "int8.tflite", "--precision", "int8")
     assert int8["quantization"]["plan"] is None
@@ -125,3 +130,65 @@ def test_precision_without_quantize_is_a_usage_error(files, tmp_path):
                                       "--precision", "int8"])
     assert result.exit_code == 2 and "--precision only applies with --quantize" in result.stderr
 
+
+
+def _dense_chain():
+    """x [1, 8, 32] -> MatMul w1 -> Relu -> MatMul w2 -> Softmax: two FULLY_CONNECTED ops with
+    weights of 1024 elements, the size hybrid kernels start at."""
+    rng = np.random.default_rng(4)
+    inits = {"w1": (rng.standard_normal((32, 32)) * 0.2).astype(np.float32),
+             "w2": (rng.standard_normal((32, 32)) * 0.2).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="first"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["z"], name="second"),
+             helper.make_node("Softmax", ["z"], ["y"], name="softmax")]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 8, 32))}, {"y": TensorProto.FLOAT}, inits)
+    return model, rng.standard_normal((16, 1, 8, 32)).astype(np.float32)
+
+
+def test_hybrid_nodes_run_float_with_int8_weights_next_to_int8_ops(tmp_path):
+    """A plan's hybrid region (QuantizeOptions.hybrid_nodes, kept float too): its FULLY_CONNECTED
+    reads int8 weights directly with a float input (TFLite's hybrid kernel, asymmetric inputs),
+    the others run int8, and LiteRT's output follows onnxruntime's within int8's error."""
+    from qconvert.transforms.pipeline import QuantizeOptions
+    from tests.harness import convert_proto, run_onnxruntime, run_tflite
+
+    model, x = _dense_chain()
+    np.savez(tmp_path / "cal.npz", x=x)
+    options = QuantizeOptions(keep_float={"second": "test"}, hybrid_nodes=frozenset({"second"}))
+    flatbuffer, report = convert_proto(model, quantize=options, calibration=str(tmp_path / "cal.npz"))
+    written = read_tflite(flatbuffer)
+    dense = [op for op in written.operators if op.name == "FULLY_CONNECTED"]
+    types = [(written.tensors[op.inputs[0]].dtype, written.tensors[op.inputs[1]].dtype) for op in dense]
+    assert types == [("INT8", "INT8"), ("FLOAT32", "INT8")], types
+    feeds = {"x": x[0]}
+    want, got = run_onnxruntime(model, feeds)["y"], run_tflite(flatbuffer, report, feeds)["y"]
+    assert np.sum((got - want) ** 2) / np.sum(want ** 2) < 10 ** (-25 / 10)
+    assert report.quantization.int8_ops >= 1
+
+
+def test_argmax_agreement_counts_float_s_clear_decisions_only():
+    """Three positions: two clear decisions and a near tie. Flipping the near tie keeps every
+    decision; flipping a clear one loses a half of them."""
+    from qconvert.driver.planner import argmax_agreement
+
+    reference = {"y": np.array([[[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [1.0, 1.001, 0.0]]])}
+    tie_flipped = {"y": np.array([[[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [1.001, 1.0, 0.0]]])}
+    clear_flipped = {"y": np.array([[[0.0, 5.0, 0.0], [0.0, 5.0, 0.0], [1.0, 1.001, 0.0]]])}
+    assert argmax_agreement(tie_flipped, reference, ["y"], 20.0) == 1.0
+    assert argmax_agreement(clear_flipped, reference, ["y"], 20.0) == 0.5
+    assert argmax_agreement(clear_flipped, reference, [], 20.0) is None
+
+
+def test_an_output_read_by_argmax_is_held_to_float_s_decisions():
+    """A softmax output is read by argmax: the plan measures how many of float's clear decisions
+    each plan keeps (near ties do not count) and the all-int8 round says it."""
+    import qconvert
+
+    model, x = _dense_chain()
+    result = qconvert.convert(model, quantize=True, calibration={"x": x}, latency=False)
+    plan = result.report.quantization.plan
+    assert plan.argmax_outputs == ["y"]
+    assert plan.rounds[0].argmax_agreement is not None and 0 <= plan.rounds[0].argmax_agreement <= 1
+    chosen = plan.rounds[plan.chosen_round]
+    assert chosen.argmax_agreement in (None, 1.0) or chosen.argmax_agreement >= 0.99
