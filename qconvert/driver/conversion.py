@@ -383,10 +383,16 @@ def time_written(state: State, path: str, report: ConversionReport) -> Latency |
     it runs slower and the likely reasons."""
     if state.float_tflite is None:
         return None
-    from ..check.latency import measure
+    from ..check.latency import THREADS, cpu_description, measure
 
-    with _temporary_file(state.float_tflite, "float.tflite") as float_path:
-        latency = measure(path, float_path)
+    plan = report.quantization.plan if report.quantization is not None else None
+    timed = plan.rounds[plan.chosen_round].ms if plan is not None and plan.rounds else None
+    if timed is not None and plan.float_ms:  # the plan timed these bytes already
+        latency = Latency(timed, plan.float_ms, round(timed / plan.float_ms, 3), plan.timing_rounds,
+                          THREADS, cpu_description())
+    else:
+        with _temporary_file(state.float_tflite, "float.tflite") as float_path:
+            latency = measure(path, float_path)
     if latency.ratio > 1.0 and latency.float_ms >= SLOWER_WARNS_FROM_MS:
         kind = "int8" if report.quantization is not None else report.weights.mode
         log.warning("warning: the %s model runs %.2fx the float model's time in LiteRT on this CPU "

@@ -141,6 +141,7 @@ class Plan:
     mix: dict[str, int] = field(default_factory=dict)  # the written ops by precision: int8, hybrid, ...
     chosen_round: int = 0  # the rounds' index of the written plan
     float_ms: float | None = None  # the float model's time, when the plans were timed
+    timing_rounds: int = 0  # the alternating rounds of that timing
     argmax_outputs: list[str] = field(default_factory=list)  # held to ARGMAX_AGREEMENT
 
     def summary(self) -> str:
@@ -408,9 +409,12 @@ def _chosen(tried: list[_Attempt], plan: Plan, timed: bool) -> _Attempt:
         return holding[0]
     from ..check.latency import median_ms
 
-    times, _ = median_ms([a.path for a in holding])
-    for attempt, ms in zip(holding, times):
+    # The all-int8 model is timed too when it misses: the summary says what it would have given.
+    shown = [] if tried[0].off <= 1 else [tried[0]]
+    times, plan.timing_rounds = median_ms([a.path for a in holding + shown])
+    for attempt, ms in zip(holding + shown, times):
         plan.rounds[attempt.round].ms = round(ms, 4)
+    times = times[:len(holding)]
     plan.float_ms = plan.rounds[holding[-1].round].ms  # the float model comes last
     if times[-1] < TIMED_FROM_MS:
         return holding[0]
@@ -521,9 +525,9 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
 
 def _fastest(model: Model, options: QuantizeOptions, tried: list[_Attempt], plan: Plan, attempt,
              written) -> _Attempt:
-    """On LiteRT's CPU path: the float model joins the plans (exact: not measured), and the
-    weight-only plan too unless an int8 plan holds and is clearly faster than float; the fastest
-    of those that hold is chosen (_chosen)."""
+    """On LiteRT's CPU path: the first plan that holds when it is clearly faster than the float
+    model; else the float model (exact: not measured) and the weight-only plan join the plans,
+    and the fastest of those that hold is chosen (_chosen)."""
     every = sorted({op.source for op in tried[0].model.operators if op.quantized == "int8"})
     float_plan = dict.fromkeys(every, FLOAT_PLAN)
     floating = _quantized(model, options, float_plan, "float")
@@ -531,8 +535,9 @@ def _fastest(model: Model, options: QuantizeOptions, tried: list[_Attempt], plan
     exact = _Attempt(0.0, floating, float_plan, None, frozenset(), written(floating, float_plan),
                      len(plan.rounds) - 1)
     holding = [a for a in tried if a.off <= 1]
-    if not holding or not _clearly_faster(holding[0], exact, plan):
-        attempt(dict.fromkeys(every, WEIGHT_ONLY), frozenset(every))
+    if holding and _clearly_faster(holding[0], exact, plan):
+        return holding[0]
+    attempt(dict.fromkeys(every, WEIGHT_ONLY), frozenset(every))
     return _chosen(tried + [exact], plan, timed=True)
 
 
@@ -541,7 +546,7 @@ def _clearly_faster(candidate: _Attempt, exact: _Attempt, plan: Plan) -> bool:
     small to time), timed in alternating rounds."""
     from ..check.latency import median_ms
 
-    (ms, float_ms), _ = median_ms([candidate.path, exact.path])
+    (ms, float_ms), plan.timing_rounds = median_ms([candidate.path, exact.path])
     plan.rounds[candidate.round].ms, plan.rounds[exact.round].ms = round(ms, 4), round(float_ms, 4)
     plan.float_ms = plan.rounds[exact.round].ms
     return float_ms < TIMED_FROM_MS or ms < float_ms * (1 - TIE)
