@@ -65,7 +65,7 @@ from ..errors import ConversionError, ReferenceFailed, first_line
 from ..ir import Model
 from ..onnx.loader import node_names
 from ..ops.registry import TFLITE_OPS
-from ..transforms.pipeline import QuantizeOptions, run_quantize_pipeline
+from ..transforms.pipeline import QuantizeOptions, run_quantize_pipeline, run_weight_pipeline
 
 log = logging.getLogger("qconvert")
 
@@ -79,7 +79,7 @@ MAX_ROUNDS = 4  # plans written and measured in LiteRT after the all-int8 one
 SHOWN_UNITS = 12  # the plan lists the costliest units
 ARGMAX_AGREEMENT = 0.99  # an output read by argmax picks float's class at this share of positions
 TIE = 0.05  # a plan with less int8 wins on time only when faster by more than this share
-TIMED_FROM_MS = 0.5  # plans of a model whose float time is below this are not timed
+TIMED_FROM_MS = 0.02  # plans of a model whose float time is below this are not chosen by time
 HYBRID = "hybrid"  # a promoted node that runs TFLite's hybrid kernels (Promotion.to)
 
 
@@ -495,15 +495,16 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
                 sensitivity = _search(graph, tried[0].model, to, target, metric, attempt)
             except (ConversionError, ReferenceFailed) as e:
                 plan.note = f"sensitivity not measured: {first_line(e)}"
-                log.warning("warning: the precision plan keeps every op int8: %s", plan.note)
+                log.warning("warning: the precision plan has no int8 regions to offer: %s", plan.note)
                 graph, sensitivity = None, None
                 del tried[1:]
             if sensitivity is not None:
                 plan.sensitivity_runs = sensitivity.runs
-        # Reached: a plan with int8 left in it holds (one with none is the float model).
-        plan.reached = any(a.off <= 1 and any(op.quantized for op in a.model.operators) for a in tried)
-        if to == "float" and not plan.note:
-            chosen = _fastest(model, options, tried, plan, attempt, written)
+        plan.reached = any(a.off <= 1 for a in tried)
+        if to == "float":
+            chosen = _fastest(model, tried, plan, measured, written)
+            # Reached: a plan with int8 in it (ops or weights) holds; the float model always does.
+            plan.reached = any(a.off <= 1 and _has_int8(a.model) for a in tried)
         else:
             chosen = _chosen(tried, plan, timed=False)
     plan.chosen_round = chosen.round
@@ -523,22 +524,28 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
     return chosen.model, plan
 
 
-def _fastest(model: Model, options: QuantizeOptions, tried: list[_Attempt], plan: Plan, attempt,
-             written) -> _Attempt:
+def _fastest(model: Model, tried: list[_Attempt], plan: Plan, measured, written) -> _Attempt:
     """On LiteRT's CPU path: the first plan that holds when it is clearly faster than the float
-    model; else the float model (exact: not measured) and the weight-only plan join the plans,
-    and the fastest of those that hold is chosen (_chosen)."""
+    model; else the float model (what the float conversion writes: exact, not measured) and the
+    weight-only plan (what --weight-only writes) join the plans, and the fastest of those that
+    hold is chosen (_chosen)."""
     every = sorted({op.source for op in tried[0].model.operators if op.quantized == "int8"})
     float_plan = dict.fromkeys(every, FLOAT_PLAN)
-    floating = _quantized(model, options, float_plan, "float")
+    floating = model.copy()
     plan.rounds.append(Round(len(float_plan), math.inf))
     exact = _Attempt(0.0, floating, float_plan, None, frozenset(), written(floating, float_plan),
                      len(plan.rounds) - 1)
     holding = [a for a in tried if a.off <= 1]
     if holding and _clearly_faster(holding[0], exact, plan):
         return holding[0]
-    attempt(dict.fromkeys(every, WEIGHT_ONLY), frozenset(every))
+    weight_only = model.copy()
+    run_weight_pipeline(weight_only, "int8")
+    tried.append(measured(weight_only, dict.fromkeys(every, WEIGHT_ONLY), frozenset(every)))
     return _chosen(tried + [exact], plan, timed=True)
+
+
+def _has_int8(model: Model) -> bool:
+    return any(op.quantized or runs_hybrid(op, model) for op in model.operators)
 
 
 def _clearly_faster(candidate: _Attempt, exact: _Attempt, plan: Plan) -> bool:
