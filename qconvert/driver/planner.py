@@ -30,7 +30,7 @@ chosen from what each quantization is measured to cost and what each plan is mea
    candidates too: the float model always holds.
 5. The plans that hold are timed in LiteRT on this CPU, in alternating rounds (check/latency.py),
    and the fastest wins; a plan with more int8 is kept unless another is faster by more than
-   TIE of its time, and a model whose float time is under TIMED_FROM_MS is not timed (the
+   TIE of its time (never one slower than the float model), and a model whose float time is under TIMED_FROM_MS is not timed (the
    interpreter's fixed costs decide there, and the smaller int8 file is what such a model wants):
    the most int8 plan that holds is chosen. With --target integer, the first that holds. When
    none holds (or with --target integer none of the integer ones), the one that missed by the
@@ -400,8 +400,8 @@ class _Attempt:
 def _chosen(tried: list[_Attempt], plan: Plan, timed: bool) -> _Attempt:
     """Among the plans that hold, in the order tried (the most int8 first), the fastest when
     `timed` (the float model last: a plan with more int8 is kept unless another is faster by more
-    than TIE, and the first when the float model runs under TIMED_FROM_MS), else the first; when
-    none holds, the one missing by the least."""
+    than TIE, and never one slower than the float model; the first when the float model runs
+    under TIMED_FROM_MS), else the first; when none holds, the one missing by the least."""
     holding = [a for a in tried if a.off <= 1]
     if not holding:
         return min(tried, key=lambda a: a.off)
@@ -419,7 +419,7 @@ def _chosen(tried: list[_Attempt], plan: Plan, timed: bool) -> _Attempt:
     if times[-1] < TIMED_FROM_MS:
         return holding[0]
     fastest = min(times)
-    return next(a for a, ms in zip(holding, times) if ms <= fastest * (1 + TIE))
+    return next(a for a, ms in zip(holding, times) if ms <= min(fastest * (1 + TIE), times[-1]))
 
 
 WEIGHT_ONLY = "the weight-only plan: int8 weights in hybrid kernels, float activations"
