@@ -10,11 +10,12 @@ weight_scale. The interpreter computes wrong numbers without an error for severa
 violation is a qconvert bug and stops the conversion (QuantizationCheckError, naming the op).
 
 Before that, check_representable holds every quantized op to what its kernel can represent
-(quantization.require_representable; quantize/params.py: activation scales within [MIN_SCALE, MAX_SCALE], input_scale * weight_scale a
-normal float32, requantization multipliers below MAX_MULTIPLIER). Ranges that break these come
-from the user's data (calibration of 1e30, --default-range, huge weights), not from a bug, so
-they are a ConversionError naming the op, the tensor and its range: such a model crashed LiteRT
-or was refused by XNNPACK.
+(quantization.require_representable; quantize/params.py: activation scales within [MIN_SCALE,
+MAX_SCALE], input_scale * weight_scale a normal float32, requantization multipliers below
+MAX_MULTIPLIER): such a model crashed LiteRT or was refused by XNNPACK. Ranges that break these
+(calibration of 1e30, --default-range, huge weights) keep their ops float earlier
+(keep_unrepresentable_float), so a failure here is a ConversionError naming the op, the tensor
+and its range that should not happen.
 """
 
 from __future__ import annotations
