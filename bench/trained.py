@@ -86,7 +86,8 @@ mse and int8 percentile (the same with `--calibration-method mse`, `percentile`,
 {target} dB outputs, {slice} dB slices). metric: the task metric in LiteRT; = float: scored against the
 float model's predictions; SQNR from the conversion's own verification; ms: LiteRT, 1 thread,
 XNNPACK, timed in turn with the float file (x float: the ratio); XNNPACK: delegated ops / ops,
-partitions; promoted / float ops: the plan's promotions, and the ops left float; convert: the
+partitions; promoted / float ops: the plan's mix of int8, hybrid and float ops (without a plan: its
+promotions, and the ops left float); convert: the
 whole conversion incl. calibration, planning and verification.
 """
 COLUMNS = ["model", "metric", "ORT float", "LiteRT float", f"LiteRT {MAIN}", "int8 = float",
@@ -244,8 +245,10 @@ def _mode_rows(spec, source, data, reference, calibration, files, results, secon
         quantization = report.get("quantization") or {}
         if quantization:
             plan = quantization.get("plan") or {}
-            row["promoted / float ops"] = (f"{len(plan.get('promotions', []))} / "
-                                           f"{len(quantization.get('float_ops', []))}")
+            mix = plan.get("mix") or {}
+            row["promoted / float ops"] = (
+                ", ".join(f"{n} {kind}" for kind, n in mix.items() if n) if mix
+                else f"{len(plan.get('promotions', []))} / {len(quantization.get('float_ops', []))}")
             row["SQNR out / slice (dB)"] = _sqnr_cell(report)[0]
         rows.append(row)
     return rows
