@@ -445,14 +445,15 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
     tried: list[_Attempt] = []
     with tempfile.TemporaryDirectory(prefix="qconvert-plan-") as folder:
 
-        def written(candidate: Model, kept: dict[str, str]) -> str:
+        def written(candidate: Model) -> str:
+            """The candidate's .tflite, named by its round."""
             path = os.path.join(folder, f"plan-{len(plan.rounds)}.tflite")
             write(candidate, path)
             return path
 
         def measured(candidate: Model, kept: dict[str, str], hybrid: frozenset[str] = frozenset()) -> _Attempt:
             """The quantized `candidate` written and run in LiteRT: how far off it is (<= 1: it holds)."""
-            path = written(candidate, kept)
+            path = written(candidate)
             verification, outputs, reference = check(path)
             agreement = argmax_agreement(outputs, reference, plan.argmax_outputs, target)
             plan.rounds.append(Round(len(kept), *_worst(verification), agreement))
@@ -490,7 +491,7 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
             if other.off < tried[0].off:
                 options, tried[0], plan.arithmetic = plain, other, NEAREST
         if tried[0].off > 1:
-            try:  # a model the gated graph cannot run keeps the all-int8 plan, with a warning
+            try:  # a model the gated graph cannot run gets no int8 regions, with a warning
                 graph = GatedGraph(proto, tried[0].model, float_weights, samples)
                 sensitivity = _search(graph, tried[0].model, to, target, metric, attempt)
             except (ConversionError, ReferenceFailed) as e:
@@ -532,9 +533,9 @@ def _fastest(model: Model, tried: list[_Attempt], plan: Plan, measured, written)
     every = sorted({op.source for op in tried[0].model.operators if op.quantized == "int8"})
     float_plan = dict.fromkeys(every, FLOAT_PLAN)
     floating = model.copy()
+    path = written(floating)  # before its round: the file is named by the round's index
     plan.rounds.append(Round(len(float_plan), math.inf))
-    exact = _Attempt(0.0, floating, float_plan, None, frozenset(), written(floating, float_plan),
-                     len(plan.rounds) - 1)
+    exact = _Attempt(0.0, floating, float_plan, None, frozenset(), path, len(plan.rounds) - 1)
     holding = [a for a in tried if a.off <= 1]
     if holding and _clearly_faster(holding[0], exact, plan):
         return holding[0]
