@@ -148,6 +148,8 @@ class Plan:
         chosen = self.rounds[self.chosen_round] if self.rounds else None
         if not self.promotions and self.reached:
             text = "plan: all int8"
+        elif self.mix and not any(n for kind, n in self.mix.items() if kind != "float"):
+            text = "plan: all float"
         else:
             text = "plan: " + ", ".join(f"{n} {kind}" for kind, n in self.mix.items() if n) + " ops"
             if chosen is not None and self.metric is None:
