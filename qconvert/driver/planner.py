@@ -399,6 +399,202 @@ class _Attempt:
     round: int = 0  # its index in Plan.rounds
 
 
+WEIGHT_ONLY = "the weight-only plan: int8 weights in hybrid kernels, float activations"
+FLOAT_PLAN = "the float model: no int8"
+
+
+def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProto, samples: list,
+                   target: float, write, check, runtime: str = "cpu",
+                   metric: Metric | None = None) -> tuple[Model, Plan]:
+    """The quantized model of the chosen plan, and the plan. `model` is the calibrated float model
+    after the float pipeline (left as it is); `proto` the ONNX model with its weights; `samples`
+    the plan's inputs; write(model, path) writes a quantized model as a .tflite; check(path) runs
+    it in LiteRT next to onnxruntime on the samples: (its Verification, LiteRT's outputs,
+    onnxruntime's outputs, each {output name: [samples, ...]}); `runtime` the --target."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="qconvert-plan-") as folder:
+        planner = _Planner(model, options, write, check, folder, PROMOTE_TO[runtime], target, metric)
+        chosen = planner.run(proto, samples)
+    plan = planner.plan
+    plan.chosen_round = chosen.round
+    plan.mix = precision_mix(chosen.model)
+    if metric is not None:
+        plan.metric["score"] = chosen.score
+    plan.promotions = _promotions(proto, chosen, plan.promoted_to)
+    if planner.sensitivity is not None:
+        graph = planner.graph
+        floating = set(chosen.kept) | float_nodes(chosen.model)
+        plan.costs = _costs(planner.sensitivity, graph, floating, allowed_error(graph.slices, target))
+    plan.seconds = round(time.perf_counter() - started, 3)
+    return chosen.model, plan
+
+
+class _Planner:
+    """One planning: the plans written and measured (`tried`, in the order the plan prefers them:
+    the most int8 first), and what the choice needs."""
+
+    def __init__(self, model: Model, options: QuantizeOptions, write, check, folder: str, to: str,
+                 target: float, metric: Metric | None):
+        from ..qdq.fakequant import FloatWeights
+
+        self.model, self.options, self.write, self.check = model, options, write, check
+        self.folder, self.to, self.target, self.metric = folder, to, target, metric
+        self.plan = Plan(target, False, to, argmax_outputs=argmax_outputs(model))
+        self.float_weights = FloatWeights()
+        self.float_weights(model)
+        self.tried: list[_Attempt] = []
+        self.graph = self.sensitivity = None
+        self.exact: _Attempt | None = None  # the float model, on the CPU path
+
+    def run(self, proto: onnx.ModelProto, samples: list) -> _Attempt:
+        """Steps 1 to 5 of the module docstring; the chosen attempt."""
+        self._all_int8()
+        if self.tried[0].off > 1 and not self._weight_only_is_as_fast():
+            self._regions(proto, samples)
+        if self.to != "float":
+            self.plan.reached = any(a.off <= 1 for a in self.tried)
+            return _chosen(self.tried, self.plan, timed=False)
+        chosen = self._fastest()
+        # Reached: a plan with int8 in it (ops or weights) holds; the float model always does.
+        self.plan.reached = any(a.off <= 1 and _has_int8(a.model) for a in self.tried)
+        return chosen
+
+    def written(self, candidate: Model) -> str:
+        """The candidate's .tflite, named by the round it is about to be."""
+        path = os.path.join(self.folder, f"plan-{len(self.plan.rounds)}.tflite")
+        self.write(candidate, path)
+        return path
+
+    def measured(self, candidate: Model, kept: dict[str, str], hybrid: frozenset[str] = frozenset()) -> _Attempt:
+        """The `candidate` written and run in LiteRT: how far off it is (<= 1: it holds)."""
+        plan, metric = self.plan, self.metric
+        path = self.written(candidate)
+        verification, outputs, reference = self.check(path)
+        agreement = argmax_agreement(outputs, reference, plan.argmax_outputs, self.target)
+        plan.rounds.append(Round(len(kept), *_worst(verification), agreement))
+        found = _Attempt(0.0, candidate, kept, None, hybrid, path, len(plan.rounds) - 1)
+        if metric is None:
+            found.off = _margin(verification, self.target)
+            if agreement is not None and agreement < ARGMAX_AGREEMENT:
+                found.off = max(found.off, (1 - agreement) / (1 - ARGMAX_AGREEMENT))
+            return found
+        if plan.metric is None:
+            plan.metric = {"float": float(metric.evaluate(reference)), "max_drop": metric.max_drop,
+                           "scores": []}
+        found.score = float(metric.evaluate(outputs))
+        plan.metric["scores"].append(found.score)  # per round
+        drop = plan.metric["float"] - found.score
+        off = drop / metric.max_drop if metric.max_drop > 0 else (0.0 if drop <= 0 else math.inf)
+        found.off = max(off, 0.0)
+        return found
+
+    def attempt(self, kept: dict[str, str], hybrid: frozenset[str] = frozenset()) -> float:
+        """Writes and measures the plan taking `kept` out of int8 (once); how far off it is."""
+        for earlier in self.tried:
+            if earlier.kept == kept and earlier.hybrid == hybrid:
+                return earlier.off
+        candidate = _quantized(self.model, self.options, kept, self.to, hybrid)
+        self.tried.append(self.measured(candidate, kept, hybrid))
+        return self.tried[-1].off
+
+    def _all_int8(self) -> None:
+        """Step 1: the all-int8 model, and with it the int8 arithmetic: all int8 with its weights
+        rounded to nearest and its biases as they are when it misses; the better of the two is
+        the plan's starting point (the rounding for the output and bias correction lose on some
+        models, measured)."""
+        if self.attempt({}) <= 1 or not self.options.layer_inputs:
+            return
+        plain = replace(self.options, layer_inputs={})
+        other = self.measured(_quantized(self.model, plain, {}, self.to), {})
+        if other.off < self.tried[0].off:
+            self.options, self.tried[0], self.plan.arithmetic = plain, other, NEAREST
+
+    def _regions(self, proto: onnx.ModelProto, samples: list) -> None:
+        """Steps 2 to 4: the sensitivity, and the growing plans tried in LiteRT. A model the gated
+        graph cannot run gets no int8 regions, with a warning."""
+        from ..check.sensitivity import GatedGraph
+
+        try:
+            self.graph = GatedGraph(proto, self.tried[0].model, self.float_weights, samples)
+            self.sensitivity = _search(self.graph, self.tried[0].model, self.to, self.target,
+                                       self.metric, self.attempt)
+        except (ConversionError, ReferenceFailed) as e:
+            self.plan.note = f"sensitivity not measured: {first_line(e)}"
+            log.warning("warning: the precision plan has no int8 regions to offer: %s", self.plan.note)
+            self.graph = self.sensitivity = None
+            del self.tried[1:]
+            return
+        self.plan.sensitivity_runs = self.sensitivity.runs
+
+    def _every_int8_node(self) -> list[str]:
+        return sorted({op.source for op in self.tried[0].model.operators if op.quantized == "int8"})
+
+    def _float_model(self) -> _Attempt:
+        """The float model as the float conversion writes it (exact: not measured), once."""
+        if self.exact is None:
+            floating = self.model.copy()
+            path = self.written(floating)  # before its round: the file is named by the round's index
+            self.plan.rounds.append(Round(len(self._every_int8_node()), math.inf))
+            self.exact = _Attempt(0.0, floating, dict.fromkeys(self._every_int8_node(), FLOAT_PLAN),
+                                  None, frozenset(), path, len(self.plan.rounds) - 1)
+        return self.exact
+
+    def _weight_only(self) -> _Attempt:
+        """The weight-only plan, what --weight-only writes, measured once."""
+        every = self._every_int8_node()
+        kept = dict.fromkeys(every, WEIGHT_ONLY)
+        for earlier in self.tried:
+            if earlier.kept == kept:
+                return earlier
+        candidate = self.model.copy()
+        run_weight_pipeline(candidate, "int8")
+        self.tried.append(self.measured(candidate, kept, frozenset(every)))
+        return self.tried[-1]
+
+    def _weight_only_is_as_fast(self) -> bool:
+        """On the CPU path, when all int8 misses: whether the weight-only plan holds and runs as
+        fast as the all-int8 model (within TIE; a model the float time of which is under
+        TIMED_FROM_MS never does). Then no mix of the two can gain: the int8 regions are not
+        searched for."""
+        if self.to != "float" or self.metric is not None:
+            return False
+        weight_only = self._weight_only()
+        if weight_only.off > 1:
+            return False
+        from ..check.latency import median_ms
+
+        exact = self._float_model()
+        timed = [self.tried[0], weight_only, exact]
+        times, self.plan.timing_rounds = median_ms([a.path for a in timed])
+        for attempt, ms in zip(timed, times):
+            self.plan.rounds[attempt.round].ms = round(ms, 4)
+        self.plan.float_ms = self.plan.rounds[exact.round].ms
+        return times[2] >= TIMED_FROM_MS and times[1] <= times[0] * (1 + TIE)
+
+    def _fastest(self) -> _Attempt:
+        """Step 5 on the CPU path: the first plan that holds when it is clearly faster than the
+        float model; else, with the float model and the weight-only plan among them, the fastest
+        of those that hold (_chosen)."""
+        exact = self._float_model()
+        holding = [a for a in self.tried if a.off <= 1]
+        if (holding and WEIGHT_ONLY not in holding[0].kept.values()
+                and _clearly_faster(holding[0], exact, self.plan)):
+            return holding[0]
+        weight_only = self._weight_only()
+        ordered = [a for a in self.tried if a is not weight_only] + [weight_only, exact]
+        return _chosen(ordered, self.plan, timed=True)
+
+
+def _promotions(proto: onnx.ModelProto, chosen: _Attempt, to: str) -> list[Promotion]:
+    """The chosen plan's nodes out of int8, in graph order, each with where it went and why."""
+    types = dict(zip(node_names(proto), (node.op_type for node in proto.graph.node)))
+    position = {name: k for k, name in enumerate(types)}
+    hybrid = {op.source for op in chosen.model.operators if runs_hybrid(op, chosen.model)}
+    return [Promotion(node, types.get(node, ""), f"kept {HYBRID if node in hybrid else to}: {reason}",
+                      HYBRID if node in hybrid else to)
+            for node, reason in sorted(chosen.kept.items(), key=lambda item: position.get(item[0], -1))]
+
+
 def _chosen(tried: list[_Attempt], plan: Plan, timed: bool) -> _Attempt:
     """Among the plans that hold, in the order tried (the most int8 first), the fastest when
     `timed` (the float model last: a plan with more int8 is kept unless another is faster by more
@@ -422,129 +618,6 @@ def _chosen(tried: list[_Attempt], plan: Plan, timed: bool) -> _Attempt:
         return holding[0]
     fastest = min(times)
     return next(a for a, ms in zip(holding, times) if ms <= min(fastest * (1 + TIE), times[-1]))
-
-
-WEIGHT_ONLY = "the weight-only plan: int8 weights in hybrid kernels, float activations"
-FLOAT_PLAN = "the float model: no int8"
-
-
-def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProto, samples: list,
-                   target: float, write, check, runtime: str = "cpu",
-                   metric: Metric | None = None) -> tuple[Model, Plan]:
-    """The quantized model of the chosen plan, and the plan. `model` is the calibrated float model
-    after the float pipeline (left as it is); `proto` the ONNX model with its weights; `samples`
-    the plan's inputs; write(model, path) writes a quantized model as a .tflite; check(path) runs
-    it in LiteRT next to onnxruntime on the samples: (its Verification, LiteRT's outputs,
-    onnxruntime's outputs, each {output name: [samples, ...]}); `runtime` the --target."""
-    from ..check.sensitivity import GatedGraph
-    from ..qdq.fakequant import FloatWeights
-
-    started = time.perf_counter()
-    to = PROMOTE_TO[runtime]
-    plan = Plan(target, False, to, argmax_outputs=argmax_outputs(model))
-    float_weights = FloatWeights()
-    float_weights(model)
-    tried: list[_Attempt] = []
-    with tempfile.TemporaryDirectory(prefix="qconvert-plan-") as folder:
-
-        def written(candidate: Model) -> str:
-            """The candidate's .tflite, named by its round."""
-            path = os.path.join(folder, f"plan-{len(plan.rounds)}.tflite")
-            write(candidate, path)
-            return path
-
-        def measured(candidate: Model, kept: dict[str, str], hybrid: frozenset[str] = frozenset()) -> _Attempt:
-            """The quantized `candidate` written and run in LiteRT: how far off it is (<= 1: it holds)."""
-            path = written(candidate)
-            verification, outputs, reference = check(path)
-            agreement = argmax_agreement(outputs, reference, plan.argmax_outputs, target)
-            plan.rounds.append(Round(len(kept), *_worst(verification), agreement))
-            found = _Attempt(0.0, candidate, kept, None, hybrid, path, len(plan.rounds) - 1)
-            if metric is None:
-                found.off = _margin(verification, target)
-                if agreement is not None and agreement < ARGMAX_AGREEMENT:
-                    found.off = max(found.off, (1 - agreement) / (1 - ARGMAX_AGREEMENT))
-                return found
-            if plan.metric is None:
-                plan.metric = {"float": float(metric.evaluate(reference)), "max_drop": metric.max_drop,
-                               "scores": []}
-            found.score = float(metric.evaluate(outputs))
-            plan.metric["scores"].append(found.score)  # per round
-            drop = plan.metric["float"] - found.score
-            off = drop / metric.max_drop if metric.max_drop > 0 else (0.0 if drop <= 0 else math.inf)
-            found.off = max(off, 0.0)
-            return found
-
-        def attempt(kept: dict[str, str], hybrid: frozenset[str] = frozenset()) -> float:
-            """Writes and measures the plan taking `kept` out of int8; how far off it is."""
-            for earlier in tried:
-                if earlier.kept == kept and earlier.hybrid == hybrid:
-                    return earlier.off
-            tried.append(measured(_quantized(model, options, kept, to, hybrid), kept, hybrid))
-            return tried[-1].off
-
-        graph = sensitivity = None
-        if attempt({}) > 1 and options.layer_inputs:
-            # The int8 arithmetic measured too: all int8 with its weights rounded to nearest and
-            # its biases as they are; the better of the two is the plan's starting point (the
-            # rounding for the output and bias correction lose on some models, measured).
-            plain = replace(options, layer_inputs={})
-            other = measured(_quantized(model, plain, {}, to), {})
-            if other.off < tried[0].off:
-                options, tried[0], plan.arithmetic = plain, other, NEAREST
-        if tried[0].off > 1:
-            try:  # a model the gated graph cannot run gets no int8 regions, with a warning
-                graph = GatedGraph(proto, tried[0].model, float_weights, samples)
-                sensitivity = _search(graph, tried[0].model, to, target, metric, attempt)
-            except (ConversionError, ReferenceFailed) as e:
-                plan.note = f"sensitivity not measured: {first_line(e)}"
-                log.warning("warning: the precision plan has no int8 regions to offer: %s", plan.note)
-                graph, sensitivity = None, None
-                del tried[1:]
-            if sensitivity is not None:
-                plan.sensitivity_runs = sensitivity.runs
-        plan.reached = any(a.off <= 1 for a in tried)
-        if to == "float":
-            chosen = _fastest(model, tried, plan, measured, written)
-            # Reached: a plan with int8 in it (ops or weights) holds; the float model always does.
-            plan.reached = any(a.off <= 1 and _has_int8(a.model) for a in tried)
-        else:
-            chosen = _chosen(tried, plan, timed=False)
-    plan.chosen_round = chosen.round
-    plan.mix = precision_mix(chosen.model)
-    if metric is not None:
-        plan.metric["score"] = chosen.score
-    types = dict(zip(node_names(proto), (node.op_type for node in proto.graph.node)))
-    position = {name: k for k, name in enumerate(types)}
-    hybrid_nodes = {op.source for op in chosen.model.operators if runs_hybrid(op, chosen.model)}
-    plan.promotions = [Promotion(node, types.get(node, ""), f"kept {HYBRID if node in hybrid_nodes else to}: {reason}",
-                                 HYBRID if node in hybrid_nodes else to)
-                       for node, reason in sorted(chosen.kept.items(), key=lambda item: position.get(item[0], -1))]
-    if sensitivity is not None:
-        floating = set(chosen.kept) | float_nodes(chosen.model)
-        plan.costs = _costs(sensitivity, graph, floating, allowed_error(graph.slices, target))
-    plan.seconds = round(time.perf_counter() - started, 3)
-    return chosen.model, plan
-
-
-def _fastest(model: Model, tried: list[_Attempt], plan: Plan, measured, written) -> _Attempt:
-    """On LiteRT's CPU path: the first plan that holds when it is clearly faster than the float
-    model; else the float model (what the float conversion writes: exact, not measured) and the
-    weight-only plan (what --weight-only writes) join the plans, and the fastest of those that
-    hold is chosen (_chosen)."""
-    every = sorted({op.source for op in tried[0].model.operators if op.quantized == "int8"})
-    float_plan = dict.fromkeys(every, FLOAT_PLAN)
-    floating = model.copy()
-    path = written(floating)  # before its round: the file is named by the round's index
-    plan.rounds.append(Round(len(float_plan), math.inf))
-    exact = _Attempt(0.0, floating, float_plan, None, frozenset(), path, len(plan.rounds) - 1)
-    holding = [a for a in tried if a.off <= 1]
-    if holding and _clearly_faster(holding[0], exact, plan):
-        return holding[0]
-    weight_only = model.copy()
-    run_weight_pipeline(weight_only, "int8")
-    tried.append(measured(weight_only, dict.fromkeys(every, WEIGHT_ONLY), frozenset(every)))
-    return _chosen(tried + [exact], plan, timed=True)
 
 
 def _has_int8(model: Model) -> bool:
