@@ -28,10 +28,15 @@ model:
   --verify-samples N --json` ("ok" or its message); int8 (s): that process's wall time
   (calibration and verification included); SQNR (dB): the worst output's SQNR of the report's
   verification on the held-out samples against onnxruntime (over the float outputs; integer
-  outputs, e.g. decoded ids, add how many of their values differ);
+  outputs, e.g. decoded ids, add how many of their values differ); plan: the precision plan's mix
+  of int8, hybrid and float ops ("int8 missed": no plan with int8 in it held the target) and
+  its seconds;
 - float (ms), int8 (ms): LiteRT, 1 thread (its default XNNPACK delegate), median of --runs on
   the first held-out sample, the two files timed in turn (runners.median_ms); int8 / float: their
-  ratio.
+  ratio;
+- all int8 (dB): the same with `--precision int8` (no plan); TOCO int8 (s): the same with TOCO's
+  arithmetic (`--precision int8 --weight-rounding nearest --no-bias-correction
+  --no-equalization`), the conversion time the default's is held to (at most 3x).
 
 Above the table: the CPU's name and its ISA flags (AVX2, AVX-512, VNNI). Below: the counts of
 rows that convert exactly and of refusals grouped by message.
@@ -717,7 +722,10 @@ def shape_flags(model: Model) -> tuple[str, ...]:
 # --- the table ---------------------------------------------------------------------------------
 COLUMNS = ["model", "task", "license", "MB", "float", "convert (s)", "peak RSS (MB)",
            "float check (ulps)", "int8", "int8 (s)", "SQNR (dB)", "plan", "float (ms)", "int8 (ms)",
-           "int8 / float"]
+           "int8 / float", "all int8 (dB)", "TOCO int8 (s)"]
+# The all-int8 model, and TOCO's arithmetic (the conversion time the default's is held to).
+ALL_INT8 = ("--precision", "int8")
+TOCO = ALL_INT8 + ("--weight-rounding", "nearest", "--no-bias-correction", "--no-equalization")
 
 
 def cpu_line() -> str:
@@ -803,6 +811,15 @@ def bench_model(model: Model, out_dir: Path, args) -> dict:
         return row
     row["SQNR (dB)"] = _sqnr(quantized["report"])
     row["plan"] = _plan(quantized["report"])
+    verified = ("--quantize", "--calibration", str(calibration), "--verify-data", str(held_out),
+                "--verify-samples", str(args.corpus_held_out))
+    for column, extra in (("all int8 (dB)", ALL_INT8), ("TOCO int8 (s)", TOCO)):
+        other = runners.run_qconvert(path, out_dir / f"corpus-{model.name}.other.tflite", args.timeout,
+                                     args.work, flags + verified + extra)
+        if "error" in other:
+            row[column] = _status(other, out_dir)[:40]
+        else:
+            row[column] = _sqnr(other["report"]) if column.endswith("(dB)") else f"{other['seconds']:.1f}"
     try:
         timed = runners.run_tflite(dest8, quantized["report"], {k: v[:1] for k, v in held.items()},
                                    args.work, args, (dest, converted["report"]))
@@ -816,16 +833,17 @@ def bench_model(model: Model, out_dir: Path, args) -> dict:
 
 
 def _plan(report: dict) -> str:
-    """The precision plan in a few words: all int8, or the ops kept float (and whether the
-    target was reached)."""
+    """The precision plan in a few words: all int8, or its mix of int8, hybrid and float ops
+    (and whether int8 could hold the target), and its seconds."""
     plan = (report.get("quantization") or {}).get("plan")
     if not plan:
         return "-"
-    kept = len(plan["promotions"])
-    text = "all int8" if not kept else f"{kept} float"
+    mix = plan.get("mix") or {}
+    text = ("all int8" if not plan["promotions"] and plan["reached"]
+            else ", ".join(f"{n} {kind}" for kind, n in mix.items() if n))
     if not plan["reached"]:
-        text += ", missed"
-    return f"{text} ({plan['seconds']:.0f} s)" if plan["sensitivity_runs"] else text
+        text += ", int8 missed"
+    return f"{text} ({plan['seconds']:.1f} s)"
 
 
 def bench_corpus(out_dir: Path, args) -> tuple[list[dict], list[str]]:
