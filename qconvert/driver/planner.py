@@ -25,7 +25,9 @@ chosen from what each quantization is measured to cost and what each plan is mea
    float. Each candidate is measured whole in the gated graph (costs do not add up once errors
    are large).
 4. The candidates within HEADROOM, smallest first, then the closest others, are written and run
-   in LiteRT, up to MAX_ROUNDS, until one holds. On LiteRT's CPU path (--target cpu) the
+   in LiteRT, up to MAX_ROUNDS, until one holds (the first one whose hybrid nodes miss is tried
+   with them float too: hybrid kernels quantize their inputs at run time, which the gated graph
+   does not model). On LiteRT's CPU path (--target cpu) the
    weight-only plan (every weighted op hybrid, the rest float) and the float model are
    candidates too: the float model always holds.
 5. The plans that hold are timed in LiteRT on this CPU, in alternating rounds (check/latency.py),
@@ -647,9 +649,15 @@ def _search(graph, all_int8: Model, to: str, target: float, metric: Metric | Non
     if metric is None:
         # Those within the headroom, smallest first; then the closest of the others.
         ordered = sorted(candidates, key=lambda c: (c.off > HEADROOM, 0 if c.off <= HEADROOM else c.off))
-        for candidate in ordered[:MAX_ROUNDS]:
-            if attempt(candidate.kept, candidate.hybrid) <= 1:
-                break
+        rounds = 0
+        for candidate in ordered:
+            # Hybrid kernels quantize their inputs at run time, which the gated graph does not
+            # model: the first plan whose hybrid form misses is tried with those nodes float too.
+            variants = [candidate.hybrid] + ([frozenset()] if candidate.hybrid and rounds == 0 else [])
+            for hybrid in variants:
+                rounds += 1
+                if attempt(candidate.kept, hybrid) <= 1 or rounds >= MAX_ROUNDS:
+                    return sensitivity
     else:
         _bisect_metric(candidates, attempt)
     return sensitivity
