@@ -10,8 +10,10 @@ each with its own task metric on data made here with ground truth. Two sources
   recognizer and direction classifier (rapidocr-onnxruntime, Apache-2.0) and ddddocr's YOLOX
   character detector (MIT).
 - Small models trained here on CPU with torch (the bench extra pins torch==2.13.0), in about a
-  minute or three each, on synthetic shapes, rendered text lines and scikit-learn's handwritten
-  digits (read from its wheel), cached under a digest of their code, seed and versions.
+  minute or three each, on synthetic shapes, rendered text lines, token sequences and sounds, and
+  scikit-learn's handwritten digits (read from its wheel), cached under a digest of their code,
+  seed and versions; three of them are Hugging Face transformers' BERT, ViT and Whisper encoder
+  classes at toy size (transformers imported only to train them).
 
 Per model, in this order, each conversion in a fresh qconvert process (runners.run_qconvert):
 1. the float ONNX model in onnxruntime on the evaluation set: the reference task metric;
