@@ -5,9 +5,10 @@ chosen from what each quantization is measured to cost and what each plan is mea
 
 1. The all-int8 model is written and run in LiteRT on the plan's samples (the first 8 of the
    calibration data). It holds the target when every output reaches --target-sqnr, every output
-   slice the target less SLICE_MARGIN_DB, and every output read by argmax (argmax_outputs: a
-   classifier's, a CTC recognizer's, a token model's) picks float's class at ARGMAX_AGREEMENT of
-   its positions. When it misses and the weights were rounded for the output and biases corrected
+   slice the target less SLICE_MARGIN_DB, and every output read by a decision (decision_outputs:
+   by argmax, a classifier's, a CTC recognizer's, a token model's; against 0.5, a LOGISTIC's
+   probabilities) keeps float's clear decisions at DECISIONS_KEPT of its positions. When it
+   misses and the weights were rounded for the output and biases corrected
    (quantize/rounding.py), the all-int8 model with weights rounded to nearest and biases as they
    are is measured too, and the better of the two arithmetics is the starting point (Plan's
    `arithmetic` says when that is round-to-nearest).
@@ -79,7 +80,7 @@ HEADROOM = 0.8  # a plan measured in the gated graph aims at this share of the a
 MARGIN = 0.25  # plans keep growing (measured) until this share of HEADROOM, for LiteRT's misses
 MAX_ROUNDS = 4  # plans written and measured in LiteRT after the all-int8 one
 SHOWN_UNITS = 12  # the plan lists the costliest units
-ARGMAX_AGREEMENT = 0.99  # an output read by argmax picks float's class at this share of positions
+DECISIONS_KEPT = 0.99  # an output read by a decision keeps float's clear ones at this share
 TIE = 0.05  # a plan with less int8 wins on time only when faster by more than this share
 TIMED_FROM_MS = 0.02  # plans of a model whose float time is below this are not chosen by time
 HYBRID = "hybrid"  # a promoted node that runs TFLite's hybrid kernels (Promotion.to)
@@ -106,7 +107,7 @@ class Round:
     promoted: int  # nodes out of int8 in this round's plan
     worst_sqnr_db: float  # the lowest output SQNR
     worst_slice_sqnr_db: float | None = None
-    argmax_agreement: float | None = None  # the lowest over the outputs read by argmax
+    argmax_agreement: float | None = None  # the lowest over the outputs read by a decision
     ms: float | None = None  # LiteRT's median time on this CPU, when the plan was timed
 
 
@@ -144,7 +145,8 @@ class Plan:
     chosen_round: int = 0  # the rounds' index of the written plan
     float_ms: float | None = None  # the float model's time, when the plans were timed
     timing_rounds: int = 0  # the alternating rounds of that timing
-    argmax_outputs: list[str] = field(default_factory=list)  # held to ARGMAX_AGREEMENT
+    argmax_outputs: list[str] = field(default_factory=list)  # held to DECISIONS_KEPT
+    threshold_outputs: list[str] = field(default_factory=list)  # likewise, against 0.5
 
     def summary(self) -> str:
         chosen = self.rounds[self.chosen_round] if self.rounds else None
@@ -167,7 +169,7 @@ class Plan:
             first = self.rounds[0]
             text += f" (all int8: {first.worst_sqnr_db:.1f} dB"
             if first.argmax_agreement is not None:
-                text += f", argmax {100 * first.argmax_agreement:.1f} % agree"
+                text += f", decisions {100 * first.argmax_agreement:.1f} % kept"
             if first.ms is not None and self.float_ms:
                 text += f", {first.ms / self.float_ms:.2f}x"
             text += ")"
@@ -206,43 +208,52 @@ def _margin(verification, target_db: float) -> float:
     return worst
 
 
-def argmax_agreement(outputs: dict, reference: dict, names: list[str], target_db: float) -> float | None:
-    """The lowest share, over the outputs `names`, of float's decisions the model keeps: positions
-    (samples and every index but the last axis) where its argmax along the last axis is float's.
-    Only positions where float decides count: its top class ahead of the next by more than the
-    error the target allows (the output's RMS times 10^(-target/20)); a near tie is no decision
-    (None: no such output)."""
+def decision_agreement(outputs: dict, reference: dict, argmax: list[str], thresholded: list[str],
+                       target_db: float) -> float | None:
+    """The lowest share, over the outputs read by a decision, of float's decisions the model
+    keeps: for `argmax` outputs the class along the last axis at each position (samples and every
+    index but the last axis), for `thresholded` ones (a LOGISTIC's probabilities) each value
+    against 0.5. Only decisions float makes clearly count: its top class ahead of the next, or its
+    value away from 0.5, by more than the error the target allows (the output's RMS times
+    10^(-target/20)); a near tie is no decision. None: no such output."""
     shares = []
-    for name in names:
-        if name not in outputs or name not in reference or np.ndim(reference[name]) < 2:
+    for name in argmax + thresholded:
+        if name not in outputs or name not in reference:
             continue
-        ref = np.asarray(reference[name], np.float64)
-        top2 = np.partition(ref, -2, axis=-1)[..., -2:]
+        ref, got = np.asarray(reference[name], np.float64), np.asarray(outputs[name], np.float64)
         noise = np.sqrt(np.mean(ref ** 2)) * 10 ** (-target_db / 20)
-        decided = (top2[..., 1] - top2[..., 0]) > noise
-        same = np.argmax(outputs[name], -1) == np.argmax(ref, -1)
+        if name in thresholded:
+            decided, same = np.abs(ref - 0.5) > noise, (ref > 0.5) == (got > 0.5)
+        else:
+            top2 = np.partition(ref, -2, axis=-1)[..., -2:]
+            decided = (top2[..., 1] - top2[..., 0]) > noise
+            same = np.argmax(got, -1) == np.argmax(ref, -1)
         shares.append(float(np.mean(same[decided])) if decided.any() else 1.0)
     return min(shares) if shares else None
 
 
-# The ops whose output is read by argmax when it is a model output (through ops that only move
-# values): a classifier's probabilities or logits, a CTC recognizer's, a token model's.
+# The ops whose output is read by a decision when it is a model output (through ops that only
+# move values): by argmax, a classifier's probabilities or logits, a CTC recognizer's, a token
+# model's (at least 2 classes); against 0.5, a LOGISTIC's probabilities (a voice-activity flag).
 ARGMAX_PRODUCERS = ("SOFTMAX", "LOG_SOFTMAX", "FULLY_CONNECTED")
+THRESHOLD_PRODUCERS = ("LOGISTIC",)
 MOVES_VALUES = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "DEQUANTIZE", "QUANTIZE")
 
 
-def argmax_outputs(model: Model) -> list[str]:
-    """The model's float outputs of at least 2 classes along their last axis that a SOFTMAX, a
-    LOG_SOFTMAX or a FULLY_CONNECTED computes (through ops that only move values)."""
+def decision_outputs(model: Model, producers: tuple[str, ...]) -> list[str]:
+    """The model's float outputs that one of `producers` computes (through ops that only move
+    values); for the argmax producers, those of at least 2 classes along their last axis."""
     found = []
     for name in model.outputs:
         array = model.arrays[name]
-        if array.dtype.kind != "f" or len(array.shape) < 2 or array.shape[-1] < 2:
+        if array.dtype.kind != "f":
+            continue
+        if producers is ARGMAX_PRODUCERS and (len(array.shape) < 2 or array.shape[-1] < 2):
             continue
         producer = model.producer(name)
         while producer is not None and producer.type in MOVES_VALUES:
             producer = model.producer(producer.inputs[0])
-        if producer is not None and producer.type in ARGMAX_PRODUCERS:
+        if producer is not None and producer.type in producers:
             found.append(name)
     return found
 
@@ -441,7 +452,8 @@ class _Planner:
 
         self.model, self.options, self.write, self.check = model, options, write, check
         self.folder, self.to, self.target, self.metric = folder, to, target, metric
-        self.plan = Plan(target, False, to, argmax_outputs=argmax_outputs(model))
+        self.plan = Plan(target, False, to, argmax_outputs=decision_outputs(model, ARGMAX_PRODUCERS),
+                         threshold_outputs=decision_outputs(model, THRESHOLD_PRODUCERS))
         self.float_weights = FloatWeights()
         self.float_weights(model)
         self.tried: list[_Attempt] = []
@@ -472,13 +484,14 @@ class _Planner:
         plan, metric = self.plan, self.metric
         path = self.written(candidate)
         verification, outputs, reference = self.check(path)
-        agreement = argmax_agreement(outputs, reference, plan.argmax_outputs, self.target)
+        agreement = decision_agreement(outputs, reference, plan.argmax_outputs, plan.threshold_outputs,
+                                       self.target)
         plan.rounds.append(Round(len(kept), *_worst(verification), agreement))
         found = _Attempt(0.0, candidate, kept, None, hybrid, path, len(plan.rounds) - 1)
         if metric is None:
             found.off = _margin(verification, self.target)
-            if agreement is not None and agreement < ARGMAX_AGREEMENT:
-                found.off = max(found.off, (1 - agreement) / (1 - ARGMAX_AGREEMENT))
+            if agreement is not None and agreement < DECISIONS_KEPT:
+                found.off = max(found.off, (1 - agreement) / (1 - DECISIONS_KEPT))
             return found
         if plan.metric is None:
             plan.metric = {"float": float(metric.evaluate(reference)), "max_drop": metric.max_drop,

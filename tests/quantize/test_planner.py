@@ -167,17 +167,21 @@ def test_hybrid_nodes_run_float_with_int8_weights_next_to_int8_ops(tmp_path):
     assert report.quantization.int8_ops >= 1
 
 
-def test_argmax_agreement_counts_float_s_clear_decisions_only():
+def test_decisions_kept_count_float_s_clear_decisions_only():
     """Three positions: two clear decisions and a near tie. Flipping the near tie keeps every
-    decision; flipping a clear one loses a half of them."""
-    from qconvert.driver.planner import argmax_agreement
+    decision; flipping a clear one loses a half of them. The same for probabilities read against
+    0.5."""
+    from qconvert.driver.planner import decision_agreement
 
     reference = {"y": np.array([[[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [1.0, 1.001, 0.0]]])}
     tie_flipped = {"y": np.array([[[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [1.001, 1.0, 0.0]]])}
     clear_flipped = {"y": np.array([[[0.0, 5.0, 0.0], [0.0, 5.0, 0.0], [1.0, 1.001, 0.0]]])}
-    assert argmax_agreement(tie_flipped, reference, ["y"], 20.0) == 1.0
-    assert argmax_agreement(clear_flipped, reference, ["y"], 20.0) == 0.5
-    assert argmax_agreement(clear_flipped, reference, [], 20.0) is None
+    assert decision_agreement(tie_flipped, reference, ["y"], [], 20.0) == 1.0
+    assert decision_agreement(clear_flipped, reference, ["y"], [], 20.0) == 0.5
+    assert decision_agreement(clear_flipped, reference, [], [], 20.0) is None
+    probabilities = {"p": np.array([[0.9], [0.1], [0.5001]])}
+    flipped = {"p": np.array([[0.9], [0.6], [0.4999]])}
+    assert decision_agreement(flipped, probabilities, [], ["p"], 20.0) == 0.5
 
 
 def test_an_output_read_by_argmax_is_held_to_float_s_decisions():
