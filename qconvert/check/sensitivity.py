@@ -105,6 +105,8 @@ class GatedGraph:
         self.outputs = [o.name for o in work.graph.output
                         if o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
                                                             onnx.TensorProto.FLOAT16)]
+        if not self.outputs:  # decoded ids, say: no error energy to measure costs by
+            raise ReferenceFailed("the model has no float output to measure each quantization's cost at")
         self.runner = CalibrationRun(work, self.outputs)
         del work
         self.inputs = [i.name for i in self.runner.session.get_inputs() if i.name not in self.gates

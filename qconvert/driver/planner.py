@@ -156,7 +156,7 @@ class Plan:
             text = "plan: all float"
         else:
             text = "plan: " + ", ".join(f"{n} {kind}" for kind, n in self.mix.items() if n) + " ops"
-            if chosen is not None and self.metric is None:
+            if chosen is not None and self.metric is None and math.isfinite(chosen.worst_sqnr_db):
                 text += f", {chosen.worst_sqnr_db:.1f} dB"
         if chosen is not None and chosen.ms is not None and self.float_ms:
             text += f", {chosen.ms / self.float_ms:.2f}x float's time"
@@ -215,8 +215,10 @@ def decision_agreement(outputs: dict, reference: dict, argmax: list[str], thresh
     index but the last axis), for `thresholded` ones (a LOGISTIC's probabilities) each value
     against 0.5. Only decisions float makes clearly count: its top class ahead of the next, or its
     value away from 0.5, by more than the error the target allows (the output's RMS times
-    10^(-target/20)); a near tie is no decision. None: no such output."""
-    shares = []
+    10^(-target/20)); a near tie is no decision. Integer outputs (decoded ids, classes) are
+    decisions themselves: each value equal to float's. None: no such output."""
+    shares = [float(np.mean(np.asarray(outputs[name]) == value)) for name, value in reference.items()
+              if np.asarray(value).dtype.kind in "iub" and name in outputs and np.size(value)]
     for name in argmax + thresholded:
         if name not in outputs or name not in reference:
             continue

@@ -300,8 +300,11 @@ _FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
 
 
 # ADD and SUB rescale their inputs to twice the larger input scale over 2^20 (TFLite's left
-# shift); the output multiplier 2 * max(s1, s2) / (2^20 * s_out) must stay below MAX_MULTIPLIER.
+# shift); the output multiplier 2 * max(s1, s2) / (2^20 * s_out) must stay below 1: LiteRT's
+# int8 ADD aborts the process in its prepare from 2 on (measured, ai-edge-litert 2.3.0: an
+# input 2^20 times the output's scale).
 _ADD_LEFT_SHIFT = 20
+_ADD_MAX_MULTIPLIER = 1.0
 
 
 def _described(array: Array, scale: float, model: Model) -> str:
@@ -356,6 +359,13 @@ def _multipliers(op: Operator, model: Model, scales: dict[str, float]) -> list[t
     elif op.type == "QUANTIZE" and names and arrays[names[0]].quant is not None:
         found.append((f"input {_described(arrays[names[0]], scales[names[0]], model)} / output "
                       f"{_described(arrays[out], scales[out], model)}", np.float32(scales[names[0]]) / s_out))
+    elif rule is not None and rule.output == "free":
+        # Every other rescaling kernel (MEAN, SUM, ABS, the reductions, ...) turns each input
+        # scale over the output's into a multiplier too.
+        for name in names:
+            if name in scales:
+                found.append((f"input {_described(arrays[name], scales[name], model)} / output "
+                              f"{_described(arrays[out], scales[out], model)}", np.float32(scales[name]) / s_out))
     return found
 
 
@@ -388,12 +398,13 @@ def representable_problem(op: Operator, model: Model) -> str | None:
                     "represents (their values are too large or too small)")
     if not op.outputs or op.outputs[0] not in scales:
         return None
+    limit = _ADD_MAX_MULTIPLIER if op.type in ("ADD", "SUB") else MAX_MULTIPLIER
     for how, value in _multipliers(op, model, scales):
         value = np.asarray(value, np.float64)
-        if not np.all(np.isfinite(value) & (value < MAX_MULTIPLIER)):
+        if not np.all(np.isfinite(value) & (value < limit)):
             worst = float(np.nanmax(np.where(np.isfinite(value), value, np.inf)))
             return (f"its requantization multiplier {how} = {worst:.3g} is not below "
-                    f"{MAX_MULTIPLIER:g}, the most an int8 kernel takes")
+                    f"{limit:g}, the most its int8 kernel takes")
         if rule is not None and rule.weight is not None:
             product = value * scales[op.outputs[0]]
             if not np.all(product >= _FLOAT32_TINY):
