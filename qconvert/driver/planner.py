@@ -547,13 +547,10 @@ class _Planner:
         return sorted({op.source for op in self.tried[0].model.operators if op.quantized == "int8"})
 
     def _float_model(self) -> _Attempt:
-        """The float model as the float conversion writes it (exact: not measured), once."""
+        """The float model as the float conversion writes it, measured once (against a QDQ or a
+        dynamic int8 ONNX model, whose onnxruntime reference rounds, it is not exact)."""
         if self.exact is None:
-            floating = self.model.copy()
-            path = self.written(floating)  # before its round: the file is named by the round's index
-            self.plan.rounds.append(Round(len(self._every_int8_node()), math.inf))
-            self.exact = _Attempt(0.0, floating, dict.fromkeys(self._every_int8_node(), FLOAT_PLAN),
-                                  None, frozenset(), path, len(self.plan.rounds) - 1)
+            self.exact = self.measured(self.model.copy(), dict.fromkeys(self._every_int8_node(), FLOAT_PLAN))
         return self.exact
 
     def _weight_only(self) -> _Attempt:

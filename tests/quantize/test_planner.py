@@ -65,7 +65,7 @@ def test_plan_promotes_the_tanh_and_reaches_the_target(files, tmp_path, target, 
     rounds = [r["promoted"] for r in plan["rounds"]]
     assert rounds == ([0, 0, 3, 3, 1] if target == "cpu" else [0, 0, 1]), plan["rounds"]
     if target == "cpu":
-        assert plan["rounds"][3]["worst_sqnr_db"] == "inf" and plan["float_ms"] > 0
+        assert plan["rounds"][3]["worst_sqnr_db"] > 100 and plan["float_ms"] > 0  # the float model
         assert plan["chosen_round"] == 4  # a model this small is not chosen by its time
     assert _worst(report) >= 30
     summary = read_tflite((tmp_path / "plan.tflite").read_bytes())
