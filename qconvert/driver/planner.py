@@ -471,7 +471,7 @@ class _Planner:
             self.plan.reached = any(a.off <= 1 for a in self.tried)
             return _chosen(self.tried, self.plan, timed=False)
         chosen = self._fastest()
-        # Reached: a plan with int8 in it (ops or weights) holds; the float model always does.
+        # Reached: a plan with int8 in it (ops or weights) holds (the float model is no such plan).
         self.plan.reached = any(a.off <= 1 and _has_int8(a.model) for a in self.tried)
         return chosen
 
