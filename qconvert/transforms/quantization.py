@@ -359,13 +359,6 @@ def _multipliers(op: Operator, model: Model, scales: dict[str, float]) -> list[t
     elif op.type == "QUANTIZE" and names and arrays[names[0]].quant is not None:
         found.append((f"input {_described(arrays[names[0]], scales[names[0]], model)} / output "
                       f"{_described(arrays[out], scales[out], model)}", np.float32(scales[names[0]]) / s_out))
-    elif rule is not None and rule.output == "free":
-        # Every other rescaling kernel (MEAN, SUM, ABS, the reductions, ...) turns each input
-        # scale over the output's into a multiplier too.
-        for name in names:
-            if name in scales:
-                found.append((f"input {_described(arrays[name], scales[name], model)} / output "
-                              f"{_described(arrays[out], scales[out], model)}", np.float32(scales[name]) / s_out))
     return found
 
 
