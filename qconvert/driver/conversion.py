@@ -271,16 +271,20 @@ def quantize(state: State) -> State:
 def _planned(state: State):
     """The planner's model and plan (driver/planner.py), on the plan's samples."""
     from ..check.verify import RecordedReference, Reference, compare
-    from .planner import plan_precision
+    from .planner import DECISION_SAMPLES, plan_precision
 
     options, request = state.options.plan, state.options.quantize
     reference = state.reference
     reference.restore_weights()  # onnxruntime's model
-    samples = list(calibration_set(options.data or request.calibration, reference.proto, options.samples))
+    # A metric scores exactly the samples it was given; without one, more samples are read for
+    # outputs read by a decision, which the plan uses when a check is cheap (planner.py).
+    count = options.samples if options.metric is not None else max(options.samples, DECISION_SAMPLES)
+    samples = list(calibration_set(options.data or request.calibration, reference.proto, count))
     session = RecordedReference(Reference(reference.proto))  # one onnxruntime run for all the plans
     return plan_precision(state.model, state.steps, reference.proto, samples, options.target_sqnr,
-                          _write_candidate, lambda path: compare(reference.proto, path, samples, session),
-                          options.runtime, options.metric)
+                          _write_candidate,
+                          lambda path, n: compare(reference.proto, path, samples[:n], session),
+                          options.runtime, options.metric, min(options.samples, len(samples)))
 
 
 def store_weights(state: State) -> State:

@@ -82,6 +82,10 @@ MAX_ROUNDS = 4  # plans written and measured in LiteRT after the all-int8 one
 SHOWN_UNITS = 12  # the plan lists the costliest units
 DECISIONS_KEPT = 0.99  # an output read by a decision keeps float's clear ones at this share
 TIE = 0.05  # a plan with less int8 wins on time only when faster by more than this share
+# Outputs read by a decision are checked on up to DECISION_SAMPLES samples (a classifier's 8
+# decisions cannot show a 1.5 % loss) when that many cost under CHEAP_CHECK_S in LiteRT.
+DECISION_SAMPLES = 32
+CHEAP_CHECK_S = 0.5
 TIMED_FROM_MS = 0.02  # plans of a model whose float time is below this are not chosen by time
 HYBRID = "hybrid"  # a promoted node that runs TFLite's hybrid kernels (Promotion.to)
 
@@ -420,15 +424,18 @@ FLOAT_PLAN = "the float model: no int8"
 
 def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProto, samples: list,
                    target: float, write, check, runtime: str = "cpu",
-                   metric: Metric | None = None) -> tuple[Model, Plan]:
+                   metric: Metric | None = None, count: int = 8) -> tuple[Model, Plan]:
     """The quantized model of the chosen plan, and the plan. `model` is the calibrated float model
     after the float pipeline (left as it is); `proto` the ONNX model with its weights; `samples`
-    the plan's inputs; write(model, path) writes a quantized model as a .tflite; check(path) runs
-    it in LiteRT next to onnxruntime on the samples: (its Verification, LiteRT's outputs,
-    onnxruntime's outputs, each {output name: [samples, ...]}); `runtime` the --target."""
+    the plan's inputs, of which the first `count` are checked (more, up to DECISION_SAMPLES, for
+    outputs read by a decision when the check is cheap); write(model, path) writes a quantized
+    model as a .tflite; check(path, n) runs it in LiteRT next to onnxruntime on the first n
+    samples: (its Verification, LiteRT's outputs, onnxruntime's outputs, each {output name:
+    [samples, ...]}); `runtime` the --target."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="qconvert-plan-") as folder:
         planner = _Planner(model, options, write, check, folder, PROMOTE_TO[runtime], target, metric)
+        planner.count, planner.available = count, len(samples)
         chosen = planner.run(proto, samples)
     plan = planner.plan
     plan.chosen_round = chosen.round
@@ -461,6 +468,7 @@ class _Planner:
         self.tried: list[_Attempt] = []
         self.graph = self.sensitivity = None
         self.exact: _Attempt | None = None  # the float model, on the CPU path
+        self.count = self.available = 8  # the samples checked, of those given (plan_precision)
 
     def run(self, proto: onnx.ModelProto, samples: list) -> _Attempt:
         """Steps 1 to 5 of the module docstring; the chosen attempt."""
@@ -485,7 +493,7 @@ class _Planner:
         """The `candidate` written and run in LiteRT: how far off it is (<= 1: it holds)."""
         plan, metric = self.plan, self.metric
         path = self.written(candidate)
-        verification, outputs, reference = self.check(path)
+        verification, outputs, reference = self._checked(path)
         agreement = decision_agreement(outputs, reference, plan.argmax_outputs, plan.threshold_outputs,
                                        self.target)
         plan.rounds.append(Round(len(kept), *_worst(verification), agreement))
@@ -503,6 +511,24 @@ class _Planner:
         drop = plan.metric["float"] - found.score
         off = drop / metric.max_drop if metric.max_drop > 0 else (0.0 if drop <= 0 else math.inf)
         found.off = max(off, 0.0)
+        return found
+
+    def _checked(self, path: str):
+        """check(path) on the plan's samples. The first time, when the model has outputs read by
+        a decision and the check was cheap, the count grows (up to DECISION_SAMPLES, within
+        CHEAP_CHECK_S) and the check runs again: every plan is judged on the same samples."""
+        started = time.perf_counter()
+        found = self.check(path, self.count)
+        if self.plan.rounds or self.metric is not None or self.count >= self.available:
+            return found
+        if decision_agreement(found[1], found[2], self.plan.argmax_outputs, self.plan.threshold_outputs,
+                              self.target) is None:
+            return found
+        each = (time.perf_counter() - started) / self.count
+        wanted = min(self.available, DECISION_SAMPLES, int(CHEAP_CHECK_S / max(each, 1e-9)))
+        if wanted > self.count:
+            self.count = wanted
+            found = self.check(path, self.count)
         return found
 
     def attempt(self, kept: dict[str, str], hybrid: frozenset[str] = frozenset()) -> float:
