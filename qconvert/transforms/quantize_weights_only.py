@@ -63,6 +63,8 @@ def quantize_weights_only(model: Model, min_elements: int = 1024,
     chosen = [op for op in model.operators
               if sources is None or (op.source in sources and not op.quantized)]
     hybrid = {id(op) for op in chosen if _runs_hybrid(op, model, min_elements)}
+    if sources is not None and not hybrid:  # no hybrid region in this plan
+        return False
     uses: dict[str, list[tuple[Operator, int]]] = {}
     read_as_bias: set[str] = set()  # constants some op reads as a float bias
     for op in model.operators:
