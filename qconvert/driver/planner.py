@@ -28,16 +28,18 @@ chosen from what each quantization is measured to cost and what each plan is mea
 4. The candidates within HEADROOM, smallest first, then the closest others, are written and run
    in LiteRT, up to MAX_ROUNDS, until one holds (the first one whose hybrid nodes miss is tried
    with them float too: hybrid kernels quantize their inputs at run time, which the gated graph
-   does not model). On LiteRT's CPU path (--target cpu) the
-   weight-only plan (every weighted op hybrid, the rest float) and the float model are
-   candidates too: the float model always holds.
+   does not model). On LiteRT's CPU path (--target cpu) the weight-only plan (what --weight-only
+   writes: every weighted op hybrid, the rest float) and the float model are candidates too,
+   measured like the others (the float model holds unless the ONNX model's own QDQ or dynamic
+   int8 rounding is the reference). When all int8 misses, the weight-only plan comes first: if
+   it holds and runs as fast as all int8, no mix can gain and steps 2 to 4 are skipped.
 5. The plans that hold are timed in LiteRT on this CPU, in alternating rounds (check/latency.py),
-   and the fastest wins; a plan with more int8 is kept unless another is faster by more than
-   TIE of its time (never one slower than the float model), and a model whose float time is under TIMED_FROM_MS is not timed (the
-   interpreter's fixed costs decide there, and the smaller int8 file is what such a model wants):
-   the most int8 plan that holds is chosen. With --target integer, the first that holds. When
-   none holds (or with --target integer none of the integer ones), the one that missed by the
-   least, and the plan says int8 cannot hold the target.
+   and the fastest wins; a plan with more int8 is kept unless another is faster by more than TIE
+   of its time, never one slower than the float model. A model whose float time is under
+   TIMED_FROM_MS is not chosen by time (the interpreter's fixed costs decide there, and the
+   smaller int8 file is what such a model wants): the most int8 plan that holds is chosen. With
+   --target integer, the first that holds. When none holds, the one that missed by the least;
+   when no plan with int8 in it holds, the plan says int8 cannot hold the target.
 
 With a metric (the API's `evaluate` and `max_drop`), steps 1 and 4 judge by the metric's drop from
 the float model's score instead, and the smallest candidate that holds it is found by bisection.
@@ -51,6 +53,7 @@ Everything but step 5 depends only on the model, the samples and the options; st
 choice only on a clear difference in time, so the same input on the same machine gives the same
 plan and the same bytes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -246,15 +249,13 @@ THRESHOLD_PRODUCERS = ("LOGISTIC",)
 MOVES_VALUES = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "DEQUANTIZE", "QUANTIZE")
 
 
-def decision_outputs(model: Model, producers: tuple[str, ...]) -> list[str]:
+def decision_outputs(model: Model, producers: tuple[str, ...], classes: int = 1) -> list[str]:
     """The model's float outputs that one of `producers` computes (through ops that only move
-    values); for the argmax producers, those of at least 2 classes along their last axis."""
+    values), of at least `classes` values along their last axis (argmax needs 2, of rank 2)."""
     found = []
     for name in model.outputs:
         array = model.arrays[name]
-        if array.dtype.kind != "f":
-            continue
-        if producers is ARGMAX_PRODUCERS and (len(array.shape) < 2 or array.shape[-1] < 2):
+        if array.dtype.kind != "f" or (classes > 1 and (len(array.shape) < 2 or array.shape[-1] < classes)):
             continue
         producer = model.producer(name)
         while producer is not None and producer.type in MOVES_VALUES:
@@ -434,8 +435,8 @@ def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProt
     [samples, ...]}); `runtime` the --target."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="qconvert-plan-") as folder:
-        planner = _Planner(model, options, write, check, folder, PROMOTE_TO[runtime], target, metric)
-        planner.count, planner.available = count, len(samples)
+        planner = _Planner(model, options, write, check, folder, PROMOTE_TO[runtime], target, metric,
+                           count, len(samples))
         chosen = planner.run(proto, samples)
     plan = planner.plan
     plan.chosen_round = chosen.round
@@ -456,19 +457,21 @@ class _Planner:
     the most int8 first), and what the choice needs."""
 
     def __init__(self, model: Model, options: QuantizeOptions, write, check, folder: str, to: str,
-                 target: float, metric: Metric | None):
+                 target: float, metric: Metric | None, count: int, available: int):
         from ..qdq.fakequant import FloatWeights
 
         self.model, self.options, self.write, self.check = model, options, write, check
         self.folder, self.to, self.target, self.metric = folder, to, target, metric
-        self.plan = Plan(target, False, to, argmax_outputs=decision_outputs(model, ARGMAX_PRODUCERS),
+        self.plan = Plan(target, False, to, argmax_outputs=decision_outputs(model, ARGMAX_PRODUCERS, 2),
                          threshold_outputs=decision_outputs(model, THRESHOLD_PRODUCERS))
         self.float_weights = FloatWeights()
         self.float_weights(model)
         self.tried: list[_Attempt] = []
         self.graph = self.sensitivity = None
         self.exact: _Attempt | None = None  # the float model, on the CPU path
-        self.count = self.available = 8  # the samples checked, of those given (plan_precision)
+        self.weight_only: _Attempt | None = None  # what --weight-only writes, on the CPU path
+        self.count, self.available = count, available  # the samples checked, of those given
+        self.timed: dict[int, float] = {}  # round -> ms, of the latest timing session
 
     def run(self, proto: onnx.ModelProto, samples: list) -> _Attempt:
         """Steps 1 to 5 of the module docstring; the chosen attempt."""
@@ -477,7 +480,8 @@ class _Planner:
             self._regions(proto, samples)
         if self.to != "float":
             self.plan.reached = any(a.off <= 1 for a in self.tried)
-            return _chosen(self.tried, self.plan, timed=False)
+            holding = [a for a in self.tried if a.off <= 1]
+            return holding[0] if holding else min(self.tried, key=lambda a: a.off)
         chosen = self._fastest()
         # Reached: a plan with int8 in it (ops or weights) holds (the float model is no such plan).
         self.plan.reached = any(a.off <= 1 and _has_int8(a.model) for a in self.tried)
@@ -581,48 +585,67 @@ class _Planner:
 
     def _weight_only(self) -> _Attempt:
         """The weight-only plan, what --weight-only writes, measured once."""
-        every = self._every_int8_node()
-        kept = dict.fromkeys(every, WEIGHT_ONLY)
-        for earlier in self.tried:
-            if earlier.kept == kept:
-                return earlier
-        candidate = self.model.copy()
-        run_weight_pipeline(candidate, "int8")
-        self.tried.append(self.measured(candidate, kept, frozenset(every)))
-        return self.tried[-1]
+        if self.weight_only is None:
+            every = self._every_int8_node()
+            candidate = self.model.copy()
+            run_weight_pipeline(candidate, "int8")
+            self.weight_only = self.measured(candidate, dict.fromkeys(every, WEIGHT_ONLY), frozenset(every))
+            self.tried.append(self.weight_only)
+        return self.weight_only
+
+    def _times(self, attempts: list[_Attempt]) -> list[float]:
+        """The attempts' median times in ms, timed in alternating rounds in LiteRT (the float
+        model among them, recorded as the plan's float_ms), each recorded on its round. When the
+        latest timing covered them all, its times."""
+        from ..check.latency import median_ms
+
+        plan = self.plan
+        if not all(a.round in self.timed for a in attempts):
+            times, plan.timing_rounds = median_ms([a.path for a in attempts])
+            self.timed = {a.round: round(ms, 4) for a, ms in zip(attempts, times)}
+            for round_, ms in self.timed.items():
+                plan.rounds[round_].ms = ms
+            plan.float_ms = self.timed.get(self.exact.round, plan.float_ms)
+        return [self.timed[a.round] for a in attempts]
 
     def _weight_only_is_as_fast(self) -> bool:
         """On the CPU path, when all int8 misses: whether the weight-only plan holds and runs as
         fast as the all-int8 model (within TIE; a model the float time of which is under
         TIMED_FROM_MS never does). Then no mix of the two can gain: the int8 regions are not
         searched for."""
-        if self.to != "float" or self.metric is not None:
+        if self.to != "float" or self.metric is not None or self._weight_only().off > 1:
             return False
-        weight_only = self._weight_only()
-        if weight_only.off > 1:
-            return False
-        from ..check.latency import median_ms
-
-        exact = self._float_model()
-        timed = [self.tried[0], weight_only, exact]
-        times, self.plan.timing_rounds = median_ms([a.path for a in timed])
-        for attempt, ms in zip(timed, times):
-            self.plan.rounds[attempt.round].ms = round(ms, 4)
-        self.plan.float_ms = self.plan.rounds[exact.round].ms
-        return times[2] >= TIMED_FROM_MS and times[1] <= times[0] * (1 + TIE)
+        int8_ms, weight_only_ms, float_ms = self._times([self.tried[0], self.weight_only, self._float_model()])
+        return float_ms >= TIMED_FROM_MS and weight_only_ms <= int8_ms * (1 + TIE)
 
     def _fastest(self) -> _Attempt:
         """Step 5 on the CPU path: the first plan that holds when it is clearly faster than the
-        float model; else, with the float model and the weight-only plan among them, the fastest
-        of those that hold (_chosen)."""
+        float model (by more than TIE, or the model is too small to time); else, with the float
+        model and the weight-only plan among them, the fastest of those that hold (_fastest_of)."""
         exact = self._float_model()
         holding = [a for a in self.tried if a.off <= 1]
-        if (holding and WEIGHT_ONLY not in holding[0].kept.values()
-                and _clearly_faster(holding[0], exact, self.plan)):
-            return holding[0]
+        if holding and holding[0] is not self.weight_only:
+            ms, float_ms = self._times([holding[0], exact])
+            if float_ms < TIMED_FROM_MS or ms < float_ms * (1 - TIE):
+                return holding[0]
         weight_only = self._weight_only()
-        ordered = [a for a in self.tried if a is not weight_only] + [weight_only, exact]
-        return _chosen(ordered, self.plan, timed=True)
+        return self._fastest_of([a for a in self.tried if a is not weight_only] + [weight_only, exact])
+
+    def _fastest_of(self, tried: list[_Attempt]) -> _Attempt:
+        """Among the plans that hold, in the order given (the most int8 first, the float model
+        last), the fastest: a plan with more int8 is kept unless another is faster by more than
+        TIE, and never one slower than the float model; the first when the float model runs under
+        TIMED_FROM_MS. When none holds, the one missing by the least."""
+        holding = [a for a in tried if a.off <= 1]
+        if len(holding) <= 1:
+            return holding[0] if holding else min(tried, key=lambda a: a.off)
+        # The all-int8 model is timed too when it misses: the summary says what it would have given.
+        shown = [] if tried[0].off <= 1 else [tried[0]]
+        times = self._times(holding + shown)[:len(holding)]
+        if times[-1] < TIMED_FROM_MS:
+            return holding[0]
+        fastest = min(times)
+        return next(a for a, ms in zip(holding, times) if ms <= min(fastest * (1 + TIE), times[-1]))
 
 
 def _promotions(proto: onnx.ModelProto, chosen: _Attempt, to: str) -> list[Promotion]:
@@ -635,44 +658,8 @@ def _promotions(proto: onnx.ModelProto, chosen: _Attempt, to: str) -> list[Promo
             for node, reason in sorted(chosen.kept.items(), key=lambda item: position.get(item[0], -1))]
 
 
-def _chosen(tried: list[_Attempt], plan: Plan, timed: bool) -> _Attempt:
-    """Among the plans that hold, in the order tried (the most int8 first), the fastest when
-    `timed` (the float model last: a plan with more int8 is kept unless another is faster by more
-    than TIE, and never one slower than the float model; the first when the float model runs
-    under TIMED_FROM_MS), else the first; when none holds, the one missing by the least."""
-    holding = [a for a in tried if a.off <= 1]
-    if not holding:
-        return min(tried, key=lambda a: a.off)
-    if not timed or len(holding) == 1:
-        return holding[0]
-    from ..check.latency import median_ms
-
-    # The all-int8 model is timed too when it misses: the summary says what it would have given.
-    shown = [] if tried[0].off <= 1 else [tried[0]]
-    times, plan.timing_rounds = median_ms([a.path for a in holding + shown])
-    for attempt, ms in zip(holding + shown, times):
-        plan.rounds[attempt.round].ms = round(ms, 4)
-    times = times[:len(holding)]
-    plan.float_ms = plan.rounds[holding[-1].round].ms  # the float model comes last
-    if times[-1] < TIMED_FROM_MS:
-        return holding[0]
-    fastest = min(times)
-    return next(a for a, ms in zip(holding, times) if ms <= min(fastest * (1 + TIE), times[-1]))
-
-
 def _has_int8(model: Model) -> bool:
     return any(op.quantized or runs_hybrid(op, model) for op in model.operators)
-
-
-def _clearly_faster(candidate: _Attempt, exact: _Attempt, plan: Plan) -> bool:
-    """Whether the plan runs faster than the float model by more than TIE (or the model is too
-    small to time), timed in alternating rounds."""
-    from ..check.latency import median_ms
-
-    (ms, float_ms), plan.timing_rounds = median_ms([candidate.path, exact.path])
-    plan.rounds[candidate.round].ms, plan.rounds[exact.round].ms = round(ms, 4), round(float_ms, 4)
-    plan.float_ms = plan.rounds[exact.round].ms
-    return float_ms < TIMED_FROM_MS or ms < float_ms * (1 - TIE)
 
 
 def _search(graph, all_int8: Model, to: str, target: float, metric: Metric | None, attempt):
