@@ -19,14 +19,13 @@ there is a qconvert bug.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import ConversionError
 from ..ir import Model, Operator
 from .quantization import (
     QDQ_SOURCE,
     Int16Choice,
     int8_blocker,
+    nonfinite,
     representable_problem,
     rule_of,
 )
@@ -35,22 +34,16 @@ CANNOT_CARRY = "int8 cannot carry its values"  # the start of every reason this 
 
 
 def _constant_problem(op: Operator, model: Model) -> str | None:
-    """Weights, a bias or a constant input that no int8 (int32) value stands for."""
+    """Weights or a bias that no int8 (int32) value stands for (a constant activation input's
+    NaN is value_range's ConversionError, caught by _problem)."""
     rule = rule_of(op)
     for index, what in ((rule.weight, "weights"), (rule.bias, "bias")):
         if index is None or index >= len(op.inputs) or not op.inputs[index]:
             continue
         data = model.arrays[op.inputs[index]].data
-        if data is None or not data.size:
-            continue
-        lo, hi = data.min(), data.max()  # NaN propagates; no temporary the size of the weights
-        if not (np.isfinite(lo) and np.isfinite(hi)):
-            return f"its {what} {op.inputs[index]!r} hold {'NaN' if np.isnan(lo) or np.isnan(hi) else 'Inf'}"
-    for index in rule.activation_inputs(op):
-        array = model.arrays[op.inputs[index]]
-        if array.is_constant and array.minmax is None and array.data.dtype.kind == "f" and array.data.size:
-            if np.isnan(array.data.min()) or np.isnan(array.data.max()):
-                return f"constant {array.name!r} holds NaN"
+        bad = None if data is None else nonfinite(data)
+        if bad:
+            return f"its {what} {op.inputs[index]!r} hold {bad}"
     return None
 
 

@@ -318,6 +318,17 @@ def _described(array: Array, scale: float, model: Model) -> str:
     return f"{array.name!r} scale {scale:.3g}{where}"
 
 
+def nonfinite(values: np.ndarray) -> str | None:
+    """"NaN" or "Inf" when the values hold one (no int8 or int32 value stands for it), else None.
+    min and max propagate NaN and reach Inf, without a temporary the size of the weights."""
+    if not values.size:
+        return None
+    lo, hi = values.min(), values.max()
+    if np.isfinite(lo) and np.isfinite(hi):
+        return None
+    return "NaN" if np.isnan(lo) or np.isnan(hi) else "Inf"
+
+
 def weight_scales(weights: Array) -> np.ndarray | None:
     """The weights' int8 scales, or before quantize_weights the largest they will get (symmetric,
     narrow range: the largest magnitude over 127); None for weights that are not a float constant."""
@@ -329,9 +340,10 @@ def weight_scales(weights: Array) -> np.ndarray | None:
     return np.array([largest / 127 if largest > 0 else 1.0])
 
 
-def _multipliers(op: Operator, model: Model, scales: dict[str, float]) -> list[tuple[str, np.ndarray]]:
+def _multipliers(op: Operator, model: Model, scales: dict[str, float],
+                 w: np.ndarray | None) -> list[tuple[str, np.ndarray]]:
     """The requantization multipliers the op's int8 kernel computes, in float32 like XNNPACK,
-    each with how it is made (for the message)."""
+    each with how it is made (for the message); `w` the weights' scales (weight_scales)."""
     rule, arrays = rule_of(op), model.arrays
     names = op.inputs[:1] if op.type in BOUNDARY_OPS else [op.inputs[i] for i in rule.activation_inputs(op)]
     out = op.outputs[0]
@@ -339,7 +351,6 @@ def _multipliers(op: Operator, model: Model, scales: dict[str, float]) -> list[t
     found = []
     if rule is not None and rule.weight is not None:
         weights = arrays[op.inputs[rule.weight]]
-        w = weight_scales(weights)
         if w is not None:
             product = np.float32(scales[names[0]]) * w.astype(np.float32)
             found.append((f"input {_described(arrays[names[0]], scales[names[0]], model)} x weights "
@@ -382,6 +393,7 @@ def representable_problem(op: Operator, model: Model) -> str | None:
         if not MIN_SCALE <= scale <= MAX_SCALE:  # NaN fails too
             return (f"tensor {_described(arrays[name], scale, model)} is outside [2^-60, 2^60], the scales "
                     "every int8 kernel represents; its values are too large to quantize")
+    w = None  # the weights' scales, once: before quantize_weights each is a pass over the weights
     if rule is not None and rule.weight is not None:
         weights = arrays[op.inputs[rule.weight]]
         w = weight_scales(weights)
@@ -392,7 +404,7 @@ def representable_problem(op: Operator, model: Model) -> str | None:
     if not op.outputs or op.outputs[0] not in scales:
         return None
     limit = _ADD_MAX_MULTIPLIER if op.type in ("ADD", "SUB") else MAX_MULTIPLIER
-    for how, value in _multipliers(op, model, scales):
+    for how, value in _multipliers(op, model, scales, w):
         value = np.asarray(value, np.float64)
         if not np.all(np.isfinite(value) & (value < limit)):
             worst = float(np.nanmax(np.where(np.isfinite(value), value, np.inf)))

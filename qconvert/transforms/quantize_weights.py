@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir import Model, Operator, QuantParams
-from .quantization import FLOAT32, INT8, input_scale, rule_of
+from .quantization import FLOAT32, INT8, input_scale, nonfinite, rule_of
 from ..quantize.rounding import InputMoments, bias_shift, enough_patches, round_for_output
 from ..quantize.params import (
     adjust_weight_scales_for_bias,
@@ -34,11 +34,11 @@ from .helpers import own_constant, single_use_constants
 
 
 def require_finite(op: Operator, what: str, name: str, values: np.ndarray) -> None:
-    """A ConversionError naming the constant unless every value is finite: NaN or Inf has no int8
-    (or int32) value. min and max propagate NaN and reach Inf, without a temporary the size of
-    the weights."""
-    if values.size and not (np.isfinite(values.min()) and np.isfinite(values.max())):
-        bad = "NaN" if np.isnan(values.min()) or np.isnan(values.max()) else "Inf"
+    """A ConversionError naming the constant unless every value is finite (quantization.nonfinite):
+    an op that reaches here with such weights runs its 16x8 kernel (keep_unrepresentable_float
+    keeps the int8 ones float)."""
+    bad = nonfinite(values)
+    if bad:
         raise ConversionError(f"{what} {name!r} of {op.type} from ONNX node {op.source!r} hold {bad}; "
                               "only finite values can be quantized")
 
