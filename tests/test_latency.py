@@ -42,7 +42,11 @@ def test_a_verified_quantized_conversion_is_timed(files, flags, kind):
     assert timed["model_ms"] > 0 and timed["float_ms"] > 0
     assert timed["ratio"] == pytest.approx(timed["model_ms"] / timed["float_ms"], rel=0.005)
     assert timed["cpu"] == latency.cpu_description()
-    assert f"{kind}/float latency {timed['ratio']:.2f}x" in run.stderr.splitlines()[-1]
+    ratio = timed["ratio"]
+    factor = 1 / ratio if ratio < 1 else ratio
+    shown = f"{factor:.1f}x" if factor >= 2 else f"{factor:.2f}x"
+    speed = f"{shown} faster than" if ratio < 1 else f"{shown} slower than" if ratio > 1 else "as fast as"
+    assert f"{kind} {speed} float (" in run.stderr.splitlines()[-1]
 
 
 def test_float_conversions_and_no_latency_are_not_timed(files):
@@ -50,6 +54,12 @@ def test_float_conversions_and_no_latency_are_not_timed(files):
         run = _qconvert(files, *args)
         assert run.returncode == 0 and json.loads(run.stdout)["latency"] is None, run.stderr
         assert "latency" not in run.stderr
+
+
+@pytest.mark.parametrize("ms,shown", [(0.00112, "1.12 µs"), (0.5, "500 µs"), (1.36, "1.36 ms"),
+                                      (999.4, "999 ms"), (2310.0, "2.31 s")])
+def test_durations_are_shown_in_the_unit_that_fits(ms, shown):
+    assert latency.duration(ms) == shown
 
 
 def test_the_same_model_times_alike(files, tmp_path):
