@@ -58,62 +58,22 @@ tflite_op("DEPTHWISE_CONV_2D", options="DepthwiseConv2DOptions", version=_depthw
 
 @onnx_op("Conv")
 def import_conv(node, ctx):
+    """A 2-D conv (a 1-D one lifted to a unit height) as CONV_2D, DEPTHWISE_CONV_2D or one
+    CONV_2D per group, in NHWC between the layout transposes."""
     x, w_name = node.inputs[:2]
     b_name = node.inputs[2] if len(node.inputs) > 2 else ""
     y = node.outputs[0]
     w = ctx.const(w_name)  # None: computed at run time, a tensor of ctx.shape(w_name)
     w_shape = ctx.shape(w_name) if w is None else w.shape
-    if w is None and ctx.dtype(w_name) != ctx.dtype(x):
-        raise ctx.error(f"weights {w_name!r} computed at run time have dtype {ctx.dtype(w_name)}, "
-                        f"the input {ctx.dtype(x)}")
-    if len(w_shape) not in (3, 4):
-        raise ctx.error(f"{len(w_shape) - 2}D convolution is not supported (1D and 2D are)")
-    if ctx.rank(x) != len(w_shape):
-        raise ctx.error(f"weights of shape {list(w_shape)} (rank {len(w_shape)}) for an input of rank "
-                        f"{ctx.rank(x)}")
-    ctx.check_not_empty(x)
-    _check_channels(ctx, ctx.shape(x)[1], w_shape, node.attr("group", 1), b_name)
+    _check_weights(ctx, x, w_name, w, w_shape, node.attr("group", 1), b_name)
     one_d = len(w_shape) == 3
-    if one_d:  # [N, C, L] -> [N, C, 1, L]
-        n, c, length = ctx.shape(x)
-        x = reshape(ctx, x, (n, c, 1, length))
-        if w is None:
-            w_name = reshape(ctx, w_name, w_shape[:2] + (1,) + w_shape[2:])
-        else:
-            w = w[:, :, None, :]
-        w_shape = w_shape[:2] + (1,) + w_shape[2:]
+    if one_d:
+        x, w_name, w, w_shape = lift_1d(ctx, x, w_name, w, w_shape)
     spatial = ctx.shape(x)[2:]
     kernel = w_shape[2:]
-    def pair(name, default):
-        value = list(node.attr(name, [default] * (1 if one_d else 2)))
-        if len(value) != (1 if one_d else 2):
-            raise ctx.error(f"attribute {name!r} has {len(value)} values for "
-                            f"{1 if one_d else 2} spatial axes")
-        return [default] + value if one_d else value
-    strides, dilations = pair("strides", 1), pair("dilations", 1)
-    declared = node.attr("kernel_shape")
-    if declared is not None and list(declared) != list(w_shape[3:] if one_d else w_shape[2:]):
-        raise ctx.error(f"kernel_shape {list(declared)} differs from the weights' spatial shape "
-                        f"{list(w_shape[3:] if one_d else w_shape[2:])}")
-    group = node.attr("group", 1)
-    if one_d and node.attr("auto_pad", "NOTSET") == "NOTSET":
-        p = list(node.attr("pads", [0, 0]))
-        if len(p) != 2:
-            raise ctx.error(f"attribute 'pads' has {len(p)} values, a 1D convolution takes 2")
-        pads = [0, p[0], 0, p[1]]
-    else:
-        pads = onnx_pads(node, spatial, kernel, strides, dilations)
-        if len(pads) != 4:
-            raise ctx.error(f"attribute 'pads' has {len(pads)} values, a 2D convolution takes 4")
-    y_shape = ctx.shape(y)
-    out_shape4 = (y_shape[0], y_shape[1], 1, y_shape[2]) if one_d else y_shape
+    strides, dilations, pads = _attributes(node, ctx, one_d, spatial, w_shape)
+    out_shape4 = _output_shape4(ctx, y, one_d, spatial, kernel, strides, dilations, pads)
     out_spatial = out_shape4[2:]
-    expected = [(spatial[i] + pads[i] + pads[i + 2] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
-                for i in range(2)]
-    if any(d < 1 for d in expected) or list(out_spatial) != expected:
-        raise ctx.error(f"the output's spatial shape {list(out_spatial)} does not follow from the "
-                        f"input's {list(spatial)}, kernel {list(kernel)}, strides, dilations and "
-                        f"pads (which give {expected})")
 
     x_nhwc = to_channels_last(ctx, x)
     padding = choose_padding(pads, spatial, kernel, strides, dilations, out_spatial)
@@ -124,17 +84,109 @@ def import_conv(node, ctx):
     if b_name and bias is None and ctx.dtype(b_name) != ctx.dtype(x):
         raise ctx.error(f"bias {b_name!r} computed at run time has dtype {ctx.dtype(b_name)}, "
                         f"the input {ctx.dtype(x)}")
-    out_channels, in_per_group = w_shape[0], w_shape[1]
-    in_channels = in_per_group * group
+    group = node.attr("group", 1)
     options = {"padding": padding, "stride_h": strides[0], "stride_w": strides[1],
                "dilation_h_factor": dilations[0], "dilation_w_factor": dilations[1]}
-    inner_shape = (out_shape4[0],) + tuple(out_spatial) + (out_channels,)
+    inner_shape = (out_shape4[0],) + tuple(out_spatial) + (w_shape[0],)
     inner = ctx.tensor(channels_last_name(y), inner_shape, ctx.dtype(y))
     if w is None or (b_name and bias is None):
         _computed_conv(ctx, x_nhwc, w_name, w, b_name, bias, group, options, inner, y)
-        from_channels_last(ctx, inner, y)
-        return
-    w = np.asarray(w, dtype=np.float32)
+    else:
+        _constant_conv(ctx, x_nhwc, w_name, np.asarray(w, dtype=np.float32), b_name, bias, group,
+                       options, inner, y)
+    from_channels_last(ctx, inner, y)
+
+
+def lift_1d(ctx, x: str, w_name: str, w, w_shape):
+    """(x, w_name, w, w_shape) of a 1-D conv lifted to 2-D with a unit height: TFLite's convs are
+    2-D only. The input [N, C, L] becomes [N, C, 1, L] (a RESHAPE), the weights [A, B, K] become
+    [A, B, 1, K] (sliced at import, or a RESHAPE when computed at run time, w None);
+    from_channels_last reshapes the result back. Shared by Conv and ConvTranspose."""
+    n, c, length = ctx.shape(x)
+    x = reshape(ctx, x, (n, c, 1, length))
+    if w is None:
+        w_name = reshape(ctx, w_name, w_shape[:2] + (1,) + w_shape[2:])
+    else:
+        w = w[:, :, None, :]
+    return x, w_name, w, w_shape[:2] + (1,) + w_shape[2:]
+
+
+def lift_1d_values(values, default) -> list:
+    """A 1-D conv's per-axis attribute (strides, dilations, ...) for its 2-D lift (lift_1d): the
+    unit height's `default` first."""
+    return [default] + list(values)
+
+
+def lift_1d_pads(pads) -> list:
+    """A 1-D conv's ONNX pads [begin, end] for its 2-D lift (lift_1d): [top, left, bottom, right]
+    with no pad along the unit height."""
+    return [0, pads[0], 0, pads[1]]
+
+
+def _check_weights(ctx, x: str, w_name: str, w, w_shape, group: int, b_name: str) -> None:
+    """Refuses weights the conv cannot take, before any op is written: computed at run time in
+    another dtype than the input, neither 1-D nor 2-D, of another rank than the input, or whose
+    channels do not match the input's and the bias's (_check_channels); and an empty input."""
+    if w is None and ctx.dtype(w_name) != ctx.dtype(x):
+        raise ctx.error(f"weights {w_name!r} computed at run time have dtype {ctx.dtype(w_name)}, "
+                        f"the input {ctx.dtype(x)}")
+    if len(w_shape) not in (3, 4):
+        raise ctx.error(f"{len(w_shape) - 2}D convolution is not supported (1D and 2D are)")
+    if ctx.rank(x) != len(w_shape):
+        raise ctx.error(f"weights of shape {list(w_shape)} (rank {len(w_shape)}) for an input of rank "
+                        f"{ctx.rank(x)}")
+    ctx.check_not_empty(x)
+    _check_channels(ctx, ctx.shape(x)[1], w_shape, group, b_name)
+
+
+def _attributes(node, ctx, one_d: bool, spatial, w_shape):
+    """(strides, dilations, pads) as 2-D (a 1-D conv's lifted, lift_1d_values/lift_1d_pads),
+    refusing attributes with the wrong number of values or a kernel_shape other than the
+    weights'. w_shape and spatial are the lifted 2-D ones."""
+    axes = 1 if one_d else 2
+
+    def pair(name, default):
+        value = list(node.attr(name, [default] * axes))
+        if len(value) != axes:
+            raise ctx.error(f"attribute {name!r} has {len(value)} values for {axes} spatial axes")
+        return lift_1d_values(value, default) if one_d else value
+    strides, dilations = pair("strides", 1), pair("dilations", 1)
+    declared = node.attr("kernel_shape")
+    if declared is not None and list(declared) != list(w_shape[3:] if one_d else w_shape[2:]):
+        raise ctx.error(f"kernel_shape {list(declared)} differs from the weights' spatial shape "
+                        f"{list(w_shape[3:] if one_d else w_shape[2:])}")
+    if one_d and node.attr("auto_pad", "NOTSET") == "NOTSET":
+        p = list(node.attr("pads", [0, 0]))
+        if len(p) != 2:
+            raise ctx.error(f"attribute 'pads' has {len(p)} values, a 1D convolution takes 2")
+        pads = lift_1d_pads(p)
+    else:
+        pads = onnx_pads(node, spatial, w_shape[2:], strides, dilations)
+        if len(pads) != 4:
+            raise ctx.error(f"attribute 'pads' has {len(pads)} values, a 2D convolution takes 4")
+    return strides, dilations, pads
+
+
+def _output_shape4(ctx, y: str, one_d: bool, spatial, kernel, strides, dilations, pads):
+    """y's shape as 2-D ([N, C, 1, L] for a 1-D conv), refused unless its spatial size is the one
+    the input, kernel, strides, dilations and pads give (a node shape inference got wrong)."""
+    y_shape = ctx.shape(y)
+    out_shape4 = (y_shape[0], y_shape[1], 1, y_shape[2]) if one_d else y_shape
+    out_spatial = out_shape4[2:]
+    expected = [(spatial[i] + pads[i] + pads[i + 2] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
+                for i in range(2)]
+    if any(d < 1 for d in expected) or list(out_spatial) != expected:
+        raise ctx.error(f"the output's spatial shape {list(out_spatial)} does not follow from the "
+                        f"input's {list(spatial)}, kernel {list(kernel)}, strides, dilations and "
+                        f"pads (which give {expected})")
+    return out_shape4
+
+
+def _constant_conv(ctx, x_nhwc, w_name, w, b_name, bias, group, options, inner, y):
+    """The conv with constant float32 OIHW weights and bias: CONV_2D (OHWI weights),
+    DEPTHWISE_CONV_2D ([1, H, W, C*M]) when every group is one input channel, else _grouped."""
+    out_channels, in_per_group = w.shape[0], w.shape[1]
+    in_channels = in_per_group * group
     if group == 1:
         inputs = [x_nhwc, ctx.constant(w_name, np.transpose(w, (0, 2, 3, 1))),
                   ctx.constant(b_name or y + "_bias", bias if bias is not None else np.zeros(out_channels, np.float32))]
@@ -146,7 +198,6 @@ def import_conv(node, ctx):
         ctx.add_op("DEPTHWISE_CONV_2D", inputs, [inner], dict(options, depth_multiplier=multiplier))
     else:
         _grouped(ctx, x_nhwc, w, bias, group, options, inner, w_name, y)
-    from_channels_last(ctx, inner, y)
 
 
 def _check_channels(ctx, in_channels: int, w_shape, group: int, b_name: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import channels_last_name
+from .conv import lift_1d, lift_1d_pads, lift_1d_values
 from .layout import from_channels_last, reshape, to_channels_last, transpose
 from .registry import QuantRule, onnx_op, tflite_op
 from .slice import slice_tensor
@@ -107,11 +108,11 @@ def _attributes(node, one_d: bool):
     def pair(name, default):
         value = node.attr(name)
         value = [default] * (1 if one_d else 2) if value is None else list(value)
-        return [default] + value if one_d else value
+        return lift_1d_values(value, default) if one_d else value
     pads = list(node.attr("pads", [0] * (2 if one_d else 4)))
     output_shape = node.attr("output_shape")
     if one_d:
-        pads = [0, pads[0], 0, pads[1]]
+        pads = lift_1d_pads(pads)
         output_shape = None if output_shape is None else [1] + list(output_shape)[-1:]
     elif output_shape is not None:
         output_shape = list(output_shape)[-2:]
@@ -120,62 +121,30 @@ def _attributes(node, one_d: bool):
 
 @onnx_op("ConvTranspose")
 def import_conv_transpose(node, ctx):
+    """A 2-D transposed conv (a 1-D one lifted to a unit height) as TRANSPOSE_CONV (one per
+    group), dilation folded into the weights, then a SLICE when ONNX's window is not TFLite's."""
     x, w_name = node.inputs[:2]
     b_name = node.inputs[2] if len(node.inputs) > 2 else ""
     y = node.outputs[0]
     w = ctx.const(w_name)  # None: computed at run time, a tensor of ctx.shape(w_name)
-    for name, value, what in ((w_name, w, "weights"), (b_name, ctx.const(b_name) if b_name else 0, "bias")):
-        if value is None and ctx.dtype(name) != ctx.dtype(x):
-            raise ctx.error(f"{what} {name!r} computed at run time have dtype {ctx.dtype(name)}, "
-                            f"the input {ctx.dtype(x)}")
+    w_shape = _check_inputs(ctx, x, w_name, w, b_name)
     if w is not None:
         w = np.asarray(w, dtype=np.float32)
-    w_shape = ctx.shape(w_name) if w is None else w.shape
-    if len(w_shape) not in (3, 4):
-        raise ctx.error(f"{len(w_shape) - 2}D transposed convolution is not supported (1D and 2D are)")
-    if ctx.rank(x) != len(w_shape):
-        raise ctx.error(f"weights of shape {list(w_shape)} (rank {len(w_shape)}) for an input of rank "
-                        f"{ctx.rank(x)}")
-    ctx.check_not_empty(x)
     one_d = len(w_shape) == 3
     bias = ctx.const(b_name) if b_name else None
     bias_shape = None if not b_name else ctx.shape(b_name) if bias is None else bias.shape
     strides, dilations, output_padding, pads, output_shape = _attributes(node, one_d)
-    if one_d:  # [N, C, L] -> [N, C, 1, L]
-        n, c, length = ctx.shape(x)
-        x = reshape(ctx, x, (n, c, 1, length))
-        if w is None:
-            w_name = reshape(ctx, w_name, w_shape[:2] + (1,) + w_shape[2:])
-        else:
-            w = w[:, :, None, :]
-        w_shape = w_shape[:2] + (1,) + w_shape[2:]
+    if one_d:
+        x, w_name, w, w_shape = lift_1d(ctx, x, w_name, w, w_shape)
     group = node.attr("group", 1)
-    in_channels = ctx.shape(x)[1]
-    if group < 1 or w_shape[0] != in_channels or in_channels % group:
-        raise ctx.error(f"the input has {in_channels} channels, the weights {list(w_shape)} with "
-                        f"group {group} take {w_shape[0]}")
-    if bias_shape is not None and tuple(bias_shape) != (w_shape[1] * group,):
-        raise ctx.error(f"bias of shape {list(bias_shape)} for {w_shape[1] * group} output channels")
-    if w is None:
-        w_name = _dilate_computed(ctx, w_name, dilations)
-        w_shape = ctx.shape(w_name)
-    else:
-        w = _dilate(w, dilations)
-        w_shape = w.shape
+    _check_channels(ctx, ctx.shape(x)[1], w_shape, group, bias_shape)
+    w_name, w, w_shape = _dilated_weights(ctx, w_name, w, dilations)
     kernel, in_spatial = w_shape[2:], ctx.shape(x)[2:]
     out_spatial, begins = _out_and_begins(node, in_spatial, kernel, strides, output_padding, pads,
                                           output_shape)
     batch, out_channels = ctx.shape(x)[0], w_shape[1] * group
-    out4 = (batch, out_channels) + tuple(out_spatial)
-    expected = (batch, out_channels, out_spatial[1]) if one_d else out4
-    if tuple(ctx.shape(y)) != expected:
-        raise ctx.error(f"the attributes give output shape {list(expected)}, shape inference "
-                        f"{list(ctx.shape(y))}; the node is inconsistent")
-    plan = _plan(in_spatial, kernel, strides, begins, out_spatial)
-    if plan is None:
-        raise ctx.error(f"output size {out_spatial} reaches more than stride-1 past the full "
-                        "transposed convolution; TRANSPOSE_CONV cannot compute it")
-    padding, sizes, crop = plan
+    padding, sizes, crop = _checked_plan(ctx, y, one_d, (batch, out_channels), in_spatial, kernel,
+                                         strides, begins, out_spatial)
 
     x_nhwc = to_channels_last(ctx, x)
     conv_out = ctx.tensor(y + "_conv", (batch, sizes[0], sizes[1], out_channels), ctx.dtype(y))
@@ -186,13 +155,73 @@ def import_conv_transpose(node, ctx):
         _transpose_conv(ctx, x_nhwc, w, bias, w_name, b_name or y + "_bias", conv_out, options)
     else:
         _grouped(ctx, x_nhwc, w, bias, group, options, conv_out, w_name, y)
-    inner = conv_out
-    if crop is not None:
-        inner = ctx.tensor(channels_last_name(y), (batch,) + tuple(out_spatial) + (out_channels,), ctx.dtype(y))
-        begin = np.array([0, crop[0], crop[1], 0], np.int32)
-        size = np.array(ctx.shape(inner), np.int32)
-        ctx.add_op("SLICE", [conv_out, ctx.constant("begin", begin), ctx.constant("size", size)], [inner])
+    inner = conv_out if crop is None else _crop(ctx, conv_out, y, crop, out_spatial)
     from_channels_last(ctx, inner, y)
+
+
+def _check_inputs(ctx, x: str, w_name: str, w, b_name: str):
+    """The weights' shape, after refusing weights or a bias computed at run time in another
+    dtype than the input, weights neither 1-D nor 2-D or of another rank than the input, and an
+    empty input: what TRANSPOSE_CONV cannot take."""
+    for name, value, what in ((w_name, w, "weights"), (b_name, ctx.const(b_name) if b_name else 0, "bias")):
+        if value is None and ctx.dtype(name) != ctx.dtype(x):
+            raise ctx.error(f"{what} {name!r} computed at run time have dtype {ctx.dtype(name)}, "
+                            f"the input {ctx.dtype(x)}")
+    w_shape = ctx.shape(w_name) if w is None else w.shape
+    if len(w_shape) not in (3, 4):
+        raise ctx.error(f"{len(w_shape) - 2}D transposed convolution is not supported (1D and 2D are)")
+    if ctx.rank(x) != len(w_shape):
+        raise ctx.error(f"weights of shape {list(w_shape)} (rank {len(w_shape)}) for an input of rank "
+                        f"{ctx.rank(x)}")
+    ctx.check_not_empty(x)
+    return w_shape
+
+
+def _check_channels(ctx, in_channels: int, w_shape, group: int, bias_shape) -> None:
+    """Input channels = the weights' first axis, a multiple of group, and the bias one value per
+    output channel (weights' second axis x group): ONNX's [I, O/g, kh, kw] layout."""
+    if group < 1 or w_shape[0] != in_channels or in_channels % group:
+        raise ctx.error(f"the input has {in_channels} channels, the weights {list(w_shape)} with "
+                        f"group {group} take {w_shape[0]}")
+    if bias_shape is not None and tuple(bias_shape) != (w_shape[1] * group,):
+        raise ctx.error(f"bias of shape {list(bias_shape)} for {w_shape[1] * group} output channels")
+
+
+def _dilated_weights(ctx, w_name: str, w, dilations):
+    """(w_name, w, w_shape) with the dilation folded into the weights (_dilate at import, or
+    _dilate_computed's ops when they are computed at run time): TRANSPOSE_CONV has no dilation."""
+    if w is None:
+        w_name = _dilate_computed(ctx, w_name, dilations)
+        return w_name, w, ctx.shape(w_name)
+    w = _dilate(w, dilations)
+    return w_name, w, w.shape
+
+
+def _checked_plan(ctx, y: str, one_d: bool, batch_channels, in_spatial, kernel, strides, begins,
+                  out_spatial):
+    """_plan's (padding, TFLite output size, crop), after refusing a node whose attributes give
+    another output shape than shape inference, or an output TRANSPOSE_CONV cannot compute."""
+    out4 = tuple(batch_channels) + tuple(out_spatial)
+    expected = tuple(batch_channels) + (out_spatial[1],) if one_d else out4
+    if tuple(ctx.shape(y)) != expected:
+        raise ctx.error(f"the attributes give output shape {list(expected)}, shape inference "
+                        f"{list(ctx.shape(y))}; the node is inconsistent")
+    plan = _plan(in_spatial, kernel, strides, begins, out_spatial)
+    if plan is None:
+        raise ctx.error(f"output size {out_spatial} reaches more than stride-1 past the full "
+                        "transposed convolution; TRANSPOSE_CONV cannot compute it")
+    return plan
+
+
+def _crop(ctx, conv_out: str, y: str, crop, out_spatial) -> str:
+    """A SLICE of ONNX's output window (starting at `crop`) from TRANSPOSE_CONV's larger VALID
+    output; returns the NHWC result."""
+    batch, out_channels = ctx.shape(conv_out)[0], ctx.shape(conv_out)[3]
+    inner = ctx.tensor(channels_last_name(y), (batch,) + tuple(out_spatial) + (out_channels,), ctx.dtype(y))
+    begin = np.array([0, crop[0], crop[1], 0], np.int32)
+    size = np.array(ctx.shape(inner), np.int32)
+    ctx.add_op("SLICE", [conv_out, ctx.constant("begin", begin), ctx.constant("size", size)], [inner])
+    return inner
 
 
 def _dilate_computed(ctx, w_name: str, dilations) -> str:
