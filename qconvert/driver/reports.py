@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 from dataclasses import asdict, dataclass, field
 
 from ..check.latency import Latency
@@ -12,6 +13,8 @@ from ..transforms.keep_unrepresentable_float import CANNOT_CARRY
 from .planner import Plan
 
 SHOWN_UNCARRIED = 3  # the summary names the first ops int8 cannot carry
+SHOWN_FLOAT_GROUPS = 4  # the summary gives the reasons of this many groups of float ops
+_REASON_DETAILS = re.compile(r"'[^']*'|\d+(\.\d+)?")  # a name or number in a reason
 
 
 @dataclass
@@ -117,10 +120,9 @@ class ConversionReport:
                 text += (f"; int8 cannot carry the values of {len(uncarried)} ops, kept float ("
                          + ", ".join(f"{f.op} {f.node!r}" for f in uncarried[:SHOWN_UNCARRIED])
                          + (", ..." if len(uncarried) > SHOWN_UNCARRIED else "") + ")")
-            if q.float_ops:
-                kinds = collections.Counter(f.op for f in q.float_ops)
-                text += "; stayed float: " + ", ".join(
-                    f"{n} {op}" if n > 1 else op for op, n in sorted(kinds.items()))
+            others = [f for f in q.float_ops if not f.reason.startswith(CANNOT_CARRY)]
+            if others:
+                text += "; stayed float: " + _float_groups(others)
         w = self.weights
         if w is not None:
             text += (f"; {w.mode} weights: {len(w.tensors)} tensors, {_human_size(w.weights_bytes_float)}"
@@ -135,6 +137,23 @@ class ConversionReport:
             text += "; dynamic axis 0 set (--input-shape to change it): " + ", ".join(
                 f"{name!r} {size}" for name, size in self.leading_dims.items())
         return text
+
+
+def _float_groups(float_ops: list[FloatOp]) -> str:
+    """The ops that stayed float grouped by why, each group's reason in short (the text before
+    its first colon; --json has every op's whole reason): "SOFTMAX (its output is a model output);
+    3 ADD, MUL (tensor 'a' has no calibrated range)". Reasons that differ only in a quoted name or
+    a number are one group, named by its first op's."""
+    groups: dict[str, tuple[str, collections.Counter]] = {}
+    for f in float_ops:
+        short = f.reason.split(": ", 1)[0]
+        shown, kinds = groups.setdefault(_REASON_DETAILS.sub("#", short), (short, collections.Counter()))
+        kinds[f.op] += 1
+    parts = [", ".join(f"{n} {op}" if n > 1 else op for op, n in sorted(kinds.items())) + f" ({shown})"
+             for shown, kinds in list(groups.values())[:SHOWN_FLOAT_GROUPS]]
+    if len(groups) > SHOWN_FLOAT_GROUPS:
+        parts.append(f"{len(groups) - SHOWN_FLOAT_GROUPS} more reasons (--json lists each op's)")
+    return "; ".join(parts)
 
 
 def _human_size(n: int) -> str:

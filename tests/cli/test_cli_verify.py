@@ -164,7 +164,26 @@ def test_keep_float(files):
     assert run.returncode == 0, run.stderr
     (kept,) = json.loads(run.stdout)["quantization"]["float_ops"]
     assert (kept["op"], kept["reason"]) == ("FULLY_CONNECTED", "kept float by --keep-float")
-    assert "stayed float: FULLY_CONNECTED" in run.stderr
+    assert "stayed float: FULLY_CONNECTED (kept float by --keep-float)" in run.stderr
+
+
+def test_every_float_op_has_its_reason_in_the_summary(files, tmp_path):
+    """A softmax classifier under --default-range (issue 31: "stayed float: SOFTMAX" said no why);
+    two ops kept by --keep-float share one reason and one group."""
+    model = small_classifier(np.random.default_rng(3))
+    model.graph.node.append(onnx.helper.make_node("Softmax", ["y"], ["p"], axis=-1, name="softmax"))
+    model.graph.output[0].name = "p"
+    onnx.save(model, tmp_path / "s.onnx")
+    run = qconvert("s.onnx", "s.tflite", "--quantize", "--default-range", "-6,6", "--keep-float",
+                   "Relu", "--keep-float", "Gemm", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    reasons = {f["op"]: f["reason"] for f in json.loads(run.stdout)["quantization"]["float_ops"]}
+    assert reasons["SOFTMAX"].startswith("its output is a model output: ")
+    summary = run.stderr.splitlines()[-1]
+    assert "stayed float: " in summary
+    groups = summary.split("stayed float: ")[1].split("; ")
+    assert "SOFTMAX (its output is a model output)" in groups, summary
+    assert sum("(kept float by --keep-float)" in g for g in groups) == 1, summary
 
 
 @pytest.mark.parametrize("args, code", [
