@@ -2,20 +2,26 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test bench zoo schema install clean browser
 
-$(STAMP): pyproject.toml
+# The demo needs the base install only (no torch); the tests add the test and qat extras.
+$(BASE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(BASE_STAMP)
+
+$(STAMP): $(BASE_STAMP)
 	$(PY) -m pip install --quiet -e '.[test,qat]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(PY) examples/demo.py
 
 test: $(STAMP) browser
