@@ -25,51 +25,16 @@ tflite_op("AVERAGE_POOL_2D", options="Pool2DOptions", quant=SAME16, version=int1
 
 @onnx_op("MaxPool", "AveragePool")
 def import_pool(node, ctx):
+    """A 1-D or 2-D pool as MAX_POOL_2D or AVERAGE_POOL_2D in NHWC (a 1-D one over a unit
+    height); a global reduction when its one window covers the map, taps combined when dilated."""
     x, y = node.inputs[0], node.outputs[0]
     if ctx.dtype(x).kind == "i":
-        # An 8-bit MaxPool computes as int32 inside (loader._NARROWED), which MAX_POOL_2D does
-        # not take: pooled in float32, which holds those values exactly.
-        x_float, y_float = (ctx.tensor(f"{n}_float", ctx.shape(n), np.float32) for n in (x, y))
-        add_cast(ctx, x, x_float)
-        import_pool(dataclasses.replace(node, inputs=[x_float], outputs=[y_float]), ctx)
-        add_cast(ctx, y_float, y)
+        _pool_in_float(node, ctx)
         return
-    if len(node.outputs) > 1 and node.outputs[1]:
-        raise ctx.error("MaxPool's Indices output is not supported")
-    shape = ctx.shape(x)
-    ctx.check_not_empty(x)
-    if len(shape) not in (3, 4):
-        raise ctx.error(f"{len(shape) - 2}D pooling is not supported (1D and 2D are)")
-    one_d = len(shape) == 3
-    kernel = list(node.attr("kernel_shape"))
-    strides = list(node.attr("strides", [1] * len(kernel)))
-    dilations = list(node.attr("dilations", [1] * len(kernel)))
-    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
-        if len(values) != len(shape) - 2:
-            raise ctx.error(f"attribute {name!r} has {len(values)} values for {len(shape) - 2} "
-                            "spatial axes")
-    if node.attr("auto_pad", "NOTSET") == "NOTSET" and len(node.attr("pads", [0] * 2 * len(kernel))) \
-            != 2 * len(kernel):
-        raise ctx.error(f"attribute 'pads' has {len(node.attr('pads'))} values, the pool takes "
-                        f"{2 * len(kernel)}")
-    y_shape = ctx.shape(y)
-    if one_d:
-        x = reshape(ctx, x, (shape[0], shape[1], 1, shape[2]))
-        kernel, strides, dilations = [1] + kernel, [1] + strides, [1] + dilations
-        y4 = (y_shape[0], y_shape[1], 1, y_shape[2])
-    else:
-        y4 = y_shape
+    kernel, strides, dilations = _attributes(node, ctx)
+    one_d = ctx.rank(x) == 3
+    x, kernel, strides, dilations, pads, y4 = _as_2d(node, ctx, kernel, strides, dilations)
     spatial = ctx.shape(x)[2:]
-    if one_d:
-        p = onnx_pads(node, shape[2:], kernel[1:], strides[1:], dilations[1:])
-        pads = [0, p[0], 0, p[1]]
-    else:
-        pads = onnx_pads(node, spatial, kernel, strides, dilations)
-    # ceil_mode: extend the end pads so that the VALID output size equals ONNX's.
-    for i in range(2):
-        span = (kernel[i] - 1) * dilations[i] + 1
-        needed = (y4[2 + i] - 1) * strides[i] + span - spatial[i] - pads[i]
-        pads[2 + i] = max(pads[2 + i], needed)
     is_max = node.op_type == "MaxPool"
     if not one_d and _covers_whole_input(spatial, kernel, pads, y4[2:], dilations) and (
             is_max or not node.attr("count_include_pad", 0) or not any(pads)):
@@ -82,8 +47,78 @@ def import_pool(node, ctx):
     if any(d != 1 for d in dilations):
         inner = ctx.tensor(channels_last_name(y), (y4[0], y4[2], y4[3], y4[1]), ctx.dtype(y))
         _dilated_pool(ctx, node, x_nhwc, inner, spatial, kernel, strides, dilations, pads, y4[2:])
-        from_channels_last(ctx, inner, y)
-        return
+    else:
+        inner = _plain_pool(ctx, node, x_nhwc, spatial, kernel, strides, pads, y4)
+    from_channels_last(ctx, inner, y)
+
+
+def _pool_in_float(node, ctx) -> None:
+    """The pool of an integer input, pooled in float32 between two CASTs: an 8-bit MaxPool
+    computes as int32 inside (loader._NARROWED), which MAX_POOL_2D does not take, and float32
+    holds those values exactly."""
+    x, y = node.inputs[0], node.outputs[0]
+    x_float, y_float = (ctx.tensor(f"{n}_float", ctx.shape(n), np.float32) for n in (x, y))
+    add_cast(ctx, x, x_float)
+    import_pool(dataclasses.replace(node, inputs=[x_float], outputs=[y_float]), ctx)
+    add_cast(ctx, y_float, y)
+
+
+def _attributes(node, ctx):
+    """(kernel, strides, dilations), one value per spatial axis, after refusing what the pool
+    cannot convert: the Indices output, an empty input, neither 1-D nor 2-D, attributes with
+    the wrong number of values."""
+    x = node.inputs[0]
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise ctx.error("MaxPool's Indices output is not supported")
+    shape = ctx.shape(x)
+    ctx.check_not_empty(x)
+    if len(shape) not in (3, 4):
+        raise ctx.error(f"{len(shape) - 2}D pooling is not supported (1D and 2D are)")
+    kernel = list(node.attr("kernel_shape"))
+    strides = list(node.attr("strides", [1] * len(kernel)))
+    dilations = list(node.attr("dilations", [1] * len(kernel)))
+    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(values) != len(shape) - 2:
+            raise ctx.error(f"attribute {name!r} has {len(values)} values for {len(shape) - 2} "
+                            "spatial axes")
+    if node.attr("auto_pad", "NOTSET") == "NOTSET" and len(node.attr("pads", [0] * 2 * len(kernel))) \
+            != 2 * len(kernel):
+        raise ctx.error(f"attribute 'pads' has {len(node.attr('pads'))} values, the pool takes "
+                        f"{2 * len(kernel)}")
+    return kernel, strides, dilations
+
+
+def _as_2d(node, ctx, kernel, strides, dilations):
+    """(x, kernel, strides, dilations, pads, y's shape) as 2-D: a 1-D pool's input RESHAPEd to
+    [N, C, 1, L] and its attributes given a unit height, since TFLite's pools are 2-D; the end
+    pads extended for ceil_mode, so that the VALID output size equals ONNX's."""
+    x, shape, y_shape = node.inputs[0], ctx.shape(node.inputs[0]), ctx.shape(node.outputs[0])
+    one_d = len(shape) == 3
+    if one_d:
+        x = reshape(ctx, x, (shape[0], shape[1], 1, shape[2]))
+        kernel, strides, dilations = [1] + kernel, [1] + strides, [1] + dilations
+        y4 = (y_shape[0], y_shape[1], 1, y_shape[2])
+    else:
+        y4 = y_shape
+    spatial = ctx.shape(x)[2:]
+    if one_d:
+        p = onnx_pads(node, shape[2:], kernel[1:], strides[1:], dilations[1:])
+        pads = [0, p[0], 0, p[1]]
+    else:
+        pads = onnx_pads(node, spatial, kernel, strides, dilations)
+    for i in range(2):  # ceil_mode
+        span = (kernel[i] - 1) * dilations[i] + 1
+        needed = (y4[2 + i] - 1) * strides[i] + span - spatial[i] - pads[i]
+        pads[2 + i] = max(pads[2 + i], needed)
+    return x, kernel, strides, dilations, pads, y4
+
+
+def _plain_pool(ctx, node, x_nhwc, spatial, kernel, strides, pads, y4) -> str:
+    """One MAX_POOL_2D or AVERAGE_POOL_2D on SAME or VALID padding; other ONNX pads are an
+    explicit pad first (the lowest float for max, zeros for average) and, for an average that
+    excludes them, a MUL by each window's size / count of real inputs. Returns the NHWC result."""
+    y = node.outputs[0]
+    is_max = node.op_type == "MaxPool"
     padding = choose_padding(pads, spatial, kernel, strides, [1, 1], y4[2:])
     correction = None
     if padding is None or (padding == "SAME" and not is_max and node.attr("count_include_pad", 0)):
@@ -103,7 +138,7 @@ def import_pool(node, ctx):
                 "filter_height": kernel[0], "filter_width": kernel[1]})
     if correction is not None:
         ctx.add_op("MUL", [pooled, ctx.constant("pool_correction", correction)], [inner])
-    from_channels_last(ctx, inner, y)
+    return inner
 
 
 def _dilated_pool(ctx, node, x_nhwc, inner, spatial, kernel, strides, dilations, pads, out_spatial):
