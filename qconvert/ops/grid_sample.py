@@ -115,8 +115,41 @@ def _pad(b: _Builder, index: str, sizes: np.ndarray, padding: str, align: bool) 
 
 @onnx_op("GridSample")
 def import_grid_sample(node, ctx):
+    """GridSample as onnxruntime computes it: pixel coordinates, corner indices and weights, one
+    GATHER of the corners' pixels, weighted and summed (module docstring)."""
     x, grid = node.inputs[:2]
     y = node.outputs[0]
+    mode, padding, align = _attributes(node, ctx)
+    x_shape, g_shape = ctx.shape(x), ctx.shape(grid)
+    rank = len(x_shape) - 2
+    batch, channels, dims = x_shape[0], x_shape[1], list(x_shape[2:])
+    out_dims = list(g_shape[1:-1])
+    positions = math.prod(out_dims)
+    b = _Builder(ctx, y + "_sample")
+    # Grid coordinate i runs along spatial axis rank - 1 - i (x, the last axis, first).
+    sizes = np.array(dims[::-1], np.float32)
+    coords = _pixel_coords(b, reshape(ctx, grid, [batch, positions, rank]), sizes, align)
+    if mode == "nearest":
+        base = b.op("ROUND", [coords], ctx.shape(coords))
+        offsets, weights = [0.0], None
+    else:
+        base = b.op("FLOOR", [coords], ctx.shape(coords))
+        offsets, weights = _axis_weights(b, coords, base, mode)
+    corners = np.array(list(itertools.product(range(len(offsets)), repeat=rank)), np.int32)  # [k**rank, rank]
+    flat, inside = _corner_indices(b, base, offsets, corners, dims, padding, align)
+    values = _gather(b, x, flat, inside)
+    if weights is not None:  # each corner's weight: the product of its axes' weights
+        values = b.binary("MUL", values, _corner_weights(b, weights, corners))
+    summed = b.op("SUM", [values, b.const([2], np.int32)], [batch, positions, channels],
+                  options={"keep_dims": False})
+    to_channels_first(ctx, reshape(ctx, summed, [batch] + out_dims + [channels]), y)
+
+
+def _attributes(node, ctx):
+    """(mode: linear, cubic or nearest; padding_mode; align_corners), after refusing an unknown
+    mode, a grid that does not fit the input, non-float tensors and images too large for
+    float32 to compute their pixel indices exactly."""
+    x, grid = node.inputs[:2]
     x_shape, g_shape = ctx.shape(x), ctx.shape(grid)
     rank = len(x_shape) - 2
     mode = _MODES.get(node.attr("mode", "bilinear"))
@@ -130,50 +163,60 @@ def import_grid_sample(node, ctx):
                         f"(it must be [N, output dims..., {rank}])")
     if ctx.dtype(x).kind != "f" or ctx.dtype(grid).kind != "f":
         raise ctx.error(f"input {x!r} and grid {grid!r} must be float")
-    batch, channels, dims = x_shape[0], x_shape[1], list(x_shape[2:])
-    pixels = math.prod(dims)
+    pixels = math.prod(x_shape[2:])
     if pixels >= _EXACT_INDICES:
         raise ctx.error(f"input {x!r} {list(x_shape)} has {pixels:,} pixels an image, more than the "
                         f"{_EXACT_INDICES:,} whose indices float32 computes exactly")
-    out_dims = list(g_shape[1:-1])
-    positions = math.prod(out_dims)
-    b = _Builder(ctx, y + "_sample")
-    # Grid coordinate i runs along spatial axis rank - 1 - i (x, the last axis, first).
-    sizes = np.array(dims[::-1], np.float32)
-    g = reshape(ctx, grid, [batch, positions, rank])
+    return mode, padding, align
+
+
+def _pixel_coords(b: _Builder, g: str, sizes: np.ndarray, align: bool) -> str:
+    """The grid [N, P, r] denormalized to pixel coordinates, as onnxruntime does:
+    (g + 1) / 2 * (L - 1) with align_corners, ((g + 1) * L - 1) / 2 without."""
     coords = b.binary("ADD", g, 1.0)
     if align:
-        coords = b.binary("MUL", b.binary("MUL", coords, 0.5), sizes - 1)
-    else:
-        coords = b.binary("MUL", b.binary("SUB", b.binary("MUL", coords, sizes), 1.0), 0.5)
-    if mode == "nearest":
-        base = b.op("ROUND", [coords], ctx.shape(coords))
-        offsets, weights = [0.0], None
-    else:
-        base = b.op("FLOOR", [coords], ctx.shape(coords))
-        offsets, weights = _axis_weights(b, coords, base, mode)
-    k = len(offsets)
-    corners = np.array(list(itertools.product(range(k), repeat=rank)), np.int32)  # [k**rank, rank]
-    index = b.binary("ADD", reshape(ctx, base, [batch, positions, 1, rank]),
+        return b.binary("MUL", b.binary("MUL", coords, 0.5), sizes - 1)
+    return b.binary("MUL", b.binary("SUB", b.binary("MUL", coords, sizes), 1.0), 0.5)
+
+
+def _corner_indices(b: _Builder, base: str, offsets, corners: np.ndarray, dims, padding: str,
+                    align: bool) -> tuple[str, str | None]:
+    """(int32 flat pixel index [N, P, corners] of every corner, the zeros padding's mask of the
+    corners inside or None): base + offset per axis, padded (_pad), then row-major flattened
+    over the spatial dims for one GATHER."""
+    batch, positions, rank = b.ctx.shape(base)
+    sizes = np.array(dims[::-1], np.float32)
+    index = b.binary("ADD", reshape(b.ctx, base, [batch, positions, 1, rank]),
                      np.array(offsets, np.float32)[corners])
     index, inside = _pad(b, index, sizes, padding, align)
     strides = np.array([math.prod(dims[rank - i:]) for i in range(rank)], np.float32)
     flat = b.op("SUM", [b.binary("MUL", index, strides), b.const([3], np.int32)],
                 [batch, positions, len(corners)], options={"keep_dims": False})
-    flat = b.op("CAST", [flat], ctx.shape(flat), np.int32,
+    flat = b.op("CAST", [flat], b.ctx.shape(flat), np.int32,
                 {"in_data_type": np.dtype(np.float32), "out_data_type": np.dtype(np.int32)})
-    table = reshape(ctx, to_channels_last(ctx, x), [batch, pixels, channels])
-    values = b.op("GATHER", [table, flat], [batch, positions, len(corners), channels],
-                  ctx.dtype(x), {"axis": 1, "batch_dims": 1})
+    return flat, inside
+
+
+def _gather(b: _Builder, x: str, flat: str, inside: str | None) -> str:
+    """The corners' pixels [N, P, corners, C]: one GATHER (batch_dims 1) from the channels-last
+    input flattened to [N, pixels, C]; zero where the zeros padding's mask says outside."""
+    batch, positions, count = b.ctx.shape(flat)
+    x_shape = b.ctx.shape(x)
+    channels, pixels = x_shape[1], math.prod(x_shape[2:])
+    table = reshape(b.ctx, to_channels_last(b.ctx, x), [batch, pixels, channels])
+    values = b.op("GATHER", [table, flat], [batch, positions, count, channels],
+                  b.ctx.dtype(x), {"axis": 1, "batch_dims": 1})
     if inside is not None:
-        values = b.op("SELECT_V2", [inside, values, b.const(0.0)], ctx.shape(values))
-    if weights is not None:  # each corner's weight: the product of its axes' weights
-        per_axis = reshape(ctx, weights, [batch, positions, rank * k])
-        picked = b.op("GATHER", [per_axis, b.const(np.arange(rank) * k + corners, np.int32)],
-                      [batch, positions, len(corners), rank], options={"axis": 2, "batch_dims": 0})
-        corner_weights = b.op("REDUCE_PROD", [picked, b.const([3], np.int32)],
-                              [batch, positions, len(corners), 1], options={"keep_dims": True})
-        values = b.binary("MUL", values, corner_weights)
-    summed = b.op("SUM", [values, b.const([2], np.int32)], [batch, positions, channels],
-                  options={"keep_dims": False})
-    to_channels_first(ctx, reshape(ctx, summed, [batch] + out_dims + [channels]), y)
+        values = b.op("SELECT_V2", [inside, values, b.const(0.0)], b.ctx.shape(values))
+    return values
+
+
+def _corner_weights(b: _Builder, weights: str, corners: np.ndarray) -> str:
+    """Each corner's weight [N, P, corners, 1]: the product over the axes of that axis's weight
+    (from the per-axis weights [N, P, r, K]) at the corner's offset."""
+    batch, positions, rank, k = b.ctx.shape(weights)
+    per_axis = reshape(b.ctx, weights, [batch, positions, rank * k])
+    picked = b.op("GATHER", [per_axis, b.const(np.arange(rank) * k + corners, np.int32)],
+                  [batch, positions, len(corners), rank], options={"axis": 2, "batch_dims": 0})
+    return b.op("REDUCE_PROD", [picked, b.const([3], np.int32)],
+                [batch, positions, len(corners), 1], options={"keep_dims": True})
