@@ -136,9 +136,47 @@ def import_attention(node, ctx):
     outputs are them concatenated with K and V) or nonpad_kv_seqlen, is_causal, the sliding
     window (opset 25), GQA, scale, softcap and the qk_matmul_output of qk_matmul_output_mode 0 to 3
     (the scaled Q K^T, after the softcap, after the bias, after the softmax: onnxruntime's stages)."""
-    q, k, v = node.inputs[:3]
-    mask = input_at(node, 3)
     y = node.outputs[0]
+    q4, k4, v4 = _heads_first_inputs(node, ctx)
+    (batch, heads, length, size), kv_heads = ctx.shape(q4), ctx.shape(k4)[1]
+    past = ctx.shape(input_at(node, 4))[2] if input_at(node, 4) else 0
+    k4 = _with_past(ctx, node, k4, 4, 1, "key")
+    v4 = _with_past(ctx, node, v4, 5, 2, "value")
+    keys = ctx.shape(k4)[2]
+    if heads != kv_heads:  # each K/V head serves heads / kv_heads query heads, in order
+        index = ctx.constant("heads", np.arange(heads, dtype=np.int32) // (heads // kv_heads))
+        k4, v4 = (emit(ctx, "GATHER", [name, index], name + "_heads", (batch, heads) + ctx.shape(name)[2:],
+                      options={"axis": 1, "batch_dims": 0}) for name in (k4, v4))
+    scores_shape = (batch, heads, length, keys)
+    scores = _scaled_scores(node, ctx, q4, k4, scores_shape)
+    mode = int(node.attr("qk_matmul_output_mode", 0))
+    if mode not in (0, 1, 2, 3):
+        raise ctx.error(f"qk_matmul_output_mode {mode} is not one of 0, 1, 2, 3")
+    qk_output = used_output(ctx, node, 3)
+
+    def stage(tensor: str, at: int) -> None:
+        """Writes `tensor` to qk_matmul_output when the mode asks for this stage."""
+        if qk_output and mode == at:
+            ctx.add_op("IDENTITY", [tensor], [qk_output])
+    stage(scores, 0)  # the scaled Q K^T
+    scores = _softcap(node, ctx, scores, scores_shape)
+    stage(scores, 1)  # after the softcap, before the bias
+    bias, constant = _attention_bias(node, ctx, scores_shape, past)
+    if bias:
+        scores = binary(ctx, "ADD", scores, bias, y + "_biased")
+    stage(scores, 2)
+    probs = emit(ctx, "SOFTMAX", [scores], y + "_probs", scores_shape, options={"beta": 1.0})
+    if bias:
+        probs = _guard_masked_rows(ctx, bias, constant, probs, scores_shape, y)
+    stage(probs, 3)
+    _context(ctx, node, probs, v4)
+
+
+def _heads_first_inputs(node, ctx):
+    """Q, K and V as [B, N, S, H] (3-D inputs split into heads, _heads_first), after refusing
+    inputs that do not fit each other: past_key without past_value, a past with
+    nonpad_kv_seqlen, other than float32, neither all 3-D nor all 4-D, mismatched shapes."""
+    q, k, v = node.inputs[:3]
     nonpad = input_at(node, 6)
     if bool(input_at(node, 4)) != bool(input_at(node, 5)):
         raise ctx.error("past_key and past_value must be given together")
@@ -161,34 +199,36 @@ def import_attention(node, ctx):
             heads % kv_heads:
         raise ctx.error(f"Q {list(ctx.shape(q))}, K {list(ctx.shape(k))} and V {list(ctx.shape(v))} do "
                         "not fit each other (the query heads a multiple of the key/value heads)")
-    past = ctx.shape(input_at(node, 4))[2] if input_at(node, 4) else 0
-    k4 = _with_past(ctx, node, k4, 4, 1, "key")
-    v4 = _with_past(ctx, node, v4, 5, 2, "value")
-    keys, value_size = ctx.shape(k4)[2], ctx.shape(v4)[3]
-    if heads != kv_heads:  # each K/V head serves heads / kv_heads query heads, in order
-        index = ctx.constant("heads", np.arange(heads, dtype=np.int32) // (heads // kv_heads))
-        k4, v4 = (emit(ctx, "GATHER", [name, index], name + "_heads", (batch, heads) + ctx.shape(name)[2:],
-                      options={"axis": 1, "batch_dims": 0}) for name in (k4, v4))
-    scores_shape = (batch, heads, length, keys)
+    return q4, k4, v4
+
+
+def _scaled_scores(node, ctx, q4: str, k4: str, scores_shape) -> str:
+    """Q K^T (BATCH_MATMUL with K transposed) times the scale attribute, 1/sqrt(H) by default."""
+    y = node.outputs[0]
     kt = transpose(ctx, k4, (0, 1, 3, 2))
     scores = emit(ctx, "BATCH_MATMUL", [q4, kt], y + "_qk", scores_shape)
     scale = node.attr("scale")
-    scale = 1 / math.sqrt(size) if scale is None else float(scale)
-    scores = binary(ctx, "MUL", scores, scalar(ctx, scale), y + "_scaled")
-    mode = int(node.attr("qk_matmul_output_mode", 0))
-    if mode not in (0, 1, 2, 3):
-        raise ctx.error(f"qk_matmul_output_mode {mode} is not one of 0, 1, 2, 3")
-    qk_output = used_output(ctx, node, 3)
-    if qk_output and mode == 0:  # the scaled Q K^T
-        ctx.add_op("IDENTITY", [scores], [qk_output])
+    scale = 1 / math.sqrt(ctx.shape(q4)[3]) if scale is None else float(scale)
+    return binary(ctx, "MUL", scores, scalar(ctx, scale), y + "_scaled")
+
+
+def _softcap(node, ctx, scores: str, scores_shape) -> str:
+    """The scores through the softcap attribute c > 0, c * TANH(scores / c); as they are without."""
+    y = node.outputs[0]
     softcap = float(node.attr("softcap", 0.0))
     if softcap > 0:
         scores = binary(ctx, "MUL", scores, scalar(ctx, 1 / softcap), y + "_capped_in")
         scores = emit(ctx, "TANH", [scores], y + "_tanh", scores_shape)
         scores = binary(ctx, "MUL", scores, scalar(ctx, softcap), y + "_capped")
-    if qk_output and mode == 1:  # after the softcap, before the bias
-        ctx.add_op("IDENTITY", [scores], [qk_output])
+    return scores
 
+
+def _attention_bias(node, ctx, scores_shape, past: int):
+    """(additive bias tensor or None, its constant part as numpy or None): attn_mask, the causal
+    and window biases (constants, or run-time ones with nonpad_kv_seqlen), added into one;
+    refused unless it broadcasts to the scores. The constant part decides _guard_masked_rows."""
+    y, mask, nonpad = node.outputs[0], input_at(node, 3), input_at(node, 6)
+    batch, _, length, keys = scores_shape
     constant = None if nonpad else _constant_bias(node, length, keys, past)
     bias = _mask_bias(ctx, node, mask, keys, y) if mask else None
     if isinstance(bias, np.ndarray):
@@ -209,16 +249,16 @@ def import_attention(node, ctx):
     if constant is not None:
         constant_name = ctx.constant("attention_bias", constant.astype(np.float32))
         bias = constant_name if bias is None else binary(ctx, "ADD", bias, constant_name, y + "_bias")
-    if bias:
-        scores = binary(ctx, "ADD", scores, bias, y + "_biased")
-    if qk_output and mode == 2:
-        ctx.add_op("IDENTITY", [scores], [qk_output])
-    probs = emit(ctx, "SOFTMAX", [scores], y + "_probs", scores_shape, options={"beta": 1.0})
-    if bias:
-        probs = _guard_masked_rows(ctx, bias, constant, probs, scores_shape, y)
-    if qk_output and mode == 3:
-        ctx.add_op("IDENTITY", [probs], [qk_output])
-    if rank == 4:
+    return bias, constant
+
+
+def _context(ctx, node, probs: str, v4: str) -> None:
+    """The output: the probabilities times V (BATCH_MATMUL), written as [B, N, S, H] for 4-D
+    inputs, back to [B, S, N*H] for 3-D ones."""
+    y = node.outputs[0]
+    batch, heads, length, _ = ctx.shape(probs)
+    value_size = ctx.shape(v4)[3]
+    if ctx.rank(node.inputs[0]) == 4:
         emit(ctx, "BATCH_MATMUL", [probs, v4], y, (batch, heads, length, value_size), out=y)
         return
     context = emit(ctx, "BATCH_MATMUL", [probs, v4], y + "_context", (batch, heads, length, value_size))
