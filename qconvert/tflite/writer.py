@@ -234,30 +234,12 @@ class _Writer:
         self.buffer_of = self.buffer_ofs[number]
 
     def build(self) -> Flatbuffer:
+        """The whole model as one Flatbuffer: the constant data, the buffers, the io-layout
+        metadata, every subgraph, the operator codes and the signature."""
         self.number_everything()
-        data_size = sum(v.nbytes + DATA_ALIGNMENT + 8 for v in self.buffer_data)
-        quant_size = sum(12 * np.size(a.quant.scale) for g in self.graphs for a in g.arrays.values()
-                         if a.quant)
-        size = (data_size + quant_size + 65536
-                + sum(1024 * len(index) for index in self.tensor_indices)
-                + sum(1024 * len(codes) for codes in self.op_code))
-        b = flatbuffers.Builder(0)
-        # Presized so it never grows (growing copies everything). An anonymous mapping: its pages
-        # take memory only once written, and the data's pages never are (see _reserve).
-        b.Bytes = memoryview(mmap.mmap(-1, size))
-        b.head = size
+        b = self._presized_builder()
         # Data first: it ends up at the end of the file, as TensorFlow's converter lays it out.
-        data_vectors, holes = [], []
-        for k, data in enumerate(self.buffer_data):
-            vector = self._reserve(b, data.nbytes)
-            data_vectors.append(vector)
-            holes.append((vector, data))
-            if self.release_data:
-                # The Flatbuffer holds the data now, until it is written out: drop every other
-                # reference to it, so that each array goes as soon as it is in the file.
-                self.buffer_data[k] = None
-                for graph, name in self.buffer_readers[k + 1]:
-                    graph.arrays[name].data = None
+        data_vectors, holes = self._data_vectors(b)
         layout = self._io_layout()
         if layout is not None:
             data_vectors.append(self._reserve(b, len(layout), layout))
@@ -298,10 +280,42 @@ class _Writer:
         holes = [(end - vector + 4, data) for vector, data in holes]
         return Flatbuffer(b.Bytes, b.Head(), holes, self.release_data)
 
+    def _presized_builder(self) -> flatbuffers.Builder:
+        """A Builder over a buffer large enough for the whole model, so that it never grows
+        (growing copies everything); sized from the data, the scales, the tensors and the ops."""
+        data_size = sum(v.nbytes + DATA_ALIGNMENT + 8 for v in self.buffer_data)
+        quant_size = sum(12 * np.size(a.quant.scale) for g in self.graphs for a in g.arrays.values()
+                         if a.quant)
+        size = (data_size + quant_size + 65536
+                + sum(1024 * len(index) for index in self.tensor_indices)
+                + sum(1024 * len(codes) for codes in self.op_code))
+        b = flatbuffers.Builder(0)
+        # An anonymous mapping: its pages take memory only once written, and the data's pages
+        # never are (see _reserve).
+        b.Bytes = memoryview(mmap.mmap(-1, size))
+        b.head = size
+        return b
+
+    def _data_vectors(self, b: flatbuffers.Builder) -> tuple[list[int], list[tuple[int, np.ndarray]]]:
+        """(one reserved vector per constant buffer, (vector, data) holes that Flatbuffer fills
+        when written out); with release_data, the model's references to the data are dropped."""
+        data_vectors, holes = [], []
+        for k, data in enumerate(self.buffer_data):
+            vector = self._reserve(b, data.nbytes)
+            data_vectors.append(vector)
+            holes.append((vector, data))
+            if self.release_data:
+                # The Flatbuffer holds the data now, until it is written out: drop every other
+                # reference to it, so that each array goes as soon as it is in the file.
+                self.buffer_data[k] = None
+                for graph, name in self.buffer_readers[k + 1]:
+                    graph.arrays[name].data = None
+        return data_vectors, holes
+
     # --- pieces -------------------------------------------------------------------------------
     def _io_layout(self) -> bytes | None:
         """The permuted graph inputs and outputs as JSON {"inputs": {name: ONNX axes in the
-        file's order}, "outputs": {...}} (qconvert.check.verify reads it), and the tensors whose
+        file's order}, "outputs": {...}} (qconvert.check.runtimes reads it), and the tensors whose
         channels were equalized, "channel_scales": {name: [the ONNX values over the file's, per
         channel of the last axis]} (the report reads it); None when there is neither."""
         model = self.model
