@@ -327,7 +327,7 @@ def test_bench_counts_delegated_ops_the_same_way(files):
     from ai_edge_litert.interpreter import Interpreter
 
     from bench.runners import delegated_ops
-    from qconvert.check.verify import quiet_native_stderr
+    from qconvert.check.runtimes import quiet_native_stderr
 
     with quiet_native_stderr():
         interpreter = Interpreter(model_path=str(files / "lrn_int8.tflite"), num_threads=1)

@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.harness import convert
 from qconvert.tflite import schema_generated as S
-from qconvert.check.verify import check_output, feature_axis, sqnr_db, verify
+from qconvert.check.metrics import feature_axis, sqnr_db
+from qconvert.check.verify import check_output, verify
 from tests.harness import make_model
 
 RNG = np.random.default_rng(5)
@@ -137,7 +138,7 @@ def test_int8_inputs_and_outputs_are_quantized_and_dequantized(tmp_path):
 
 # --- the float check ---------------------------------------------------------------------------
 def test_output_rules_read_bounded_functions_through_data_movement():
-    from qconvert.check.verify import output_rules
+    from qconvert.check.float_check import output_rules
 
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
              helper.make_node("Sigmoid", ["c"], ["s"]),
@@ -160,7 +161,7 @@ def test_output_rules_read_bounded_functions_through_data_movement():
 
 
 def test_the_float_check_by_hand():
-    from qconvert.check.verify import FLOAT32_EPS, OutputRule
+    from qconvert.check.float_check import FLOAT32_EPS, OutputRule
 
     reference = np.array([[5e-7, 4e-7, 6e-7]])
     actual = reference + np.array([[1.2e-7, 0, -1e-7]])  # a saturated sigmoid in LiteRT
@@ -181,7 +182,7 @@ def test_near_ties_of_an_argmax_and_a_comparison():
     """An index that differs counts when the value onnxruntime computed at the .tflite's index is
     within FLOAT_TOLERANCE of the scale from the one at its own; a comparison, when its operands
     are that close."""
-    from qconvert.check.verify import FLOAT_TOLERANCE, OutputRule, near_ties
+    from qconvert.check.float_check import FLOAT_TOLERANCE, OutputRule, near_ties
 
     x = np.array([[[1.0, 1.0 + FLOAT_TOLERANCE / 2, 0.5], [0.0, 2.0, 1.0]]])  # [1 sample, 2, 3]
     argmax = helper.make_node("ArgMax", ["x"], ["a"], axis=-1, keepdims=0)
@@ -261,7 +262,7 @@ def test_denormals_compare_as_zero_by_hand():
 
 def test_near_ties_of_a_float16_model_are_float16_wide():
     """A model onnxruntime computes in float16 ties within FLOAT16_TOLERANCE, not float32's."""
-    from qconvert.check.verify import FLOAT16_TOLERANCE, FLOAT_TOLERANCE, near_ties
+    from qconvert.check.float_check import FLOAT16_TOLERANCE, FLOAT_TOLERANCE, near_ties
 
     x = np.array([[[1.0, 1.0 + 2 ** -10, 0.5]]])  # one float16 step apart
     argmax = helper.make_node("ArgMax", ["x"], ["a"], axis=-1, keepdims=0)

@@ -60,7 +60,8 @@ import sys
 from ..errors import ConversionError, first_line
 from ..tflite import schema_generated as S
 from ..tflite.reader import builtin_code, data_offset, dtype_name, op_name
-from .verify import json_number, quiet_native_stderr
+from .metrics import json_number
+from .runtimes import quiet_native_stderr
 
 DELEGATE = "XNNPACK"  # LiteRT's default delegate, applied by its default op resolver
 CHILD_TIMEOUT_S = 120  # LiteRT loading a file in inspect's child process

@@ -89,7 +89,7 @@ def cpu_description() -> str:
 def _interpreter(path: str):
     from ai_edge_litert.interpreter import Interpreter
 
-    from .verify import quiet_native_stderr
+    from .runtimes import quiet_native_stderr
 
     try:
         with quiet_native_stderr():

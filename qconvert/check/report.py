@@ -32,7 +32,8 @@ from ..ir import CHANNELS_LAST, counterpart
 from ..onnx.loader import node_names
 from ..tflite.reader import read
 from ..tflite.reader import io_layout_metadata
-from .verify import json_number, prepare, run_both
+from .metrics import json_number
+from .runtimes import prepare, run_both
 
 SQNR_CEILING = 60.0
 # Ops whose output holds their first input's values rearranged: an output without an ONNX

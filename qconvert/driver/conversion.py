@@ -270,7 +270,8 @@ def quantize(state: State) -> State:
 
 def _planned(state: State):
     """The planner's model and plan (driver/planner.py), on the plan's samples."""
-    from ..check.verify import RecordedReference, Reference, compare
+    from ..check.runtimes import RecordedReference, Reference
+    from ..check.verify import compare
     from .planner import DECISION_SAMPLES, plan_precision
 
     options, request = state.options.plan, state.options.quantize
@@ -428,7 +429,8 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     conversion drops (then by SQNR, as a quantized one). onnxruntime reads the file at
     `onnx_path` itself when it can (verify.reads_file); else `reference` gets its weights back."""
     from ..calibration.data import first_samples
-    from ..check.verify import reads_file, rounding_dropped, verify
+    from ..check.runtimes import reads_file
+    from ..check.verify import rounding_dropped, verify
 
     proto = reference.proto
     float_check = options.float_check and not rounding_dropped(proto)

@@ -7,8 +7,9 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from ..check.latency import Latency
+from ..check.metrics import json_number
 from ..check.report import ConversionNotes
-from ..check.verify import Verification, json_number
+from ..check.verify import Verification
 from ..transforms.keep_unrepresentable_float import CANNOT_CARRY
 from .planner import Plan
 

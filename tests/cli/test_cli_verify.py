@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from qconvert.tflite.reader import read
-from qconvert.check.verify import FLOAT_TOLERANCE
+from qconvert.check.float_check import FLOAT_TOLERANCE
 from tests.harness import small_classifier
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.check.verify import FLOAT16_TOLERANCE
+from qconvert.check.float_check import FLOAT16_TOLERANCE
 from qconvert.driver import conversion
 from qconvert.driver.options import options_from_flags
 from tests.harness import convert_proto, random_feeds, run_onnxruntime, run_tflite

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from qconvert.check.verify import sqnr_db
+from qconvert.check.metrics import sqnr_db
 from qconvert.errors import ConversionError
 from tests.harness import convert_proto, make_model, run_onnxruntime, run_tflite
 

@@ -213,7 +213,7 @@ def test_gru_and_rnn_int8(op, tmp_path):
     """Quantized: every op of the unrolled cell runs int8 (but the last activation, a model output,
     which stays float by design: quantize_activations.py); the rounding of 4 steps of recurrence
     adds up, so the outputs are judged by SQNR against onnxruntime on held-out inputs."""
-    from qconvert.check.verify import sqnr_db
+    from qconvert.check.metrics import sqnr_db
     from tests.harness import calibration_set, convert_quantized
 
     model = _cell_model(op)

@@ -130,7 +130,7 @@ def test_quantize_static_table(tmp_path, quantize):
     stored = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     assert tensor.dtype == "INT8" and tensor.zero_points == [int(stored["table_zero_point"])]
     np.testing.assert_array_equal(q, stored["table_quantized"])
-    from qconvert.check.verify import sqnr_db
+    from qconvert.check.metrics import sqnr_db
 
     for seed in (1, 2):
         feeds = _ids(seed)
@@ -142,7 +142,7 @@ def test_fakequant_keeps_the_table(tmp_path):
     """`qconvert fakequant` of such a model keeps the table's DequantizeLinear (the model's own
     integers: the conversion writes the same ones), and onnxruntime runs the fake-quant model
     as LiteRT runs the --quantize conversion."""
-    from qconvert.check.verify import sqnr_db
+    from qconvert.check.metrics import sqnr_db
     from tests.harness import fake_quant
 
     model = _static_qdq(tmp_path)

@@ -153,7 +153,7 @@ def _with_float_weights(qdq: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def test_verification_runs_the_pairs_as_written(qdq_model, tmp_path):
-    """qconvert's verification (verify.run_both's session) runs a graph with pairs unoptimized. With
+    """qconvert's verification (runtimes.run_both's session) runs a graph with pairs unoptimized. With
     float weights on their per-channel grid and pairs on the activations, the .tflite computes what
     the graph says: 0 steps off. onnxruntime's basic level would requantize each float weight of a
     Conv or Gemm behind a DequantizeLinear per tensor (WeightBiasQuantization), 2 output steps off

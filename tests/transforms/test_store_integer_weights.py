@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnxruntime.quantization import quantize_dynamic
 
-from qconvert.check.verify import sqnr_db
+from qconvert.check.metrics import sqnr_db
 from qconvert.tflite.reader import read
 from qconvert.transforms.pipeline import QuantizeOptions
 from tests.harness import convert_proto, make_model, run_onnxruntime, run_tflite

@@ -1,0 +1,374 @@
+"""The two runtimes of a check: the .tflite in LiteRT and the ONNX model in onnxruntime.
+
+TFLiteModel loads any .tflite, also one another tool wrote, in LiteRT (its native messages
+silenced: quiet_native_stderr). Its inputs and outputs are paired with the ONNX model's by the
+file's signature names, then by order and shape; each pair's layout permutation comes from the
+file's `qconvert_io_layout` metadata when qconvert wrote it (see tflite/writer.py), else from the
+shapes (equal shapes: none; otherwise the channels-last permutation, or the first permutation that
+fits). int8/uint8/int16 inputs and outputs are quantized and dequantized with the tensor's params,
+so that both models take and give float values in the ONNX layout.
+
+Reference runs the ONNX model in onnxruntime, from its file when it can (reads_file) or from the
+proto; generated_samples makes seeded inputs; run_both runs both models sample by sample.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from ..errors import ConversionError, ReferenceFailed, first_line
+from ..tflite.reader import io_layout_metadata
+from .float_check import output_rules, step_fetches
+
+INTEGER_INPUT_HIGH = 10  # generated integer inputs are uniform in [0, 10)
+
+
+# --- LiteRT ----------------------------------------------------------------------------------
+@dataclass
+class Port:
+    """One model input or output of the .tflite, paired with an ONNX tensor."""
+
+    onnx_name: str
+    name: str  # the signature name in the .tflite
+    index: int  # tensor index
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    quantization: tuple[float, int] | None  # (scale, zero point) of int8/uint8/int16 I/O
+    permutation: tuple[int, ...] | None = None  # ONNX axes in the .tflite tensor's order
+
+    def onnx_shape(self) -> tuple[int, ...]:
+        if self.permutation is None:
+            return self.shape
+        return tuple(self.shape[k] for k in np.argsort(self.permutation))
+
+
+@dataclass
+class TFLiteModel:
+    """A .tflite in LiteRT, with its inputs and outputs paired with the ONNX model's."""
+
+    path: str
+    inputs: list[Port] = field(default_factory=list)
+    outputs: list[Port] = field(default_factory=list)
+    preserve_all: bool = False
+
+    def __post_init__(self):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        # With every tensor kept (the report reads them), no delegate: a delegated partition's
+        # inner tensors are never written.
+        resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if self.preserve_all
+                    else OpResolverType.AUTO)
+        try:
+            with quiet_native_stderr():
+                self.interpreter = Interpreter(model_path=self.path, num_threads=1,
+                                               experimental_op_resolver_type=resolver,
+                                               experimental_preserve_all_tensors=self.preserve_all)
+                self.interpreter.allocate_tensors()
+        except (ValueError, RuntimeError) as e:
+            raise ConversionError(f"{self.path}: LiteRT cannot load it: {first_line(e)}") from None
+
+    def pair(self, inputs: list[OnnxValue] | None = None, outputs: list[OnnxValue] | None = None):
+        """Pairs the file's inputs or outputs with the ONNX model's (see _pair)."""
+        interpreter = self.interpreter
+        signatures = interpreter.get_signature_list()
+        if signatures:
+            runner = interpreter.get_signature_runner(next(iter(signatures)))
+            details = {"inputs": runner.get_input_details(), "outputs": runner.get_output_details()}
+        else:
+            details = {"inputs": {d["name"]: d for d in interpreter.get_input_details()},
+                       "outputs": {d["name"]: d for d in interpreter.get_output_details()}}
+        layouts = io_layout_metadata(self.path)
+        if inputs is not None:
+            self.inputs = _pair("input", inputs, _ports(details["inputs"], layouts.get("inputs", {})))
+        if outputs is not None:
+            self.outputs = _pair("output", outputs,
+                                 _ports(details["outputs"], layouts.get("outputs", {})))
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """ONNX-layout float feeds by ONNX name -> ONNX-layout float outputs by ONNX name."""
+        interpreter = self.interpreter
+        try:
+            for port in self.inputs:
+                value = np.asarray(feeds[port.onnx_name])
+                if port.permutation is not None:
+                    value = np.transpose(value, port.permutation)
+                # np.require, not np.ascontiguousarray: that makes a scalar one-dimensional.
+                interpreter.set_tensor(port.index, np.require(_to_file(value, port), requirements="C"))
+            interpreter.invoke()
+        except (ValueError, RuntimeError) as e:
+            raise ConversionError(f"{self.path}: LiteRT cannot run it: {first_line(e)}") from None
+        outputs = {}
+        for port in self.outputs:
+            value = _from_file(interpreter.get_tensor(port.index), port)
+            if port.permutation is not None:
+                value = np.transpose(value, np.argsort(port.permutation))
+            outputs[port.onnx_name] = value
+        return outputs
+
+
+@contextlib.contextmanager
+def quiet_native_stderr():
+    """Silences what native code prints on file descriptor 2 meanwhile (LiteRT's "INFO: Created
+    TensorFlow Lite XNNPACK delegate"): qconvert prints one summary line. Errors still arrive as
+    exceptions."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _to_file(value: np.ndarray, port: Port) -> np.ndarray:
+    if port.quantization is not None:
+        scale, zero_point = port.quantization
+        info = np.iinfo(port.dtype)
+        value = np.clip(np.round(value / scale) + zero_point, info.min, info.max)
+    return value.astype(port.dtype)
+
+
+def _from_file(value: np.ndarray, port: Port) -> np.ndarray:
+    if port.quantization is not None:
+        scale, zero_point = port.quantization
+        return (value.astype(np.float64) - zero_point) * scale
+    return value
+
+
+def _ports(details: dict[str, dict], layouts: dict[str, list[int]]) -> list[Port]:
+    ports = []
+    for name, d in details.items():
+        params = d.get("quantization_parameters", {})
+        scales = params.get("scales", np.zeros(0))
+        dtype = np.dtype(d["dtype"])
+        quantization = None
+        if len(scales) and dtype.kind in "iu":
+            quantization = (float(scales[0]), int(params["zero_points"][0]))
+        perm = layouts.get(name)
+        ports.append(Port(name, name, int(d["index"]), dtype, tuple(int(x) for x in d["shape"]),
+                          quantization, tuple(perm) if perm else None))
+    return ports
+
+
+def _pair(kind: str, values: list[OnnxValue], ports: list[Port]) -> list[Port]:
+    """Each ONNX value's port: the one of the same name, else the next unpaired one (in order)
+    whose shape fits; its permutation detected from the shapes when the file had none."""
+    names = {v.name for v in values}
+    by_name = {p.name: p for p in ports}
+    unpaired = [p for p in ports if p.name not in names]
+    paired = []
+    for value in values:
+        port = by_name.get(value.name)
+        if port is None:
+            port = next((p for p in unpaired if _permutation(value.shape, p.shape) is not None), None)
+            if port is None:
+                raise ConversionError(f"the .tflite has no {kind} for the ONNX model's {kind} "
+                                      f"{value.name!r} (shape {_shown(value.shape)})")
+            unpaired.remove(port)
+        if port.permutation is None:
+            perm = _permutation(value.shape, port.shape)
+            if perm is None:
+                raise ConversionError(f"{kind} {value.name!r}: the .tflite's shape "
+                                      f"{list(port.shape)} does not fit the ONNX shape "
+                                      f"{_shown(value.shape)}")
+            port.permutation = None if perm == tuple(range(len(perm))) else perm
+        port.onnx_name = value.name
+        paired.append(port)
+    return paired
+
+
+def _shown(shape: tuple | None) -> str:
+    return "unknown" if shape is None else str(list(shape))
+
+
+def _permutation(onnx_shape: tuple | None, tflite_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The axes of the ONNX tensor in the .tflite tensor's order that the shapes allow: identity
+    first, then channels-last, then the first that fits (None: none). Symbolic ONNX dims (also
+    0 and -1), and an ONNX shape the model does not give, fit anything."""
+    rank = len(tflite_shape)
+    if onnx_shape is None:
+        return tuple(range(rank))
+    if len(onnx_shape) != rank:
+        return None
+
+    def fits(perm) -> bool:  # 0 and -1 (Paddle's exports) are dynamic too
+        return all(not isinstance(onnx_shape[p], int) or onnx_shape[p] <= 0
+                   or onnx_shape[p] == tflite_shape[k] for k, p in enumerate(perm))
+
+    candidates = [tuple(range(rank))]
+    if rank >= 3:
+        candidates.append((0,) + tuple(range(2, rank)) + (1,))
+    candidates += list(itertools.permutations(range(rank))) if rank <= 6 else []
+    return next((c for c in candidates if fits(c)), None)
+
+
+# --- the ONNX model in onnxruntime ------------------------------------------------------------
+@dataclass
+class OnnxValue:
+    """A graph input or output of the ONNX model: its shape (a symbolic dim is its name; None
+    when the model does not say) and dtype."""
+
+    name: str
+    shape: tuple | None
+    dtype: np.dtype
+
+
+def onnx_values(proto: onnx.ModelProto, outputs: bool = False) -> list[OnnxValue]:
+    """The graph's inputs (not initializers, nor an old exporter's input that a node computes:
+    the loader drops those) or outputs."""
+    graph = proto.graph
+    skipped = {t.name for t in graph.initializer} | _produced(graph) if not outputs else set()
+    values = graph.output if outputs else [i for i in graph.input if i.name not in skipped]
+    result = []
+    for value in values:
+        tensor = value.type.tensor_type
+        shape = None
+        if tensor.HasField("shape"):
+            shape = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in tensor.shape.dim)
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)) if tensor.elem_type else None
+        result.append(OnnxValue(value.name, shape, dtype))
+    return result
+
+
+def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
+                      seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Seeded inputs in the ONNX layout and dtypes: standard normal for float inputs, uniform in
+    [0, INTEGER_INPUT_HIGH) for integer ones, random for booleans."""
+    dtypes = {v.name: v.dtype for v in onnx_values(proto)}
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(count):
+        sample = {}
+        for port in model.inputs:
+            shape, dtype = port.onnx_shape(), dtypes[port.onnx_name] or np.dtype(np.float32)
+            if dtype.kind == "f":
+                sample[port.onnx_name] = rng.standard_normal(shape).astype(dtype)
+            elif dtype.kind == "b":
+                sample[port.onnx_name] = np.asarray(rng.random(shape) > 0.5)  # 0-d too
+            else:
+                sample[port.onnx_name] = rng.integers(0, INTEGER_INPUT_HIGH, shape).astype(dtype)
+        samples.append(sample)
+    return samples
+
+
+class Reference:
+    """onnxruntime's side of a verification: one session over the ONNX model that gives its graph
+    outputs and the `extra` tensors (graph inputs or node outputs). With `path`, the file `proto`
+    was read from, onnxruntime reads the model itself (`proto`'s weights may then be missing);
+    that takes a model whose `extra` are all graph outputs (see reads_file). Otherwise the session is made from `proto` (CalibrationRun), which must hold its
+    weights."""
+
+    def __init__(self, proto: onnx.ModelProto, extra=(), path: str | None = None):
+        outputs = [value.name for value in onnx_values(proto, outputs=True)]
+        names = list(dict.fromkeys(outputs + list(extra)))
+        if path is not None and set(names) <= set(outputs) and _no_computed_inputs(proto):
+            graph_inputs = {value.name for value in onnx_values(proto)}
+            self.session = _session_from_file(path, proto)
+            self.from_feeds = [n for n in names if n in graph_inputs]
+            self.fetched = [n for n in names if n not in graph_inputs]
+        else:
+            from ..calibration.calibrate import CalibrationRun
+
+            graph = proto.graph
+            produced = _produced(graph)
+            inputs = list(graph.input)
+            try:  # onnxruntime refuses a graph input that a node computes: the model without it
+                if any(i.name in produced for i in inputs):
+                    del graph.input[:]
+                    graph.input.extend(i for i in inputs if i.name not in produced)
+                run = CalibrationRun(proto, names)
+            finally:
+                if len(graph.input) != len(inputs):
+                    del graph.input[:]
+                    graph.input.extend(inputs)
+            self.session, self.fetched, self.from_feeds = run.session, run.fetched, run.from_feeds
+
+    def run(self, feeds: dict[str, np.ndarray], k: int = 0) -> dict[str, np.ndarray]:
+        """The values by name on one sample (`k`: its number, for the error message)."""
+        try:
+            values = dict(zip(self.fetched, self.session.run(self.fetched, feeds)))
+        except Exception as e:  # onnxruntime raises its own exception types
+            raise ReferenceFailed(f"onnxruntime failed on sample {k}: {first_line(e)}") from None
+        values.update((name, feeds[name]) for name in self.from_feeds)
+        return values
+
+
+class RecordedReference:
+    """A Reference whose values of each sample number are computed once: the same samples checked
+    against several .tflite files (the precision planner's plans) need onnxruntime once."""
+
+    def __init__(self, reference: Reference):
+        self.reference = reference
+        self.values: dict[int, dict[str, np.ndarray]] = {}
+
+    def run(self, feeds: dict[str, np.ndarray], k: int = 0) -> dict[str, np.ndarray]:
+        if k not in self.values:
+            self.values[k] = self.reference.run(feeds, k)
+        return self.values[k]
+
+
+def reads_file(proto: onnx.ModelProto) -> bool:
+    """Whether Reference can read the model from its file: no near-ties to look into (no tensor
+    but the outputs to fetch), no graph input that a node computes (onnxruntime refuses it)."""
+    return not step_fetches(proto, output_rules(proto)) and _no_computed_inputs(proto)
+
+
+def _no_computed_inputs(proto: onnx.ModelProto) -> bool:
+    produced = _produced(proto.graph)
+    return not any(i.name in produced for i in proto.graph.input)
+
+
+def _produced(graph: onnx.GraphProto) -> set[str]:
+    return {o for node in graph.node for o in node.output if o}
+
+
+def _session_from_file(path: str, proto: onnx.ModelProto):
+    """An onnxruntime session reading the model file (and its external data) itself, with the
+    options CalibrationRun gives the model (onnx/runtime.py session_options: the basic level for a
+    float graph, none for one with Q/DQ pairs)."""
+    import onnxruntime as ort
+
+    from ..onnx.runtime import session_options
+
+    options = session_options(proto, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    options.log_severity_level = 4  # fatal only: a model it refuses is one line from qconvert
+    try:
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own exception types
+        raise ReferenceFailed(f"onnxruntime cannot load the model for verification: "
+                              f"{first_line(e)}") from None
+
+
+# --- both ------------------------------------------------------------------------------------
+def run_both(proto: onnx.ModelProto, model: TFLiteModel, samples: list[dict[str, np.ndarray]],
+             extra: list[str] = (), reference: Reference | None = None):
+    """For each sample: (onnxruntime's values of the graph outputs and of the `extra` tensors by
+    ONNX name, the .tflite's outputs by ONNX name). `model`'s inputs are paired; its outputs are
+    paired on the first sample, whose reference gives their shapes when the model does not.
+    `reference` (made from `proto` and `extra` when None) runs the ONNX model."""
+    outputs = onnx_values(proto, outputs=True)
+    reference = reference or Reference(proto, extra)
+    for k, sample in enumerate(samples):
+        feeds = {port.onnx_name: sample[port.onnx_name] for port in model.inputs}
+        values = reference.run(feeds, k)
+        if k == 0:
+            model.pair(outputs=[OnnxValue(v.name, np.shape(values[v.name]), v.dtype) for v in outputs])
+        yield values, model.run(feeds)
+
+
+def prepare(proto: onnx.ModelProto, tflite_path: str, samples, count: int,
+            preserve_all: bool = False) -> tuple[TFLiteModel, list[dict[str, np.ndarray]]]:
+    """The .tflite in LiteRT with its inputs paired, and the samples (`count` generated ones when
+    `samples` is None)."""
+    model = TFLiteModel(tflite_path, preserve_all=preserve_all)
+    model.pair(inputs=onnx_values(proto))
+    return model, samples if samples is not None else generated_samples(model, proto, count)
