@@ -29,7 +29,8 @@ class Conversion(NamedTuple):
 
 def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhwc",
             quantize: bool = False, calibration=None, calibration_samples: int | None = None,
-            calibration_method: str | None = None, default_range=None, io_type: str | None = None,
+            calibration_method: str | None = None, mean=None, std=None, sample_rate: int | None = None,
+            default_range=None, io_type: str | None = None,
             activations: str | None = None, per_tensor_fc: bool = False,
             weight_rounding: str | None = None, bias_correction: bool = True, equalization: bool = True,
             weight_only: bool = False,
@@ -47,7 +48,10 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
     {input name: array}, laid out as an .npz's arrays (first axis = samples); or an iterable of
     samples, each a dict {input name: array in the input's shape}, like TFLiteConverter's
     representative_dataset (a function returning one is called). An iterable is read up to
-    `calibration_samples` samples, and at most errors.CALIBRATION_SAMPLES.
+    `calibration_samples` samples, and at most errors.CALIBRATION_SAMPLES. A directory of images
+    or .wav files (as --calibration and `verify_data` take, for a model with one input) becomes
+    samples by `mean` and `std` (a number, a sequence of one per channel, or "0.485,0.456,0.406")
+    and `sample_rate` (Hz), the flags --mean, --std and --sample-rate.
 
     The other keywords are the command line's flags (`input_shapes={"x": (1, 3, 224, 224)}` is
     --input-shape x:1,3,224,224; `default_range=(-6, 6)` or "-6,6"; `keep_float` a pattern or a
@@ -90,7 +94,7 @@ class FakeQuant(NamedTuple):
 
 def fake_quant(model, *, calibration=None, input_shapes: Mapping | None = None,
                calibration_samples: int | None = None, calibration_method: str | None = None,
-               default_range=None, activations: str | None = None, per_tensor_fc: bool = False,
+               mean=None, std=None, sample_rate: int | None = None, default_range=None, activations: str | None = None, per_tensor_fc: bool = False,
                weight_rounding: str | None = None, bias_correction: bool = True,
                equalization: bool = True, keep_float=(), precision: str | None = None,
                target_sqnr: float | None = None, target: str | None = None) -> FakeQuant:

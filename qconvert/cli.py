@@ -215,7 +215,9 @@ def _print_json(report, report_path: str | None = None) -> None:
               help="Write a full-integer int8 model (needs --calibration or --default-range).")
 @_option("--calibration", metavar="PATH",
               help="Calibration data for --quantize: an .npz with one array per model input "
-                   "(first axis = samples), or a directory of .npz/.npy files.")
+                   "(first axis = samples), a directory of .npz/.npy files, or, for a model with "
+                   "one input, a directory of images (.png .jpg .jpeg .bmp .webp; see --mean) or "
+                   "of .wav files (see --sample-rate).")
 @_option("--calibration-samples", type=click.IntRange(min=1), metavar="N",
               help="Use the first N calibration samples (default: all).")
 @_option("--calibration-method", metavar="METHOD",
@@ -223,6 +225,18 @@ def _print_json(report, report_path: str | None = None) -> None:
                    "percentile[:P] (the P and 100-P percentiles, P default 99.99) or mse (the "
                    "range with the least int8 error); percentile and mse run the samples twice "
                    "[default: minmax].")
+@_option("--mean", metavar="M[,M,M]",
+              help="For a directory of images as calibration or verification data and a float "
+                   "input: "
+                   "pixels scaled to 0..1 have M subtracted, one value or one per channel, e.g. "
+                   "0.485,0.456,0.406 [default: 0]. An integer input takes the pixels 0..255 as "
+                   "they are.")
+@_option("--std", metavar="S[,S,S]",
+              help="For a directory of images: the pixels (after --mean) are divided by S, one "
+                   "value or one per channel, e.g. 0.229,0.224,0.225 [default: 1].")
+@_option("--sample-rate", type=click.IntRange(min=1), metavar="HZ",
+              help="For a directory of .wav files: the rate every file must have (a file of "
+                   "another rate is an error) [default: any].")
 @_option("--default-range", metavar="MIN,MAX",
               help="Range for tensors without calibration data (speed studies only: the int8 "
                    "model's accuracy is meaningless).")
@@ -260,8 +274,9 @@ def _print_json(report, report_path: str | None = None) -> None:
               help="Samples the verification runs [default: 1 for a float conversion on generated "
                    "inputs, else 8].")
 @_option("--verify-data", metavar="PATH",
-              help="Verification inputs in the calibration-data format [default: the calibration "
-                   "data, else seeded standard normal inputs].")
+              help="Verification inputs in the calibration-data format (an .npz, or a directory "
+                   "as --calibration takes) [default: the calibration data, else seeded standard "
+                   "normal inputs].")
 @_option("--no-latency", is_flag=True,
               help="Skip timing a quantized or weight-stored model against its float model in "
                    "LiteRT, which a verified conversion does (about a second).")
@@ -345,8 +360,9 @@ def cli(source, dest, as_json, verbose, debug, **flags):
 @click.argument("source", metavar="IN.onnx")
 @click.argument("tflite", metavar="MODEL.tflite")
 @_option("--data", metavar="PATH",
-              help="Inputs in the calibration-data format [default: seeded inputs, standard "
-                   "normal for float inputs, 0..9 for integer ones].")
+              help="Inputs in the calibration-data format (an .npz, or a directory of .npz/.npy "
+                   "files, images or .wav files; see --mean, --std, --sample-rate) [default: "
+                   "seeded inputs, standard normal for float inputs, 0..9 for integer ones].")
 @_option("--samples", type=click.IntRange(min=1), default=8, show_default=True, metavar="N",
               help="How many samples to run (the first N of --data).")
 @_option("--min-sqnr", type=float, metavar="DB",
@@ -355,17 +371,19 @@ def cli(source, dest, as_json, verbose, debug, **flags):
               help="Also write the per-tensor report, FILE.json or FILE.html.")
 @_option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 @_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
-def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug):
+def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug, mean, std,
+               sample_rate):
     """Run IN.onnx in onnxruntime and MODEL.tflite (written by any tool) in LiteRT on the same
     inputs and compare every output: SQNR, errors, cosine, top-1 agreement, worst slice.
 
     Exit codes: 0 passed (or no --min-sqnr), 1 error, 2 usage error, 3 internal error, 4 an
     output or slice below --min-sqnr.
     """
-    from .driver.options import VerifyOptions, check_report_path
+    from .driver.options import VerifyOptions, check_report_path, file_decoding
 
     try:
         check_report_path(report)
+        decoding = file_decoding(mean, std, sample_rate, paths=(data,), data_flags="--data")
     except UsageError as e:
         raise click.UsageError(str(e)) from None
     check_distinct_files({"IN.onnx": source, "MODEL.tflite": tflite, "--data": data},
@@ -382,7 +400,7 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug):
     if crash is not None:
         raise ConversionError(f"{tflite}: {crash}; it cannot be verified")
     stdin = read_stdin() if source == "-" else None
-    options = VerifyOptions(True, True, samples, data, min_sqnr, report)
+    options = VerifyOptions(True, True, samples, data, min_sqnr, report, decoding=decoding)
     result = check_written(read_onnx(source, stdin), source if stdin is None else None, tflite,
                            options)
     print_stdout(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))
@@ -424,9 +442,10 @@ def inspect_cli(path, as_json, debug):
     print_stdout(json.dumps(report, indent=2) if as_json else format_text(report))
 
 
+FILE_DECODING_OPTIONS = ("mean", "std", "sample_rate")
 # The conversion's options that decide where and how the int8 model quantizes, shared with cli.
 FAKEQUANT_OPTIONS = ("input_shapes", "calibration", "calibration_samples", "calibration_method",
-                     "default_range", "activations", "per_tensor_fc", "weight_rounding",
+                     "mean", "std", "sample_rate", "default_range", "activations", "per_tensor_fc", "weight_rounding",
                      "no_bias_correction", "no_equalization", "keep_float", "precision", "target_sqnr", "target",
                      "as_json", "verbose", "debug")
 
@@ -464,6 +483,8 @@ def fakequant_cli(source, dest, as_json, verbose, debug, **flags):
 
 # Copies: each command names its own environment variables.
 fakequant_cli.params += [copy.copy(p) for p in cli.params if p.name in FAKEQUANT_OPTIONS]
+# How verify's --data folder of images or .wav files becomes samples, as the conversion's.
+verify_cli.params[-1:-1] = [copy.copy(p) for p in cli.params if p.name in FILE_DECODING_OPTIONS]
 _with_environment_variables(cli, "QCONVERT")
 _with_environment_variables(verify_cli, "QCONVERT_VERIFY")
 _with_environment_variables(inspect_cli, "QCONVERT_INSPECT")

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -29,6 +27,7 @@ from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
 from ..transforms.quantization import set_loaded_ranges
 from ..quantize.calibration_methods import MINMAX, CalibrationMethod, HistogramRecorder
+from .progress import Progress
 
 log = logging.getLogger("qconvert")
 
@@ -36,28 +35,6 @@ _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorPro
                 onnx.TensorProto.BFLOAT16}
 # Protobuf cannot serialize a model of 2 GiB or more; such a model goes to onnxruntime via a file.
 _PROTO_LIMIT = (2 << 30) - (64 << 20)
-
-
-class _Progress:
-    """`calibrating: 37/100` on one \\r-rewritten stderr line, only when stderr is a terminal."""
-
-    def __init__(self, enabled: bool, total: int | None):
-        self.enabled = enabled and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-        self.total = total
-        self.last = 0.0
-
-    def update(self, done: int, final: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not final and now - self.last < 0.1:
-            return
-        self.last = now
-        total = f"/{self.total}" if self.total is not None else ""
-        sys.stderr.write(f"\rcalibrating: {done}{total}")
-        if final:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
 
 
 def _declared_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -203,7 +180,7 @@ class CalibrationRun:
             samples = list(samples)
         count = len(samples) if hasattr(samples, "__len__") else None
         passes = 1 if method.name == "minmax" else 2
-        bar = _Progress(progress, None if count is None else passes * count)
+        bar = Progress(progress, None if count is None else passes * count)
 
         def run(record: Callable[[dict[str, np.ndarray]], None], done: int) -> int:
             for index, sample in enumerate(samples):
@@ -345,6 +322,26 @@ def calibrate_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndar
     return CalibrationRun(model, tensor_names).ranges(samples, progress, method=method)
 
 
+def _derived_ops(model: Model, onnx_names: set[str]) -> tuple[dict[str, str], list, set[str]]:
+    """The IR ops with an output the ONNX model does not have and a numpy `evaluate`, as
+    calibrate_model uses them: ({output: input} of each TRANSPOSE or RESHAPE of a non-constant
+    that no other such op reads, which holds its input's values; the other ops, to compute; the
+    tensors all of them read)."""
+    derived = [op for op in model.operators
+               if TFLITE_OPS[op.type].evaluate is not None and any(o not in onnx_names for o in op.outputs)]
+    read_by_derived = {n for op in derived for n in op.inputs}
+    same_values: dict[str, str] = {}  # derived tensor -> the tensor holding the same values
+    computed = []
+    for op in derived:
+        out = op.outputs[0]
+        if (op.type in ("TRANSPOSE", "RESHAPE") and out not in read_by_derived
+                and model.constant(op.inputs[0]) is None):
+            same_values[out] = op.inputs[0]
+        else:
+            computed.append(op)
+    return same_values, computed, read_by_derived
+
+
 def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[str, np.ndarray]],
                     progress: bool = False, method: CalibrationMethod = MINMAX) -> int:
     """Sets `minmax` on the float activation arrays of `model`, the IR freshly loaded from the
@@ -363,18 +360,7 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
     later through the same-scale ops around them (propagate_minmax).
     """
     onnx_names = set(run.from_feeds) | set(run.fetched)
-    derived = [op for op in model.operators
-               if TFLITE_OPS[op.type].evaluate is not None and any(o not in onnx_names for o in op.outputs)]
-    read_by_derived = {n for op in derived for n in op.inputs}
-    same_values: dict[str, str] = {}  # derived tensor -> the tensor holding the same values
-    computed = []
-    for op in derived:
-        out = op.outputs[0]
-        if (op.type in ("TRANSPOSE", "RESHAPE") and out not in read_by_derived
-                and model.constant(op.inputs[0]) is None):
-            same_values[out] = op.inputs[0]
-        else:
-            computed.append(op)
+    same_values, computed, read_by_derived = _derived_ops(model, onnx_names)
     needed = {n for n, a in model.arrays.items() if a.dtype.kind == "f"} | read_by_derived
     # Which ops can be computed is the same for every sample: those whose inputs are fetched,
     # constant or computed before them. Each input is taken from the sample's values when it is

@@ -1,4 +1,5 @@
-"""Calibration data: the representative inputs `--calibration PATH` names, loaded and checked.
+"""Calibration data: the representative inputs `--calibration PATH` names (and --verify-data,
+verify's --data), loaded and checked; folders of images or .wav files are decoded by files.py.
 
 Calibration data (`--calibration PATH`)
 ---------------------------------------
@@ -6,14 +7,44 @@ PATH is either
 
 * an ``.npz`` archive with one array per model input, keyed by the ONNX input name, first axis =
   samples; or
-* a directory. Only its ``*.npz`` and ``*.npy`` files are read (anything else, and hidden files,
-  are ignored), in sorted file-name order:
+* a directory of arrays: its ``*.npz`` and ``*.npy`` files are read (hidden files and files of
+  other suffixes are ignored), in sorted file-name order:
   - ``<input name>.npy`` holds every sample of that input (first axis = samples);
   - each ``*.npz`` is a shard holding the *same* set of inputs; an input's samples are the
     concatenation of its arrays over the shards in file-name order (``part-000.npz``,
     ``part-001.npz``...).
   Both kinds may be mixed as long as no input comes from both. An input name that cannot be a file
-  name (one with a ``/``) must come from an ``.npz``.
+  name (one with a ``/``) must come from an ``.npz``; or
+* a directory of images (``.png .jpg .jpeg .bmp .webp``) or of ``.wav`` files, for a model with
+  one input (see below). Suffixes are case-insensitive; files are taken in sorted name order,
+  hidden files and files of other suffixes ignored. A directory holding more than one of the three
+  kinds (arrays, images, .wav files) is an error, as is one holding none of them.
+
+Folders of images. The input must be 4-D: ``[B,C,H,W]`` when dimension 1 is 1 or 3 (so
+``[1,3,3,3]`` is NCHW), else ``[B,H,W,C]`` when the last dimension is 1 or 3; H and W static or
+pinned by --input-shape. Each file is decoded by Pillow (PNG, JPEG, BMP, WebP only, whatever its
+suffix says), converted to RGB (grayscale "L" for one channel; an alpha channel is dropped),
+resized to W x H with Pillow's bilinear resampling, and laid out as the input. A float input gets
+``(p / 255 - mean) / std`` computed in float32 (p the 0..255 pixel values; --mean and --std: one
+value, or one per channel, default 0 and 1; another count is a usage error), then cast to the
+input's dtype. An integer input
+whose dtype holds 0..255 (uint8, int16, int32, ...) gets the pixel values as they are, and --mean
+or --std are then a usage error; an int8 input is refused (it cannot hold 0..255). A sample takes
+B consecutive files (a dynamic B counts as 1), so the number of files must be a multiple of B.
+An image over Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS) is refused.
+
+Folders of .wav files. The input must be float, ``[1,N]`` or ``[N]`` (a dynamic batch counts as
+1; N static or pinned). Each file is read by the standard library's ``wave`` module: integer PCM
+of 8, 16, 24 or 32 bits (a 32-bit float or WAVE_FORMAT_EXTENSIBLE file is refused), every value
+over 2^(bits-1) (8-bit data is unsigned, offset 128) in float32, the channels of a multi-channel
+file averaged; its first N samples, zero-padded to N. With --sample-rate HZ a file of another
+rate is an error naming it.
+
+--mean, --std and --sample-rate apply to these folders only (arrays are taken as they are). A model
+with several inputs, or an input of neither shape, needs arrays. Images and .wav files are
+decoded when a sample is read, each file's header (format, size, rate)
+checked when the set is loaded; a file that fails to decode later is the same one-line
+ConversionError naming it. Up to 256 MiB of decoded files are kept for the next pass.
 
 Shapes. For a model input of shape S = [B, d1, d2...] an array may be
   - ``[N, B, d1, d2...]``: N samples, each a whole model input; or
@@ -28,8 +59,8 @@ for a float input -- float64 loses nothing a range needs -- and any integer for 
 long as every value fits. Other combinations are refused: integer data for a float input is most
 often images that were not normalized, and the ranges would silently be wrong.
 
-Every check (names, dtypes, shapes, counts, empty set, NaN/Inf, integer overflow) runs when the set
-is loaded, before any model runs; a failure is a ConversionError naming the file and the input.
+Every check (names, dtypes, shapes, counts, empty set, NaN/Inf, integer overflow) runs when an array
+set is loaded, before any model runs; a failure is a ConversionError naming the file and the input.
 
 Memory: ``.npy`` files and the members of uncompressed archives (``np.savez``) are memory-mapped;
 a compressed member (``np.savez_compressed``) is decompressed whole when first needed, one shard
@@ -64,6 +95,7 @@ import onnx
 from onnx import helper
 
 from ..errors import CALIBRATION_BYTES, CALIBRATION_SAMPLES, ConversionError, UsageError
+from .files import IMAGE_SUFFIXES, FileDecoding, FileSamples, file_input, file_kind
 
 log = logging.getLogger("qconvert")
 
@@ -237,9 +269,10 @@ class _InputData:
 
 class CalibrationSet(Sequence):
     """The calibration samples: `set[i]` is {input name: array in the model input's shape and
-    dtype}; iteration yields the samples in order, one at a time."""
+    dtype}; iteration yields the samples in order, one at a time. Each input's samples come from
+    its `sample(i)`: an _InputData (arrays) or a files.FileSamples (images, .wav files)."""
 
-    def __init__(self, path: str, inputs: dict[str, _InputData], count: int):
+    def __init__(self, path: str, inputs: dict[str, _InputData | FileSamples], count: int):
         self.path = path
         self._inputs = inputs
         self._count = count
@@ -336,65 +369,95 @@ def _scan(data: _InputData, count: int) -> None:
         done += take
 
 
-def first_samples(path: str, proto, count: int) -> list[dict[str, np.ndarray]]:
+def first_samples(path: str, proto, count: int,
+                  decoding: FileDecoding | None = None) -> list[dict[str, np.ndarray]]:
     """The first `count` samples of the calibration-format data at `path` for the ONNX model
     `proto`, checked as load_calibration checks them (verification and planning inputs)."""
-    return list(load_calibration(path, model_input_specs(proto), count))
+    return list(load_calibration(path, model_input_specs(proto), count, decoding))
 
 
 def load_calibration(path: str, model_inputs: dict[str, tuple[tuple, np.dtype]],
-                     max_samples: int | None = None) -> CalibrationSet:
+                     max_samples: int | None = None, decoding: FileDecoding | None = None,
+                     progress: bool = False) -> CalibrationSet:
     """Opens and checks the calibration data at `path` (an .npz or a directory, see the module
     docstring) against `model_inputs` ({name: (shape, dtype)}); uses the first `max_samples`
-    samples (all when None). Raises ConversionError for anything that does not fit."""
+    samples (all when None). `decoding` says how a folder of images or .wav files becomes
+    samples; `progress` shows a progress line on a terminal while such files are read. Raises
+    ConversionError for anything that does not fit."""
     if max_samples is not None and max_samples < 1:
         raise UsageError(f"--calibration-samples must be at least 1, not {max_samples}")
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ConversionError(f"{path}: no such file or directory")
-
-    # name -> [(file, array or loader)] in sample order
-    found: dict[str, list[tuple[str, object]]] = {}
     if os.path.isdir(path):
-        try:
-            entries = sorted(e for e in os.listdir(path) if not e.startswith("."))
-        except PermissionError:
-            raise ConversionError(f"{path}: permission denied") from None
-        files = [os.path.join(path, e) for e in entries
-                 if e.endswith((".npz", ".npy")) and os.path.isfile(os.path.join(path, e))]
-        if not files:
-            raise ConversionError(
-                f"{path}: the directory holds no .npz or .npy files; no calibration samples")
-        shard_names: tuple[str, set[str]] | None = None
-        from_npy: dict[str, str] = {}
-        for file in files:
-            if file.endswith(".npy"):
-                name = os.path.basename(file)[:-4]
-                if name not in model_inputs:
-                    raise ConversionError(
-                        f"{file}: {name!r} is not a model input (inputs: {', '.join(model_inputs)}); "
-                        "a .npy file is named after the input it holds")
-                from_npy[name] = file
-                found[name] = [(file, _read_npy(file))]
-        for file in files:
-            if not file.endswith(".npz"):
-                continue
-            arrays = _read_npz(file)
-            if shard_names is None:
-                shard_names = (file, set(arrays))
-            elif set(arrays) != shard_names[1]:
-                raise ConversionError(
-                    f"{file}: holds inputs {sorted(arrays)}, but {shard_names[0]} holds "
-                    f"{sorted(shard_names[1])}; every .npz shard must hold the same inputs")
-            for name, array in arrays.items():
-                if name in from_npy:
-                    raise ConversionError(f"{file}: input {name!r} is also given by {from_npy[name]}")
-                found.setdefault(name, []).append((file, array))
+        arrays, kind, media = _folder_files(path)
+        if kind is not None:
+            specs = {name: (_static_dims(shape), dtype) for name, (shape, dtype) in model_inputs.items()}
+            name, samples, count = file_input(path, media, kind, specs, max_samples, decoding, progress)
+            return CalibrationSet(path, {name: samples}, count)
+        found = _folder_arrays(arrays, model_inputs)
     elif os.path.isfile(path):
         found = {name: [(path, a)] for name, a in _read_npz(path).items()}
     else:
         raise ConversionError(f"{path}: not a file or directory")
     return _checked_set(path, found, model_inputs, max_samples)
+
+
+def _folder_files(path: str) -> tuple[list[str], str | None, list[str]]:
+    """(the .npz/.npy files, None) or ([], "image" or "audio", those files) of the directory
+    `path`, in sorted name order, hidden files and others left out; a folder mixing these kinds,
+    or holding none, is a ConversionError."""
+    try:
+        entries = sorted(e for e in os.listdir(path) if not e.startswith("."))
+    except PermissionError:
+        raise ConversionError(f"{path}: permission denied") from None
+    files = [os.path.join(path, e) for e in entries if os.path.isfile(os.path.join(path, e))]
+    by_kind = {"arrays": [f for f in files if f.endswith((".npz", ".npy"))],
+               "image": [f for f in files if file_kind(f) == "image"],
+               "audio": [f for f in files if file_kind(f) == "audio"]}
+    present = [kind for kind, found in by_kind.items() if found]
+    if not present:
+        raise ConversionError(
+            f"{path}: the directory holds no .npz or .npy files, no images "
+            f"({' '.join(IMAGE_SUFFIXES)}) and no .wav files; no calibration samples")
+    if len(present) > 1:
+        shown = {"arrays": ".npz/.npy arrays", "image": "images", "audio": ".wav files"}
+        held = " and ".join(f"{shown[k]} ({os.path.basename(by_kind[k][0])}...)" for k in present)
+        raise ConversionError(f"{path}: the directory holds {held}; it must hold one kind of "
+                              "calibration file: move the others out")
+    kind = present[0]
+    return (by_kind[kind], None, []) if kind == "arrays" else ([], kind, by_kind[kind])
+
+
+def _folder_arrays(files: list[str], model_inputs) -> dict[str, list[tuple[str, object]]]:
+    """{input name: [(file, array or loader)] in sample order} of a directory's .npz/.npy files."""
+    found: dict[str, list[tuple[str, object]]] = {}
+    shard_names: tuple[str, set[str]] | None = None
+    from_npy: dict[str, str] = {}
+    for file in files:
+        if file.endswith(".npy"):
+            name = os.path.basename(file)[:-4]
+            if name not in model_inputs:
+                raise ConversionError(
+                    f"{file}: {name!r} is not a model input (inputs: {', '.join(model_inputs)}); "
+                    "a .npy file is named after the input it holds")
+            from_npy[name] = file
+            found[name] = [(file, _read_npy(file))]
+    for file in files:
+        if not file.endswith(".npz"):
+            continue
+        arrays = _read_npz(file)
+        if shard_names is None:
+            shard_names = (file, set(arrays))
+        elif set(arrays) != shard_names[1]:
+            raise ConversionError(
+                f"{file}: holds inputs {sorted(arrays)}, but {shard_names[0]} holds "
+                f"{sorted(shard_names[1])}; every .npz shard must hold the same inputs")
+        for name, array in arrays.items():
+            if name in from_npy:
+                raise ConversionError(f"{file}: input {name!r} is also given by {from_npy[name]}")
+            found.setdefault(name, []).append((file, array))
+    return found
 
 
 def calibration_from_arrays(arrays, model_inputs: dict[str, tuple[tuple, np.dtype]],

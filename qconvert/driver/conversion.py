@@ -167,7 +167,8 @@ def start_calibration(state: State) -> State:
     from ..calibration.calibrate import CalibrationRun
 
     started = time.perf_counter()
-    samples = calibration_set(request.calibration, state.onnx_file.proto, request.samples)
+    samples = calibration_set(request.calibration, state.onnx_file.proto, request.samples,
+                              state.options.input.decoding, state.progress)
     state.onnx_file.restore_weights()  # onnxruntime needs the whole model
     run = CalibrationRun(state.onnx_file.proto, "all")
     return replace(state, samples=samples, calibration_run=run,
@@ -280,7 +281,8 @@ def _planned(state: State):
     # A metric scores exactly the samples it was given; without one, more samples are read for
     # outputs read by a decision, which the plan uses when a check is cheap (planner.py).
     count = options.samples if options.metric is not None else max(options.samples, DECISION_SAMPLES)
-    samples = list(calibration_set(options.data or request.calibration, reference.proto, count))
+    samples = list(calibration_set(options.data or request.calibration, reference.proto, count,
+                                   state.options.input.decoding))
     session = RecordedReference(Reference(reference.proto))  # one onnxruntime run for all the plans
     return plan_precision(state.model, state.steps, reference.proto, samples, options.target_sqnr,
                           _write_candidate,
@@ -437,7 +439,8 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     direct = onnx_path is not None and options.report is None and reads_file(proto)
     if not direct:
         reference.restore_weights()
-    samples = None if options.data is None else first_samples(options.data, proto, options.samples)
+    samples = (None if options.data is None else
+               first_samples(options.data, proto, options.samples, options.decoding))
     result = verify(proto, path, samples, options.samples, options.min_sqnr,
                     data=options.data or "generated", float_check=float_check,
                     onnx_path=onnx_path if direct else None)
@@ -494,15 +497,18 @@ def _write_candidate(model: Model, path: str) -> None:
         serialize(model, DESCRIPTION, release_data=False).write_to(f)
 
 
-def calibration_set(calibration: str | Mapping, proto, count: int | None):
+def calibration_set(calibration: str | Mapping, proto, count: int | None, decoding=None,
+                    progress: bool = False):
     """The checked calibration samples for the ONNX model `proto` (the first `count`, all when
-    None): `calibration` is a path (an .npz or a directory, see calibration/data.py) or a mapping
-    {input name: array} laid out like an .npz's arrays (the Python API)."""
+    None): `calibration` is a path (an .npz or a directory, see calibration/data.py; `decoding`,
+    the options' input.decoding, says how a folder of images or .wav files becomes samples, with
+    a progress line on a terminal when `progress`) or a mapping {input name: array} laid out
+    like an .npz's arrays (the Python API)."""
     from ..calibration.data import calibration_from_arrays, load_calibration, model_input_specs
 
     if isinstance(calibration, Mapping):
         return calibration_from_arrays(calibration, model_input_specs(proto), count)
-    return load_calibration(calibration, model_input_specs(proto), count)
+    return load_calibration(calibration, model_input_specs(proto), count, decoding, progress)
 
 
 def fake_quant(source: str, options: Options, *, data: bytes | None = None, output_name: str = "",

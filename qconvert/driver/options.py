@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..calibration.files import FileDecoding
 from ..errors import UsageError
 from ..quantize.calibration_methods import MINMAX, CalibrationMethod, parse_calibration_method
 from ..quantize.params import MAX_SCALE, MIN_SCALE
@@ -39,6 +40,9 @@ REPORT_SUFFIXES = (".json", ".html", ".htm")
 class InputOptions:
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # --input-shape
     io_layout: str = "nhwc"  # --io-layout
+    # How a folder of images or .wav files (--calibration, --verify-data) becomes samples: --mean,
+    # --std, --sample-rate and the --input-shape pins (calibration/files.py).
+    decoding: FileDecoding = field(default_factory=FileDecoding)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class VerifyOptions:
     report: str | None = None  # --report FILE.json or FILE.html
     float_check: bool = False  # a float conversion: exact against onnxruntime (verify.py)
     latency: bool = False  # time the written model against the float model (check/latency.py)
+    # input.decoding, for `data`: the verify command builds VerifyOptions alone.
+    decoding: FileDecoding = field(default_factory=FileDecoding)
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,8 @@ class Options:
 
 
 def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, calibration=None,
-                       calibration_samples=None, calibration_method=None, default_range=None,
+                       calibration_samples=None, calibration_method=None, mean=None, std=None,
+                       sample_rate=None, default_range=None,
                        io_type=None, activations=None, per_tensor_fc=False, weight_rounding=None,
                        no_bias_correction=False, no_equalization=False, weight_only=False,
                        weight_only_min_elements=None, float16=False, keep_float=(),
@@ -129,6 +136,7 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
     keep_float = (keep_float,) if isinstance(keep_float, str) else tuple(keep_float)
 
     shapes = parse_input_shape(input_shapes)
+    decoding = file_decoding(mean, std, sample_rate, shapes, paths=(calibration, verify_data))
     weights = _weight_options(weight_only, weight_only_min_elements, float16, quantize, calibration)
     steps = _quantize_steps(quantize, calibration, calibration_samples, default_range, io_type,
                             per_tensor_fc, activations, weight_rounding, no_bias_correction, no_equalization)
@@ -147,11 +155,12 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
         generated = verify_data is None and calibration is None
         verify_samples = 1 if float_conversion and generated else QUANTIZED_VERIFY_SAMPLES
     return Options(
-        input=InputOptions(shapes, io_layout), quantize=request, weights=weights,
+        input=InputOptions(shapes, io_layout, decoding), quantize=request, weights=weights,
         verify=VerifyOptions(enabled, bool(asked), verify_samples,
                              verify_data or (calibration if isinstance(calibration, str) else None),
                              min_sqnr, report, float_conversion,
-                             latency=enabled and not float_conversion and not no_latency),
+                             latency=enabled and not float_conversion and not no_latency,
+                             decoding=decoding),
         plan=plan)
 
 
@@ -207,6 +216,43 @@ def _flag(flag: str, value) -> bool:
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
     raise _invalid(flag, f"{value!r} is not a valid boolean.")
+
+
+def _channel_values(flag: str, value, positive: bool = False) -> tuple[float, ...] | None:
+    """--mean or --std: a number or comma-separated numbers (the API: a number or a sequence too),
+    finite; --std's above 0."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts = value.split(",")
+    elif isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        parts = [value]
+    else:
+        parts = list(value) if hasattr(value, "__iter__") else []
+    try:
+        values = tuple(float(part) for part in parts)
+    except (TypeError, ValueError):
+        values = ()
+    if not values or not all(np.isfinite(values)) or (positive and min(values) <= 0):
+        above = ", each above 0" if positive else ""
+        raise _invalid(flag, f"{value!r}: expected a number, or comma-separated numbers one per "
+                       f"channel{above}", quoted=False)
+    return values
+
+
+def file_decoding(mean=None, std=None, sample_rate=None, shapes=None, *, paths=(),
+                  data_flags: str = "--calibration or --verify-data") -> FileDecoding:
+    """The FileDecoding of --mean, --std and --sample-rate and the --input-shape pins, for the
+    data `paths` (the flags `data_flags`; the verify command's is --data). The three apply to a
+    folder only, so without a path among `paths` (the API's arrays are no path) they are a usage
+    error."""
+    mean, std = _channel_values("--mean", mean), _channel_values("--std", std, positive=True)
+    sample_rate = _positive("--sample-rate", sample_rate)
+    given = [flag for flag, value in (("--mean", mean), ("--std", std), ("--sample-rate", sample_rate))
+             if value is not None]
+    if given and not any(isinstance(path, str) for path in paths):
+        raise UsageError(f"{given[0]} applies to a folder of images or .wav files given by {data_flags}")
+    return FileDecoding(mean, std, sample_rate, dict(shapes or {}))
 
 
 def parse_input_shape(values) -> dict[str, tuple[int, ...]]:

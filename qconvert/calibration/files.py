@@ -1,0 +1,328 @@
+"""Samples decoded from a folder of images or of .wav files (the format is defined in data.py's
+module docstring; data.py lists the folder and calls `file_input` when it holds such files).
+
+`file_input` picks the model input the files feed, checks its shape and every file's header
+(size, decompression-bomb limit, sample rate) when the set is loaded, and returns a FileSamples
+that decodes each sample when it is asked for: CalibrationSet reads the samples one by one, so
+memory stays bounded for thousands of files. Decoded files (resized pixels, audio samples) are
+kept up to _CACHE_BYTES, since calibration, layer measurement, planning and verification read
+the samples again. Pillow is imported only when a folder of images is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+import wave
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CALIBRATION_SAMPLES, ConversionError, UsageError
+from .progress import Progress
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+AUDIO_SUFFIXES = (".wav",)
+IMAGE_CHANNELS = (1, 3)
+# Pillow's formats for the suffixes (MPO: a camera's multi-picture JPEG). Only these are tried, so
+# a renamed file of another format (EPS, which runs Ghostscript) is refused rather than opened.
+_PIL_FORMATS = ("PNG", "JPEG", "MPO", "BMP", "WEBP")
+# Decoded files kept for the next pass over the samples (a 224x224 RGB image: 147 KiB).
+_CACHE_BYTES = 256 << 20
+_WHAT = {"image": "images", "audio": ".wav files"}
+_NPZ_HINT = "give its data as an .npz (one array per model input, see --help)"
+
+
+@dataclass(frozen=True)
+class FileDecoding:
+    """How a folder of images or .wav files becomes samples: --mean and --std normalize a float
+    image input, --sample-rate is the rate every .wav file must have; `shapes` are --input-shape's
+    pins, which give a dynamic height, width or length its size."""
+
+    mean: tuple[float, ...] | None = None  # one value, or one per channel (None: 0)
+    std: tuple[float, ...] | None = None  # likewise (None: 1)
+    sample_rate: int | None = None  # Hz (None: any)
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def file_kind(name: str) -> str | None:
+    """"image", "audio" or None (a file that no decoding reads), by the name's suffix."""
+    lower = name.lower()
+    if lower.endswith(IMAGE_SUFFIXES):
+        return "image"
+    if lower.endswith(AUDIO_SUFFIXES):
+        return "audio"
+    return None
+
+
+def _shown(shape) -> str:
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+# --- images --------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _open_image(file: str) -> Iterator:
+    """The image at `file` opened by Pillow (a PNG, JPEG, BMP or WebP); any failure, in the
+    `with` body too, is one ConversionError naming the file."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            # Over Image.MAX_IMAGE_PIXELS Pillow only warns (up to twice that): refuse it too.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(file, formats=_PIL_FORMATS) as image:
+                yield image
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ConversionError(
+            f"{file}: larger than Pillow's limit against decompression bombs "
+            f"({Image.MAX_IMAGE_PIXELS:,} pixels); downscale it or take it out of the folder") from None
+    except PermissionError:
+        raise ConversionError(f"{file}: permission denied") from None
+    except Exception as e:  # Pillow's decoders raise many types on a malformed file
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConversionError(f"{file}: cannot be decoded as an image ({reason}); re-save it as "
+                              "PNG or JPEG, or take it out of the folder") from None
+
+
+@dataclass(frozen=True)
+class _ImageReader:
+    """Images for a 4-D input [B,C,H,W] or [B,H,W,C]: each converted to RGB (L for one channel),
+    resized to H x W by Pillow's bilinear resampling; for a float input (p/255 - mean)/std in
+    float32, for an integer one the pixel values as they are."""
+
+    batch: int
+    channels: int
+    height: int
+    width: int
+    channels_first: bool
+    dtype: np.dtype
+    mean: np.ndarray | None  # float32, one value or one per channel
+    std: np.ndarray | None
+
+    def check(self, file: str) -> None:
+        with _open_image(file):
+            pass
+
+    def decode(self, file: str) -> np.ndarray:
+        """The resized pixels, uint8 [H, W, C]."""
+        from PIL import Image
+
+        with _open_image(file) as image:
+            converted = image.convert("RGB" if self.channels == 3 else "L")
+            resized = converted.resize((self.width, self.height), Image.Resampling.BILINEAR)
+        return np.asarray(resized, dtype=np.uint8).reshape(self.height, self.width, self.channels)
+
+    def sample(self, decoded: list[np.ndarray]) -> np.ndarray:
+        pixels = np.stack(decoded)  # [B, H, W, C]
+        if self.dtype.kind == "f":
+            values = pixels.astype(np.float32) / np.float32(255)
+            if self.mean is not None:
+                values = values - self.mean
+            if self.std is not None:
+                values = values / self.std
+        else:
+            values = pixels
+        if self.channels_first:
+            values = values.transpose(0, 3, 1, 2)
+        return np.ascontiguousarray(values, dtype=self.dtype)
+
+
+def _image_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
+                  decoding: FileDecoding) -> _ImageReader:
+    """The reader of an image input: [B,C,H,W] when dimension 1 is 1 or 3 (so [1,3,3,3] is
+    NCHW), else [B,H,W,C] when the last is 1 or 3; H and W static (pinned), B dynamic is 1."""
+    layout = None
+    if len(shape) == 4 and shape[1] in IMAGE_CHANNELS:
+        layout = (True, shape[1], shape[2], shape[3])
+    elif len(shape) == 4 and shape[3] in IMAGE_CHANNELS:
+        layout = (False, shape[3], shape[1], shape[2])
+    if layout is None:
+        raise ConversionError(
+            f"{folder}: input {name!r} of shape {_shown(shape)} is not an image input ([B,C,H,W] or "
+            f"[B,H,W,C] with 1 or 3 channels) for a folder of images; {_NPZ_HINT}")
+    channels_first, channels, height, width = layout
+    if height is None or width is None:
+        pin = ["1" if d is None else str(d) for d in shape]
+        for axis, letter in zip((2, 3) if channels_first else (1, 2), "HW"):
+            if shape[axis] is None:
+                pin[axis] = letter
+        raise ConversionError(
+            f"{folder}: input {name!r} of shape {_shown(shape)} has a dynamic height or width; "
+            f"images are resized to the input's: pin it with --input-shape {name}:{','.join(pin)}")
+    if dtype.kind != "f":
+        if decoding.mean is not None or decoding.std is not None:
+            raise UsageError(f"--mean and --std normalize images for a float input; input {name!r} "
+                             f"is {dtype}, which takes the pixel values 0..255 as they are")
+        if dtype.kind not in "iu" or np.iinfo(dtype).max < 255:
+            raise ConversionError(f"{folder}: input {name!r} is {dtype}, which cannot hold pixel "
+                                  f"values 0..255; {_NPZ_HINT}")
+    return _ImageReader(shape[0] or 1, channels, height, width, channels_first, dtype,
+                        _per_channel("--mean", decoding.mean, channels, name),
+                        _per_channel("--std", decoding.std, channels, name))
+
+
+def _per_channel(flag: str, values: tuple[float, ...] | None, channels: int,
+                 name: str) -> np.ndarray | None:
+    if values is None:
+        return None
+    if len(values) not in (1, channels):
+        raise UsageError(f"{flag} has {len(values)} values; input {name!r} has {channels} "
+                         f"channel{'s' if channels > 1 else ''}: give one value or {channels}")
+    return np.asarray(values, dtype=np.float32)
+
+
+# --- audio ---------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _open_wav(file: str) -> Iterator[wave.Wave_read]:
+    """The .wav file at `file` opened by the standard library (PCM only); any failure, in the
+    `with` body too, is one ConversionError naming the file."""
+    try:
+        with wave.open(file, "rb") as reader:
+            yield reader
+    except PermissionError:
+        raise ConversionError(f"{file}: permission denied") from None
+    except (wave.Error, EOFError, OSError, ValueError) as e:
+        reason = str(e) or type(e).__name__
+        if "unknown format: 3" in reason:
+            reason = "32-bit float samples; only integer PCM is read"
+        elif "unknown format: 65534" in reason:
+            reason = "WAVE_FORMAT_EXTENSIBLE; only plain integer PCM is read"
+        raise ConversionError(f"{file}: not a readable .wav file ({reason}); convert it to 16-bit "
+                              "PCM, or take it out of the folder") from None
+
+
+def _pcm_values(frames: bytes, width: int, channels: int) -> np.ndarray:
+    """PCM frames as float32 in [-1, 1] (each integer over 2^(bits-1); 8-bit data is unsigned,
+    offset 128), the channels averaged."""
+    usable = len(frames) - len(frames) % (width * channels)  # a truncated file's last frame
+    raw = np.frombuffer(frames, dtype=np.uint8, count=usable)
+    if width == 1:
+        ints = raw.astype(np.int32) - 128
+    elif width == 3:
+        b = raw.reshape(-1, 3).astype(np.int32)
+        ints = ((b[:, 0] | b[:, 1] << 8 | b[:, 2] << 16) ^ 0x800000) - 0x800000
+    else:
+        ints = raw.view(np.dtype(f"<i{width}"))
+    values = ints.astype(np.float32) / np.float32(2 ** (8 * width - 1))
+    if channels > 1:
+        values = values.reshape(-1, channels).mean(axis=1, dtype=np.float32)
+    return values
+
+
+@dataclass(frozen=True)
+class _AudioReader:
+    """.wav files for a float input [1,N] or [N]: the first N samples of each, zero-padded to N."""
+
+    length: int
+    batched: bool  # [1, N] rather than [N]
+    dtype: np.dtype
+    sample_rate: int | None
+    batch: int = 1
+
+    def check(self, file: str) -> None:
+        with _open_wav(file) as reader:
+            width, rate = reader.getsampwidth(), reader.getframerate()
+        if width not in (1, 2, 3, 4):
+            raise ConversionError(f"{file}: {8 * width}-bit samples; 8, 16, 24 and 32-bit PCM are read")
+        if self.sample_rate is not None and rate != self.sample_rate:
+            raise ConversionError(f"{file}: sampled at {rate} Hz, not the --sample-rate "
+                                  f"{self.sample_rate} Hz; resample it")
+
+    def decode(self, file: str) -> np.ndarray:
+        """The file's first N samples, float32 [N]."""
+        with _open_wav(file) as reader:
+            frames = reader.readframes(self.length)
+            width, channels = reader.getsampwidth(), reader.getnchannels()
+        values = np.zeros(self.length, dtype=np.float32)
+        read = _pcm_values(frames, width, channels)
+        values[:len(read)] = read
+        return values
+
+    def sample(self, decoded: list[np.ndarray]) -> np.ndarray:
+        values = decoded[0][None] if self.batched else decoded[0]
+        return np.ascontiguousarray(values, dtype=self.dtype)
+
+
+def _audio_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
+                  decoding: FileDecoding) -> _AudioReader:
+    """The reader of an audio input: float, [N] or [B,N] with B 1 or dynamic, N static."""
+    if not (len(shape) == 1 or (len(shape) == 2 and shape[0] in (1, None))) or dtype.kind != "f":
+        raise ConversionError(
+            f"{folder}: input {name!r} of shape {_shown(shape)} ({dtype}) is not an audio input "
+            f"(float, [1,N] or [N]) for a folder of .wav files; {_NPZ_HINT}")
+    if shape[-1] is None:
+        pin = "1,N" if len(shape) == 2 else "N"
+        raise ConversionError(f"{folder}: input {name!r} of shape {_shown(shape)} has a dynamic "
+                              f"length; pin it with --input-shape {name}:{pin}")
+    if decoding.mean is not None or decoding.std is not None:
+        raise UsageError("--mean and --std normalize images; a folder of .wav files takes none")
+    return _AudioReader(shape[-1], len(shape) == 2, dtype, decoding.sample_rate)
+
+
+# --- the samples ---------------------------------------------------------------------------------
+
+class FileSamples:
+    """One input's samples from files: sample i decodes files[i*B:(i+1)*B] (B: the input's
+    batch), keeping decoded files up to _CACHE_BYTES."""
+
+    def __init__(self, files: list[str], reader: _ImageReader | _AudioReader):
+        self.files = files
+        self.reader = reader
+        self._decoded: dict[int, np.ndarray] = {}
+        self._decoded_bytes = 0
+
+    def sample(self, i: int) -> np.ndarray:
+        batch = self.reader.batch
+        return self.reader.sample([self._file(k) for k in range(i * batch, (i + 1) * batch)])
+
+    def _file(self, k: int) -> np.ndarray:
+        decoded = self._decoded.get(k)
+        if decoded is None:
+            decoded = self.reader.decode(self.files[k])
+            if self._decoded_bytes + decoded.nbytes <= _CACHE_BYTES:
+                self._decoded[k] = decoded
+                self._decoded_bytes += decoded.nbytes
+        return decoded
+
+
+def _pinned(name: str, shape: tuple, pins: Mapping[str, tuple[int, ...]]) -> tuple:
+    """The input's shape with --input-shape's pin for it (when it has the input's rank)."""
+    pin = pins.get(name)
+    return tuple(pin) if pin is not None and len(pin) == len(shape) else shape
+
+
+def file_input(folder: str, files: list[str], kind: str,
+               model_inputs: dict[str, tuple[tuple, np.dtype]], max_samples: int | None,
+               decoding: FileDecoding | None = None,
+               progress: bool = False) -> tuple[str, FileSamples, int]:
+    """(input name, its samples, how many) for `files` of `kind` ("image" or "audio") in sample
+    order, feeding the one input of `model_inputs` ({name: (shape with dynamic dimensions as
+    None, dtype)}); the first `max_samples` samples (all when None). Every file a sample takes
+    has its header checked now, with a progress line on a terminal when `progress`."""
+    decoding = decoding or FileDecoding()
+    if len(model_inputs) != 1:
+        raise ConversionError(
+            f"{folder}: a folder of {_WHAT[kind]} feeds a model with one input; this one has "
+            f"{len(model_inputs)} ({', '.join(model_inputs)}): give the data as an .npz with one "
+            "array per input")
+    (name, (shape, dtype)), = model_inputs.items()
+    shape, dtype = _pinned(name, shape, decoding.shapes), np.dtype(dtype)
+    make = _image_reader if kind == "image" else _audio_reader
+    reader = make(folder, name, shape, dtype, decoding)
+    count = len(files) // reader.batch
+    if max_samples is not None and max_samples < count:
+        count = max_samples
+    elif len(files) % reader.batch:
+        raise ConversionError(
+            f"{folder}: {len(files)} {_WHAT[kind]}, not a multiple of input {name!r}'s batch "
+            f"{reader.batch} (each sample takes {reader.batch})")
+    CALIBRATION_SAMPLES.check(count, f"{folder} (--calibration-samples takes fewer)")
+    used = files[:count * reader.batch]
+    bar = Progress(progress, len(used), "reading calibration files")
+    for done, file in enumerate(used, 1):
+        reader.check(file)
+        bar.update(done, final=done == len(used))
+    return name, FileSamples(used, reader), count
