@@ -301,6 +301,13 @@ def _stack(inliner: _Inliner, label: str, values: list[str], axis: int, rank: in
     return nodes
 
 
+def _identities(inliner: _Inliner, label: str, values: list[str], targets) -> list[onnx.NodeProto]:
+    """Identity nodes writing a flattened node's final `values` to its outputs `targets` (unnamed
+    ones skipped), so that the values the rest of the graph reads keep their names."""
+    return [inliner.node(f"{label}/output_{k}", "Identity", [value], [target])
+            for k, (value, target) in enumerate(zip(values, targets)) if target]
+
+
 def _flatten_if(inliner, node, label):
     cond = inliner.graph.constants.get(node.input[0])
     if cond is None:
@@ -310,10 +317,7 @@ def _flatten_if(inliner, node, label):
                               f"{np.size(cond)} elements, not one")
     branch = _attr(node, "then_branch" if bool(np.ravel(cond)[0]) else "else_branch")
     nodes, outputs = inliner.inline(branch, {}, "", label)
-    for k, (value, target) in enumerate(zip(outputs, node.output)):
-        if target:
-            nodes.append(inliner.node(f"{label}/output_{k}", "Identity", [value], [target]))
-    return nodes
+    return nodes + _identities(inliner, label, outputs, node.output)
 
 
 def _flatten_loop(inliner, node, label, opset):
@@ -350,9 +354,7 @@ def _flatten_loop(inliner, node, label, opset):
         carried = outputs[1:1 + n_carried]
         for values, value in zip(scans, outputs[1 + n_carried:]):
             values.append(value)
-    for k, (value, target) in enumerate(zip(carried, node.output[:n_carried])):
-        if target:
-            nodes.append(inliner.node(f"{label}/output_{k}", "Identity", [value], [target]))
+    nodes += _identities(inliner, label, carried, node.output[:n_carried])
     for values, target in zip(scans, node.output[n_carried:]):
         if target:
             nodes.extend(_stack(inliner, label, values, 0, None, target, opset))
@@ -368,6 +370,9 @@ def _declared_shape(value: onnx.ValueInfoProto) -> tuple[int, ...] | None:
 
 
 def _flatten_scan(inliner, node, label, opset):
+    """A Scan unrolled: per iteration, each scan input's element GATHERed and the body inlined
+    on them and the states; the scan outputs stacked (_stack). Refused beyond the unroll bound
+    (a Scan has no TFLite counterpart)."""
     graph = inliner.graph
     if opset < 9:
         raise ConversionError(f"node {label!r} (Scan): Scan of opset 8 (with a batch axis and "
@@ -378,24 +383,11 @@ def _flatten_scan(inliner, node, label, opset):
     scan_inputs = list(node.input[n_state:])
     if any(name not in graph.shapes for name in scan_inputs):
         return None
-    input_axes = list(_attr(node, "scan_input_axes", [0] * n_scan))
     input_dirs = list(_attr(node, "scan_input_directions", [0] * n_scan))
     n_out = len(body.output) - n_state
     output_axes = list(_attr(node, "scan_output_axes", [0] * n_out))
     output_dirs = list(_attr(node, "scan_output_directions", [0] * n_out))
-    lengths = set()
-    typed = {v.name: (graph.dtypes[name], graph.shapes[name])
-             for v, name in zip(body.input[:n_state], node.input[:n_state]) if name in graph.shapes}
-    for k, name in enumerate(scan_inputs):
-        shape = graph.shapes[name]
-        input_axes[k] = input_axes[k] + len(shape) if input_axes[k] < 0 else input_axes[k]
-        lengths.add(shape[input_axes[k]])
-        typed[body.input[n_state + k].name] = (graph.dtypes[name],
-                                               shape[:input_axes[k]] + shape[input_axes[k] + 1:])
-    if len(lengths) != 1:
-        raise ConversionError(f"node {label!r} (Scan): scan inputs of different lengths "
-                              f"{sorted(lengths)}")
-    count = lengths.pop()
+    count, typed, input_axes = _scan_length(graph, node, label, n_state)
     if not _unroll_bound(count, body):
         raise ConversionError(
             f"node {label!r} (Scan): {count} steps of {_node_count(body)} body nodes is more than "
@@ -420,14 +412,34 @@ def _flatten_scan(inliner, node, label, opset):
         states = outputs[:n_state]
         for j, value in enumerate(outputs[n_state:]):
             scans[j].append(value)
-    for k, (value, target) in enumerate(zip(states, node.output[:n_state])):
-        if target:
-            nodes.append(inliner.node(f"{label}/output_{k}", "Identity", [value], [target]))
+    nodes += _identities(inliner, label, states, node.output[:n_state])
     for j, target in enumerate(node.output[n_state:]):
         if target:
             values = scans[j][::-1] if output_dirs[j] else scans[j]
             nodes.extend(_stack(inliner, label, values, output_axes[j], ranks[j], target, opset))
     return nodes
+
+
+def _scan_length(graph, node: onnx.NodeProto, label: str, n_state: int):
+    """(iteration count, the body's inputs typed {name: (dtype, shape)} for _infer_body, the
+    scan_input_axes made non-negative) of a Scan whose scan inputs all have static shapes;
+    refused when the scan inputs' lengths differ."""
+    body = _attr(node, "body")
+    scan_inputs = list(node.input[n_state:])
+    input_axes = list(_attr(node, "scan_input_axes", [0] * len(scan_inputs)))
+    lengths = set()
+    typed = {v.name: (graph.dtypes[name], graph.shapes[name])
+             for v, name in zip(body.input[:n_state], node.input[:n_state]) if name in graph.shapes}
+    for k, name in enumerate(scan_inputs):
+        shape = graph.shapes[name]
+        input_axes[k] = input_axes[k] + len(shape) if input_axes[k] < 0 else input_axes[k]
+        lengths.add(shape[input_axes[k]])
+        typed[body.input[n_state + k].name] = (graph.dtypes[name],
+                                               shape[:input_axes[k]] + shape[input_axes[k] + 1:])
+    if len(lengths) != 1:
+        raise ConversionError(f"node {label!r} (Scan): scan inputs of different lengths "
+                              f"{sorted(lengths)}")
+    return lengths.pop(), typed, input_axes
 
 
 def flatten(graph) -> bool:
@@ -726,6 +738,10 @@ def _stack_in_place(step: Model, i: str, scanned: list[str], count: int | None,
 
 
 def _import_loop(outer: _Outer) -> None:
+    """A Loop as a TFLite WHILE: the body loaded as a subgraph of its own and rewired as WHILE
+    runs it (_while_body), a condition subgraph (_while_cond), the scan outputs' starting zeros
+    (_scan_starts), and the op, whose outputs for the carried values and scan outputs are the
+    node's."""
     node, model = outer.node, outer.model
     body = _attr(node, "body")
     trip = node.input[0] if node.input else ""
@@ -735,14 +751,7 @@ def _import_loop(outer: _Outer) -> None:
     if not trip and not cond:
         raise outer.error("it has neither a trip count nor a condition: it never ends")
     scans = list(node.output[n:])
-    count = _static_count(outer.graph, node) if any(scans) else None
-    for name in scans:
-        if name and not count:
-            raise outer.error(
-                f"scan output {name!r} of a loop whose iteration count is known only at run time "
-                "has a data-dependent shape, which a static TFLite graph cannot hold (a loop keeps "
-                "its scan outputs when its trip count is constant and its condition stays true or "
-                "is computed from counters only)")
+    count = _scan_count(outer, scans)
     captured, constants = outer.captured([body])
     carried = [outer.array(name) for name in initial]
     arrays = [outer.array(name) for name in captured]
@@ -755,14 +764,48 @@ def _import_loop(outer: _Outer) -> None:
         if a is not None and int(np.prod(model.arrays[a].shape)) != 1:
             raise outer.error(f"its {name} {a!r} has shape {list(model.arrays[a].shape)}, not one value")
     cond_shape = model.arrays[cond_array].shape
+    trip_shape = model.arrays[trip_array].shape if trip else None
     inputs = [(body.input[0].name, onnx.TensorProto.INT64, ()),
               (body.input[1].name, onnx.TensorProto.BOOL, cond_shape)]
     inputs += [(v.name, outer.elem_type(name), model.arrays[a].shape)
                for v, name, a in zip(body.input[2:], initial, carried)]
     inputs += [(name, outer.elem_type(name), model.arrays[a].shape) for name, a in zip(captured, arrays)]
     step = outer.load_body(body, inputs, constants, body.output[:1 + n + (len(scans) if count else 0)])
-    # The body as WHILE runs it: i + 1, M and the captured values passed on, the condition and
-    # the carried values from the ONNX body.
+    stacks_in = _while_body(outer, step, initial, cond_shape, trip_shape, count)
+    check = _while_cond(step, trip_shape, bool(cond), cond_shape, outer.label)
+    stacks = _scan_starts(outer, step, stacks_in)
+    op_inputs = [counter] + ([trip_array] if trip else []) + [cond_array] + carried + arrays + stacks
+    targets = {len(op_inputs) - len(stacks) - len(arrays) - n + k: name
+               for k, name in enumerate(node.output[:n])}
+    targets.update({len(op_inputs) - len(stacks) + k: name for k, name in enumerate(scans[:len(stacks)])})
+    op_outputs = [_while_output(outer, a, targets.get(k, "")) for k, a in enumerate(op_inputs)]
+    model.add_operator(Operator(
+        "WHILE", op_inputs, op_outputs, source=outer.label, float_reason=FLOAT_REASON,
+        subgraphs={"cond_subgraph_index": check, "body_subgraph_index": step}))
+
+
+def _scan_count(outer: _Outer, scans: list[str]) -> int | None:
+    """The loop's iteration count when it has scan outputs (None without): refused when it is
+    known only at run time, since a scan output's shape holds it."""
+    count = _static_count(outer.graph, outer.node) if any(scans) else None
+    for name in scans:
+        if name and not count:
+            raise outer.error(
+                f"scan output {name!r} of a loop whose iteration count is known only at run time "
+                "has a data-dependent shape, which a static TFLite graph cannot hold (a loop keeps "
+                "its scan outputs when its trip count is constant and its condition stays true or "
+                "is computed from counters only)")
+    return count
+
+
+def _while_body(outer: _Outer, step: Model, initial: list[str], cond_shape, trip_shape,
+                count: int | None) -> list[str]:
+    """Rewires the loaded ONNX body `step` as WHILE runs it, loop variables [i, M, cond,
+    carried..., captured..., scan stacks...]: i + 1, M and the captured values passed on, the
+    condition (reshaped to its initial shape) and the carried values from the ONNX body, the
+    scan outputs written in place (_stack_in_place). Refuses a carried value whose shape or type
+    changes (WHILE's are static). Returns the scan stacks' loop variables."""
+    n = len(initial)
     i_in, cond_in = step.inputs[0], step.inputs[1]
     carried_in, captured_in = step.inputs[2:2 + n], step.inputs[2 + n:]
     cond_out, carried_out, scanned = step.outputs[0], step.outputs[1:1 + n], step.outputs[1 + n:]
@@ -780,51 +823,56 @@ def _import_loop(outer: _Outer) -> None:
     one = step.add_constant("one", np.array(1, dtype=np.int32))
     i_next = step.add_array("iteration_next", (), np.int32)
     step.add_operator(Operator("ADD", [i_in, one], [i_next], source=outer.label))
-    trip_in = [step.add_array("trip_count", model.arrays[trip_array].shape, np.int32)] if trip else []
+    trip_in = [step.add_array("trip_count", trip_shape, np.int32)] if trip_shape is not None else []
     stacks_in, stacks_out = _stack_in_place(step, i_in, scanned, count, outer.label)
     step.inputs = [i_in] + trip_in + [cond_in] + carried_in + captured_in + stacks_in
     step.outputs = [i_next] + trip_in + [cond_out] + carried_out + captured_in + stacks_out
+    return stacks_in
 
+
+def _while_cond(step: Model, trip_shape, has_cond: bool, cond_shape, label: str) -> Model:
+    """WHILE's condition subgraph: it takes every loop variable of the rewired body `step` and
+    returns the ONNX condition, i < M when the Loop has a trip count (M of `trip_shape`), or
+    both when it has both."""
     check = Model()
     loop_vars = [check.add_array("iteration", (), np.int32)]
-    if trip:
-        loop_vars.append(check.add_array("trip_count", model.arrays[trip_array].shape, np.int32))
+    if trip_shape is not None:
+        loop_vars.append(check.add_array("trip_count", trip_shape, np.int32))
     loop_vars.append(check.add_array("cond", cond_shape, np.bool_))
-    for a in carried_in + captured_in + stacks_in:
+    for a in step.inputs[len(loop_vars):]:  # the carried, captured and scan values
         loop_vars.append(check.add_array(a, step.arrays[a].shape, step.arrays[a].dtype))
     check.inputs = list(loop_vars)
-    result = loop_vars[2 if trip else 1]
-    if trip:
-        below = check.add_array("below_trip_count", model.arrays[trip_array].shape, np.bool_)
-        check.add_operator(Operator("LESS", [loop_vars[0], loop_vars[1]], [below], source=outer.label))
+    result = loop_vars[1 if trip_shape is None else 2]
+    if trip_shape is not None:
+        below = check.add_array("below_trip_count", trip_shape, np.bool_)
+        check.add_operator(Operator("LESS", [loop_vars[0], loop_vars[1]], [below], source=label))
         result = below
-        if cond:
-            both = check.add_array("running", np.broadcast_shapes(model.arrays[trip_array].shape,
-                                                                    cond_shape), np.bool_)
-            check.add_operator(Operator("LOGICAL_AND", [below, loop_vars[2]], [both], source=outer.label))
+        if has_cond:
+            both = check.add_array("running", np.broadcast_shapes(trip_shape, cond_shape), np.bool_)
+            check.add_operator(Operator("LOGICAL_AND", [below, loop_vars[2]], [both], source=label))
             result = both
     check.outputs = [result]
+    return check
 
-    stacks = []
-    for a in stacks_in:  # each scan output starts as zeros, FILLed at run time (not stored)
+
+def _scan_starts(outer: _Outer, step: Model, stacks_in: list[str]) -> list[str]:
+    """The scan stacks' initial values in the outer model: zeros FILLed at run time (not
+    stored in the file)."""
+    model, stacks = outer.model, []
+    for a in stacks_in:
         array = step.arrays[a]
         dims = model.add_constant(f"{outer.label}_scan_shape", np.array(array.shape, dtype=np.int32))
         zero = model.add_constant(f"{outer.label}_zero", np.zeros((), dtype=array.dtype))
         stacks.append(model.add_array(f"{outer.label}_scan_start", array.shape, array.dtype))
         model.add_operator(Operator("FILL", [dims, zero], [stacks[-1]], source=outer.label))
-    op_inputs = [counter] + ([trip_array] if trip else []) + [cond_array] + carried + arrays + stacks
-    targets = {len(op_inputs) - len(stacks) - len(arrays) - n + k: name
-               for k, name in enumerate(node.output[:n])}
-    targets.update({len(op_inputs) - len(stacks) + k: name for k, name in enumerate(scans[:len(stacks)])})
-    op_outputs = []
-    for k, a in enumerate(op_inputs):
-        target = targets.get(k, "")
-        array = model.arrays[a]
-        if target:
-            _output_array(outer, target, array.shape, array.dtype)
-            op_outputs.append(target)
-        else:
-            op_outputs.append(model.add_array(f"{outer.label}_state", array.shape, array.dtype))
-    model.add_operator(Operator(
-        "WHILE", op_inputs, op_outputs, source=outer.label, float_reason=FLOAT_REASON,
-        subgraphs={"cond_subgraph_index": check, "body_subgraph_index": step}))
+    return stacks
+
+
+def _while_output(outer: _Outer, value: str, target: str) -> str:
+    """WHILE's output for loop variable `value`: the node's output `target` when there is one,
+    else a new array nothing reads (WHILE gives one output per loop variable)."""
+    array = outer.model.arrays[value]
+    if target:
+        _output_array(outer, target, array.shape, array.dtype)
+        return target
+    return outer.model.add_array(f"{outer.label}_state", array.shape, array.dtype)
