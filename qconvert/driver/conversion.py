@@ -224,7 +224,7 @@ def measure_layer_inputs(state: State) -> State:
     if steps is None or not state.samples or not (steps.round_for_output or steps.correct_bias
                                                    or steps.equalize):
         return state
-    from ..check.layer_inputs import measure_layer_inputs as measure
+    from ..plan.layer_inputs import measure_layer_inputs as measure
 
     started = time.perf_counter()
     try:
@@ -273,7 +273,7 @@ def _planned(state: State):
     """The planner's model and plan (driver/planner.py), on the plan's samples."""
     from ..check.runtimes import RecordedReference, Reference
     from ..check.verify import compare
-    from .planner import DECISION_SAMPLES, plan_precision
+    from ..plan.planner import DECISION_SAMPLES, plan_precision
 
     options, request = state.options.plan, state.options.quantize
     reference = state.reference

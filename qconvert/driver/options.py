@@ -410,7 +410,7 @@ def _metric(evaluate, max_drop):
     drop = _number("max_drop", max_drop)
     if drop < 0:
         raise UsageError(f"max_drop must be 0 or more, not {drop:g}")
-    from .planner import Metric
+    from ..plan.planner import Metric
 
     return Metric(evaluate, drop)
 

@@ -10,8 +10,8 @@ from ..check.latency import Latency
 from ..check.metrics import json_number
 from ..check.report import ConversionNotes
 from ..check.verify import Verification
+from ..plan.planner import Plan
 from ..transforms.keep_unrepresentable_float import CANNOT_CARRY
-from .planner import Plan
 
 SHOWN_UNCARRIED = 3  # the summary names the first ops int8 cannot carry
 SHOWN_FLOAT_GROUPS = 4  # the summary gives the reasons of this many groups of float ops

@@ -247,7 +247,7 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     place into the fake-quant graph of the quantized IR `model` (see the module docstring), with
     `precision` in its metadata. `gated`: each pair (each weight with its bias) behind a gate, a
     bool graph input choosing between the pair's value and the float one (an If), for measuring
-    what each quantization costs (check/sensitivity.py); the float weights stay beside their
+    what each quantization costs (plan/sensitivity.py); the float weights stay beside their
     integers."""
     graph = proto.graph
     names = FreshNames(onnx_names(graph) | {node.name for node in graph.node})  # node names too

@@ -16,7 +16,7 @@ an image's padding) its output moves 15x its float value, and every layer after 
 - `bias_shift`: the mean output shift (W - W_q) E[x] that remains, for the bias to take back
   (bias correction, Nagel et al. 2019): exact on inputs equal to their mean, such as padding.
 
-The moments come from the float model run on the calibration samples (check/layer_inputs.py);
+The moments come from the float model run on the calibration samples (plan/layer_inputs.py);
 this module is numerics only.
 """
 

@@ -12,7 +12,7 @@ tensor, the narrow channels keep 2 to 3 bits, and quantizing that one tensor alo
 backbone output to 4 dB (per channel: 32 dB).
 
 The scales come from the channels' calibrated ranges r_c (the measured moments of the second
-op's input, check/layer_inputs.py):
+op's input, plan/layer_inputs.py):
 - into a DEPTHWISE_CONV_2D, whose weights are per channel already: s_c = r_c / max r (every
   channel gets the widest range; no weight loses);
 - into a CONV_2D or FULLY_CONNECTED, whose weights share one scale per output channel across

@@ -93,7 +93,7 @@ class QuantizeOptions:
     # float activations (the planner's hybrid regions; each is in keep_float too).
     hybrid_nodes: frozenset[str] = frozenset()
     # The weighted ops' input moments on the calibration samples, by op output
-    # (check/layer_inputs.py): weights rounded for the output, biases corrected (quantize_weights).
+    # (plan/layer_inputs.py): weights rounded for the output, biases corrected (quantize_weights).
     layer_inputs: Mapping[str, InputMoments] = field(default_factory=dict)
     round_for_output: bool = True  # --weight-rounding output (nearest: False)
     correct_bias: bool = True  # not --no-bias-correction

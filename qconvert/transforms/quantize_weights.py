@@ -9,7 +9,7 @@ channel gets a positive scale so its bias survives (see quantize/params.py). A w
 by another op as well is copied, so each op owns the params it was quantized with.
 
 With the moments of an op's inputs on the calibration samples (`layer_inputs`, measured by
-check/layer_inputs.py), the integers are chosen for the op's output error rather than each
+plan/layer_inputs.py), the integers are chosen for the op's output error rather than each
 weight's own (`round_for_output`), and the mean output shift left is added to the float bias
 (`correct_bias`) that quantize_biases then quantizes: quantize/rounding.py. The scales stay
 those of round-to-nearest.

@@ -1,5 +1,5 @@
 """Weight rounding for the layer's output and bias correction (quantize/rounding.py, fed by the
-float model's measured layer inputs, check/layer_inputs.py), end to end in LiteRT against
+float model's measured layer inputs, plan/layer_inputs.py), end to end in LiteRT against
 onnxruntime.
 
 - A 1x1 conv whose 63 weights each sit 0.4 of a step above an integer (and one at 127 steps, which

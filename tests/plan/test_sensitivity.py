@@ -1,5 +1,5 @@
-"""Sensitivity measured (check/sensitivity.py) and the plan made from it (driver/planner.py), on
-graphs where the answer is known (tests/quantize/precision_models.py):
+"""Sensitivity measured (plan/sensitivity.py) and the plan made from it (plan/planner.py), on
+graphs where the answer is known (tests/plan/precision_models.py):
 
 - one bad tensor among many: the Tanh output whose int8 kernel's fixed step holds a few steps of
   its signal ranks first by its cost alone, far ahead of every other; the plan keeps only the Tanh
@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 import qconvert
-from qconvert.check.sensitivity import GatedGraph, measure, sqnr_db
 from qconvert.driver import conversion
-from qconvert.driver.planner import allowed_error
+from qconvert.plan.planner import allowed_error
+from qconvert.plan.sensitivity import GatedGraph, measure, sqnr_db
 from qconvert.qdq.fakequant import FloatWeights
 from qconvert.transforms.pipeline import QuantizeOptions
 from tests.harness import options_of, run_onnxruntime, run_tflite
-from tests.quantize.precision_models import layernorm_model, one_bad_tensor_model
+from tests.plan.precision_models import layernorm_model, one_bad_tensor_model
 
 
 def _sensitivity(model, calibration, tmp_path):
@@ -139,7 +139,7 @@ def test_a_model_the_gated_graph_cannot_run_gets_the_weight_only_plan(monkeypatc
     """onnxruntime refusing the gated graph (here: made to) is no failed conversion: without int8
     regions to offer, the plan chooses between all int8 (which misses the target here), the
     weight-only plan and the float model; the plan says why, and a warning says so."""
-    from qconvert.check import sensitivity
+    from qconvert.plan import sensitivity
     from qconvert.errors import ReferenceFailed
 
     def refuse(*args, **kwargs):

@@ -13,7 +13,7 @@ chosen from what each quantization is measured to cost and what each plan is mea
    are is measured too, and the better of the two arithmetics is the starting point (Plan's
    `arithmetic` says when that is round-to-nearest).
 2. When it misses, each quantization's cost is measured in the gated fake-quant graph
-   (check/sensitivity.py): alone (only it quantized) and poisoned (after everything before it).
+   (sensitivity.py): alone (only it quantized) and poisoned (after everything before it).
 3. The candidate plans take out of int8 the units that cost the most alone, the first 1, 2, 3,
    4, 6, ... of them (plan_size), with no cap: until one is within HEADROOM * MARGIN of the
    allowed error in the gated graph, or no int8 is left. A unit leaves int8 only when all the
@@ -370,7 +370,7 @@ def _candidates(sensitivity, graph, regions: _Regions, allowed: np.ndarray) -> l
     measured whole). Stops at the first within HEADROOM * MARGIN of the allowed error (the larger
     plans within HEADROOM are there for LiteRT, whose kernels round their own way, when the
     smallest misses), or when every unit is out."""
-    from ..check.sensitivity import sqnr_db
+    from .sensitivity import sqnr_db
 
     units = sensitivity.units
     ranked = sorted(range(len(units)), key=lambda k: (-float(np.max(units[k].alone / allowed)), k))
@@ -559,7 +559,7 @@ class _Planner:
     def _regions(self, proto: onnx.ModelProto, samples: list) -> None:
         """Steps 2 to 4: the sensitivity, and the growing plans tried in LiteRT. A model the gated
         graph cannot run gets no int8 regions, with a warning."""
-        from ..check.sensitivity import GatedGraph
+        from .sensitivity import GatedGraph
 
         try:
             self.graph = GatedGraph(proto, self.tried[0].model, self.float_weights, samples)
@@ -665,7 +665,7 @@ def _has_int8(model: Model) -> bool:
 def _search(graph, all_int8: Model, to: str, target: float, metric: Metric | None, attempt):
     """Measures the sensitivity, then tries the growing plans in LiteRT (attempt(kept, hybrid)):
     the smallest within the headroom first, then the closest ones; with a metric, by bisection."""
-    from ..check.sensitivity import measure
+    from .sensitivity import measure
 
     regions = _Regions(graph, all_int8, to)
     allowed = allowed_error(graph.slices, target)
@@ -702,7 +702,7 @@ def _bisect_metric(candidates: list[_Candidate], attempt) -> None:
 
 def _costs(sensitivity, graph, kept: set[str], allowed: np.ndarray) -> list[TensorCost]:
     """The SHOWN_UNITS costliest units, alone and poisoned, in SQNR at the worst output."""
-    from ..check.sensitivity import sqnr_db
+    from .sensitivity import sqnr_db
 
     outputs = ~graph.slices
     ranked = sorted(range(len(sensitivity.units)),

@@ -6,7 +6,8 @@ each pair sits inside an If, so no integer kernel fusion can take it (the concer
 onnx/runtime.py session_options): the arithmetic is the unfused pairs', the same on every CPU. A *unit* is one gate: an activation's pair, or a
 weight with its bias. Opening a set of gates gives the outputs of the model with only those
 quantized; the error is measured at each float output and at each slice along its feature axis
-(metrics.feature_axis) as the energy of the error over the energy of the reference: 10^(-SQNR/10).
+(check/metrics.py, feature_axis) as the energy of the error over the energy of the reference:
+10^(-SQNR/10).
 
 - **Alone**: the cost of a unit when only it is quantized. For small independent errors the costs
   add (the errors' cross terms average out), so the units are found by bisection over the graph's
@@ -35,13 +36,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from ..check.metrics import feature_axis
 from ..errors import ReferenceFailed, first_line
 from ..ir import Model
 from ..onnx.loader import node_names
 from ..onnx.runtime import has_qdq
 from ..qdq.fakequant import PER_AXIS_OPSET, FloatWeights, insert_fake_quant, with_opset
 from ..qdq.importer import strip_qdq
-from .metrics import feature_axis
 
 FINE = 0.1  # a block costing below this share of the allowed error is not split further
 MAX_RUNS = 24  # onnxruntime runs of the gated graph for the alone costs (each on every sample)

@@ -20,10 +20,10 @@ import tempfile
 
 import numpy as np
 
+from ..check.runtimes import OnnxValue, TFLiteModel
 from ..ir import Model, Operator
 from ..quantize.rounding import MIN_PATCHES_PER_INPUT, InputMoments
 from ..tflite.writer import serialize
-from .runtimes import OnnxValue, TFLiteModel
 
 # Calibration samples run (each in LiteRT with every tensor kept, no delegate, the slowest way):
 # as many as keep the weighted ops' multiply-adds over all of them near SAMPLE_MACS, within

@@ -171,7 +171,7 @@ def test_decisions_kept_count_float_s_clear_decisions_only():
     """Three positions: two clear decisions and a near tie. Flipping the near tie keeps every
     decision; flipping a clear one loses a half of them. The same for probabilities read against
     0.5."""
-    from qconvert.driver.planner import decision_agreement
+    from qconvert.plan.planner import decision_agreement
 
     reference = {"y": np.array([[[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [1.0, 1.001, 0.0]]])}
     tie_flipped = {"y": np.array([[[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [1.001, 1.0, 0.0]]])}
