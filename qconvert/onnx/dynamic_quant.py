@@ -93,7 +93,6 @@ def dequantize(graph) -> None:
     readers = _readers(graph.nodes)
     graph_outputs = {o.name for o in graph.graph.output}
     additions = _Additions(graph, readers)
-    fresh, add_constant = additions.fresh, additions.add_constant
 
     def label(node) -> str:
         return f"{graph.names[id(node)]!r} ({node.op_type})"
@@ -101,6 +100,11 @@ def dequantize(graph) -> None:
     dropped = _check_scales(graph, readers, graph_outputs, label)
     producer = {o: n for n in graph.nodes for o in n.output if o}
     scales = {n.output[1] for n in graph.nodes if op_key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
+
+    def product_scales(node) -> list[np.ndarray]:
+        """The constant factors of the integer product `node`'s sum (_product_scales)."""
+        return _product_scales(node, graph, readers, producer, scales)
+
     # a rewritten activation -> its zero point, scale (a gathered table's levels: no scale)
     quantized: dict[str, tuple[str, str]] = {name: (zero, "") for name, zero in tables.items()}
     records: dict[str, tuple[list, str]] = {}  # node -> its weights' scales, why not int8 on them
@@ -112,36 +116,14 @@ def dequantize(graph) -> None:
             outputs = list(node.output) + [""] * 2
             quantized[node.output[0]] = (outputs[2], outputs[1])
             if outputs[1]:
-                add_constant(outputs[1], np.ones((), np.float32))  # x_s := 1
+                additions.add_constant(outputs[1], np.ones((), np.float32))  # x_s := 1
         elif kind in INTEGER_PRODUCTS:
-            operands, why, weight = [], "", None
-            for (operand, zero_index), axis in INTEGER_PRODUCTS[kind]:
-                operand, value = _float_operand(node, label(node), operand, zero_index, axis,
-                                                graph.constants, quantized, fresh, add_constant)
-                operands.append(operand)
-                why = why or ("" if value is None else beyond_int8(value))
-                weight = (value, axis) if value is not None else weight
-            new = [float_product(node, operands)]
-            grids = []
-            for scale in _product_scales(node, graph, readers, producer, scales) if weight else ():
-                values, axis = weight
-                grids.append((scale, largest(values, axis if np.size(scale) > 1 else None)))
-            records[name] = (grids, why)
+            new, records[name] = _float_integer_product(node, label(node), graph.constants, quantized,
+                                                        additions, product_scales)
         elif id(node) in dropped:  # a bias's rounding to the sum's grid: kept in float
             new = [helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)]
-        elif kind == QUANTIZED_LSTM:
-            lstm, weights, stored, why = float_lstm(node, label(node), graph.constants, fresh)
-            new = [lstm]
-            for value_name, value in weights.items():
-                add_constant(value_name, value)
-            records[name] = (stored, why)
-        elif kind in (QUANTIZED_MATMUL, INTEGER_TO_FLOAT):
-            if kind == INTEGER_TO_FLOAT:
-                _check_integer_to_float(node, label(node), quantized, graph.constants)
-            new, weights, stored, why = float_fused_matmul(node, label(node), graph.constants, fresh)
-            for value_name, value in weights.items():
-                add_constant(value_name, value)
-            records[name] = (stored, why)
+        elif kind in (QUANTIZED_LSTM, QUANTIZED_MATMUL, INTEGER_TO_FLOAT):
+            new, records[name] = _float_fused(node, label(node), graph.constants, quantized, additions)
         else:
             if op_key(node) in _MOVERS and node.input and node.input[0] in quantized:
                 quantized[node.output[0]] = quantized[node.input[0]]  # moves the float activation
@@ -150,7 +132,44 @@ def dequantize(graph) -> None:
         for n in new:
             graph.names[id(n)] = name
         nodes.extend(new)
-    graph.nodes = nodes + _markers(records, graph, label, fresh, add_constant)
+    graph.nodes = nodes + _markers(records, graph, label, additions.fresh, additions.add_constant)
+
+
+def _float_integer_product(node, text: str, constants: dict, quantized: dict, additions: _Additions,
+                           product_scales) -> tuple[list, tuple[list, str]]:
+    """A MatMulInteger or ConvInteger as its float product of float operands (_float_operand);
+    and its record: (scale, largest integer) of its constant weight per scale its sum is
+    multiplied by (`product_scales(node)`), and why the weight is not int8 ("" when it is)."""
+    operands, why, weight = [], "", None
+    for (operand, zero_index), axis in INTEGER_PRODUCTS[op_key(node)]:
+        operand, value = _float_operand(node, text, operand, zero_index, axis, constants, quantized,
+                                        additions.fresh, additions.add_constant)
+        operands.append(operand)
+        why = why or ("" if value is None else beyond_int8(value))
+        weight = (value, axis) if value is not None else weight
+    new = [float_product(node, operands)]
+    grids = []
+    for scale in product_scales(node) if weight else ():
+        values, axis = weight
+        grids.append((scale, largest(values, axis if np.size(scale) > 1 else None)))
+    return new, (grids, why)
+
+
+def _float_fused(node, text: str, constants: dict, quantized: dict,
+                 additions: _Additions) -> tuple[list, tuple[list, str]]:
+    """A DynamicQuantizeLSTM, DynamicQuantizeMatMul or MatMulIntegerToFloat as its float nodes,
+    their dequantized weights added as constants; and its record: the weights' stored scales and
+    why they are not int8 ("" when they are)."""
+    if op_key(node) == QUANTIZED_LSTM:
+        lstm, weights, stored, why = float_lstm(node, text, constants, additions.fresh)
+        new = [lstm]
+    else:
+        if op_key(node) == INTEGER_TO_FLOAT:
+            _check_integer_to_float(node, text, quantized, constants)
+        new, weights, stored, why = float_fused_matmul(node, text, constants, additions.fresh)
+    for value_name, value in weights.items():
+        additions.add_constant(value_name, value)
+    return new, (stored, why)
 
 
 def _markers(records: dict, graph, label, fresh, add_constant) -> list:
@@ -213,67 +232,100 @@ def _integer_tables(graph) -> dict[str, str]:
                    and _levels_zero(n, readers, outputs, graph.constants, dequantized) is not None]
     if not any(kinds.values()) and not levels_read:
         return {}
-    additions = _Additions(graph, readers)
-    records: dict[str, list] = {}  # a Gather's name -> its tables' (scale, zero point)
-    tables: dict[tuple, str] = {}  # (table, scale, zero point) -> its float copy
-    replaced: dict[int, object] = {}  # id(node) -> its replacement (None: dropped)
+    tables = _Tables(graph, _Additions(graph, readers))
+    levels, level_zeros = _tables_as_levels(tables, levels_read, readers, outputs, dequantized)
+    for node in graph.nodes:
+        kind = kinds.get(id(node), "")
+        if kind == "gathered":
+            _gathered_dequantization(tables, node, producer[node.input[0]], level_zeros, kinds,
+                                     readers, outputs)
+        elif kind == "gathers":
+            scale, zero = table_params(node, graph.constants.get)
+            table = tables.float_table(node.input[0], scale, zero)
+            tables.additions.add_constant(node.output[0], graph.constants[table])
+            tables.replaced[id(node)] = None
+            for gather, _ in readers[node.output[0]]:
+                tables.note(gather, scale, zero)
+    nodes = [tables.replaced.get(id(n), n) for n in graph.nodes]
+    graph.nodes = [n for n in nodes if n is not None] + [
+        _marker(graph, name, pairs, ("table_scale", "table_zero_point"), tables.additions.fresh,
+                tables.additions.add_constant) for name, pairs in tables.records.items()]
+    return levels
 
-    def float_table(table: str, scale: np.ndarray, zero: np.ndarray) -> str:
+
+class _Tables:
+    """_integer_tables' rewrite so far: the float copies of integer tables, each made once, the
+    (scale, zero point) noted per Gather, and the nodes' replacements."""
+
+    def __init__(self, graph, additions: _Additions):
+        self.graph, self.additions = graph, additions
+        self.records: dict[str, list] = {}  # a Gather's name -> its tables' (scale, zero point)
+        self.copies: dict[tuple, str] = {}  # (table, scale, zero point) -> its float copy
+        self.replaced: dict[int, object] = {}  # id(node) -> its replacement (None: dropped)
+
+    def float_table(self, table: str, scale: np.ndarray, zero: np.ndarray) -> str:
+        """The constant (q - z) * s of integer table `table` (made once per scale and zero)."""
         index = (table, float(scale), int(zero))
-        if index not in tables:
-            q = graph.constants[table]
+        if index not in self.copies:
+            q = self.graph.constants[table]
             value = ((q.astype(np.float64) - float(zero)) * float(scale)).astype(np.float32)
-            tables[index] = additions.fresh(f"{table}_{'levels' if scale == 1 else 'dequantized'}")
-            additions.add_constant(tables[index], value)
-        return tables[index]
+            self.copies[index] = self.additions.fresh(
+                f"{table}_{'levels' if scale == 1 else 'dequantized'}")
+            self.additions.add_constant(self.copies[index], value)
+        return self.copies[index]
 
-    def gather_copy(gather, table: str, output: str):
+    def gather_copy(self, gather, table: str, output: str):
+        """A copy of `gather` reading `table` and writing `output`, named as `gather` in messages."""
         copy = onnx.NodeProto()
         copy.CopyFrom(gather)
         copy.input[0], copy.output[0] = table, output
-        graph.names[id(copy)] = graph.names[id(gather)]
+        self.graph.names[id(copy)] = self.graph.names[id(gather)]
         return copy
 
+    def note(self, gather, scale, zero) -> None:
+        """Notes that `gather` reads a table stored as integers with `scale` and `zero` point."""
+        self.records.setdefault(self.graph.names[id(gather)], []).append((scale, zero))
+
+
+def _tables_as_levels(tables: _Tables, levels_read: list, readers: dict, outputs: set,
+                      dequantized: set) -> tuple[dict[str, str], dict[int, int]]:
+    """Each Gather whose output MatMulIntegers read as A (`levels_read`) rewired to the table's
+    levels q - z, noted at scale 1. Returns ({its output: the zero point's name}, {id(Gather):
+    the zero point of its levels})."""
+    graph = tables.graph
     levels: dict[str, str] = {}
-    level_zeros: dict[int, int] = {}  # id(Gather) -> the zero point of its levels
+    level_zeros: dict[int, int] = {}
     for gather in levels_read:
         zero_name = _levels_zero(gather, readers, outputs, graph.constants, dequantized)
         zero = (np.asarray(graph.constants[zero_name]).reshape(()) if zero_name
                 else np.zeros((), graph.constants[gather.input[0]].dtype))
         one = np.float32(1)
-        replaced[id(gather)] = gather_copy(gather, float_table(gather.input[0], one, zero),
-                                           gather.output[0])
-        records.setdefault(graph.names[id(gather)], []).append((one, zero))
+        tables.replaced[id(gather)] = tables.gather_copy(
+            gather, tables.float_table(gather.input[0], one, zero), gather.output[0])
+        tables.note(gather, one, zero)
         levels[gather.output[0]] = zero_name
         level_zeros[id(gather)] = int(zero)
-    for node in graph.nodes:
-        kind = kinds.get(id(node), "")
-        if kind == "gathered":
-            gather = producer[node.input[0]]
-            scale, zero = table_params(node, graph.constants.get, gather.input[0])
-            if level_zeros.get(id(gather)) == int(zero):  # (q - z) * s from the levels q - z
-                replaced[id(node)] = helper.make_node("Mul", [node.input[0], node.input[1]],
-                                                      [node.output[0]], name=node.name)
-                graph.names[id(replaced[id(node)])] = graph.names[id(node)]
-                continue
-            copy = gather_copy(gather, float_table(gather.input[0], scale, zero), node.output[0])
-            replaced[id(node)] = copy
-            records.setdefault(graph.names[id(gather)], []).append((scale, zero))
-            if node.input[0] not in outputs and all(kinds.get(id(r)) == "gathered"
-                                                    for r, _ in readers[node.input[0]]):
-                replaced[id(gather)] = None
-        elif kind == "gathers":
-            scale, zero = table_params(node, graph.constants.get)
-            table = float_table(node.input[0], scale, zero)
-            additions.add_constant(node.output[0], graph.constants[table])
-            replaced[id(node)] = None
-            for gather, _ in readers[node.output[0]]:
-                records.setdefault(graph.names[id(gather)], []).append((scale, zero))
-    nodes = [replaced.get(id(n), n) for n in graph.nodes]
-    graph.nodes = [n for n in nodes if n is not None] + [
-        _marker(graph, name, pairs, ("table_scale", "table_zero_point"), additions.fresh,
-                additions.add_constant) for name, pairs in records.items()]
-    return levels
+    return levels, level_zeros
+
+
+def _gathered_dequantization(tables: _Tables, node, gather, level_zeros: dict, kinds: dict,
+                             readers: dict, outputs: set) -> None:
+    """DequantizeLinear `node` of `gather`'s integer rows: a Mul of the levels by the scale when
+    the Gather reads the levels with this zero point already, else a copy of the Gather reading
+    the dequantized table, the original Gather dropped once no other reader needs it."""
+    graph = tables.graph
+    scale, zero = table_params(node, graph.constants.get, gather.input[0])
+    if level_zeros.get(id(gather)) == int(zero):  # (q - z) * s from the levels q - z
+        tables.replaced[id(node)] = helper.make_node("Mul", [node.input[0], node.input[1]],
+                                                     [node.output[0]], name=node.name)
+        graph.names[id(tables.replaced[id(node)])] = graph.names[id(node)]
+        return
+    copy = tables.gather_copy(gather, tables.float_table(gather.input[0], scale, zero), node.output[0])
+    tables.replaced[id(node)] = copy
+    tables.note(gather, scale, zero)
+    if node.input[0] not in outputs and all(kinds.get(id(r)) == "gathered"
+                                            for r, _ in readers[node.input[0]]):
+        tables.replaced[id(gather)] = None
 
 
 def _integer_constant(graph, name: str) -> bool:
@@ -413,32 +465,58 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
     Older quantizers add a bias to the int32 sum, rounded to its grid at run time (Div by the
     scales, Floor, Cast to int32, Reshape): returns the ids of those Floor and Cast nodes, which
     become Identity (the bias then stays float, its rounding dropped)."""
-    producer = {o: n for n in graph.nodes for o in n.output if o}
-    scales = {n.output[1] for n in graph.nodes if op_key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
-    activations = _moved(graph.nodes, {n.output[0]: n.output[1] if len(n.output) > 1 else ""
-                                       for n in graph.nodes if op_key(n) == DYNAMIC_QUANTIZE})
-    memo: dict[str, frozenset | None] = {}
+    check = _ScaleCheck(graph, readers, graph_outputs, label)
+    sums, divisions, dropped = check.sums()
+    for node in graph.nodes:
+        if id(node) in divisions and check.scaled(node.input[1]) != divisions[id(node)]:
+            raise ConversionError(f"node {label(node)}: it rounds a bias to the grid of other scales "
+                                  "than the sum's; qconvert converts quantize_dynamic's pattern")
+        for value in node.output:
+            if value in sums:
+                _check_sum(node, value, sums[value], readers, graph_outputs, check.scaled, label)
+            factors = check.scaled(value) if value and op_key(node) in ("Mul", DYNAMIC_QUANTIZE) else None
+            if not factors or (op_key(node) == DYNAMIC_QUANTIZE and value != node.output[1]):
+                continue
+            check.scale_readers(node, value, factors, sums, divisions)
+    return dropped
 
-    def scaled(name: str) -> frozenset | None:
+
+class _ScaleCheck:
+    """What _check_scales asks of the graph: the run-time scales a value is a product of, the
+    integer sums with the scales they must be multiplied by, and the biases rounded to a sum's
+    grid; and the check of a scale's readers."""
+
+    def __init__(self, graph, readers: dict, graph_outputs: set, label):
+        self.graph, self.readers, self.graph_outputs, self.label = graph, readers, graph_outputs, label
+        self.producer = {o: n for n in graph.nodes for o in n.output if o}
+        self.scales = {n.output[1] for n in graph.nodes
+                       if op_key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
+        self.activations = _moved(graph.nodes, {n.output[0]: n.output[1] if len(n.output) > 1 else ""
+                                                for n in graph.nodes if op_key(n) == DYNAMIC_QUANTIZE})
+        self.memo: dict[str, frozenset | None] = {}
+
+    def scaled(self, name: str) -> frozenset | None:
         """The run-time scales `name` is a product of (with constants); None: not such a product."""
+        memo, node = self.memo, self.producer.get(name)
         if name not in memo:
             memo[name] = None
-            node = producer.get(name)
-            if name in scales:
+            if name in self.scales:
                 memo[name] = frozenset([name])
-            elif name in graph.constants:
+            elif name in self.graph.constants:
                 memo[name] = frozenset()
             elif node is not None and op_key(node) == "Mul":
-                parts = [scaled(i) for i in node.input]
+                parts = [self.scaled(i) for i in node.input]
                 memo[name] = None if None in parts else frozenset().union(*parts)
         return memo[name]
 
-    def product_scales(node) -> frozenset:
-        return frozenset(activations[i] for i in node.input[:2] if i in activations)
+    def product_scales(self, node) -> frozenset:
+        """The run-time scales of the activations integer product `node` reads."""
+        return frozenset(self.activations[i] for i in node.input[:2] if i in self.activations)
 
-    def bias(add, index: int):
+    def rounded_bias(self, add, index: int):
         """(Div, [Floor, Cast]) when input `index` of `add` is a constant bias rounded to a sum's
         grid at run time: Cast(int)(Floor(Div(constant, scales))), through Reshape/Unsqueeze."""
+        producer, readers = self.producer, self.readers
         name = add.input[index]
         node = producer.get(name)
         while node is not None and op_key(node) in ("Reshape", "Unsqueeze") and len(readers.get(name, [])) == 1:
@@ -450,55 +528,54 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
                 return None
             chain.append(node)
             node = producer.get(node.input[0])
-        if node is None or op_key(node) != "Div" or node.input[0] not in graph.constants:
+        if node is None or op_key(node) != "Div" or node.input[0] not in self.graph.constants:
             return None
         return node, chain
 
-    sums: dict[str, frozenset] = {}  # an integer sum (maybe with a bias) -> its operands' scales
-    divisions: dict[int, frozenset] = {}  # a bias's Div -> the scales it must divide by
-    dropped: set[int] = set()
-    for node in graph.nodes:
-        if op_key(node) in INTEGER_PRODUCTS:
-            sums[node.output[0]] = product_scales(node)
-        elif op_key(node) == "Add" and len(node.input) == 2:
-            for index in (0, 1):
-                found = bias(node, index) if node.input[1 - index] in sums else None
-                if found is not None and len(readers.get(node.input[1 - index], [])) == 1:
-                    division, chain = found
-                    expected = sums.pop(node.input[1 - index])
-                    divisions[id(division)] = expected
-                    dropped.update(id(n) for n in chain)
-                    sums[node.output[0]] = expected
-                    break
-    for node in graph.nodes:
-        if id(node) in divisions and scaled(node.input[1]) != divisions[id(node)]:
-            raise ConversionError(f"node {label(node)}: it rounds a bias to the grid of other scales "
-                                  "than the sum's; qconvert converts quantize_dynamic's pattern")
-        for value in node.output:
-            if value in sums:
-                _check_sum(node, value, sums[value], readers, graph_outputs, scaled, label)
-            factors = scaled(value) if value and op_key(node) in ("Mul", DYNAMIC_QUANTIZE) else None
-            if not factors or (op_key(node) == DYNAMIC_QUANTIZE and value != node.output[1]):
-                continue
-            if value in graph_outputs:
-                raise ConversionError(f"node {label(node)}: the run-time scale {value!r} is a graph "
-                                      "output; qconvert converts a scale that multiplies a sum")
-            for reader, index in readers.get(value, []):
-                if op_key(reader) == "Mul" and scaled(reader.output[0]) is not None:
-                    continue  # a further product of scales, checked in turn
-                if id(reader) in divisions and index == 1:
-                    continue  # a bias rounded to the sum's grid, checked above
-                if op_key(reader) == INTEGER_TO_FLOAT and index == 2:
-                    continue  # its A's scale: checked with A (_check_integer_to_float)
-                other = reader.input[1 - index] if op_key(reader) == "Mul" and len(reader.input) == 2 else ""
-                cast = producer.get(other)
-                summed = cast.input[0] if cast is not None and float_cast(cast) else None
-                if summed not in sums or sums[summed] != factors:
-                    raise ConversionError(
-                        f"node {label(node)}: the run-time scale {value!r} is read by node "
-                        f"{label(reader)}, which does not scale an integer sum by it; qconvert "
-                        "converts quantize_dynamic's pattern")
-    return dropped
+    def sums(self) -> tuple[dict[str, frozenset], dict[int, frozenset], set[int]]:
+        """({an integer sum, or the Add of a rounded bias to it: its operands' scales}, {id(a
+        bias's Div): the scales it must divide by}, the ids of the rounding's Floor and Cast)."""
+        sums: dict[str, frozenset] = {}
+        divisions: dict[int, frozenset] = {}
+        dropped: set[int] = set()
+        for node in self.graph.nodes:
+            if op_key(node) in INTEGER_PRODUCTS:
+                sums[node.output[0]] = self.product_scales(node)
+            elif op_key(node) == "Add" and len(node.input) == 2:
+                for index in (0, 1):
+                    found = self.rounded_bias(node, index) if node.input[1 - index] in sums else None
+                    if found is not None and len(self.readers.get(node.input[1 - index], [])) == 1:
+                        division, chain = found
+                        expected = sums.pop(node.input[1 - index])
+                        divisions[id(division)] = expected
+                        dropped.update(id(n) for n in chain)
+                        sums[node.output[0]] = expected
+                        break
+        return sums, divisions, dropped
+
+    def scale_readers(self, node, value: str, factors: frozenset, sums: dict, divisions: dict) -> None:
+        """Refuses the run-time scale product `value` (of `node`) as a graph output or read by
+        anything but further scale products, rounded biases, MatMulIntegerToFloat's A scale, or
+        a Mul of a float-cast integer sum of exactly those scales."""
+        label = self.label
+        if value in self.graph_outputs:
+            raise ConversionError(f"node {label(node)}: the run-time scale {value!r} is a graph "
+                                  "output; qconvert converts a scale that multiplies a sum")
+        for reader, index in self.readers.get(value, []):
+            if op_key(reader) == "Mul" and self.scaled(reader.output[0]) is not None:
+                continue  # a further product of scales, checked in turn
+            if id(reader) in divisions and index == 1:
+                continue  # a bias rounded to the sum's grid, checked above
+            if op_key(reader) == INTEGER_TO_FLOAT and index == 2:
+                continue  # its A's scale: checked with A (_check_integer_to_float)
+            other = reader.input[1 - index] if op_key(reader) == "Mul" and len(reader.input) == 2 else ""
+            cast = self.producer.get(other)
+            summed = cast.input[0] if cast is not None and float_cast(cast) else None
+            if summed not in sums or sums[summed] != factors:
+                raise ConversionError(
+                    f"node {label(node)}: the run-time scale {value!r} is read by node "
+                    f"{label(reader)}, which does not scale an integer sum by it; qconvert "
+                    "converts quantize_dynamic's pattern")
 
 
 def _check_sum(node, value: str, expected: frozenset, readers: dict, graph_outputs: set, scaled,
