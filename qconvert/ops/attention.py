@@ -138,7 +138,7 @@ def import_attention(node, ctx):
     (the scaled Q K^T, after the softcap, after the bias, after the softmax: onnxruntime's stages)."""
     y = node.outputs[0]
     q4, k4, v4 = _heads_first_inputs(node, ctx)
-    (batch, heads, length, size), kv_heads = ctx.shape(q4), ctx.shape(k4)[1]
+    (batch, heads, length, _), kv_heads = ctx.shape(q4), ctx.shape(k4)[1]
     past = ctx.shape(input_at(node, 4))[2] if input_at(node, 4) else 0
     k4 = _with_past(ctx, node, k4, 4, 1, "key")
     v4 = _with_past(ctx, node, v4, 5, 2, "value")
@@ -194,7 +194,7 @@ def _heads_first_inputs(node, ctx):
                   for name, what in ((k, "K"), (v, "V")))
     else:
         q4, k4, v4 = q, k, v
-    (batch, heads, length, size), (_, kv_heads, _, key_size) = ctx.shape(q4), ctx.shape(k4)
+    (batch, heads, _, size), (_, kv_heads, _, key_size) = ctx.shape(q4), ctx.shape(k4)
     if ctx.shape(k4)[0] != batch or key_size != size or ctx.shape(v4)[:3] != ctx.shape(k4)[:3] or \
             heads % kv_heads:
         raise ctx.error(f"Q {list(ctx.shape(q))}, K {list(ctx.shape(k))} and V {list(ctx.shape(v))} do "
