@@ -1,7 +1,7 @@
-"""The README's build-system examples (examples/build/) run for real: the Make and the CMake one
-convert a model in a build, a second build converts nothing, and touching an input converts
-exactly what depends on it. The Bazel example is documentation only (no Bazel here); the README
-shows each example file verbatim, which a test checks.
+"""The user guide's build-system examples (examples/build/, shown in docs/guide.md) run for real:
+the Make and the CMake one convert a model in a build, a second build converts nothing, and
+touching an input converts exactly what depends on it. The Bazel example is documentation only (no
+Bazel here); the guide shows each example file verbatim, which a test checks.
 
 The examples call `qconvert` from PATH: the tests put this environment's bin/ first on PATH and
 this tree on PYTHONPATH, so the code tested is this tree's. Each conversion prints one summary
@@ -149,8 +149,8 @@ def test_cmake_example_converts_once(sources):
 
 @pytest.mark.parametrize("name", ["Makefile", "CMakeLists.txt", "BUILD.bazel"])
 def test_readme_shows_each_example_verbatim(name):
-    """The README's section holds each file of examples/build/ as an indented block, unchanged,
-    so the text a user copies is the one the tests run."""
+    """The guide's build-system section (docs/guide.md) holds each file of examples/build/ as an
+    indented block, unchanged, so the text a user copies is the one the tests run."""
     text = (EXAMPLES / name).read_text()
     block = "".join(f"    {line}" if line.strip() else line for line in text.splitlines(keepends=True))
-    assert block in (ROOT / "README.md").read_text(), f"README.md does not show examples/build/{name}"
+    assert block in (ROOT / "docs" / "guide.md").read_text(), f"docs/guide.md does not show examples/build/{name}"
