@@ -25,9 +25,10 @@ from .progress import Progress
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 AUDIO_SUFFIXES = (".wav",)
 IMAGE_CHANNELS = (1, 3)
-# Pillow's formats for the suffixes (MPO: a camera's multi-picture JPEG). Only these are tried, so
-# a renamed file of another format (EPS, which runs Ghostscript) is refused rather than opened.
-_PIL_FORMATS = ("PNG", "JPEG", "MPO", "BMP", "WEBP")
+# Pillow's formats for the suffixes (its JPEG reader opens a camera's multi-picture JPEG too). Only
+# these are tried, so a renamed file of another format (EPS, which runs Ghostscript) is refused
+# rather than opened.
+_PIL_FORMATS = ("PNG", "JPEG", "BMP", "WEBP")
 # Decoded files kept for the next pass over the samples (a 224x224 RGB image: 147 KiB).
 _CACHE_BYTES = 256 << 20
 _WHAT = {"image": "images", "audio": ".wav files"}
