@@ -28,6 +28,7 @@ from . import control_flow, dynamic_batch, dynamic_quant, fold, node_types
 from ..errors import FOLDED_BYTES, ConversionError, UsageError
 from ..ir import DynamicBatch, Model, Operator
 from .file import OnnxFile
+from .graph import GraphIndex
 from ..ops.refused import RANDOM_OPS, refusal
 from ..ops.registry import ONNX_IMPORTERS, op_key
 from .validate import check_model, check_node_types, type_name
@@ -115,6 +116,28 @@ def _declared_outputs(graph) -> list:
     return outputs
 
 
+def _pinned_dims(value: onnx.ValueInfoProto, dims: list, pinned: tuple[int, ...]) -> list:
+    """The shape --input-shape gives the input `value` (whose shape so far is `dims`), of the
+    rank the model declares."""
+    if value.type.tensor_type.HasField("shape") and len(pinned) != len(dims):
+        raise ConversionError(
+            f"--input-shape {value.name}: rank {len(pinned)} given, the model's input has "
+            f"rank {len(dims)}")
+    return list(pinned)
+
+
+def _check_static(name: str, dims: list, declared: list) -> None:
+    """Every dimension of the input `name` known; else the message names the first one left
+    dynamic and the --input-shape that pins them all."""
+    for axis, d in enumerate(dims):
+        if not isinstance(d, int) or d < 0:
+            shown = ",".join(str(x) for x in declared)
+            raise ConversionError(
+                f"input {name!r} has dynamic dimension {d!r} (axis {axis}, shape "
+                f"[{shown}]); pin it with --input-shape {name}:"
+                + ",".join(str(x) if isinstance(x, int) and x >= 0 else "1" for x in dims))
+
+
 class _Graph:
     """What the loader knows about the ONNX graph: constants, shapes and dtypes by value name."""
 
@@ -124,55 +147,15 @@ class _Graph:
         self.graph = proto.graph
         self.opsets = {o.domain: o.version for o in proto.opset_import}
         self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 1))
-        self.constants: dict[str, np.ndarray] = {}
-        for t in self.graph.initializer:
-            self.constants[t.name] = _tensor_to_array(t, source)
+        index = GraphIndex(self.graph)
+        self.constants: dict[str, np.ndarray] = {
+            name: _tensor_to_array(t, source) for name, t in index.initializers.items()}
         # Old exporters list initializers (and even node outputs) among the graph inputs.
-        not_inputs = set(self.constants) | {o for n in self.graph.node for o in n.output}
-        self.inputs = [i for i in self.graph.input if i.name not in not_inputs]
+        self.inputs = [i for i in self.graph.input
+                       if i.name not in index.initializers and i.name not in index.producers]
         self.shapes: dict[str, tuple] = {}
         self.dtypes: dict[str, np.dtype] = {}
-        unknown = set(input_shapes) - {i.name for i in self.inputs}
-        if unknown:
-            names = ", ".join(i.name for i in self.inputs)
-            raise ConversionError(
-                f"--input-shape names {sorted(unknown)[0]!r}, which is not a model input "
-                f"(inputs: {names})")
-        # A dynamic batch (axis 0 of every input, one name) is set to 1 unless shapes are pinned;
-        # else a dynamic axis 0 of an input --input-shape leaves out is set to 1 (or to the size
-        # --input-shape gives the same name); any dimension named like one --input-shape pins
-        # has its size.
-        self.batch = None if input_shapes else dynamic_batch.default_batch(self.inputs)
-        leading = {} if self.batch is not None else dynamic_batch.leading_sizes(self.inputs, input_shapes)
-        named = dynamic_batch.pinned_names(self.inputs, input_shapes)
-        for i in self.inputs:
-            tt = i.type.tensor_type
-            if not i.type.HasField("tensor_type"):
-                raise ConversionError(f"input {i.name!r}: only tensor inputs are supported")
-            dims = declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                               for d in tt.shape.dim]
-            if self.batch is not None:
-                dims = [1] + dims[1:]
-            elif i.name in leading:
-                dims = [leading[i.name]] + dims[1:]
-            dims = [named.get(d, d) if isinstance(d, str) else d for d in dims]
-            if i.name in input_shapes:
-                pinned = input_shapes[i.name]
-                if tt.HasField("shape") and len(pinned) != len(dims):
-                    raise ConversionError(
-                        f"--input-shape {i.name}: rank {len(pinned)} given, the model's input has "
-                        f"rank {len(dims)}")
-                dims = list(pinned)
-            for axis, d in enumerate(dims):
-                if not isinstance(d, int) or d < 0:
-                    shown = ",".join(str(x) for x in declared)
-                    raise ConversionError(
-                        f"input {i.name!r} has dynamic dimension {d!r} (axis {axis}, shape "
-                        f"[{shown}]); pin it with --input-shape {i.name}:"
-                        + ",".join(str(x) if isinstance(x, int) and x >= 0 else "1" for x in dims))
-            check_tensor_size(dims, f"input {i.name!r}")
-            self.shapes[i.name] = tuple(dims)
-            self.dtypes[i.name] = _np_dtype(tt.elem_type)
+        self._pin_inputs(input_shapes)
         for name, value in self.constants.items():
             self.shapes[name] = value.shape
             self.dtypes[name] = value.dtype
@@ -184,6 +167,39 @@ class _Graph:
         self.simulated_counts: dict[int, int | None] = {}
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
+
+    def _pin_inputs(self, input_shapes: dict[str, tuple[int, ...]]) -> None:
+        """Each graph input's static shape (_input_dims) and dtype. A dynamic batch (axis 0 of
+        every input, one name) is set to 1 unless shapes are pinned; else a dynamic axis 0 of an
+        input --input-shape leaves out is set to 1 (or to the size --input-shape gives the same
+        name); any dimension named like one --input-shape pins has its size."""
+        unknown = set(input_shapes) - {i.name for i in self.inputs}
+        if unknown:
+            names = ", ".join(i.name for i in self.inputs)
+            raise ConversionError(
+                f"--input-shape names {sorted(unknown)[0]!r}, which is not a model input "
+                f"(inputs: {names})")
+        self.batch = None if input_shapes else dynamic_batch.default_batch(self.inputs)
+        leading = {} if self.batch is not None else dynamic_batch.leading_sizes(self.inputs, input_shapes)
+        named = dynamic_batch.pinned_names(self.inputs, input_shapes)
+        for i in self.inputs:
+            tt = i.type.tensor_type
+            if not i.type.HasField("tensor_type"):
+                raise ConversionError(f"input {i.name!r}: only tensor inputs are supported")
+            declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                        for d in tt.shape.dim]
+            dims = declared
+            if self.batch is not None:
+                dims = [1] + dims[1:]
+            elif i.name in leading:
+                dims = [leading[i.name]] + dims[1:]
+            dims = [named.get(d, d) if isinstance(d, str) else d for d in dims]
+            if i.name in input_shapes:
+                dims = _pinned_dims(i, dims, input_shapes[i.name])
+            _check_static(i.name, dims, declared)
+            check_tensor_size(dims, f"input {i.name!r}")
+            self.shapes[i.name] = tuple(dims)
+            self.dtypes[i.name] = _np_dtype(tt.elem_type)
 
     # --- shape inference ----------------------------------------------------------------------
     def _inference_model(self, declared: bool = False) -> onnx.ModelProto:
@@ -662,12 +678,30 @@ def load(source: OnnxFile | onnx.ModelProto,
     if not source.checked:
         check_model(source.proto, {name: where.length for name, where in source.stored.items()})
     source = upgrade_old_opset(source)
-    proto = source.proto
     graph = _Graph(source, input_shapes or {})
     dynamic_quant.dequantize(graph)  # onnxruntime's quantize_dynamic ops as float ops
     probe = dynamic_batch.probe(graph) if graph.batch is not None else None
     _settle(graph)
+    _check_supported(graph)
 
+    model = Model()
+    # The model's names first: a constant an importer creates (PRelu's "slope", HardSigmoid's
+    # "c") must never take the name of a model tensor the loader adds later.
+    model.reserved = onnx_names(graph.graph) | control_flow.inlined_names(graph.nodes)
+    if probe is not None:
+        model.dynamic_batch = DynamicBatch(graph.batch, dynamic_batch.onnx_blocker(graph, probe, _settle))
+        del probe
+    importer = _Importer(graph, model)
+    importer.add_inputs()
+    importer.import_nodes()
+    importer.add_outputs()
+    model.remove_unused()
+    return model
+
+
+def _check_supported(graph: _Graph) -> None:
+    """Every node left after folding has an importer (else one line for all those without one,
+    unsupported_nodes) and types its importer takes."""
     unsupported: dict[str, list[str]] = {}
     for node in graph.nodes:
         key = op_key(node)
@@ -679,26 +713,30 @@ def load(source: OnnxFile | onnx.ModelProto,
         check_node_types(node, f"node {graph.names[id(node)]!r} ({node.op_type})", graph.opsets,
                          graph.dtypes)
 
-    model = Model()
-    # The model's names first: a constant an importer creates (PRelu's "slope", HardSigmoid's
-    # "c") must never take the name of a model tensor the loader adds later.
-    model.reserved = onnx_names(proto.graph) | control_flow.inlined_names(graph.nodes)
-    if probe is not None:
-        model.dynamic_batch = DynamicBatch(graph.batch, dynamic_batch.onnx_blocker(graph, probe, _settle))
-        del probe
-    aliases: dict[str, str] = {}
-    consumed = {n for node in graph.nodes for n in node.input} | {o.name for o in proto.graph.output}
-    consumed |= control_flow.outer_reads(graph.nodes)
 
-    def ensure_array(name: str, node_label: str) -> None:
-        if not name or name in model.arrays or name in aliases:
+class _Importer:
+    """Fills the IR model from the settled graph: graph inputs, each node through its importer,
+    graph outputs. IR arrays keep the ONNX tensors' names, but for `aliases`: a graph input's
+    name -> the array holding it inside the graph (a narrowed dtype's CAST)."""
+
+    def __init__(self, graph: _Graph, model: Model):
+        self.graph, self.model = graph, model
+        self.aliases: dict[str, str] = {}
+        consumed = {n for node in graph.nodes for n in node.input} | {o.name for o in graph.graph.output}
+        self.consumed = consumed | control_flow.outer_reads(graph.nodes)
+
+    def ensure_array(self, name: str, node_label: str) -> None:
+        """The IR array of the ONNX tensor `name` (a constant with its narrowed value); an
+        unused one without a static shape (Dropout's mask) gets none."""
+        graph, model = self.graph, self.model
+        if not name or name in model.arrays or name in self.aliases:
             return
         if name in graph.constants:
             value = narrow(graph.constants[name], f"tensor {name!r}")
             model.add_named_array(name, value.shape, value.dtype, value)
             return
         if name not in graph.shapes:
-            if name not in consumed:
+            if name not in self.consumed:
                 return  # an unused output (Dropout's mask) needs no array
             raise ConversionError(f"tensor {name!r} ({node_label}) has no static shape after shape "
                                   f"inference; {graph.why_no_shape()}")
@@ -706,52 +744,57 @@ def load(source: OnnxFile | onnx.ModelProto,
         check_activation_dtype(graph.dtypes[name], f"tensor {name!r} ({node_label})")
         model.add_named_array(name, graph.shapes[name], internal_dtype(graph.dtypes[name]))
 
-    # Graph inputs keep the ONNX name and dtype; a narrowed dtype goes through a CAST.
-    for i in graph.inputs:
-        dtype = graph.dtypes[i.name]
-        check_activation_dtype(dtype, f"input {i.name!r}")
-        model.add_named_array(i.name, graph.shapes[i.name], dtype)
-        model.inputs.append(i.name)
-        inner_dtype = internal_dtype(dtype)
-        if inner_dtype != dtype:
-            inner = model.add_array(f"{i.name}_{inner_dtype}", graph.shapes[i.name], inner_dtype)
-            model.add_operator(Operator("CAST", [i.name], [inner], _cast_options(dtype, inner_dtype),
-                                        source=f"input {i.name}"))
-            aliases[i.name] = inner
-    output_names = [o.name for o in proto.graph.output]
-    graph_input_names = {i.name for i in graph.inputs}
+    def add_inputs(self) -> None:
+        """Graph inputs keep the ONNX name and dtype; a narrowed dtype goes through a CAST."""
+        graph, model = self.graph, self.model
+        for i in graph.inputs:
+            dtype = graph.dtypes[i.name]
+            check_activation_dtype(dtype, f"input {i.name!r}")
+            model.add_named_array(i.name, graph.shapes[i.name], dtype)
+            model.inputs.append(i.name)
+            inner_dtype = internal_dtype(dtype)
+            if inner_dtype != dtype:
+                inner = model.add_array(f"{i.name}_{inner_dtype}", graph.shapes[i.name], inner_dtype)
+                model.add_operator(Operator("CAST", [i.name], [inner], _cast_options(dtype, inner_dtype),
+                                            source=f"input {i.name}"))
+                self.aliases[i.name] = inner
 
-    ctx = ImportContext(model, graph.opset, consumed)
-    for node in graph.nodes:
-        node_name = graph.names[id(node)]
-        label = f"output of node {node_name!r} ({node.op_type})"
-        if control_flow.is_runtime_control(node):
-            control_flow.import_control(node, node_name, graph, model, ensure_array, aliases, load)
-            continue
-        for name in list(node.input) + list(node.output):
-            ensure_array(name, label)
-        ctx.node = OnnxNode(node_name, node.op_type,
-                            [aliases.get(n, n) for n in node.input],
-                            [aliases.get(n, n) for n in node.output], _decode_attrs(node), node.domain)
-        ONNX_IMPORTERS[op_key(node)](ctx.node, ctx)
+    def import_nodes(self) -> None:
+        """Each node through its importer (control flow through control_flow's)."""
+        graph, aliases = self.graph, self.aliases
+        ctx = ImportContext(self.model, graph.opset, self.consumed)
+        for node in graph.nodes:
+            node_name = graph.names[id(node)]
+            label = f"output of node {node_name!r} ({node.op_type})"
+            if control_flow.is_runtime_control(node):
+                control_flow.import_control(node, node_name, graph, self.model, self.ensure_array,
+                                            aliases, load)
+                continue
+            for name in list(node.input) + list(node.output):
+                self.ensure_array(name, label)
+            ctx.node = OnnxNode(node_name, node.op_type,
+                                [aliases.get(n, n) for n in node.input],
+                                [aliases.get(n, n) for n in node.output], _decode_attrs(node), node.domain)
+            ONNX_IMPORTERS[op_key(node)](ctx.node, ctx)
 
-    # Graph outputs keep their ONNX name and dtype (a narrowed one through a CAST); a constant
-    # output gets a producing op so that the TFLite graph has a tensor to return.
-    for name in output_names:
-        if name in graph_input_names:  # an input returned as it is: the same tensor
+    def add_outputs(self) -> None:
+        """Graph outputs keep their ONNX name and dtype (a narrowed one through a CAST); a
+        constant output gets a producing op so that the TFLite graph has a tensor to return."""
+        graph, model = self.graph, self.model
+        graph_input_names = {i.name for i in graph.inputs}
+        for name in [o.name for o in graph.graph.output]:
+            if name in graph_input_names:  # an input returned as it is: the same tensor
+                model.outputs.append(name)
+                continue
+            self.ensure_array(name, "graph output")
+            inner = self.aliases.get(name, name)
+            onnx_dtype = np.dtype(graph.dtypes.get(name, model.arrays[inner].dtype))
+            if onnx_dtype != model.arrays[inner].dtype or model.arrays[inner].is_constant:
+                if inner == name:  # free the ONNX name for the graph output tensor
+                    inner = model.unique_name(name + "_value")
+                    model.rename_tensor(name, inner)
+                model.add_named_array(name, model.arrays[inner].shape, onnx_dtype)
+                model.add_operator(Operator("CAST", [inner], [name],
+                                            _cast_options(model.arrays[inner].dtype, onnx_dtype),
+                                            source=f"output {name}"))
             model.outputs.append(name)
-            continue
-        ensure_array(name, "graph output")
-        inner = aliases.get(name, name)
-        onnx_dtype = np.dtype(graph.dtypes.get(name, model.arrays[inner].dtype))
-        if onnx_dtype != model.arrays[inner].dtype or model.arrays[inner].is_constant:
-            if inner == name:  # free the ONNX name for the graph output tensor
-                inner = model.unique_name(name + "_value")
-                model.rename_tensor(name, inner)
-            model.add_named_array(name, model.arrays[inner].shape, onnx_dtype)
-            model.add_operator(Operator("CAST", [inner], [name],
-                                        _cast_options(model.arrays[inner].dtype, onnx_dtype),
-                                        source=f"output {name}"))
-        model.outputs.append(name)
-    model.remove_unused()
-    return model

@@ -54,6 +54,7 @@ from onnx import helper, numpy_helper, version_converter
 
 from ..errors import ConversionError
 from ..ir import Model, counterpart, without_layout_suffix, without_type_suffix
+from ..onnx.graph import GraphIndex
 from ..onnx.loader import node_names, onnx_names
 from ..onnx.file import attribute
 from ..transforms.quantization import FIXED_BY_OP, rule_of
@@ -252,7 +253,8 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     graph = proto.graph
     names = FreshNames(onnx_names(graph) | {node.name for node in graph.node})  # node names too
     values = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
-    equalized = _equalize(graph, model, values)
+    index = GraphIndex(graph, constant_attributes=("value",))
+    equalized = _equalize(index, model, values)
     wanted, ranges = activation_params(model, values, equalized)
     result = FakeQuantGraph(proto, ranges_in_metadata=list(ranges))
     _set_metadata(proto, RANGES_KEY, json.dumps(ranges))
@@ -263,7 +265,7 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
             {"float": dict(sorted(precision.float_nodes.items())), "int16": sorted(precision.int16_nodes)}))
     own_names = node_names(proto)  # before any node changes: the IR ops' sources
     gates = _Gates(graph, names, result) if gated else None
-    weight_nodes, replaced = _fake_quantize_weights(graph, dict(zip(own_names, graph.node)), model,
+    weight_nodes, replaced = _fake_quantize_weights(index, dict(zip(own_names, graph.node)), model,
                                                     float_weights, names, result, gates)
     outputs = {o.name for o in graph.output}
     inputs = [i.name for i in graph.input if i.name in wanted]
@@ -300,7 +302,7 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
 
 
 # --- equalized channels ---------------------------------------------------------------------
-def _equalize(graph: onnx.GraphProto, model: Model, values: set[str]) -> set[str]:
+def _equalize(index: GraphIndex, model: Model, values: set[str]) -> set[str]:
     """The IR's equalized tensors (ir.Array.channel_scale) made so in the ONNX graph: the last
     weighted node before the tensor divides its output channels by s (a Conv's or Gemm's weights
     and bias, a BatchNormalization's scale and shift; an Add of a constant on the way gets the
@@ -308,13 +310,8 @@ def _equalize(graph: onnx.GraphProto, model: Model, values: set[str]) -> set[str
     s. Exact in float, like the IR's rewrite; the tensor then takes a per-tensor pair, as the
     int8 model, and converting the fake-quant graph back gives the same weights and params.
     Returns the ONNX tensors made so (a structure it does not know keeps the per-channel pair)."""
-    constants = _Constants(graph)
-    producers = {o: node for node in graph.node for o in node.output}
-    readers: dict[str, list[onnx.NodeProto]] = collections.defaultdict(list)
-    for node in graph.node:
-        for name in node.input:
-            readers[name].append(node)
-    done, outputs = set(), {o.name for o in graph.output}
+    constants = _Constants(index)
+    done, outputs = set(), index.outputs
     for name in [o for op in model.operators for o in op.outputs]:
         array = model.arrays.get(name)
         if array is None or array.channel_scale is None:
@@ -325,8 +322,9 @@ def _equalize(graph: onnx.GraphProto, model: Model, values: set[str]) -> set[str
         tensor, factor = found[0], array.channel_scale.astype(np.float64)
         if tensor in outputs:
             continue
-        edits = _producer_edits(tensor, factor, len(array.shape), producers, readers, constants, outputs)
-        reading = _reader_edits(tensor, factor, readers, constants)
+        edits = _producer_edits(tensor, factor, len(array.shape), index.producers, index.readers,
+                                constants, outputs)
+        reading = _reader_edits(tensor, factor, index.readers, constants)
         if edits is None or reading is None:
             continue
         for target, value in edits + reading:
@@ -337,37 +335,27 @@ def _equalize(graph: onnx.GraphProto, model: Model, values: set[str]) -> set[str
 
 
 class _Constants:
-    """The graph's constant values by name: initializers, or Constant nodes' values (PaddlePaddle's
-    exporter writes those); `own` only for a value one input of one node reads. Values `set`
-    here are written back by `write`."""
+    """The graph's constant values (GraphIndex: initializers, and Constant nodes' values, which
+    PaddlePaddle's exporter writes) with the values _equalize changes: `set` here, written back
+    into their tensors by `write`."""
 
-    def __init__(self, graph: onnx.GraphProto):
-        self.protos = {t.name: t for t in graph.initializer}
-        for node in graph.node:
-            if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-                self.protos.setdefault(node.output[0], node.attribute[0].t)
-        self.reads = collections.Counter(name for node in graph.node for name in node.input)
+    def __init__(self, index: GraphIndex):
+        self.index = index
         self.changed: dict[str, np.ndarray] = {}
 
-    def own(self, name: str) -> onnx.TensorProto | None:
-        """The constant `name` if only one input of one node reads it (else None)."""
-        return self.protos.get(name) if self.reads[name] == 1 else None
-
     def get(self, name: str) -> np.ndarray | None:
-        if name in self.changed:
-            return self.changed[name]
-        proto = self.protos.get(name)
-        return None if proto is None else numpy_helper.to_array(proto)
+        return self.changed[name] if name in self.changed else self.index.constant(name)
 
     def single(self, name: str) -> bool:
-        return self.reads[name] == 1
+        """Whether only one input of one node reads `name`."""
+        return len(self.index.readers.get(name, [])) == 1
 
     def set(self, name: str, value: np.ndarray) -> None:
         self.changed[name] = value
 
     def write(self) -> None:
         for name, value in self.changed.items():
-            self.protos[name].CopyFrom(numpy_helper.from_array(np.asarray(value), name))
+            self.index.tensor(name).CopyFrom(numpy_helper.from_array(np.asarray(value), name))
 
 
 def _along(value: np.ndarray, axis: int, factor: np.ndarray) -> np.ndarray | None:
@@ -388,7 +376,7 @@ def _producer_edits(tensor, factor, rank, producers, readers, constants, outputs
     edits, name = [], tensor
     for _ in range(8):
         node = producers.get(name)
-        if node is None or name in outputs or (len(readers[name]) != 1 and name != tensor):
+        if node is None or name in outputs or (len(readers.get(name, [])) != 1 and name != tensor):
             return None
         params = [constants.get(i) for i in node.input]
         if node.op_type in ("Conv", "Gemm", "BatchNormalization"):
@@ -432,7 +420,7 @@ def _producer_edits(tensor, factor, rank, producers, readers, constants, outputs
 def _reader_edits(tensor, factor, readers, constants):
     """[(weight, new value)] that multiply every reader's input channels by factor, or None."""
     edits = []
-    for node in readers[tensor]:
+    for node in readers.get(tensor, []):
         if not node.input or node.input[0] != tensor or len(node.input) < 2:
             return None
         weight = constants.get(node.input[1])
@@ -534,7 +522,7 @@ def _pair(graph, names: FreshNames, tensor: str, source: str, target: str, pair:
     return nodes
 
 
-def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx.NodeProto], model: Model,
+def _fake_quantize_weights(index: GraphIndex, nodes_by_name: dict[str, onnx.NodeProto], model: Model,
                            float_weights: FloatWeights, names: FreshNames, result: FakeQuantGraph,
                            gates: _Gates | None = None):
     """Each int8 weight (and unchanged bias) of the IR onto its ONNX initializer (or Constant
@@ -542,7 +530,7 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
     in the graph), and the names they now write: the initializers are gone, the Constant nodes
     writing them are for the caller to drop. With `gates`, each weight and its bias sit behind
     one gate, their float values kept as initializers of fresh names."""
-    constants = _Constants(graph)
+    graph = index.graph
     weighted = []  # (op, its float weight, its float bias)
     for op in model.operators:
         kept = float_weights.by_op.get((op.source, op.type))
@@ -558,7 +546,7 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
             continue  # the op stayed float
         node = nodes_by_name.get(op.source)
         axis = _WEIGHT_AXIS[node.op_type](node) if node is not None and node.op_type in _WEIGHT_AXIS else None
-        init = constants.own(node.input[1]) if axis is not None and len(node.input) > 1 else None
+        init = _own(index, node.input[1]) if axis is not None and len(node.input) > 1 else None
         if init is None or ops_of_node[op.source] != 1:
             result.float_weights.append(op.source)
             continue
@@ -576,7 +564,7 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
         dropped.add(node.input[1])
         result.weights.append(node.input[1])
         # The bias as TFLite's int32, where the IR's is the ONNX one (nothing folded into it).
-        bias = constants.own(node.input[2]) if len(node.input) > 2 and node.op_type != "MatMul" else None
+        bias = _own(index, node.input[2]) if len(node.input) > 2 and node.op_type != "MatMul" else None
         quantized_bias = model.arrays[op.inputs[rule.bias]] if ir_bias is not None else None
         if (bias is not None and quantized_bias is not None and quantized_bias.dtype == np.int32
                 and np.all(factor == 1) and np.array_equal(numpy_helper.to_array(bias), ir_bias)):
@@ -589,6 +577,11 @@ def _fake_quantize_weights(graph: onnx.GraphProto, nodes_by_name: dict[str, onnx
     del graph.initializer[:]
     graph.initializer.extend(kept)
     return dequantize, dropped
+
+
+def _own(index: GraphIndex, name: str) -> onnx.TensorProto | None:
+    """The tensor of the constant `name` if only one input of one node reads it (else None)."""
+    return index.tensor(name) if len(index.readers.get(name, [])) == 1 else None
 
 
 def _onnx_scales(quant, factor: np.ndarray) -> np.ndarray | None:

@@ -37,6 +37,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ConversionError
 from ..ir import MinMax, Model, counterpart
+from ..onnx.graph import GraphIndex
 from ..onnx.loader import node_names, onnx_names
 from ..ops.dynamic_quant import table_dequantization
 from ..transforms.quantization import QDQ_SOURCE, params_for_range, set_loaded_ranges
@@ -77,37 +78,7 @@ def _label(node: onnx.NodeProto) -> str:
     return f"node {node.name!r} ({node.op_type})" if node.name else f"a {node.op_type} node"
 
 
-class _Graph:
-    """The top-level graph's constants, producers and readers, kept up to date by the rewrite."""
-
-    def __init__(self, graph: onnx.GraphProto):
-        self.graph = graph
-        self.initializers = {t.name: t for t in graph.initializer}
-        self.constant_nodes = {n.output[0]: n for n in graph.node
-                               if n.op_type == "Constant" and n.output and n.attribute}
-        self.producer = {o: n for n in graph.node for o in n.output if o}
-        self.readers: dict[str, list[onnx.NodeProto]] = {}
-        for n in graph.node:
-            for i in n.input:
-                self.readers.setdefault(i, []).append(n)
-        self.outputs = {o.name for o in graph.output}
-        self.inputs = {i.name for i in graph.input}
-
-    def uses(self, name: str) -> list[tuple[onnx.NodeProto, int]]:
-        """The (node, input index) pairs that read `name`."""
-        readers = {id(n): n for n in self.readers.get(name, [])}.values()
-        return [(n, k) for n in readers for k, i in enumerate(n.input) if i == name]
-
-    def constant(self, name: str) -> np.ndarray | None:
-        if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
-        node = self.constant_nodes.get(name)
-        if node is not None and node.attribute[0].name == "value":
-            return numpy_helper.to_array(node.attribute[0].t)
-        return None
-
-
-def _params(g: _Graph, node: onnx.NodeProto, finite: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
+def _params(g: GraphIndex, node: onnx.NodeProto, finite: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
     """(scale, zero point, axis) of a Q or DQ node; both constant, the zero point's dtype naming
     the grid (int8 when absent, as ONNX says); the scale finite and positive unless not `finite`
     (the caller decides: an activation pair without a usable scale stays float)."""
@@ -177,129 +148,175 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     With `clip` (a float conversion, no --quantize), an activation pair becomes a Clip to its
     range instead of nothing: quantizers drop a Relu whose clipping the pair's grid does (a
     uint8 grid starting at 0), and the float model must still clip. Only the rounding is lost."""
-    graph = proto.graph
-    g = _Graph(graph)
-    found = QdqRanges(warnings=_bias_scale_warnings(g))
-    names = FreshNames(onnx_names(graph))  # for the float copies of moved integer tables
-    removed: set[int] = set()
-    int16_nodes: list[onnx.NodeProto] = []  # to run 16x8 kernels: around int16 pairs
+    g = GraphIndex(proto.graph, constant_attributes=("value",))
+    rewrite = _Rewrite(proto, g, QdqRanges(warnings=_bias_scale_warnings(g)),
+                       FreshNames(onnx_names(proto.graph)), clip)
+    for node in list(proto.graph.node):
+        if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx"):
+            rewrite.dequantize(node)
+    leftover = next((n for n in proto.graph.node
+                     if n.op_type == "QuantizeLinear" and id(n) not in rewrite.removed), None)
+    if leftover is not None:
+        raise ConversionError(f"{_label(leftover)}: a QuantizeLinear without a DequantizeLinear after "
+                              "it (an integer graph output) is not supported yet")
+    found = rewrite.found
+    found.int16_nodes = rewrite.finish()
+    _read_metadata(proto, found)
+    return found
+
+
+@dataclass
+class _Rewrite:
+    """One strip_qdq: what it found so far, the nodes it removes (by id) and what takes their
+    place."""
+
+    proto: onnx.ModelProto
+    g: GraphIndex
+    found: QdqRanges
+    names: FreshNames  # for the float copies of moved integer tables
+    clip: bool
+    removed: set[int] = field(default_factory=set)
+    int16_nodes: list[onnx.NodeProto] = field(default_factory=list)  # to run 16x8 kernels: around int16 pairs
     # a removed DQ's replacement where the DQ was: its Clip, or the data movement redone in float
-    in_place: dict[int, onnx.NodeProto | list[onnx.NodeProto]] = {}
-    appended: list[onnx.NodeProto] = []  # Identity nodes, last (their sources come before)
-    for node in list(graph.node):
-        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
-            continue
-        x, y = node.input[0], node.output[0]
+    in_place: dict[int, onnx.NodeProto | list[onnx.NodeProto]] = field(default_factory=dict)
+    appended: list[onnx.NodeProto] = field(default_factory=list)  # Identity nodes, last (their sources come before)
+
+    def dequantize(self, node: onnx.NodeProto) -> None:
+        """Takes the DequantizeLinear `node` out (or keeps it: an integer embedding table)."""
+        g, found, x, y = self.g, self.found, node.input[0], node.output[0]
         dynamic = _dynamically_quantized(g, node)
         if dynamic is not None:
             # quantize_dynamic's activation moved in int8 (a Transpose) and dequantized at its
             # run-time scale: the same movement in float (the rounding dropped, judged by SQNR)
             source, moved = dynamic
-            in_place[id(node)] = _moves_redone(names, node, moved, source)
-            _drop_unread_moves(g, node, moved, removed)
-            removed.add(id(node))
-            continue
+            self.in_place[id(node)] = _moves_redone(self.names, node, moved, source)
+            _drop_unread_moves(g, node, moved, self.removed)
+            self.removed.add(id(node))
+            return
         scale, zero, axis = _params(g, node, finite=False)
         value = g.constant(x)
-        quantize = g.producer.get(x)
+        quantize = g.producers.get(x)
         if not _usable(scale) and value is None and quantize is not None \
                 and quantize.op_type == "QuantizeLinear" and g.constant(quantize.input[0]) is None:
-            _unusable_pair(g, node, quantize, scale, found, removed, appended)
-            continue
+            _unusable_pair(g, node, quantize, scale, found, self.removed, self.appended)
+            return
         if not _usable(scale):
             _params(g, node)  # refused in one line naming the node
-        if table_dequantization(node, g.constant, g.producer.get, g.uses, g.outputs):
+        if table_dequantization(node, g.constant, g.producers.get, g.uses, g.outputs):
             # An integer embedding table gathered: the loader keeps it integer (TFLite's GATHER
             # reads it, a DEQUANTIZE makes the rows float; onnx/dynamic_quant.py): the DQ stays.
             table = value if value is not None else g.constant(quantize.input[0])
             found.constants[y] = str(table.dtype)
-            continue
+            return
         if value is not None:  # an integer initializer: a weight or a bias
             _replace_by_constant(g, node, _checked(node, x, value.shape, _dequantized, value, scale,
                                                    zero, axis))
             found.constants[y] = str(value.dtype)
         elif quantize is not None and quantize.op_type == "QuantizeLinear":
-            source = quantize.input[0]
-            q_scale, q_zero, q_axis = _params(g, quantize)
-            source_value = g.constant(source)
-            if source_value is not None:  # a float weight with its fake-quant
-                _replace_by_constant(g, node, _checked(quantize, source, source_value.shape,
-                                                       _fake_quantized, source_value, q_scale,
-                                                       q_zero, q_axis, quantize))
-                found.constants[y] = str(q_zero.dtype)
-            else:
-                if scale.size != 1 or zero.size != 1:
-                    raise ConversionError(f"{_label(node)}: per-axis params on activation {source!r} "
-                                          "are not supported (TFLite quantizes activations per tensor)")
-                s, z = float(scale.reshape(())), int(zero.reshape(()))
-                if zero.dtype == np.int16:
-                    # What TFLite's symmetric int16 chooser maps back to s (zero point 0); a
-                    # symmetric pair's -32768 is not a value the kernels use.
-                    grid = ((-32768 - z) * s, (32767 - z) * s) if z else (-32767 * s, 32767 * s)
-                    bound = max(-grid[0], grid[1])
-                    span = (-bound, bound)
-                    if z != 0:
-                        found.warnings.append(
-                            f"tensor {source!r}: its int16 QDQ pair has zero point {z}; TFLite's 16x8 "
-                            f"kernels take zero point 0, so it is written symmetric over the pair's "
-                            f"range: step {s:.3g} -> {bound / 32767:.3g}")
-                    int16_nodes.extend(g.readers.get(y, []))
-                    if source in g.producer:
-                        int16_nodes.append(g.producer[source])
-                elif zero.dtype in _GRIDS:
-                    low, high = _GRIDS[zero.dtype]
-                    grid = span = ((low - z) * s, (high - z) * s)
-                else:
-                    raise ConversionError(f"{_label(node)}: a {zero.dtype} grid on {source!r} is not "
-                                          "supported (int8, uint8 and int16 are)")
-                found.activations.setdefault(source, span)
-                # A wider range than the grid (int16 made symmetric) loses the grid's clipping,
-                # which may stand for a dropped Relu: a Clip keeps it, as in a float conversion.
-                if clip or grid != span:  # before the DQ output's readers, as the DQ was
-                    in_place[id(node)] = _clip(proto, source, y, grid)
-                    found.activations.setdefault(y, span)
-                    if zero.dtype == np.int16:
-                        int16_nodes.append(in_place[id(node)])
-                else:
-                    if y in g.outputs:  # kept as Identity(source): the same values
-                        found.activations.setdefault(y, span)
-                    _bypass(g, node, source, appended)
-            removed.add(id(node))
-            if not any(id(r) not in removed for r in g.readers.get(quantize.output[0], [])):
-                removed.add(id(quantize))
-            continue
+            self._pair(node, quantize, scale, zero)
+            return
         elif scale.size == 1 and zero.size == 1 and (moved := _moved_constant(g, quantize)):
             # An int8 table gathered (an embedding), reshaped or transposed before its DQ: with one
             # scale and zero point the DQ commutes with the data movement, so the table is
             # dequantized once and the movement repeated on it in float, in the DQ's place.
-            in_place[id(node)] = _dequantized_moves(g, names, node, moved, scale, zero, axis)
+            self.in_place[id(node)] = _dequantized_moves(g, self.names, node, moved, scale, zero, axis)
             found.constants[y] = str(g.constant(moved[-1].input[0]).dtype)
-            _drop_unread_moves(g, node, moved, removed)
+            _drop_unread_moves(g, node, moved, self.removed)
         else:
             raise ConversionError(f"{_label(node)}: dequantizes {x!r}, which is neither a constant, a "
                                   "constant moved by Gather/Reshape/Transpose/Squeeze/Unsqueeze/"
                                   "Flatten/Slice, nor a QuantizeLinear's output (an int8 graph input "
                                   "is not supported yet)")
-        removed.add(id(node))
-    leftover = next((n for n in graph.node if n.op_type == "QuantizeLinear" and id(n) not in removed), None)
-    if leftover is not None:
-        raise ConversionError(f"{_label(leftover)}: a QuantizeLinear without a DequantizeLinear after "
-                              "it (an integer graph output) is not supported yet")
-    final = []
-    for n in graph.node:  # a removed node's replacement (one node, or several) where it was
-        if id(n) in in_place:
-            final.extend(in_place[id(n)] if isinstance(in_place[id(n)], list) else [in_place[id(n)]])
-        elif id(n) not in removed:
-            final.append(n)
-    final += appended
-    marked = {id(n) for n in int16_nodes}
-    places = [k for k, n in enumerate(final) if id(n) in marked]
-    del graph.node[:]
-    graph.node.extend(final)  # copies
-    names = node_names(proto)  # as the loader will name them
-    found.int16_nodes = [names[k] for k in places]
-    # qconvert's own fake-quant graph: its metadata's ranges are the conversion's own (they win
-    # over a pair's grid, which they contain), and its metadata says which nodes run 16x8.
+        self.removed.add(id(node))
+
+    def _pair(self, node: onnx.NodeProto, quantize: onnx.NodeProto, scale: np.ndarray,
+              zero: np.ndarray) -> None:
+        """A Q `quantize` -> DQ `node` pair goes: on a float constant, the constant becomes the
+        values it fake-quantizes to; on an activation, its range is recorded (_activation). The
+        Q goes too once nothing else reads it."""
+        g, source = self.g, quantize.input[0]
+        q_scale, q_zero, q_axis = _params(g, quantize)
+        source_value = g.constant(source)
+        if source_value is not None:  # a float weight with its fake-quant
+            _replace_by_constant(g, node, _checked(quantize, source, source_value.shape, _fake_quantized,
+                                                   source_value, q_scale, q_zero, q_axis, quantize))
+            self.found.constants[node.output[0]] = str(q_zero.dtype)
+        else:
+            self._activation(node, source, scale, zero)
+        self.removed.add(id(node))
+        if not any(id(r) not in self.removed for r in g.readers.get(quantize.output[0], [])):
+            self.removed.add(id(quantize))
+
+    def _activation(self, node: onnx.NodeProto, source: str, scale: np.ndarray, zero: np.ndarray) -> None:
+        """The activation `source`'s pair, DQ `node`: its range recorded, its readers reading
+        `source` (through a Clip to the grid with `clip`, or when the range is wider)."""
+        y = node.output[0]
+        if scale.size != 1 or zero.size != 1:
+            raise ConversionError(f"{_label(node)}: per-axis params on activation {source!r} "
+                                  "are not supported (TFLite quantizes activations per tensor)")
+        grid, span = self._grid(node, source, float(scale.reshape(())), int(zero.reshape(())), zero.dtype)
+        self.found.activations.setdefault(source, span)
+        # A wider range than the grid (int16 made symmetric) loses the grid's clipping,
+        # which may stand for a dropped Relu: a Clip keeps it, as in a float conversion.
+        if self.clip or grid != span:  # before the DQ output's readers, as the DQ was
+            self.in_place[id(node)] = _clip(self.proto, source, y, grid)
+            self.found.activations.setdefault(y, span)
+            if zero.dtype == np.int16:
+                self.int16_nodes.append(self.in_place[id(node)])
+        else:
+            if y in self.g.outputs:  # kept as Identity(source): the same values
+                self.found.activations.setdefault(y, span)
+            _bypass(self.g, node, source, self.appended)
+
+    def _grid(self, node: onnx.NodeProto, source: str, s: float, z: int, dtype: np.dtype):
+        """(the pair's grid, the range recorded for `source`) of scale `s` and zero point `z` on
+        a `dtype` grid. An int16 pair's range is symmetric (with a warning when `z` is not 0),
+        and the nodes around it run 16x8."""
+        if dtype == np.int16:
+            # What TFLite's symmetric int16 chooser maps back to s (zero point 0); a
+            # symmetric pair's -32768 is not a value the kernels use.
+            grid = ((-32768 - z) * s, (32767 - z) * s) if z else (-32767 * s, 32767 * s)
+            bound = max(-grid[0], grid[1])
+            if z != 0:
+                self.found.warnings.append(
+                    f"tensor {source!r}: its int16 QDQ pair has zero point {z}; TFLite's 16x8 "
+                    f"kernels take zero point 0, so it is written symmetric over the pair's "
+                    f"range: step {s:.3g} -> {bound / 32767:.3g}")
+            self.int16_nodes.extend(self.g.readers.get(node.output[0], []))
+            if source in self.g.producers:
+                self.int16_nodes.append(self.g.producers[source])
+            return grid, (-bound, bound)
+        if dtype in _GRIDS:
+            low, high = _GRIDS[dtype]
+            grid = ((low - z) * s, (high - z) * s)
+            return grid, grid
+        raise ConversionError(f"{_label(node)}: a {dtype} grid on {source!r} is not "
+                              "supported (int8, uint8 and int16 are)")
+
+    def finish(self) -> list[str]:
+        """Puts each removed node's replacement (one node, or several) where it was, the
+        appended nodes last; returns the names (as the loader will name them) of the nodes to
+        run 16x8."""
+        graph, final = self.proto.graph, []
+        for n in graph.node:
+            if id(n) in self.in_place:
+                replacement = self.in_place[id(n)]
+                final.extend(replacement if isinstance(replacement, list) else [replacement])
+            elif id(n) not in self.removed:
+                final.append(n)
+        final += self.appended
+        marked = {id(n) for n in self.int16_nodes}
+        places = [k for k, n in enumerate(final) if id(n) in marked]
+        del graph.node[:]
+        graph.node.extend(final)  # copies
+        names = node_names(self.proto)
+        return [names[k] for k in places]
+
+
+def _read_metadata(proto: onnx.ModelProto, found: QdqRanges) -> None:
+    """qconvert's own fake-quant graph: its metadata's ranges are the conversion's own (they win
+    over a pair's grid, which they contain), and its metadata says which nodes run 16x8 and
+    which stay float."""
     metadata = {p.key: p.value for p in reversed(proto.metadata_props)}  # a key given twice: the first
     found.activations.update(_metadata_ranges(metadata))
     mode = metadata.get(ACTIVATIONS_KEY, "int8")
@@ -309,7 +326,6 @@ def strip_qdq(proto: onnx.ModelProto, clip: bool = False) -> QdqRanges:
     found.float_nodes, int16 = _metadata_precision(metadata)
     if RANGES_KEY in metadata:  # written by fakequant
         found.int16_nodes = int16
-    return found
 
 
 def _metadata_json(metadata: dict[str, str], key: str, absent):
@@ -353,20 +369,20 @@ def _metadata_ranges(metadata: dict[str, str]) -> dict[str, tuple[float, float]]
     return spans
 
 
-def _dq_scale(g: _Graph, name: str, constant: bool) -> np.ndarray | None:
+def _dq_scale(g: GraphIndex, name: str, constant: bool) -> np.ndarray | None:
     """The scale of the DequantizeLinear writing `name`: one of a constant (`constant`) or of a
     Q -> DQ pair on an activation; None otherwise."""
-    dq = g.producer.get(name)
+    dq = g.producers.get(name)
     if dq is None or dq.op_type != "DequantizeLinear":
         return None
-    source = g.producer.get(dq.input[0])
+    source = g.producers.get(dq.input[0])
     if constant != (g.constant(dq.input[0]) is not None) or (
             not constant and (source is None or source.op_type != "QuantizeLinear")):
         return None
     return _params(g, dq)[0].reshape(-1)
 
 
-def _bias_scale_warnings(g: _Graph) -> list[str]:
+def _bias_scale_warnings(g: GraphIndex) -> list[str]:
     """A Conv's or Gemm's int32 bias under DequantizeLinear must be at input scale x weight scale
     (per output channel), the scale TFLite's kernels read it at; one warning for each that is not
     (it is requantized to that scale: the error is at most half the new step)."""
@@ -405,7 +421,7 @@ def _clip(proto: onnx.ModelProto, source: str, y: str, span: tuple[float, float]
 _DATA_MOVEMENT = ("Gather", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice")
 
 
-def _moved_constant(g: _Graph, node: onnx.NodeProto | None) -> list[onnx.NodeProto] | None:
+def _moved_constant(g: GraphIndex, node: onnx.NodeProto | None) -> list[onnx.NodeProto] | None:
     """The data-movement ops that carry an integer constant to `node`'s output (`node` first,
     the one reading the constant last), or None."""
     chain = []
@@ -414,11 +430,11 @@ def _moved_constant(g: _Graph, node: onnx.NodeProto | None) -> list[onnx.NodePro
         value = g.constant(node.input[0])
         if value is not None:
             return chain if np.issubdtype(value.dtype, np.integer) else None
-        node = g.producer.get(node.input[0])
+        node = g.producers.get(node.input[0])
     return None
 
 
-def _unusable_pair(g: _Graph, node: onnx.NodeProto, quantize: onnx.NodeProto, scale: np.ndarray,
+def _unusable_pair(g: GraphIndex, node: onnx.NodeProto, quantize: onnx.NodeProto, scale: np.ndarray,
                    found: QdqRanges, removed: set, appended: list) -> None:
     """quantize_static's pair (Q `quantize`, DQ `node`) on a tensor no int8 grid spans (an
     attention mask at the float minimum: scale inf) goes: the tensor stays float, as if it had no
@@ -431,21 +447,21 @@ def _unusable_pair(g: _Graph, node: onnx.NodeProto, quantize: onnx.NodeProto, sc
         removed.add(id(quantize))
 
 
-def _dynamically_quantized(g: _Graph, node: onnx.NodeProto) -> tuple[str, list] | None:
+def _dynamically_quantized(g: GraphIndex, node: onnx.NodeProto) -> tuple[str, list] | None:
     """(the float activation, the data-movement ops from it) when the DQ `node` dequantizes a
     DynamicQuantizeLinear's output, moved by those ops, at that DynamicQuantizeLinear's own
     run-time scale and zero point; else None."""
-    moved, producer = [], g.producer.get(node.input[0])
+    moved, producer = [], g.producers.get(node.input[0])
     while producer is not None and producer.op_type in _DATA_MOVEMENT and producer.domain in ("", "ai.onnx"):
         moved.append(producer)
-        producer = g.producer.get(producer.input[0])
+        producer = g.producers.get(producer.input[0])
     if producer is None or producer.op_type != "DynamicQuantizeLinear" or \
             list(node.input[1:3]) != list(producer.output[1:1 + len(node.input[1:3])]):
         return None
     return producer.input[0], moved
 
 
-def _drop_unread_moves(g: _Graph, node: onnx.NodeProto, moved: list[onnx.NodeProto], removed: set) -> None:
+def _drop_unread_moves(g: GraphIndex, node: onnx.NodeProto, moved: list[onnx.NodeProto], removed: set) -> None:
     """The integer data-movement ops `moved` (the DQ `node`'s first) go once nothing else reads
     them."""
     for mover in moved:
@@ -473,7 +489,7 @@ def _moves_redone(names: FreshNames, node: onnx.NodeProto, moved: list[onnx.Node
     return copies
 
 
-def _dequantized_moves(g: _Graph, names: FreshNames, node: onnx.NodeProto, moved: list[onnx.NodeProto],
+def _dequantized_moves(g: GraphIndex, names: FreshNames, node: onnx.NodeProto, moved: list[onnx.NodeProto],
                        scale, zero, axis: int) -> list[onnx.NodeProto]:
     """Copies of the data-movement ops `moved` reading the dequantized constant, the last one
     writing the DQ `node`'s output; the integer originals stay for any other reader (or go as
@@ -481,18 +497,17 @@ def _dequantized_moves(g: _Graph, names: FreshNames, node: onnx.NodeProto, moved
     first = moved[-1]
     table = g.constant(first.input[0])
     source = names.fresh(f"{first.input[0]}_dequantized")
-    g.initializers[source] = numpy_helper.from_array(_checked(
-        node, first.input[0], table.shape, _dequantized, table, scale, zero, axis), source)
-    g.graph.initializer.append(g.initializers[source])
+    g.add_initializer(numpy_helper.from_array(_checked(
+        node, first.input[0], table.shape, _dequantized, table, scale, zero, axis), source))
     return _moves_redone(names, node, moved, source)
 
 
-def _replace_by_constant(g: _Graph, node: onnx.NodeProto, value: np.ndarray) -> None:
+def _replace_by_constant(g: GraphIndex, node: onnx.NodeProto, value: np.ndarray) -> None:
     """The DQ's output becomes a float initializer."""
     g.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
 
 
-def _bypass(g: _Graph, node: onnx.NodeProto, source: str, appended: list) -> None:
+def _bypass(g: GraphIndex, node: onnx.NodeProto, source: str, appended: list) -> None:
     """The readers of the DQ's output read `source`; a graph output keeps its name (Identity)."""
     y = node.output[0]
     for reader in g.readers.get(y, []):
