@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
+from PIL import Image
 
 pytestmark = pytest.mark.packaging
 
@@ -222,6 +223,10 @@ def files(tmp_path_factory):
     onnx.save(_model(), folder / "m.onnx")
     x = np.random.default_rng(5).standard_normal((SAMPLES, 1, 3, 8, 8)).astype(np.float32)
     np.savez(folder / "c.npz", x=x)
+    (folder / "images").mkdir()
+    for k, sample in enumerate(x):  # the same samples as 8x8 RGB pictures
+        pixels = np.clip(sample[0].transpose(1, 2, 0) * 64 + 128, 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(folder / "images" / f"{k:03d}.png")
     return folder
 
 
@@ -241,7 +246,8 @@ def test_floors_are_pyprojects_lower_bounds():
     """floors.txt pins every base dependency at exactly the lower bound pyproject.toml declares,
     and nothing else: the floors the wheel test installs are the ones a user is promised."""
     bounds = _lower_bounds()
-    assert set(bounds) == {"click", "numpy", "flatbuffers", "onnx", "onnxruntime", "ai-edge-litert"}, bounds
+    assert set(bounds) == {"click", "numpy", "flatbuffers", "onnx", "onnxruntime", "ai-edge-litert",
+                           "pillow"}, bounds
     assert all(bounds.values()), f"a dependency without a lower bound: {bounds}"
     assert _floors() == bounds, ("floors.txt and pyproject.toml's lower bounds differ",
                                  _floors(), bounds)
@@ -274,7 +280,8 @@ def test_base_install_has_the_runtimes_and_not_torch(installed, files, request):
     if request.node.callspec.params["installed"] == "floors":
         assert {name: versions.get(name) for name in _floors()} == _floors()
     assert {"qconvert", "onnxruntime", "ai-edge-litert", "onnx", "numpy"} <= packages, packages
-    assert not packages & {"torch", "tensorflow", "tflite-micro", "pytest", "pillow"}, packages
+    assert not packages & {"torch", "tensorflow", "tflite-micro", "pytest"}, packages
+    assert "pillow" in packages  # calibration from a folder of images (calibration/files.py)
     where = _run(env_dir, ["python", "-c", "import qconvert; print(qconvert.__file__)"], files)
     assert Path(where.stdout.decode().strip()).is_relative_to(env_dir), where.stdout
 
@@ -291,6 +298,17 @@ def test_quantize_in_a_fresh_venv(installed, files, tmp_path):
     result = _compare(env_dir, files, str(out))
     step = result["ref_range"] / 255
     assert result["max_abs_error"] <= 3 * step, result
+
+
+def test_quantize_from_a_folder_of_images_in_a_fresh_venv(installed, files, tmp_path):
+    """Calibration from a folder of PNGs works with the Pillow the install brings (the floors'
+    venv: the oldest one promised), and the int8 file holds the samples as pictures show them."""
+    out = tmp_path / "m8.tflite"
+    run = _run(installed, ["qconvert", "m.onnx", str(out), "--quantize", "--calibration", "images",
+                           "--mean", "0.5", "--std", "0.25"], files)
+    assert run.returncode == 0, run.stderr.decode()
+    assert b"Traceback" not in run.stderr and b"int8:" in run.stderr and b"dB" in run.stderr, run.stderr.decode()
+    assert out.stat().st_size > 0
 
 
 @pytest.mark.parametrize("flags, summary, relative_tolerance", [
