@@ -29,7 +29,7 @@ FLOAT32_EPS = 2.0 ** -23  # one float32 step (ulp) at 1
 # package's light architectures, PP-OCR and YOLOX models and generated graphs measured at most
 # 9.1e-6 (76 ulps, 8 samples), the node conformance cases 2.7e-6: 13 times below. One weight of
 # the .tflite negated failed 40 of the 43 cases it changed the outputs of, at 1.3e-4 and up
-# (README, Verification).
+# (docs/guide.md, Verification).
 FLOAT_TOLERANCE = 2.0 ** -13  # 1.2e-4, 1024 ulps of the scale
 FLOAT16_EPS = 2.0 ** -10  # one float16 step (ulp) at 1
 # A float16 model's float check: onnxruntime rounds its activations to float16, the .tflite keeps

@@ -217,7 +217,7 @@ def keep_float_model(state: State) -> State:
 
 def measure_layer_inputs(state: State) -> State:
     """The inputs' moments of the weighted ops in the float model on the calibration samples
-    (check/layer_inputs.py); with them the channels between two weighted ops are equalized (a
+    (plan/layer_inputs.py); with them the channels between two weighted ops are equalized (a
     float rewrite, transforms/equalize_channel_ranges.py), and the quantize steps round weights
     for each op's output and correct its bias (quantize/rounding.py). Not when all three are off."""
     steps = state.steps
@@ -244,7 +244,7 @@ def measure_layer_inputs(state: State) -> State:
 
 def quantize(state: State) -> State:
     """The quantize steps, or the precision planner choosing which ops stay float
-    (driver/planner.py); then the report of what became int8."""
+    (plan/planner.py); then the report of what became int8."""
     if state.steps is None:
         return state
     model, plan, request = state.model, None, state.options.quantize
@@ -270,7 +270,7 @@ def quantize(state: State) -> State:
 
 
 def _planned(state: State):
-    """The planner's model and plan (driver/planner.py), on the plan's samples."""
+    """The planner's model and plan (plan/planner.py), on the plan's samples."""
     from ..check.runtimes import RecordedReference, Reference
     from ..check.verify import compare
     from ..plan.planner import DECISION_SAMPLES, plan_precision
@@ -429,7 +429,7 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     and there is no threshold. A float conversion (options.float_check) is judged by the float
     check (check/verify.py) unless the model has Q/DQ pairs on activations, whose rounding a float
     conversion drops (then by SQNR, as a quantized one). onnxruntime reads the file at
-    `onnx_path` itself when it can (verify.reads_file); else `reference` gets its weights back."""
+    `onnx_path` itself when it can (runtimes.reads_file); else `reference` gets its weights back."""
     from ..calibration.data import first_samples
     from ..check.runtimes import reads_file
     from ..check.verify import rounding_dropped, verify

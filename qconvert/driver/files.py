@@ -1,5 +1,5 @@
 """How qconvert reads its input and writes its outputs: the "Files" rules of qconvert/cli.py's
-docstring (and the README's Usage), in one place.
+docstring (and docs/guide.md, "The command line in depth"), in one place.
 
 An input is a regular file or standard input, never a FIFO or a device that would block or never
 end; an output never overwrites an input; a regular output appears only complete (a temporary file
