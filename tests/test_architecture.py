@@ -1,23 +1,27 @@
-"""The import layers of docs/architecture.md hold: every module of qconvert/ imports only from its
-own package or from the layers above its own, and no modules import each other in a cycle. The
-layer list is read from the page, so the page and the code cannot drift apart."""
+"""docs/architecture.md holds: every module of qconvert/ imports only from its own package or from
+the layers above its own, and no modules import each other in a cycle; the modules outside ops/
+that name ONNX ops are the ones the page lists; every file the page names exists; no function is
+longer than MAX_FUNCTION_LINES. The lists are read from the page, so the page and the code cannot
+drift apart."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import onnx.defs
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "qconvert"
 PAGE = ROOT / "docs" / "architecture.md"
 GENERATED = {"qconvert.tflite.schema_generated"}
 ROOT_MODULES_AT_MOST = 6  # files directly in qconvert/, __init__.py and __main__.py included
+MAX_FUNCTION_LINES = 60  # outside generated code
 
 
 def _layers() -> list[list[str]]:
-    text = PAGE.read_text()
-    block = text.split("<!-- layers -->", 1)[1].split("```", 2)[1]
-    return [line.split() for line in block.splitlines() if line.strip()]
+    return [line.split() for line in _block("layers").splitlines() if line.strip()]
 
 
 def _module_name(path: Path) -> str:
@@ -146,3 +150,54 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     found = _imports("qconvert.ops.fake", fake, modules)
     assert found == {"qconvert.driver.options"}
     assert _layer_of("qconvert.driver.options", layers)[0] > _layer_of("qconvert.ops.fake", layers)[0]
+
+
+def _block(marker: str) -> str:
+    return PAGE.read_text().split(f"<!-- {marker} -->", 1)[1].split("```", 2)[1]
+
+
+def test_the_modules_naming_onnx_ops_outside_ops_are_the_pages():
+    """A module outside ops/ that reads a node's op_type or makes a node, with an ONNX op's name
+    in it, knows ONNX ops: the page lists each with why."""
+    listed = {line.split()[0] for line in _block("onnx op names").splitlines() if line.strip()}
+    op_types = {schema.name for schema in onnx.defs.get_all_schemas_with_history()}
+    found = set()
+    for name, path in _modules().items():
+        if name.startswith("qconvert.ops."):
+            continue
+        tree = ast.parse(path.read_text())
+        nodes = any(isinstance(n, ast.Attribute) and n.attr in ("op_type", "make_node") for n in ast.walk(tree))
+        if nodes and any(isinstance(n, ast.Constant) and n.value in op_types for n in ast.walk(tree)
+                         if isinstance(n, ast.Constant) and isinstance(n.value, str)):
+            found.add(str(path.relative_to(ROOT)))
+    assert found == listed, {"not on the page": sorted(found - listed),
+                             "on the page, naming none": sorted(listed - found)}
+
+
+def test_every_file_the_page_names_exists():
+    """Paths (`onnx/loader.py`, `tests/test_architecture.py`) relative to the repository or to
+    qconvert/; a file name in a table row is in that row's package; any other bare file name is
+    somewhere in qconvert/, tests/ or docs/."""
+    text = PAGE.read_text()
+    known = {p.name for folder in ("qconvert", "tests", "docs") for p in (ROOT / folder).rglob("*")}
+    missing = []
+    for path in re.findall(r"[\w.]*[\w/]+\.(?:py|md)\b", text):
+        if "/" in path:
+            missing += [path] if not any((base / path).exists() for base in (ROOT, PACKAGE)) else []
+        elif path not in known:
+            missing.append(path)
+    for package, cells in re.findall(r"^\| `(\w+)/` \|(.*)$", text, re.M):
+        missing += [f"{package}/{f}" for f in re.findall(r"`(\w+\.py)`", cells)
+                    if not (PACKAGE / package / f).exists()]
+    assert not missing, f"{PAGE.name} names files that do not exist: {sorted(set(missing))}"
+
+
+def test_no_function_is_longer_than_the_limit():
+    long = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
