@@ -383,7 +383,7 @@ def _candidates(sensitivity, graph, regions: _Regions, allowed: np.ndarray) -> l
         promoted = {n for n in unit.nodes if regions.promotable(n)}  # to int16: those with a kernel
         if not promoted:
             continue
-        what = unit.tensors[0] if len(unit.tensors) == 1 else f"{len(unit.tensors)} tensors from {unit.tensors[0]}"
+        what = repr(unit.tensors[0]) if len(unit.tensors) == 1 else f"{len(unit.tensors)} tensors from {unit.tensors[0]!r}"
         reason = f"quantizing {what} alone gives {sqnr_db(unit.alone[~graph.slices]):.1f} dB at the outputs"
         if graph.slices.any():
             reason += f", {sqnr_db(unit.alone[graph.slices]):.1f} dB at the worst slice"

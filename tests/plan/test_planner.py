@@ -58,7 +58,7 @@ def test_plan_promotes_the_tanh_and_reaches_the_target(files, tmp_path, target, 
     plan = report["quantization"]["plan"]
     assert plan["reached"] and plan["promoted_to"] == promoted_to
     assert [(p["node"], p["op"]) for p in plan["promotions"]] == [("tanh", "Tanh")]
-    assert plan["promotions"][0]["reason"].startswith(f"kept {promoted_to}: quantizing t alone gives")
+    assert plan["promotions"][0]["reason"].startswith(f"kept {promoted_to}: quantizing 't' alone gives")
     assert plan["costs"][0]["tensors"] == ["t"] and plan["costs"][0]["kept_float"]
     # all int8 (weights rounded for the output, biases corrected), all int8 with TOCO's arithmetic;
     # on the CPU path the weight-only plan and the float model, timed against all int8; then the plan
