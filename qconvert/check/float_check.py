@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 
 from ..onnx.file import attribute
+from ..onnx.graph import GraphIndex
 
 FLOAT32_EPS = 2.0 ** -23  # one float32 step (ulp) at 1
 # The float check: an output's largest error over its scale. Exact conversions of the onnx
@@ -107,44 +108,11 @@ def _plain(node: onnx.NodeProto) -> bool:
     return node.domain in ("", "ai.onnx")
 
 
-class _Constants:
-    """The graph's constants by name, converted when asked for: initializers that hold their data
-    (read_onnx leaves big ones in the file) and Constant nodes' values."""
-
-    def __init__(self, graph: onnx.GraphProto):
-        self.tensors = {t.name: t for t in graph.initializer}
-        self.nodes = {n.output[0]: n for n in graph.node
-                      if n.op_type == "Constant" and _plain(n) and n.output}
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.tensors or name in self.nodes
-
-    def get(self, name: str) -> np.ndarray | None:
-        from onnx import numpy_helper
-
-        tensor = self.tensors.get(name)
-        if tensor is None and name in self.nodes:
-            node = self.nodes[name]
-            tensor = attribute(node, "value")
-            if attribute(node, "value_float") is not None:
-                return np.array(attribute(node, "value_float"), np.float32)
-        if not isinstance(tensor, onnx.TensorProto) or tensor.data_location == onnx.TensorProto.EXTERNAL:
-            return None
-        count = int(np.prod(tensor.dims)) if tensor.dims else 1
-        if count and not tensor.raw_data and not any(getattr(tensor, f) for f in (
-                "float_data", "int32_data", "int64_data", "double_data", "uint64_data")):
-            return None  # its bytes stayed in the file
-        try:
-            return numpy_helper.to_array(tensor)
-        except (ValueError, TypeError):
-            return None
-
-
 def output_rules(proto: onnx.ModelProto) -> dict[str, OutputRule]:
     """Each graph output's OutputRule, read from the ONNX graph (its weights are not needed)."""
     graph = proto.graph
-    producer = {o: node for node in graph.node for o in node.output if o}
-    constants = _Constants(graph)
+    index = _index(proto)
+    producer = index.producers
     floors: dict[str, tuple[float, str | None]] = {}
 
     def floor(name: str, depth: int = 0) -> tuple[float, str | None]:
@@ -158,7 +126,7 @@ def output_rules(proto: onnx.ModelProto) -> dict[str, OutputRule]:
             if kind in BOUNDED_OPS:
                 found = (BOUNDED_OPS[kind], kind)
             elif kind == "Clip":
-                found = _clip_range(node, constants)
+                found = _clip_range(node, index)
             elif kind in MOVING_OPS or kind == "Cast" and attribute(node, "to") in _FLOAT_ELEM_TYPES:
                 sources = [i for i in node.input if i] if kind == "Concat" else node.input[:1]
                 parts = [floor(i, depth + 1) for i in sources]
@@ -189,12 +157,19 @@ def output_rules(proto: onnx.ModelProto) -> dict[str, OutputRule]:
     return rules
 
 
-def _clip_range(node: onnx.NodeProto, constants: _Constants) -> tuple[float, str | None]:
+def _index(proto: onnx.ModelProto) -> GraphIndex:
+    """The index of the model's graph with the constants the float check reads: initializers
+    that hold their data (read_onnx leaves big ones in the file) and the values of Constant nodes
+    given as `value` or `value_float` (the Clip bounds and step operands it meets)."""
+    return GraphIndex(proto.graph, constant_attributes=("value", "value_float"))
+
+
+def _clip_range(node: onnx.NodeProto, constants: GraphIndex) -> tuple[float, str | None]:
     """A Clip with both bounds constant is bounded by the larger magnitude of the two."""
     bounds = [attribute(node, "min"), attribute(node, "max")]
     for k, name in enumerate(node.input[1:3]):
         if name:
-            value = constants.get(name)
+            value = constants.constant(name)
             bounds[k] = None if value is None or value.size != 1 else float(value.reshape(()))
     if any(b is None or not math.isfinite(b) for b in bounds):
         return 0.0, None
@@ -204,7 +179,7 @@ def _clip_range(node: onnx.NodeProto, constants: _Constants) -> tuple[float, str
 def step_fetches(proto: onnx.ModelProto, rules: dict[str, OutputRule]) -> list[str]:
     """The tensors onnxruntime must give besides the outputs for the near-ties: the steps'
     inputs that are not constants."""
-    constants = _Constants(proto.graph)
+    constants = _index(proto)
     names = []
     for rule in rules.values():
         if rule.step is not None:
@@ -222,14 +197,14 @@ _COMPARISONS = {"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"}
 def step_values(proto: onnx.ModelProto, rules: dict[str, OutputRule],
                 fetched: dict[str, np.ndarray]) -> dict[str, list[np.ndarray] | None]:
     """Per output with a step: its operands [samples, *shape] (None: one is missing)."""
-    constants = _Constants(proto.graph)
+    constants = _index(proto)
     result = {}
     for name, rule in rules.items():
         if rule.step is None:
             continue
         operands = []
         for operand in _step_operands(rule.step):
-            value = fetched[operand] if operand in fetched else constants.get(operand)
+            value = fetched[operand] if operand in fetched else constants.constant(operand)
             if value is None:
                 operands = None
                 break

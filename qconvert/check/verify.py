@@ -193,7 +193,12 @@ def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
 def rounding_dropped(proto: onnx.ModelProto) -> bool:
     """Whether a float conversion of the model drops rounding that onnxruntime keeps: a
     QuantizeLinear of a tensor that is not a constant (a pair on an activation; qdq/importer.py
-    makes it a Clip), or run-time quantization (run_time_quantization)."""
+    makes it a Clip), or run-time quantization (run_time_quantization).
+
+    The constants are the initializers and the outputs of Constant nodes of any domain, not
+    onnx/graph.py's GraphIndex (ONNX's Constant only): onnxruntime makes another domain's
+    Constant a constant too, so a QuantizeLinear of one rounds no activation there (a model the
+    converter refuses, but verify takes any .tflite)."""
     graph = proto.graph
     constants = {t.name for t in graph.initializer}
     constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
