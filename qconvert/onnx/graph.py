@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .validate import _external_fields, _external_file
+from .validate import external_fields, external_file
 
 # The attributes in which a Constant node may give its value, and the dtype of each attribute's
 # Python value (None: a TensorProto, which says its own).
@@ -127,7 +127,7 @@ class GraphIndex:
             if self.base_dir is None:
                 return None
             what = f"constant {name!r}"
-            _external_file(_external_fields(tensor, what)[0], self.base_dir, what)  # refused outside
+            external_file(external_fields(tensor, what)[0], self.base_dir, what)  # refused outside
         elif not _holds_data(tensor):
             return None
         try:

@@ -94,7 +94,8 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[tuple[onnx.TensorProto, str]]:
                     yield t, f"attribute {_shown(a.name)} of node {_shown(node.name)} ({node.op_type})"
 
 
-def _external_fields(t: onnx.TensorProto, what: str) -> tuple[str, int, int | None]:
+def external_fields(t: onnx.TensorProto, what: str) -> tuple[str, int, int | None]:
+    """(location, offset, length or None) of an external tensor, refused unless well-formed."""
     fields = {entry.key: entry.value for entry in t.external_data}
     location = fields.get("location", "")
     if not isinstance(location, str) or not location:
@@ -115,9 +116,8 @@ def _external_fields(t: onnx.TensorProto, what: str) -> tuple[str, int, int | No
     return location, numbers[0] or 0, numbers[1]
 
 
-def _external_file(location: str, base_dir: str, what: str) -> str:
-    """The path of an external data file, refused unless it lies inside `base_dir`, reached
-    without a symbolic link, and is a regular file."""
+def external_file(location: str, base_dir: str, what: str) -> str:
+    """The external data file's path, refused unless a regular file in `base_dir`, reached without symlinks."""
     shown = f"{what}: external data location {location!r}"
     if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location:
         raise ConversionError(f"{shown} is an absolute path; qconvert only reads external data "
@@ -146,8 +146,8 @@ def check_external_data(proto: onnx.ModelProto, base_dir: str) -> int:
     for t, what in _tensors(proto.graph):
         if t.data_location != TensorProto.EXTERNAL:
             continue
-        location, offset, length = _external_fields(t, what)
-        path = _external_file(location, base_dir, what)
+        location, offset, length = external_fields(t, what)
+        path = external_file(location, base_dir, what)
         if path not in sizes:
             sizes[path] = os.path.getsize(path)
         available = sizes[path] - offset
