@@ -31,6 +31,7 @@ from ..errors import ConversionError
 from ..ir import Model, Operator
 from ..ops.refused import RANDOM_OPS
 from .file import OnnxFile
+from .graph import GraphIndex, producers_of
 
 CONTROL_OPS = ("If", "Loop", "Scan")
 # Unrolling bound: a Loop or Scan is unrolled when it runs at most this many iterations and its
@@ -172,16 +173,21 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
 
 def _stays_true(body: onnx.GraphProto) -> bool:
     """Whether the body's condition output is its condition input (directly, through Identity,
-    or a constant true): a loop whose condition starts true then runs its trip count."""
-    true = {body.input[1].name}
-    true.update(t.name for t in body.initializer if numpy_helper.to_array(t).all())
-    for node in body.node:
-        if node.op_type == "Identity" and node.input[0] in true:
-            true.add(node.output[0])
-        elif node.op_type == "Constant" and _attr(node, "value") is not None \
-                and numpy_helper.to_array(_attr(node, "value")).all():
-            true.add(node.output[0])
-    return body.output[0].name in true
+    or a constant true: an initializer or a Constant's `value`): a loop whose condition starts
+    true then runs its trip count."""
+    index = GraphIndex(body, constant_attributes=("value",))
+    name, condition = body.output[0].name, body.input[1].name
+    for _ in range(len(body.node) + 1):  # no chain of Identities is longer than the body
+        if name == condition:
+            return True
+        if name in index:
+            value = index.constant(name)
+            return value is not None and bool(value.all())
+        node = index.producers.get(name)
+        if node is None or node.op_type != "Identity":
+            return False
+        name = node.input[0]
+    return False
 
 
 def _control_slice(body: onnx.GraphProto, known) -> tuple[list, list[int]] | None:
@@ -190,7 +196,7 @@ def _control_slice(body: onnx.GraphProto, known) -> tuple[list, list[int]] | Non
     computes too. None when that part reads anything else than the iteration number, the
     condition, those carried values and constants (`known(name)`: an outer constant), or holds
     control flow itself."""
-    producers = {o: node for node in body.node for o in node.output if o}
+    producers = producers_of(body.node)
     positions = {v.name: k for k, v in enumerate(body.input)}
     own = {t.name for t in body.initializer}
     needed, carried, pending, seen = set(), set(), [body.output[0].name], set()

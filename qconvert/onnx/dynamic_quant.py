@@ -27,6 +27,7 @@ from ..ops.dynamic_quant import (DEQUANTIZE_LINEAR, DYNAMIC_QUANTIZE, FAMILY, GA
                                  float_cast, float_fused_matmul, float_lstm, float_product,
                                  largest, levels, table_dequantization, table_params)
 from ..ops.registry import op_key
+from .graph import producers_of, uses_of
 
 log = logging.getLogger("qconvert")
 # Which input of an op reading a DynamicQuantizeLinear's output may take it, with the input that
@@ -34,16 +35,6 @@ log = logging.getLogger("qconvert")
 _ACTIVATION_READERS = {**{kind: dict(pair for pair, _ in operands)
                           for kind, operands in INTEGER_PRODUCTS.items()},
                        INTEGER_TO_FLOAT: {0: 4}}
-
-
-def _readers(nodes) -> dict[str, list]:
-    """Value name -> the (node, input index) pairs reading it."""
-    readers: dict[str, list] = {}
-    for node in nodes:
-        for index, name in enumerate(node.input):
-            if name:
-                readers.setdefault(name, []).append((node, index))
-    return readers
 
 
 # Ops that move a run-time quantized activation between its DynamicQuantizeLinear and the integer
@@ -90,15 +81,16 @@ def dequantize(graph) -> None:
     tables = _integer_tables(graph)
     if not any(op_key(node) in FAMILY for node in graph.nodes):
         return
-    readers = _readers(graph.nodes)
+    # the maps of the node list _integer_tables left (it indexed the list before its rewrite),
+    # for the scale check and the loop below, which builds a new list from this one
+    readers, producer = uses_of(graph.nodes), producers_of(graph.nodes)
     graph_outputs = {o.name for o in graph.graph.output}
     additions = _Additions(graph, readers)
 
     def label(node) -> str:
         return f"{graph.names[id(node)]!r} ({node.op_type})"
 
-    dropped = _check_scales(graph, readers, graph_outputs, label)
-    producer = {o: n for n in graph.nodes for o in n.output if o}
+    dropped = _check_scales(graph, readers, producer, graph_outputs, label)
     scales = {n.output[1] for n in graph.nodes if op_key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
 
     def product_scales(node) -> list[np.ndarray]:
@@ -220,8 +212,7 @@ def _integer_tables(graph) -> dict[str, str]:
     if not any(op_key(n) == DEQUANTIZE_LINEAR
                or (op_key(n) == GATHER and _integer_constant(graph, n.input[0])) for n in graph.nodes):
         return {}  # a float model: nothing to index
-    readers = _readers(graph.nodes)
-    producer = {o: n for n in graph.nodes for o in n.output if o}
+    readers, producer = uses_of(graph.nodes), producers_of(graph.nodes)
     outputs = {o.name for o in graph.graph.output}
     kinds = {id(n): table_dequantization(n, graph.constants.get, producer.get,
                                          lambda name: readers.get(name, []), outputs)
@@ -457,7 +448,7 @@ def _float_operand(node, text: str, operand: int, zero_index: int, axis: int, co
     return new, value
 
 
-def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
+def _check_scales(graph, readers: dict, producer: dict, graph_outputs: set, label) -> set[int]:
     """The float rewrite sets each run-time scale to 1 and each integer sum to the float product
     of the activations themselves. That is exact where, as in quantize_dynamic's pattern, a sum
     is read by a Cast to float that only a Mul by the product of its operands' scales (times
@@ -465,7 +456,7 @@ def _check_scales(graph, readers: dict, graph_outputs: set, label) -> set[int]:
     Older quantizers add a bias to the int32 sum, rounded to its grid at run time (Div by the
     scales, Floor, Cast to int32, Reshape): returns the ids of those Floor and Cast nodes, which
     become Identity (the bias then stays float, its rounding dropped)."""
-    check = _ScaleCheck(graph, readers, graph_outputs, label)
+    check = _ScaleCheck(graph, readers, producer, graph_outputs, label)
     sums, divisions, dropped = check.sums()
     for node in graph.nodes:
         if id(node) in divisions and check.scaled(node.input[1]) != divisions[id(node)]:
@@ -486,9 +477,9 @@ class _ScaleCheck:
     integer sums with the scales they must be multiplied by, and the biases rounded to a sum's
     grid; and the check of a scale's readers."""
 
-    def __init__(self, graph, readers: dict, graph_outputs: set, label):
+    def __init__(self, graph, readers: dict, producer: dict, graph_outputs: set, label):
         self.graph, self.readers, self.graph_outputs, self.label = graph, readers, graph_outputs, label
-        self.producer = {o: n for n in graph.nodes for o in n.output if o}
+        self.producer = producer
         self.scales = {n.output[1] for n in graph.nodes
                        if op_key(n) == DYNAMIC_QUANTIZE and len(n.output) > 1}
         self.activations = _moved(graph.nodes, {n.output[0]: n.output[1] if len(n.output) > 1 else ""

@@ -1,6 +1,7 @@
 """One index of an ONNX graph: its constants, the node writing each tensor and the nodes reading it,
-its inputs and outputs. Built in one pass over the graph; constant values are converted only when
-asked for (a weight is not held twice).
+its inputs and outputs. Built in time linear in the graph; constant values are converted only
+when asked for (a weight is not held twice). producers_of and uses_of are its producer and reader
+maps over any list of nodes (the loader's, which changes while it loads, is no GraphProto).
 
 The constants are the initializers and the values of ONNX's Constant nodes (PaddlePaddle's
 exporter writes weights as those). An initializer that a graph input of the same name lists is a
@@ -12,7 +13,7 @@ A Constant node counts when it is ONNX's op (domain "" or ai.onnx: another domai
 another op), writes a named output and gives its value in exactly one attribute (ONNX's rule).
 Which attributes a reader takes is `constant_attributes`: all of CONSTANT_ATTRIBUTES by default;
 the QDQ importer and the fake-quant writer take `value` only (a tensor they can rewrite in place),
-the verification `value` and `value_float`. String and sparse values are not constants here.
+as does a Loop body's condition (control_flow.py), the float check `value` and `value_float`. String and sparse values are not constants here.
 
 A constant whose data is not in the graph has no value (None): an initializer whose bytes
 read_onnx left in the file (OnnxFile.stored), external data when no `base_dir` is given (read_onnx
@@ -23,7 +24,7 @@ dims (validate.check_model refuses those).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 import numpy as np
 import onnx
@@ -38,6 +39,23 @@ CONSTANT_ATTRIBUTES = {"value": None, "value_float": np.float32, "value_floats":
 _ONNX_DOMAINS = ("", "ai.onnx")
 # The TensorProto fields that hold data in the graph itself.
 _DATA_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
+def producers_of(nodes: Iterable[onnx.NodeProto]) -> dict[str, onnx.NodeProto]:
+    """Tensor name -> the node writing it (the last, should two), over `nodes`; omitted outputs
+    (empty names) are no tensors."""
+    return {name: node for node in nodes for name in node.output if name}
+
+
+def uses_of(nodes: Iterable[onnx.NodeProto]) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
+    """Tensor name -> the (node, input index) pairs reading it, in the order of `nodes`; omitted
+    inputs (empty names) are no tensors."""
+    uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in nodes:
+        for index, name in enumerate(node.input):
+            if name:
+                uses.setdefault(name, []).append((node, index))
+    return uses
 
 
 class GraphIndex:
@@ -62,18 +80,12 @@ class GraphIndex:
         self.base_dir = base_dir
         self.constant_attributes = frozenset(constant_attributes)
         self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
-        self.constant_nodes: dict[str, onnx.NodeProto] = {}
-        self.producers: dict[str, onnx.NodeProto] = {}
-        self.readers: dict[str, list[onnx.NodeProto]] = {}
-        for node in graph.node:
-            for name in node.output:
-                if name:
-                    self.producers[name] = node
-            for name in node.input:
-                if name:
-                    self.readers.setdefault(name, []).append(node)
-            if node.op_type == "Constant" and node.domain in _ONNX_DOMAINS and node.output and node.output[0]:
-                self.constant_nodes[node.output[0]] = node
+        self.constant_nodes: dict[str, onnx.NodeProto] = {
+            node.output[0]: node for node in graph.node
+            if node.op_type == "Constant" and node.domain in _ONNX_DOMAINS and node.output and node.output[0]}
+        self.producers: dict[str, onnx.NodeProto] = producers_of(graph.node)
+        self.readers: dict[str, list[onnx.NodeProto]] = {
+            name: [node for node, _ in pairs] for name, pairs in uses_of(graph.node).items()}
         self.inputs: dict[str, onnx.ValueInfoProto] = {v.name: v for v in graph.input}
         self.outputs: dict[str, onnx.ValueInfoProto] = {v.name: v for v in graph.output}
 

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.errors import ConversionError
 from qconvert.onnx.file import read_onnx
-from qconvert.onnx.graph import GraphIndex
+from qconvert.onnx.graph import GraphIndex, producers_of, uses_of
 
 WEIGHT = np.arange(12, dtype=np.float32).reshape(3, 4) / 8
 BIAS = np.array([1, -2, 3], np.int64)
@@ -123,6 +123,19 @@ def test_producers_readers_and_uses():
         "hi": ["clip"], "d": ["last"]}  # once per input reading it; omitted names are no tensors
     assert [(n.name, k) for n, k in index.uses("a")] == [("square", 0), ("square", 1), ("last", 0)]
     assert index.uses("y") == [] and "" not in index.producers
+
+
+def test_producers_and_uses_of_a_node_list():
+    """The maps of a list of nodes (the loader's, no GraphProto), the last producer of a name."""
+    nodes = [helper.make_node("Split", ["x"], ["a", ""], name="split"),
+             helper.make_node("Mul", ["a", "a"], ["b"], name="square"),
+             helper.make_node("Clip", ["b", "", "a"], ["c"], name="clip"),
+             helper.make_node("Identity", ["c"], ["b"], name="again")]
+    assert {name: node.name for name, node in producers_of(nodes).items()} == {
+        "a": "split", "b": "again", "c": "clip"}
+    assert {name: [(n.name, k) for n, k in pairs] for name, pairs in uses_of(nodes).items()} == {
+        "x": [("split", 0)], "a": [("square", 0), ("square", 1), ("clip", 2)], "b": [("clip", 0)],
+        "c": [("again", 0)]}
 
 
 def _save_external(tmp_path, location: str = "weights.bin") -> str:
