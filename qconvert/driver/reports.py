@@ -10,7 +10,7 @@ from ..check.latency import Latency
 from ..check.metrics import json_number
 from ..check.report import ConversionNotes
 from ..check.verify import Verification
-from ..plan.planner import Plan
+from ..plan.planner import HYBRID, Plan
 from ..transforms.keep_unrepresentable_float import CANNOT_CARRY
 
 SHOWN_UNCARRIED = 3  # the summary names the first ops int8 cannot carry
@@ -131,7 +131,8 @@ class ConversionReport:
         if self.verify is not None:
             text += "; " + self.verify.summary()
         if self.latency is not None:
-            text += "; " + self.latency.summary("int8" if q is not None else w.mode)
+            kind = _written_kind(q) if q is not None else w.mode
+            text += "; " + self.latency.summary(kind) if kind is not None else ""
         if self.batch is not None:
             text += "; " + self.batch.note
         if self.leading_dims:
@@ -140,21 +141,40 @@ class ConversionReport:
         return text
 
 
+def _written_kind(q: QuantizationReport) -> str | None:
+    """What the written quantized model computes in, for its latency's label: int8 (int16), or
+    hybrid when its only integer ops are hybrid kernels; None when the plan wrote the float model
+    (its time is float's: --json still has it)."""
+    if q.int8_ops or q.int16_ops:
+        return "int8"
+    return "hybrid" if q.plan is not None and q.plan.mix.get(HYBRID) else None
+
+
 def _float_groups(float_ops: list[FloatOp]) -> str:
     """The ops that stayed float grouped by why, each group's reason in short (the text before
     its first colon; --json has every op's whole reason): "SOFTMAX (its output is a model output);
     3 ADD, MUL (tensor 'a' has no calibrated range)". Reasons that differ only in a quoted name or
     a number are one group, named by its first op's."""
-    groups: dict[str, tuple[str, collections.Counter]] = {}
+    groups: dict[str, tuple[set[str], collections.Counter]] = {}
     for f in float_ops:
         short = f.reason.split(": ", 1)[0]
-        shown, kinds = groups.setdefault(_REASON_DETAILS.sub("#", short), (short, collections.Counter()))
+        shown, kinds = groups.setdefault(_REASON_DETAILS.sub("#", short), (set(), collections.Counter()))
+        shown.add(short)
         kinds[f.op] += 1
-    parts = [", ".join(f"{n} {op}" if n > 1 else op for op, n in sorted(kinds.items())) + f" ({shown})"
-             for shown, kinds in list(groups.values())[:SHOWN_FLOAT_GROUPS]]
-    if len(groups) > SHOWN_FLOAT_GROUPS:
-        parts.append(f"{len(groups) - SHOWN_FLOAT_GROUPS} more reasons (--json lists each op's)")
+    parts = [", ".join(f"{n} {op}" if n > 1 else op for op, n in sorted(kinds.items()))
+             + f" ({_one_reason(shown)})" for shown, kinds in list(groups.values())[:SHOWN_FLOAT_GROUPS]]
+    more = len(groups) - SHOWN_FLOAT_GROUPS
+    if more > 0:
+        parts.append(f"{more} more reason{'s' if more > 1 else ''} (--json lists each op's)")
     return "; ".join(parts)
+
+
+def _one_reason(reasons: set[str]) -> str:
+    """A group's reason: the one its ops share, or with the names and numbers that differ
+    between them elided ("tensor '...' has no calibrated range")."""
+    if len(reasons) == 1:
+        return next(iter(reasons))
+    return _REASON_DETAILS.sub(lambda m: "'...'" if m.group(0).startswith("'") else "N", min(reasons))
 
 
 def _human_size(n: int) -> str:

@@ -161,6 +161,8 @@ class Plan:
             text = "plan: all int8"
         elif self.mix and not any(n for kind, n in self.mix.items() if kind != "float"):
             text = "plan: all float"
+            if self.reached:  # plans with int8 held, and the float model was the fastest
+                text += ", as fast as any plan with int8 that holds"
         else:
             text = "plan: " + ", ".join(f"{n} {kind}" for kind, n in self.mix.items() if n) + " ops"
             if chosen is not None and self.metric is None and math.isfinite(chosen.worst_sqnr_db):
