@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import channels_last_name
-from .layout import from_channels_last, reshape, to_channels_last, transpose
+from .layout import from_channels_last, to_channels_last, transpose
+from .lift import lift_1d, lift_1d_pads, lift_1d_values
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import HybridRule, QuantRule, onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, is_type, scale_count
@@ -95,32 +96,6 @@ def import_conv(node, ctx):
         _constant_conv(ctx, x_nhwc, w_name, np.asarray(w, dtype=np.float32), b_name, bias, group,
                        options, inner, y)
     from_channels_last(ctx, inner, y)
-
-
-def lift_1d(ctx, x: str, w_name: str, w, w_shape):
-    """(x, w_name, w, w_shape) of a 1-D conv lifted to 2-D with a unit height: TFLite's convs are
-    2-D only. The input [N, C, L] becomes [N, C, 1, L] (a RESHAPE), the weights [A, B, K] become
-    [A, B, 1, K] (sliced at import, or a RESHAPE when computed at run time, w None);
-    from_channels_last reshapes the result back. Shared by Conv and ConvTranspose."""
-    n, c, length = ctx.shape(x)
-    x = reshape(ctx, x, (n, c, 1, length))
-    if w is None:
-        w_name = reshape(ctx, w_name, w_shape[:2] + (1,) + w_shape[2:])
-    else:
-        w = w[:, :, None, :]
-    return x, w_name, w, w_shape[:2] + (1,) + w_shape[2:]
-
-
-def lift_1d_values(values, default) -> list:
-    """A 1-D conv's per-axis attribute (strides, dilations, ...) for its 2-D lift (lift_1d): the
-    unit height's `default` first."""
-    return [default] + list(values)
-
-
-def lift_1d_pads(pads) -> list:
-    """A 1-D conv's ONNX pads [begin, end] for its 2-D lift (lift_1d): [top, left, bottom, right]
-    with no pad along the unit height."""
-    return [0, pads[0], 0, pads[1]]
 
 
 def _check_weights(ctx, x: str, w_name: str, w, w_shape, group: int, b_name: str) -> None:

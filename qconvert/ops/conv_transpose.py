@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import channels_last_name
-from .conv import lift_1d, lift_1d_pads, lift_1d_values
 from .layout import from_channels_last, reshape, to_channels_last, transpose
+from .lift import lift_1d, lift_1d_pads, lift_1d_values
 from .registry import QuantRule, onnx_op, tflite_op
 from .slice import slice_tensor
 from .versions import INT8, INT16, input_dtype

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..ir import channels_last_name
 from .cast import add_cast
-from .layout import from_channels_last, reshape, to_channels_last
+from .layout import from_channels_last, to_channels_last
+from .lift import lift_1d_input, lift_1d_pads, lift_1d_values
 from .padding import choose_padding, explicit_pad, onnx_pads
 from .registry import SAME16, onnx_op, tflite_op
 from .versions import int16_io_or_int8
@@ -90,20 +91,20 @@ def _attributes(node, ctx):
 
 def _as_2d(node, ctx, kernel, strides, dilations):
     """(x, kernel, strides, dilations, pads, y's shape) as 2-D: a 1-D pool's input RESHAPEd to
-    [N, C, 1, L] and its attributes given a unit height, since TFLite's pools are 2-D; the end
-    pads extended for ceil_mode, so that the VALID output size equals ONNX's."""
+    [N, C, 1, L] and its attributes given a unit height (lift.py), since TFLite's pools are 2-D;
+    the end pads extended for ceil_mode, so that the VALID output size equals ONNX's."""
     x, shape, y_shape = node.inputs[0], ctx.shape(node.inputs[0]), ctx.shape(node.outputs[0])
     one_d = len(shape) == 3
     if one_d:
-        x = reshape(ctx, x, (shape[0], shape[1], 1, shape[2]))
-        kernel, strides, dilations = [1] + kernel, [1] + strides, [1] + dilations
+        x = lift_1d_input(ctx, x)
+        kernel, strides = lift_1d_values(kernel, 1), lift_1d_values(strides, 1)
+        dilations = lift_1d_values(dilations, 1)
         y4 = (y_shape[0], y_shape[1], 1, y_shape[2])
     else:
         y4 = y_shape
     spatial = ctx.shape(x)[2:]
     if one_d:
-        p = onnx_pads(node, shape[2:], kernel[1:], strides[1:], dilations[1:])
-        pads = [0, p[0], 0, p[1]]
+        pads = lift_1d_pads(onnx_pads(node, shape[2:], kernel[1:], strides[1:], dilations[1:]))
     else:
         pads = onnx_pads(node, spatial, kernel, strides, dilations)
     for i in range(2):  # ceil_mode
