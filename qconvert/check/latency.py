@@ -45,14 +45,15 @@ class Latency:
 
     def summary(self, kind: str) -> str:
         """"int8 2.4x faster than float (1.36 ms vs 3.24 ms, LiteRT, 1 thread, CPU: ISA)"."""
-        if self.ratio < 1:
-            speed = f"{_times(1 / self.ratio)} faster than"
-        elif self.ratio > 1:
-            speed = f"{_times(self.ratio)} slower than"
-        else:
-            speed = "as fast as"
-        return (f"{kind} {speed} float ({duration(self.model_ms)} vs {duration(self.float_ms)}, "
-                f"LiteRT, {self.threads} thread, {self.cpu})")
+        return (f"{kind} {speed(self.ratio)} float ({duration(self.model_ms)} vs "
+                f"{duration(self.float_ms)}, LiteRT, {self.threads} thread, {self.cpu})")
+
+
+def speed(ratio: float) -> str:
+    """A time ratio (model / float) as a user reads it: "2.4x faster than", "1.04x slower than"."""
+    if ratio < 1:
+        return f"{_times(1 / ratio)} faster than"
+    return f"{_times(ratio)} slower than" if ratio > 1 else "as fast as"
 
 
 def _times(factor: float) -> str:

@@ -115,7 +115,7 @@ class ConversionReport:
                 text += f", ranges of {q.qdq_tensors} tensors from the model's QDQ pairs"
             text += f", weights {_human_size(q.weights_bytes_float)} -> {_human_size(q.weights_bytes)}"
             if q.plan is not None:
-                text += "; " + q.plan.summary()
+                text += "; " + q.plan.summary(timed=self.latency is None)
             uncarried = [f for f in q.float_ops if f.reason.startswith(CANNOT_CARRY)]
             if uncarried:
                 text += (f"; int8 cannot carry the values of {len(uncarried)} ops, kept float ("

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
+from ..check.latency import speed
 from ..errors import ConversionError, ReferenceFailed, first_line
 from ..ir import Model
 from ..onnx.loader import node_names
@@ -155,7 +156,8 @@ class Plan:
     argmax_outputs: list[str] = field(default_factory=list)  # held to DECISIONS_KEPT
     threshold_outputs: list[str] = field(default_factory=list)  # likewise, against 0.5
 
-    def summary(self) -> str:
+    def summary(self, timed: bool = True) -> str:
+        """`timed`: with the chosen plan's time (the conversion's latency says it otherwise)."""
         chosen = self.rounds[self.chosen_round] if self.rounds else None
         if not self.promotions and self.reached:
             text = "plan: all int8"
@@ -167,8 +169,8 @@ class Plan:
             text = "plan: " + ", ".join(f"{n} {kind}" for kind, n in self.mix.items() if n) + " ops"
             if chosen is not None and self.metric is None and math.isfinite(chosen.worst_sqnr_db):
                 text += f", {chosen.worst_sqnr_db:.1f} dB"
-        if chosen is not None and chosen.ms is not None and self.float_ms:
-            text += f", {chosen.ms / self.float_ms:.2f}x float's time"
+        if timed and chosen is not None and chosen.ms is not None and self.float_ms:
+            text += f", {speed(chosen.ms / self.float_ms)} float"
         if self.metric is not None:
             text += f", metric {self.metric['score']:.4g} (float {self.metric['float']:.4g})"
         if not self.reached:
@@ -180,7 +182,7 @@ class Plan:
             if first.argmax_agreement is not None:
                 text += f", decisions {100 * first.argmax_agreement:.1f} % kept"
             if first.ms is not None and self.float_ms:
-                text += f", {first.ms / self.float_ms:.2f}x"
+                text += f", {speed(first.ms / self.float_ms)} float"
             text += ")"
         if self.note:
             text += f" ({self.note})"
