@@ -6,8 +6,8 @@ chosen from what each quantization is measured to cost and what each plan is mea
 1. The all-int8 model is written and run in LiteRT on the plan's samples (the first 8 of the
    calibration data). It holds the target when every output reaches --target-sqnr, every output
    slice the target less SLICE_MARGIN_DB, and every output read by a decision (decision_outputs:
-   by argmax, a classifier's, a CTC recognizer's, a token model's; against 0.5, a LOGISTIC's
-   probabilities) keeps float's clear decisions at DECISIONS_KEPT of its positions. When it
+   by argmax, a classifier's, a CTC recognizer's, a token model's, when float's top class varies
+   over the samples (read_by_argmax); against 0.5, a LOGISTIC's probabilities) keeps float's clear decisions at DECISIONS_KEPT of its positions. When it
    misses and the weights were rounded for the output and biases corrected
    (quantize/rounding.py), the all-int8 model with weights rounded to nearest and biases as they
    are is measured too, and the better of the two arithmetics is the starting point (Plan's
@@ -249,6 +249,7 @@ def decision_agreement(outputs: dict, reference: dict, argmax: list[str], thresh
 # move values): by argmax, a classifier's probabilities or logits, a CTC recognizer's, a token
 # model's (at least 2 classes); against 0.5, a LOGISTIC's probabilities (a voice-activity flag).
 ARGMAX_PRODUCERS = ("SOFTMAX", "LOG_SOFTMAX", "FULLY_CONNECTED")
+PROBABILITY_PRODUCERS = ("SOFTMAX", "LOG_SOFTMAX")
 THRESHOLD_PRODUCERS = ("LOGISTIC",)
 MOVES_VALUES = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "DEQUANTIZE", "QUANTIZE")
 
@@ -267,6 +268,21 @@ def decision_outputs(model: Model, producers: tuple[str, ...], classes: int = 1)
         if producer is not None and producer.type in producers:
             found.append(name)
     return found
+
+
+def read_by_argmax(reference: dict, outputs: list[str], probabilities: set[str]) -> list[str]:
+    """Of `outputs` (decision_outputs' guess from the producing op), those an argmax reads: a
+    softmax's probabilities always; a FULLY_CONNECTED's values only when float's top index
+    differs between the positions of the plan's samples. A head whose top index never changes
+    (a quality scorer's [signal, background, overall] scores) gives no decision to keep: its
+    values are judged by SQNR alone, as any regression output."""
+    kept = []
+    for name in outputs:
+        value = reference.get(name)
+        top = None if value is None else np.argmax(np.asarray(value), axis=-1)
+        if name in probabilities or (top is not None and top.size and np.any(top != top.flat[0])):
+            kept.append(name)
+    return kept
 
 
 def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, str], to: str,
@@ -468,6 +484,7 @@ class _Planner:
         self.folder, self.to, self.target, self.metric = folder, to, target, metric
         self.plan = Plan(target, False, to, argmax_outputs=decision_outputs(model, ARGMAX_PRODUCERS, 2),
                          threshold_outputs=decision_outputs(model, THRESHOLD_PRODUCERS))
+        self.probabilities = set(decision_outputs(model, PROBABILITY_PRODUCERS, 2))
         self.float_weights = FloatWeights()
         self.float_weights(model)
         self.tried: list[_Attempt] = []
@@ -527,6 +544,8 @@ class _Planner:
         CHEAP_CHECK_S) and the check runs again: every plan is judged on the same samples."""
         started = time.perf_counter()
         found = self.check(path, self.count)
+        if not self.plan.rounds:
+            self.plan.argmax_outputs = read_by_argmax(found[2], self.plan.argmax_outputs, self.probabilities)
         if self.plan.rounds or self.metric is not None or self.count >= self.available:
             return found
         if decision_agreement(found[1], found[2], self.plan.argmax_outputs, self.plan.threshold_outputs,

@@ -196,3 +196,25 @@ def test_an_output_read_by_argmax_is_held_to_float_s_decisions():
     assert plan.rounds[0].argmax_agreement is not None and 0 <= plan.rounds[0].argmax_agreement <= 1
     chosen = plan.rounds[plan.chosen_round]
     assert chosen.argmax_agreement in (None, 1.0) or chosen.argmax_agreement >= 0.99
+
+
+def test_a_dense_head_whose_top_index_never_changes_is_no_decision():
+    """A FULLY_CONNECTED output is read by argmax only when float's top class differs between
+    the samples (a classifier's logits); a scorer's head ([1, 3] quality scores whose first is
+    always the largest, the walk-through's DNSMOS) is judged by SQNR alone. A softmax's
+    probabilities are a decision whatever they hold."""
+    import qconvert
+    from qconvert.plan.planner import read_by_argmax
+
+    rng = np.random.default_rng(6)
+    for offset, expected in ((np.array([50.0, 0, 0], np.float32), []),
+                             (np.zeros(3, np.float32), ["y"])):
+        inits = {"w": rng.standard_normal((16, 3)).astype(np.float32), "b": offset}
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="head")]
+        model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 16))}, {"y": TensorProto.FLOAT}, inits)
+        x = rng.standard_normal((16, 1, 16)).astype(np.float32)
+        result = qconvert.convert(model, quantize=True, calibration={"x": x}, latency=False)
+        assert result.report.quantization.plan.argmax_outputs == expected
+    constant = {"p": np.tile([0.9, 0.1], (4, 1))}
+    assert read_by_argmax(constant, ["p"], {"p"}) == ["p"]
+    assert read_by_argmax(constant, ["p"], set()) == []
