@@ -14,6 +14,7 @@ from ..plan.planner import HYBRID, Plan
 from ..transforms.keep_unrepresentable_float import CANNOT_CARRY
 
 SHOWN_UNCARRIED = 3  # the summary names the first ops int8 cannot carry
+SHOWN_MOVED_INPUTS = 2  # the summary names the first inputs made channels-last
 SHOWN_FLOAT_GROUPS = 4  # the summary gives the reasons of this many groups of float ops
 _REASON_DETAILS = re.compile(r"'[^']*'|\d+(\.\d+)?")  # a name or number in a reason
 
@@ -138,6 +139,11 @@ class ConversionReport:
         if self.leading_dims:
             text += "; dynamic axis 0 set (--input-shape to change it): " + ", ".join(
                 f"{name!r} {size}" for name, size in self.leading_dims.items())
+        moved = [i for i in self.inputs if i.layout_permutation]
+        if moved:  # what a user's code feeds differs from what it fed the ONNX model
+            shown = [f"{i.name!r} [{', '.join(map(str, i.shape))}]" for i in moved[:SHOWN_MOVED_INPUTS]]
+            text += (f"; channels-last input{'s' if len(moved) > 1 else ''} (--io-layout onnx keeps "
+                     f"ONNX's): {', '.join(shown)}{', ...' if len(moved) > SHOWN_MOVED_INPUTS else ''}")
         return text
 
 

@@ -1,9 +1,20 @@
-"""The summary line's float ops (qconvert/driver/reports.py): grouped by reason, a group's reason
-with what differs between its ops elided, and the count of groups not shown."""
+"""The summary line (qconvert/driver/reports.py): the float ops grouped by reason, a group's reason
+with what differs between its ops elided, and the count of groups not shown; the inputs made
+channels-last, with the shape the .tflite takes."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+
 from qconvert.driver.reports import SHOWN_FLOAT_GROUPS, FloatOp, _float_groups
+from tests.harness import small_classifier
 
 
 def test_ops_whose_reasons_differ_in_a_name_share_a_group_with_the_name_elided():
@@ -24,3 +35,16 @@ def test_groups_beyond_the_shown_are_counted():
     assert _float_groups(ops).endswith("; 1 more reason (--json lists each op's)")
     ops.append(FloatOp("ADD", "y", "yet another"))
     assert _float_groups(ops).endswith("; 2 more reasons (--json lists each op's)")
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "onnx"])
+def test_the_summary_says_when_an_input_became_channels_last(tmp_path: Path, layout):
+    onnx.save(small_classifier(np.random.default_rng(1)), tmp_path / "m.onnx")
+    run = subprocess.run([sys.executable, "-m", "qconvert", "m.onnx", "m.tflite", "--io-layout", layout],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    (written,) = Interpreter(model_path=str(tmp_path / "m.tflite")).get_input_details()
+    shape = list(written["shape"])
+    assert shape == ([1, 8, 8, 3] if layout == "nhwc" else [1, 3, 8, 8])
+    said = "channels-last input (--io-layout onnx keeps ONNX's): 'x' [1, 8, 8, 3]"
+    assert (said in run.stderr) == (layout == "nhwc"), run.stderr
