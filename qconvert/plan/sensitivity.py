@@ -89,10 +89,12 @@ class GatedGraph:
         self.position: dict[str, int] = {}
         for k, (node, name) in enumerate(zip(work.graph.node, self.nodes)):
             self.position[name] = k
-            for i in node.input:
-                readers.setdefault(i, []).append(name)
+            for i in node.input:  # an omitted optional input ("") links no two nodes
+                if i:
+                    readers.setdefault(i, []).append(name)
             for o in node.output:
-                self.producer[o] = name
+                if o:
+                    self.producer[o] = name
         self.readers = readers
         self.types = [node.op_type for node in work.graph.node]
         self.node_inputs = [list(node.input) for node in work.graph.node]

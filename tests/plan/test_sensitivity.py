@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 import qconvert
 from qconvert.driver import conversion
@@ -23,7 +24,7 @@ from qconvert.plan.planner import allowed_error
 from qconvert.plan.sensitivity import GatedGraph, measure, sqnr_db
 from qconvert.qdq.fakequant import FloatWeights
 from qconvert.transforms.pipeline import QuantizeOptions
-from tests.harness import options_of, run_onnxruntime, run_tflite
+from tests.harness import make_model, options_of, run_onnxruntime, run_tflite
 from tests.plan.precision_models import layernorm_model, one_bad_tensor_model
 
 
@@ -155,3 +156,18 @@ def test_a_model_the_gated_graph_cannot_run_gets_the_weight_only_plan(monkeypatc
     assert result.report.verify is None or result.report.verify.worst.sqnr_db >= 20
     assert plan.note == "sensitivity not measured: onnxruntime cannot load the model: refused for the test"
     assert "no int8 regions to offer" in caplog.text and plan.note in plan.summary()
+
+
+def test_omitted_optional_inputs_and_outputs_link_no_nodes(tmp_path):
+    """A Clip without its min ("") and a Dropout without its mask output (""): the empty name is
+    no tensor, so neither is the other's neighbour (once it made every node with an omitted input
+    a reader of every node with an omitted output, and regions grew across the graph)."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Clip", ["x", "", "high"], ["c"], name="clip"),
+             helper.make_node("Dropout", ["c"], ["d", ""], name="dropout"),
+             helper.make_node("Relu", ["d"], ["y"], name="relu")]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 8))}, {"y": TensorProto.FLOAT},
+                       {"high": np.array(1.0, np.float32)})
+    graph, _ = _sensitivity(model, {"x": rng.standard_normal((4, 1, 8)).astype(np.float32)}, tmp_path)
+    assert "" not in graph.readers and "" not in graph.producer
+    assert graph.readers["c"] == ["dropout"] and graph.producer["d"] == "dropout"
