@@ -16,9 +16,12 @@ PATH is either
   Both kinds may be mixed as long as no input comes from both. An input name that cannot be a file
   name (one with a ``/``) must come from an ``.npz``; or
 * a directory of images (``.png .jpg .jpeg .bmp .webp``) or of ``.wav`` files, for a model with
-  one input (see below). Suffixes are case-insensitive; files are taken in sorted name order,
-  hidden files and files of other suffixes ignored. A directory holding more than one of the three
-  kinds (arrays, images, .wav files) is an error, as is one holding none of them.
+  one input (see below). These are read from its subfolders too (ImageNet-style class folders,
+  ``photos/cat/1.jpg``), taken in the order of their paths relative to the directory, sorted
+  folder name by folder name (``cat/1.jpg`` before ``cat2.jpg``); suffixes are case-insensitive,
+  hidden files and folders and files of other suffixes ignored. Arrays are read from the
+  directory itself only. A directory holding more than one of the three kinds (arrays, images,
+  .wav files) is an error, as is one holding none of them.
 
 Folders of images. The input must be 4-D: ``[B,C,H,W]`` when dimension 1 is 1 or 3 (so
 ``[1,3,3,3]`` is NCHW), else ``[B,H,W,C]`` when the last dimension is 1 or 3; H and W static or
@@ -27,24 +30,28 @@ suffix says), converted to RGB (grayscale "L" for one channel; an alpha channel 
 resized to W x H with Pillow's bilinear resampling, and laid out as the input. A float input gets
 ``(p / 255 - mean) / std`` computed in float32 (p the 0..255 pixel values; --mean and --std: one
 value, or one per channel, default 0 and 1; another count is a usage error), then cast to the
-input's dtype. An integer input
-whose dtype holds 0..255 (uint8, int16, int32, ...) gets the pixel values as they are, and --mean
-or --std are then a usage error; an int8 input is refused (it cannot hold 0..255). A sample takes
-B consecutive files (a dynamic B counts as 1), so the number of files must be a multiple of B.
-An image over Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS) is refused.
+input's dtype; without --mean and --std the report says the images were taken as [0, 1]. An
+integer input whose dtype holds 0..255 (uint8, int16, int32, ...) gets the pixel values as they
+are, and --mean or --std are then a usage error; an int8 input is refused (it cannot hold
+0..255). A sample takes B consecutive files (a dynamic B counts as 1), so the number of files
+must be a multiple of B. An image over Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS)
+is refused.
 
 Folders of .wav files. The input must be float, ``[1,N]`` or ``[N]`` (a dynamic batch counts as
 1; N static or pinned). Each file is read by the standard library's ``wave`` module: integer PCM
 of 8, 16, 24 or 32 bits (a 32-bit float or WAVE_FORMAT_EXTENSIBLE file is refused), every value
 over 2^(bits-1) (8-bit data is unsigned, offset 128) in float32, the channels of a multi-channel
-file averaged; its first N samples, zero-padded to N. With --sample-rate HZ a file of another
-rate is an error naming it.
+file averaged; its first N samples, zero-padded to N; then ``(x - mean) / std`` in float32 with
+--mean and --std (one value each; ``--std 3.0517578125e-05``, 1/32768, gives int16-valued floats).
+With --sample-rate HZ a file of another rate is an error naming it; without it, files of
+different rates are an error naming two of them.
 
---mean, --std and --sample-rate apply to these folders only (arrays are taken as they are). A model
-with several inputs, or an input of neither shape, needs arrays. Images and .wav files are
-decoded when a sample is read, each file's header (format, size, rate)
-checked when the set is loaded; a file that fails to decode later is the same one-line
-ConversionError naming it. Up to 256 MiB of decoded files are kept for the next pass.
+--mean and --std apply to these folders only, --sample-rate to .wav folders only: given for data
+that does not use them (arrays are taken as they are) they are a usage error (see
+unused_decoding). A model with several inputs, or an input of neither shape, needs arrays. Every
+image or .wav file a sample takes is decoded when the set is loaded, so a damaged file is a
+one-line ConversionError naming it before any model runs; up to 256 MiB of decoded files are kept
+for the next passes, the others decoded again when a sample needs them.
 
 Shapes. For a model input of shape S = [B, d1, d2...] an array may be
   - ``[N, B, d1, d2...]``: N samples, each a whole model input; or
@@ -95,7 +102,7 @@ import onnx
 from onnx import helper
 
 from ..errors import CALIBRATION_BYTES, CALIBRATION_SAMPLES, ConversionError, UsageError
-from .files import IMAGE_SUFFIXES, FileDecoding, FileSamples, file_input, file_kind
+from .files import IMAGE_SUFFIXES, DataSource, FileDecoding, FileSamples, file_input, file_kind
 
 log = logging.getLogger("qconvert")
 
@@ -270,12 +277,15 @@ class _InputData:
 class CalibrationSet(Sequence):
     """The calibration samples: `set[i]` is {input name: array in the model input's shape and
     dtype}; iteration yields the samples in order, one at a time. Each input's samples come from
-    its `sample(i)`: an _InputData (arrays) or a files.FileSamples (images, .wav files)."""
+    its `sample(i)`: an _InputData (arrays) or a files.FileSamples (images, .wav files).
+    `source` says what they were read from, for the report."""
 
-    def __init__(self, path: str, inputs: dict[str, _InputData | FileSamples], count: int):
+    def __init__(self, path: str, inputs: dict[str, _InputData | FileSamples], count: int,
+                 source: DataSource):
         self.path = path
         self._inputs = inputs
         self._count = count
+        self.source = source
 
     @property
     def names(self) -> list[str]:
@@ -394,39 +404,99 @@ def load_calibration(path: str, model_inputs: dict[str, tuple[tuple, np.dtype]],
         if kind is not None:
             specs = {name: (_static_dims(shape), dtype) for name, (shape, dtype) in model_inputs.items()}
             name, samples, count = file_input(path, media, kind, specs, max_samples, decoding, progress)
-            return CalibrationSet(path, {name: samples}, count)
-        found = _folder_arrays(arrays, model_inputs)
+            return CalibrationSet(path, {name: samples}, count, samples.source())
+        found, files = _folder_arrays(arrays, model_inputs), len(arrays)
     elif os.path.isfile(path):
-        found = {name: [(path, a)] for name, a in _read_npz(path).items()}
+        found, files = {name: [(path, a)] for name, a in _read_npz(path).items()}, 1
     else:
         raise ConversionError(f"{path}: not a file or directory")
-    return _checked_set(path, found, model_inputs, max_samples)
+    return _checked_set(path, found, model_inputs, max_samples, DataSource("arrays", files))
 
 
 def _folder_files(path: str) -> tuple[list[str], str | None, list[str]]:
     """(the .npz/.npy files, None) or ([], "image" or "audio", those files) of the directory
-    `path`, in sorted name order, hidden files and others left out; a folder mixing these kinds,
-    or holding none, is a ConversionError."""
+    `path`: arrays from the directory itself in sorted name order, images and .wav files from
+    its subfolders too (_media_files); a folder mixing these kinds, or holding none, is a
+    ConversionError."""
     try:
         entries = sorted(e for e in os.listdir(path) if not e.startswith("."))
     except PermissionError:
         raise ConversionError(f"{path}: permission denied") from None
     files = [os.path.join(path, e) for e in entries if os.path.isfile(os.path.join(path, e))]
+    media = _media_files(path)
     by_kind = {"arrays": [f for f in files if f.endswith((".npz", ".npy"))],
-               "image": [f for f in files if file_kind(f) == "image"],
-               "audio": [f for f in files if file_kind(f) == "audio"]}
+               "image": [f for f in media if file_kind(f) == "image"],
+               "audio": [f for f in media if file_kind(f) == "audio"]}
     present = [kind for kind, found in by_kind.items() if found]
     if not present:
         raise ConversionError(
-            f"{path}: the directory holds no .npz or .npy files, no images "
-            f"({' '.join(IMAGE_SUFFIXES)}) and no .wav files; no calibration samples")
+            f"{path}: the directory holds no .npz or .npy files, and neither it nor its subfolders "
+            f"hold images ({' '.join(IMAGE_SUFFIXES)}) or .wav files; no calibration samples")
     if len(present) > 1:
         shown = {"arrays": ".npz/.npy arrays", "image": "images", "audio": ".wav files"}
-        held = " and ".join(f"{shown[k]} ({os.path.basename(by_kind[k][0])}...)" for k in present)
+        held = " and ".join(f"{shown[k]} ({os.path.relpath(by_kind[k][0], path)}...)" for k in present)
         raise ConversionError(f"{path}: the directory holds {held}; it must hold one kind of "
                               "calibration file: move the others out")
     kind = present[0]
     return (by_kind[kind], None, []) if kind == "arrays" else ([], kind, by_kind[kind])
+
+
+def _media_files(path: str) -> list[str]:
+    """The images and .wav files under the directory `path`, subfolders included (symbolic
+    links to folders not followed), hidden files and folders left out, sorted by their path
+    relative to `path` folder name by folder name."""
+    def refuse(error: OSError):
+        if isinstance(error, PermissionError):
+            raise ConversionError(f"{error.filename}: permission denied")
+        raise ConversionError(f"{error.filename}: cannot be listed ({error.strerror})")
+
+    found = []
+    for folder, subfolders, names in os.walk(path, onerror=refuse):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+        parts = os.path.relpath(folder, path).split(os.sep) if folder != path else []
+        for name in names:
+            file = os.path.join(folder, name)
+            if not name.startswith(".") and file_kind(name) and os.path.isfile(file):
+                found.append((tuple(parts) + (name,), file))
+    return [file for _, file in sorted(found)]
+
+
+def unused_decoding(decoding: FileDecoding, paths) -> str | None:
+    """The usage error of a --mean, --std or --sample-rate that none of the data `paths` (the
+    calibration and verification data: paths, the API's arrays, None) would use, naming the
+    first path: --mean and --std are read by folders of images or .wav files, --sample-rate by
+    .wav folders. A path whose kind cannot be told (missing, empty, mixed) counts as using them:
+    loading it gives its own error."""
+    kinds = [(path, _data_kind(path)) for path in paths if path is not None]
+    named = next(((path, kind) for path, kind in kinds if isinstance(path, str)), None)
+    for flag, value, readers in (("--mean", decoding.mean, ("image", "audio", None)),
+                                 ("--std", decoding.std, ("image", "audio", None)),
+                                 ("--sample-rate", decoding.sample_rate, ("audio", None))):
+        if value is None or named is None or any(kind in readers for _, kind in kinds):
+            continue
+        path, kind = named
+        if flag == "--sample-rate":
+            held = "images" if kind == "image" else "arrays"
+            return f"--sample-rate applies to a folder of .wav files; {path!r} holds {held}"
+        return (f"{flag} applies to a folder of images or .wav files; {path!r} holds arrays: "
+                "normalize them before saving")
+    return None
+
+
+def _data_kind(path) -> str | None:
+    """"arrays", "image" or "audio": what the data at `path` (a path, or the API's arrays)
+    holds; None when that cannot be told (a missing path, a folder of no or mixed kinds)."""
+    if not isinstance(path, str):
+        return "arrays"
+    if os.path.isfile(path):  # an .npz, unless it is one image or .wav file (refused when loaded)
+        return None if file_kind(path) else "arrays"
+    if not os.path.isdir(path):
+        return None
+    try:
+        arrays, kind, _ = _folder_files(path)
+    except ConversionError:
+        return None
+    return kind or "arrays"
 
 
 def _folder_arrays(files: list[str], model_inputs) -> dict[str, list[tuple[str, object]]]:
@@ -471,13 +541,14 @@ def calibration_from_arrays(arrays, model_inputs: dict[str, tuple[tuple, np.dtyp
             found[name] = [(shown, np.asarray(array))]
         except (ValueError, TypeError) as e:
             raise ConversionError(f"{shown}: input {name!r} is not an array: {e}") from None
-    return _checked_set(shown, found, model_inputs, max_samples)
+    return _checked_set(shown, found, model_inputs, max_samples, DataSource("arrays", 0))
 
 
 def _checked_set(path: str, found: dict[str, list[tuple[str, object]]],
-                 model_inputs: dict[str, tuple[tuple, np.dtype]], max_samples: int | None) -> CalibrationSet:
+                 model_inputs: dict[str, tuple[tuple, np.dtype]], max_samples: int | None,
+                 data_source: DataSource) -> CalibrationSet:
     """The CalibrationSet of `found` ({input name: [(file, array or loader)] in sample order}),
-    every check of load_calibration run."""
+    every check of load_calibration run; `data_source` what they were read from."""
     missing = [n for n in model_inputs if n not in found]
     if missing:
         raise ConversionError(
@@ -514,7 +585,7 @@ def _checked_set(path: str, found: dict[str, list[tuple[str, object]]],
     for data in inputs.values():
         _scan(data, count)
         data._cached = None
-    return CalibrationSet(path, inputs, count)
+    return CalibrationSet(path, inputs, count, data_source)
 
 
 def model_input_specs(model: onnx.ModelProto) -> dict[str, tuple[tuple, np.dtype]]:

@@ -1,12 +1,13 @@
 """Samples decoded from a folder of images or of .wav files (the format is defined in data.py's
 module docstring; data.py lists the folder and calls `file_input` when it holds such files).
 
-`file_input` picks the model input the files feed, checks its shape and every file's header
-(size, decompression-bomb limit, sample rate) when the set is loaded, and returns a FileSamples
-that decodes each sample when it is asked for: CalibrationSet reads the samples one by one, so
-memory stays bounded for thousands of files. Decoded files (resized pixels, audio samples) are
-kept up to _CACHE_BYTES, since calibration, layer measurement, planning and verification read
-the samples again. Pillow is imported only when a folder of images is read.
+`file_input` picks the model input the files feed, checks its shape, and decodes every file a
+sample takes when the set is loaded (so a damaged file is an error before any model runs) and
+checks its header (sample rate, sample width); it returns a FileSamples that gives each sample
+when it is asked for. Decoded files (resized pixels, audio samples) are kept up to _CACHE_BYTES,
+since calibration, layer measurement, planning and verification read the samples again; past
+that, a file is decoded again when a sample needs it, so memory stays bounded for thousands of
+files. Pillow is imported only when a folder of images is read.
 """
 
 from __future__ import annotations
@@ -38,13 +39,35 @@ _NPZ_HINT = "give its data as an .npz (one array per model input, see --help)"
 @dataclass(frozen=True)
 class FileDecoding:
     """How a folder of images or .wav files becomes samples: --mean and --std normalize a float
-    image input, --sample-rate is the rate every .wav file must have; `shapes` are --input-shape's
-    pins, which give a dynamic height, width or length its size."""
+    image input's pixels (0..1) or a .wav folder's samples (-1..1, one value each), --sample-rate
+    is the rate every .wav file must have; `shapes` are --input-shape's pins, which give a dynamic
+    height, width or length its size."""
 
     mean: tuple[float, ...] | None = None  # one value, or one per channel (None: 0)
     std: tuple[float, ...] | None = None  # likewise (None: 1)
     sample_rate: int | None = None  # Hz (None: any)
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """What a set of samples was read from, for the report: `kind` "images", "wav" or "arrays";
+    `files` the images or .wav files read, or the .npz/.npy files (0: the API's arrays in
+    memory); for a float input fed by images or .wav files, the `mean` and `std` applied (as
+    given, else [0.0] and [1.0]) and whether --mean or --std was given; else None and False."""
+
+    kind: str
+    files: int
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    mean_std_given: bool = False
+
+    def unscaled_images(self) -> str:
+        """"64 images as [0, 1] (no --mean/--std)" for a float input's images without --mean or
+        --std (the likeliest slip: most image models expect normalized pixels); else ""."""
+        if self.kind != "images" or self.mean is None or self.mean_std_given:
+            return ""
+        return f"{self.files} images as [0, 1] (no --mean/--std)"
 
 
 def file_kind(name: str) -> str | None:
@@ -83,8 +106,9 @@ def _open_image(file: str) -> Iterator:
         raise ConversionError(f"{file}: permission denied") from None
     except Exception as e:  # Pillow's decoders raise many types on a malformed file
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConversionError(f"{file}: cannot be decoded as an image ({reason}); re-save it as "
-                              "PNG or JPEG, or take it out of the folder") from None
+        reason = reason.replace(f" {file!r}", "")  # "cannot identify image file '<file>'"
+        raise ConversionError(f"cannot decode {file} ({reason}): the file is damaged or not an "
+                              "image; re-save or remove it") from None
 
 
 @dataclass(frozen=True)
@@ -99,12 +123,11 @@ class _ImageReader:
     width: int
     channels_first: bool
     dtype: np.dtype
-    mean: np.ndarray | None  # float32, one value or one per channel
-    std: np.ndarray | None
+    mean: tuple[float, ...] | None  # one value or one per channel
+    std: tuple[float, ...] | None
 
     def check(self, file: str) -> None:
-        with _open_image(file):
-            pass
+        """Nothing beyond decoding it (which opens it): no sample rate."""
 
     def decode(self, file: str) -> np.ndarray:
         """The resized pixels, uint8 [H, W, C]."""
@@ -120,9 +143,9 @@ class _ImageReader:
         if self.dtype.kind == "f":
             values = pixels.astype(np.float32) / np.float32(255)
             if self.mean is not None:
-                values = values - self.mean
+                values = values - np.asarray(self.mean, dtype=np.float32)
             if self.std is not None:
-                values = values / self.std
+                values = values / np.asarray(self.std, dtype=np.float32)
         else:
             values = pixels
         if self.channels_first:
@@ -165,13 +188,13 @@ def _image_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
 
 
 def _per_channel(flag: str, values: tuple[float, ...] | None, channels: int,
-                 name: str) -> np.ndarray | None:
+                 name: str) -> tuple[float, ...] | None:
     if values is None:
         return None
     if len(values) not in (1, channels):
         raise UsageError(f"{flag} has {len(values)} values; input {name!r} has {channels} "
                          f"channel{'s' if channels > 1 else ''}: give one value or {channels}")
-    return np.asarray(values, dtype=np.float32)
+    return values
 
 
 # --- audio ---------------------------------------------------------------------------------------
@@ -215,15 +238,19 @@ def _pcm_values(frames: bytes, width: int, channels: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _AudioReader:
-    """.wav files for a float input [1,N] or [N]: the first N samples of each, zero-padded to N."""
+    """.wav files for a float input [1,N] or [N]: the first N samples of each, zero-padded to N,
+    then (x - mean) / std in float32 when --mean or --std is given."""
 
     length: int
     batched: bool  # [1, N] rather than [N]
     dtype: np.dtype
     sample_rate: int | None
+    mean: tuple[float] | None = None
+    std: tuple[float] | None = None
     batch: int = 1
 
-    def check(self, file: str) -> None:
+    def check(self, file: str) -> int:
+        """The file's sample rate, its header checked (sample width, --sample-rate)."""
         with _open_wav(file) as reader:
             width, rate = reader.getsampwidth(), reader.getframerate()
         if width not in (1, 2, 3, 4):
@@ -231,6 +258,7 @@ class _AudioReader:
         if self.sample_rate is not None and rate != self.sample_rate:
             raise ConversionError(f"{file}: sampled at {rate} Hz, not the --sample-rate "
                                   f"{self.sample_rate} Hz; resample it")
+        return rate
 
     def decode(self, file: str) -> np.ndarray:
         """The file's first N samples, float32 [N]."""
@@ -243,7 +271,12 @@ class _AudioReader:
         return values
 
     def sample(self, decoded: list[np.ndarray]) -> np.ndarray:
-        values = decoded[0][None] if self.batched else decoded[0]
+        values = decoded[0]
+        if self.mean is not None:
+            values = values - np.float32(self.mean[0])
+        if self.std is not None:
+            values = values / np.float32(self.std[0])
+        values = values[None] if self.batched else values
         return np.ascontiguousarray(values, dtype=self.dtype)
 
 
@@ -258,9 +291,12 @@ def _audio_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
         pin = "1,N" if len(shape) == 2 else "N"
         raise ConversionError(f"{folder}: input {name!r} of shape {_shown(shape)} has a dynamic "
                               f"length; pin it with --input-shape {name}:{pin}")
-    if decoding.mean is not None or decoding.std is not None:
-        raise UsageError("--mean and --std normalize images; a folder of .wav files takes none")
-    return _AudioReader(shape[-1], len(shape) == 2, dtype, decoding.sample_rate)
+    for flag, values in (("--mean", decoding.mean), ("--std", decoding.std)):
+        if values is not None and len(values) != 1:
+            raise UsageError(f"{flag} has {len(values)} values; a folder of .wav files takes one "
+                             "(each file's channels are averaged into one)")
+    return _AudioReader(shape[-1], len(shape) == 2, dtype, decoding.sample_rate,
+                        decoding.mean, decoding.std)
 
 
 # --- the samples ---------------------------------------------------------------------------------
@@ -277,9 +313,20 @@ class FileSamples:
 
     def sample(self, i: int) -> np.ndarray:
         batch = self.reader.batch
-        return self.reader.sample([self._file(k) for k in range(i * batch, (i + 1) * batch)])
+        return self.reader.sample([self.decoded(k) for k in range(i * batch, (i + 1) * batch)])
 
-    def _file(self, k: int) -> np.ndarray:
+    def source(self) -> DataSource:
+        """What these samples are read from, for the report."""
+        reader = self.reader
+        kind = "images" if isinstance(reader, _ImageReader) else "wav"
+        if reader.dtype.kind != "f":  # an integer input's pixels, as they are
+            return DataSource(kind, len(self.files))
+        given = reader.mean is not None or reader.std is not None
+        return DataSource(kind, len(self.files), list(reader.mean or (0.0,)),
+                          list(reader.std or (1.0,)), given)
+
+    def decoded(self, k: int) -> np.ndarray:
+        """File k decoded (kept while the cache has room)."""
         decoded = self._decoded.get(k)
         if decoded is None:
             decoded = self.reader.decode(self.files[k])
@@ -302,7 +349,7 @@ def file_input(folder: str, files: list[str], kind: str,
     """(input name, its samples, how many) for `files` of `kind` ("image" or "audio") in sample
     order, feeding the one input of `model_inputs` ({name: (shape with dynamic dimensions as
     None, dtype)}); the first `max_samples` samples (all when None). Every file a sample takes
-    has its header checked now, with a progress line on a terminal when `progress`."""
+    is checked and decoded now, with a progress line on a terminal when `progress`."""
     decoding = decoding or FileDecoding()
     if len(model_inputs) != 1:
         raise ConversionError(
@@ -321,9 +368,16 @@ def file_input(folder: str, files: list[str], kind: str,
             f"{folder}: {len(files)} {_WHAT[kind]}, not a multiple of input {name!r}'s batch "
             f"{reader.batch} (each sample takes {reader.batch})")
     CALIBRATION_SAMPLES.check(count, f"{folder} (--calibration-samples takes fewer)")
-    used = files[:count * reader.batch]
-    bar = Progress(progress, len(used), "reading calibration files")
-    for done, file in enumerate(used, 1):
-        reader.check(file)
-        bar.update(done, final=done == len(used))
-    return name, FileSamples(used, reader), count
+    samples = FileSamples(files[:count * reader.batch], reader)
+    bar = Progress(progress, len(samples.files), "reading calibration files")
+    first: tuple[str, int] | None = None  # the first .wav file and its sample rate
+    for done, file in enumerate(samples.files, 1):
+        rate = reader.check(file)
+        first = first or (None if rate is None else (file, rate))
+        if rate is not None and rate != first[1]:
+            raise ConversionError(
+                f"{first[0]} is sampled at {first[1]} Hz, {file} at {rate} Hz; resample them, or "
+                "pass --sample-rate to say which rate the model takes")
+        samples.decoded(done - 1)
+        bar.update(done, final=done == len(samples.files))
+    return name, samples, count

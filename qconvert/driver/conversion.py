@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..calibration.files import DataSource
 from ..check.latency import Latency
 from ..check.report import ConversionNotes
 from ..check.verify import Verification
@@ -258,6 +259,7 @@ def quantize(state: State) -> State:
     calibrated = len(state.samples) if state.samples else 0
     quantization = QuantizationReport(
         io_type=state.steps.io_type, calibration_samples=calibrated,
+        calibration_source=state.samples.source if calibrated else None,
         calibration_method=str(request.method) if calibrated else "",
         calibration_seconds=round(state.calibration_seconds, 3),
         int8_ops=sum(op.quantized == "int8" for op in model.operators),
@@ -336,9 +338,11 @@ def write_and_verify(state: State, flatbuffer: Flatbuffer, report: ConversionRep
     verifying = state.options.verify.enabled
 
     def finish(path: str | None) -> ConversionReport:
-        verification = verify_written(state, path, report) if verifying and path else None
+        verification, source = (verify_written(state, path, report) if verifying and path
+                                else (None, None))
         latency = time_written(state, path, report) if verification is not None else None
-        final.append(replace(report, verify=verification, latency=latency))
+        final.append(replace(report, verify=verification, latency=latency,
+                             verify_source=source if verification is not None else None))
         return final[-1]
 
     if write is not None:
@@ -361,28 +365,32 @@ def _temporary_file(content: bytes, name: str):
         yield path
 
 
-def verify_written(state: State, path: str, report: ConversionReport) -> Verification | None:
-    """The written file against onnxruntime (check_written), BelowThreshold when it failed.
-    None when onnxruntime, not the conversion, failed on a float conversion that verifies by
-    default (written unverified, with a warning; when the verification was asked for, that is
-    an error)."""
+def verify_written(state: State, path: str,
+                   report: ConversionReport) -> tuple[Verification | None, DataSource | None]:
+    """The written file against onnxruntime (check_written), BelowThreshold when it failed, and
+    what its samples were read from (None: generated inputs). No verification when onnxruntime,
+    not the conversion, failed on a float conversion that verifies by default (written
+    unverified, with a warning; when the verification was asked for, that is an error)."""
     verify = state.options.verify
     onnx_path = state.source if state.reads_file else None
+    data = (None if verify.data is None else
+            calibration_set(verify.data, state.reference.proto, verify.samples, verify.decoding))
     try:
-        result = check_written(state.reference, onnx_path, path, verify, report.notes, warn=True)
+        result = check_written(state.reference, onnx_path, path, verify, report.notes, warn=True,
+                               samples=None if data is None else list(data))
     except ReferenceFailed as e:
         if not verify.float_check or verify.asked:
             raise ConversionError(f"{e} (the verification runs the model in onnxruntime; "
                                   "--no-verify converts without it)") from None
         log.warning("warning: not verified: %s", " ".join(first_line(e).split()))
-        return None
+        return None, None
     except ConversionError as e:
         if path not in str(e):
             raise
         # The temporary file is nobody's business: the message names the output.
         raise ConversionError(str(e).replace(path, f"{report.output} (not written)")) from None
     require_passed(result)
-    return result
+    return result, None if data is None else data.source
 
 
 def time_written(state: State, path: str, report: ConversionReport) -> Latency | None:
@@ -423,13 +431,15 @@ def _slower_because(report: ConversionReport, latency: Latency) -> str:
 
 
 def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options: VerifyOptions,
-                  notes: ConversionNotes | None = None, warn: bool = False) -> Verification:
+                  notes: ConversionNotes | None = None, warn: bool = False,
+                  samples: list | None = None) -> Verification:
     """Verifies the .tflite at `path` against the ONNX model `reference` and writes the
     per-tensor report if asked; with `warn`, logs a warning when an output is below WARN_BELOW_DB
     and there is no threshold. A float conversion (options.float_check) is judged by the float
     check (check/verify.py) unless the model has Q/DQ pairs on activations, whose rounding a float
     conversion drops (then by SQNR, as a quantized one). onnxruntime reads the file at
-    `onnx_path` itself when it can (runtimes.reads_file); else `reference` gets its weights back."""
+    `onnx_path` itself when it can (runtimes.reads_file); else `reference` gets its weights back.
+    The samples are read from options.data, unless the caller read them (`samples`)."""
     from ..calibration.data import first_samples
     from ..check.runtimes import reads_file
     from ..check.verify import rounding_dropped, verify
@@ -439,8 +449,8 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     direct = onnx_path is not None and options.report is None and reads_file(proto)
     if not direct:
         reference.restore_weights()
-    samples = (None if options.data is None else
-               first_samples(options.data, proto, options.samples, options.decoding))
+    if samples is None and options.data is not None:
+        samples = first_samples(options.data, proto, options.samples, options.decoding)
     result = verify(proto, path, samples, options.samples, options.min_sqnr,
                     data=options.data or "generated", float_check=float_check,
                     onnx_path=onnx_path if direct else None)

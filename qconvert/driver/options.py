@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..calibration.data import unused_decoding
 from ..calibration.files import FileDecoding
 from ..errors import UsageError
 from ..quantize.calibration_methods import MINMAX, CalibrationMethod, parse_calibration_method
@@ -245,14 +246,18 @@ def file_decoding(mean=None, std=None, sample_rate=None, shapes=None, *, paths=(
     """The FileDecoding of --mean, --std and --sample-rate and the --input-shape pins, for the
     data `paths` (the flags `data_flags`; the verify command's is --data). The three apply to a
     folder only, so without a path among `paths` (the API's arrays are no path) they are a usage
-    error."""
+    error, as is one that no path's data would read (calibration/data.py's unused_decoding)."""
     mean, std = _channel_values("--mean", mean), _channel_values("--std", std, positive=True)
     sample_rate = _positive("--sample-rate", sample_rate)
     given = [flag for flag, value in (("--mean", mean), ("--std", std), ("--sample-rate", sample_rate))
              if value is not None]
     if given and not any(isinstance(path, str) for path in paths):
         raise UsageError(f"{given[0]} applies to a folder of images or .wav files given by {data_flags}")
-    return FileDecoding(mean, std, sample_rate, dict(shapes or {}))
+    decoding = FileDecoding(mean, std, sample_rate, dict(shapes or {}))
+    unused = unused_decoding(decoding, paths) if given else None
+    if unused:
+        raise UsageError(unused)
+    return decoding
 
 
 def parse_input_shape(values) -> dict[str, tuple[int, ...]]:

@@ -6,6 +6,7 @@ import collections
 import re
 from dataclasses import asdict, dataclass, field
 
+from ..calibration.files import DataSource
 from ..check.latency import Latency
 from ..check.metrics import json_number
 from ..check.report import ConversionNotes
@@ -47,6 +48,7 @@ class QuantizationReport:
     weights_bytes: int  # constant data after
     plan: Plan | None = None  # --target-sqnr: the precision planner's rounds and promotions
     qdq_tensors: int = 0  # activations whose range the model's QuantizeLinear/DequantizeLinear gave
+    calibration_source: DataSource | None = None  # what calibration read (None: no calibration)
 
 
 @dataclass
@@ -87,6 +89,8 @@ class ConversionReport:
     leading_dims: dict[str, int] = field(default_factory=dict)
     latency: Latency | None = None  # the written model timed next to the float model
     notes: ConversionNotes | None = field(default=None, repr=False)  # for the per-tensor report
+    # what the verification's samples were read from (None: generated); --json: verify.data_source
+    verify_source: DataSource | None = None
 
     def as_dict(self) -> dict:
         result = asdict(self)
@@ -102,12 +106,18 @@ class ConversionReport:
                 cost["alone_db"] = json_number(cost["alone_db"])
                 cost["poisoned_db"] = json_number(cost["poisoned_db"])
         del result["notes"]
+        source = result.pop("verify_source")
+        if result["verify"] is not None:
+            result["verify"]["data_source"] = source
         return result
 
     def summary(self) -> str:
         text = (f"qconvert: {self.input} -> {self.output}: {self.ops} ops, "
                 f"{_human_size(self.size_bytes)}, {self.seconds:.2f} s")
         q = self.quantization
+        unscaled = q.calibration_source.unscaled_images() if q and q.calibration_source else ""
+        if unscaled:  # images as [0, 1], where most image models expect them normalized
+            text += f"; calibration: {unscaled}"
         if q is not None:
             text += f"; int8: {q.int8_ops} ops"
             if q.int16_ops:
@@ -129,6 +139,9 @@ class ConversionReport:
         if w is not None:
             text += (f"; {w.mode} weights: {len(w.tensors)} tensors, {_human_size(w.weights_bytes_float)}"
                      f" -> {_human_size(w.weights_bytes)}")
+        verify_unscaled = self.verify_source.unscaled_images() if self.verify_source else ""
+        if verify_unscaled and not unscaled:  # --mean/--std serve both: said once
+            text += f"; verify data: {verify_unscaled}"
         if self.verify is not None:
             text += "; " + self.verify.summary()
         if self.latency is not None:

@@ -114,10 +114,11 @@ def files(tmp_path_factory) -> Path:
     return root
 
 
-def _image_reference(folder: Path, mode: str, mean=None, std=None, channels_first=True) -> np.ndarray:
-    """[files, 1, ...] float32: each image resized by Pillow here, normalized by hand."""
+def _image_reference(folder: Path, mode: str, mean=None, std=None, channels_first=True,
+                     names=IMAGES) -> np.ndarray:
+    """[files, 1, ...] float32: each image of `names` resized by Pillow here, normalized by hand."""
     samples = []
-    for name in IMAGES:
+    for name in names:
         with Image.open(folder / name) as image:
             resized = image.convert(mode).resize((W, H), Image.BILINEAR)
         x = np.asarray(resized, dtype=np.float32).reshape(H, W, -1) / np.float32(255)
@@ -210,6 +211,96 @@ def test_wav_samples_cut_padded_and_channels_averaged(files):
     assert not samples[1, 0, 40:].any()  # 40 frames zero-padded to N
 
 
+def test_wav_mean_and_std_scale_the_samples(files, tmp_path):
+    audio = onnx.load(files / "audio.onnx")
+    scaled = _samples(files / "wavs", audio, mean=(0.25,), std=(0.5,))
+    np.testing.assert_allclose(scaled, (_wav_reference() - 0.25) / 0.5, rtol=1e-6, atol=1e-8)
+    # --std 1/32768: int16-valued floats (openWakeWord's melspectrogram takes them); calibrated on
+    # them, the int8 model computes a16.wav's int16 values (without --std, they would saturate).
+    out = tmp_path / "a.tflite"
+    result = _invoke(cli, files / "audio.onnx", out, "--quantize", "--calibration", files / "wavs",
+                     "--std", "3.0517578125e-05", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["quantization"]["calibration_source"] == {
+        "kind": "wav", "files": 4, "mean": [0.0], "std": [3.0517578125e-05], "mean_std_given": True}
+    x = (_wav_reference()[0] * 32768).astype(np.float32)
+    assert np.array_equal(x, _wav_ints(2, 1, 100, 0)[:N, 0].reshape(1, N))
+    expected = run_onnxruntime(audio, {"x": x})["y"]
+    actual = run_tflite(out.read_bytes(), _report(report), {"x": x})["y"]
+    assert np.abs(actual - expected).max() < 0.05 * np.abs(expected).max()
+
+
+def test_class_subfolders_are_read_in_path_order(files, tmp_path):
+    photos = tmp_path / "photos"
+    # {path under photos: the image of files/images it copies}; sorted folder name by folder name.
+    layout = {"a.png": "a.png", "cat/B.JPG": "B.JPG", "cat/e.png": "e.png", "cat-d.webp": "d.webp",
+              "dog/sub/c.bmp": "c.bmp"}
+    for path, name in layout.items():
+        (photos / path).parent.mkdir(parents=True, exist_ok=True)
+        (photos / path).write_bytes((files / "images" / name).read_bytes())
+    for ignored in (".cache/x.png", "dog/.y.png"):  # hidden: never opened
+        (photos / ignored).parent.mkdir(exist_ok=True)
+        (photos / ignored).write_bytes(b"not an image")
+    (photos / "dog" / "notes.txt").write_text("ignored")
+    model = onnx.load(files / "nchw.onnx")
+    assert np.array_equal(_samples(photos, model),
+                          _image_reference(files / "images", "RGB", names=list(layout.values())))
+    result = _invoke(cli, files / "nchw.onnx", tmp_path / "m.tflite", "--quantize", "--calibration",
+                     photos, "--mean", "0.5", "--std", "0.25", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["quantization"]["calibration_samples"] == 5 and report["verify"]["passed"]
+    # Arrays are read from the folder itself only; hidden folders are skipped.
+    for folder, file in (("arrays", "sub/x.npy"), ("hidden", ".cache/a.png")):
+        (tmp_path / folder / file).parent.mkdir(parents=True)
+        (tmp_path / folder / file).write_bytes((photos / "a.png").read_bytes())
+        _one_line_error(_convert(files, tmp_path, "nchw.onnx", tmp_path / folder), 1,
+                        "holds no .npz or .npy files, and neither it nor its subfolders hold images")
+
+
+def test_a_damaged_image_is_refused_when_the_data_is_loaded(files, tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("a.png", "c.bmp"):
+        (folder / name).write_bytes((files / "images" / name).read_bytes())
+    jpeg = (files / "images" / "B.JPG").read_bytes()
+    (folder / "z.jpg").write_bytes(jpeg[:len(jpeg) // 2])  # its header opens; its pixels are cut
+    with pytest.raises(ConversionError, match="image file is truncated"):
+        load_calibration(str(folder), model_input_specs(onnx.load(files / "nchw.onnx")))
+    _one_line_error(_convert(files, tmp_path, "nchw.onnx", folder), 1,
+                    f"cannot decode {folder / 'z.jpg'} (image file is truncated",
+                    "): the file is damaged or not an image; re-save or remove it")
+
+
+def test_summary_and_json_say_what_the_samples_were_read_from(files, tmp_path):
+    np.savez(tmp_path / "cal.npz", x=_image_reference(files / "images", "RGB"))
+
+    def convert(data, *flags):
+        result = _invoke(cli, files / "nchw.onnx", tmp_path / "m.tflite", "--quantize",
+                         "--calibration", data, "--json", *flags)
+        assert result.exit_code == 0, result.stderr
+        return result.stderr, json.loads(result.stdout)
+
+    images = {"kind": "images", "files": 5, "mean": [0.0], "std": [1.0], "mean_std_given": False}
+    summary, report = convert(files / "images")
+    assert "s; calibration: 5 images as [0, 1] (no --mean/--std); int8: " in summary
+    assert report["quantization"]["calibration_source"] == images
+    assert report["verify"]["data_source"] == images and "verify data:" not in summary
+    summary, report = convert(files / "images", "--mean", "0.5")
+    assert "calibration:" not in summary
+    assert report["quantization"]["calibration_source"] == {**images, "mean": [0.5], "mean_std_given": True}
+    # Arrays: nothing on the summary line; the verification's images, without --mean/--std, are.
+    summary, report = convert(tmp_path / "cal.npz", "--verify-data", files / "images")
+    assert "calibration:" not in summary
+    assert "; verify data: 5 images as [0, 1] (no --mean/--std); verify: " in summary
+    assert report["quantization"]["calibration_source"] == {
+        "kind": "arrays", "files": 1, "mean": None, "std": None, "mean_std_given": False}
+    assert report["verify"]["data_source"] == images
+    summary, report = convert(tmp_path / "cal.npz", "--verify-data", files / "images", "--mean", "0")
+    assert "verify data:" not in summary and report["verify"]["data_source"]["mean_std_given"]
+
+
 def test_progress_line_only_on_a_terminal(files, monkeypatch):
     class Tty(io.StringIO):
         def isatty(self):
@@ -243,12 +334,12 @@ def test_quantize_with_an_image_folder_runs_in_litert_and_verifies(files, tmp_pa
 
 def test_a_folder_and_an_npz_of_its_samples_give_the_same_bytes(files, tmp_path):
     np.savez(tmp_path / "same.npz", x=_image_reference(files / "images", "RGB", MEAN, STD, False))
+    normalize = ("--mean", ",".join(map(str, MEAN)), "--std", ",".join(map(str, STD)))
     written = []
-    for data in (files / "images", tmp_path / "same.npz"):
+    for data, flags in ((files / "images", normalize), (tmp_path / "same.npz", ())):
         out = tmp_path / f"{len(written)}.tflite"
         result = _invoke(cli, files / "nhwc.onnx", out, "--quantize", "--calibration", data,
-                         "--mean", ",".join(map(str, MEAN)), "--std", ",".join(map(str, STD)),
-                         "--no-verify")
+                         *flags, "--no-verify")
         assert result.exit_code == 0, result.stderr
         written.append(out.read_bytes())
     assert written[0] == written[1]
@@ -274,7 +365,7 @@ def test_calibration_samples_reads_only_the_first_files(files, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["quantization"]["calibration_samples"] == 2
     _one_line_error(_invoke(cli, files / "nchw.onnx", tmp_path / "n.tflite", "--quantize",
-                            "--calibration", folder), 1, "z.png", "cannot be decoded as an image")
+                            "--calibration", folder), 1, f"cannot decode {folder / 'z.png'}")
     assert not (tmp_path / "n.tflite").exists()
 
 
@@ -314,6 +405,11 @@ def test_sample_rate_mismatch_names_the_file_and_both_rates(files, tmp_path):
     _write_wav(folder / "b.wav", _wav_ints(2, 1, N, 1), 2, rate=8000)
     _one_line_error(_convert(files, tmp_path, "audio.onnx", folder, "--sample-rate", RATE), 1,
                     "b.wav", "8000 Hz", "16000 Hz")
+    # Without --sample-rate, files of two rates: the first file's and the first other one's.
+    _write_wav(folder / "c.wav", _wav_ints(2, 1, N, 2), 2, rate=11025)
+    _one_line_error(_convert(files, tmp_path, "audio.onnx", folder), 1,
+                    f"{folder / 'a.wav'} is sampled at 16000 Hz, {folder / 'b.wav'} at 8000 Hz; "
+                    "resample them, or pass --sample-rate to say which rate the model takes")
     assert not (tmp_path / "out.tflite").exists()
 
 
@@ -328,8 +424,9 @@ def test_a_model_with_two_inputs_needs_an_npz(files, tmp_path):
 def test_undecodable_mixed_and_empty_folders(files, tmp_path):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
-    _one_line_error(_convert(files, tmp_path, "nchw.onnx", tmp_path / "bad"), 1, "x.png",
-                    "cannot be decoded as an image", "take it out of the folder")
+    _one_line_error(_convert(files, tmp_path, "nchw.onnx", tmp_path / "bad"), 1,
+                    f"cannot decode {tmp_path / 'bad' / 'x.png'} (cannot identify image file): the "
+                    "file is damaged or not an image; re-save or remove it")
     (tmp_path / "mixed").mkdir()
     (tmp_path / "mixed" / "a.png").write_bytes((files / "images" / "a.png").read_bytes())
     np.save(tmp_path / "mixed" / "x.npy", np.zeros((1, 1, 3, H, W), np.float32))
@@ -342,7 +439,7 @@ def test_undecodable_mixed_and_empty_folders(files, tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("")
     _one_line_error(_convert(files, tmp_path, "nchw.onnx", tmp_path / "empty"), 1,
-                    ".png .jpg .jpeg .bmp .webp", ".wav")
+                    "neither it nor its subfolders hold images (.png .jpg .jpeg .bmp .webp) or .wav")
 
 
 def test_usage_errors(files, tmp_path):
@@ -352,6 +449,25 @@ def test_usage_errors(files, tmp_path):
                     "--std", "each above 0")
     _one_line_error(_invoke(cli, files / "nchw.onnx", tmp_path / "o.tflite", "--mean", "0.5"), 2,
                     "--mean applies to a folder")
+
+
+def test_flags_the_data_would_not_use_are_usage_errors(files, tmp_path):
+    npz = tmp_path / "cal.npz"
+    np.savez(npz, x=_image_reference(files / "images", "RGB"))
+    (tmp_path / "arrays").mkdir()
+    np.save(tmp_path / "arrays" / "x.npy", _image_reference(files / "images", "RGB"))
+    for data, flag in ((npz, "--mean"), (tmp_path / "arrays", "--std")):
+        _one_line_error(_convert(files, tmp_path, "nchw.onnx", data, flag, "0.5"), 2,
+                        f"{flag} applies to a folder of images or .wav files; '{data}' holds arrays: "
+                        "normalize them before saving")
+    _one_line_error(_invoke(verify_cli, files / "nchw.onnx", tmp_path / "m.tflite", "--data", npz,
+                            "--mean", "0.5"), 2, f"'{npz}' holds arrays")
+    for data, held in ((files / "images", "images"), (npz, "arrays")):
+        _one_line_error(_convert(files, tmp_path, "nchw.onnx", data, "--sample-rate", RATE), 2,
+                        f"--sample-rate applies to a folder of .wav files; '{data}' holds {held}")
+    _one_line_error(_convert(files, tmp_path, "audio.onnx", files / "wavs", "--mean", "0,0"), 2,
+                    "--mean has 2 values; a folder of .wav files takes one")
+    assert not (tmp_path / "out.tflite").exists()
 
 
 def test_decompression_bomb_is_one_line(files, tmp_path, monkeypatch):
