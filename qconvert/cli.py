@@ -226,17 +226,19 @@ def _print_json(report, report_path: str | None = None) -> None:
                    "range with the least int8 error); percentile and mse run the samples twice "
                    "[default: minmax].")
 @_option("--mean", metavar="M[,M,M]",
-              help="For a directory of images as calibration or verification data and a float "
-                   "input: "
-                   "pixels scaled to 0..1 have M subtracted, one value or one per channel, e.g. "
-                   "0.485,0.456,0.406 [default: 0]. An integer input takes the pixels 0..255 as "
-                   "they are.")
+              help="For a folder of images as calibration or verification data and a float "
+                   "input: pixels scaled to 0..1 have M subtracted, one value or one per channel, "
+                   "e.g. 0.485,0.456,0.406 [default: 0]; an integer input takes the pixels 0..255 "
+                   "as they are. For a folder of .wav files: one value, subtracted from the "
+                   "samples in -1..1.")
 @_option("--std", metavar="S[,S,S]",
-              help="For a directory of images: the pixels (after --mean) are divided by S, one "
-                   "value or one per channel, e.g. 0.229,0.224,0.225 [default: 1].")
+              help="For a folder of images: the pixels (after --mean) are divided by S, one "
+                   "value or one per channel, e.g. 0.229,0.224,0.225 [default: 1]; for .wav files "
+                   "one value (1/32768 gives int16-valued samples).")
 @_option("--sample-rate", type=click.IntRange(min=1), metavar="HZ",
-              help="For a directory of .wav files: the rate every file must have (a file of "
-                   "another rate is an error) [default: any].")
+              help="For a folder of .wav files: the rate every file must have (a file of "
+                   "another rate is an error) [default: any one rate; files of two rates are an "
+                   "error].")
 @_option("--default-range", metavar="MIN,MAX",
               help="Range for tensors without calibration data (speed studies only: the int8 "
                    "model's accuracy is meaningless).")
@@ -393,7 +395,7 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug, 
     check_input_file(tflite)
     _check_report_file(report)
     from .check.inspect_tflite import litert_crash
-    from .driver.conversion import check_written, require_passed
+    from .driver.conversion import calibration_set, check_written, require_passed
     from .onnx.file import read_onnx
 
     crash = litert_crash(tflite)  # any tool's file: LiteRT tries it in a child process first
@@ -401,11 +403,14 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug, 
         raise ConversionError(f"{tflite}: {crash}; it cannot be verified")
     stdin = read_stdin() if source == "-" else None
     options = VerifyOptions(True, True, samples, data, min_sqnr, report, decoding=decoding)
-    result = check_written(read_onnx(source, stdin), source if stdin is None else None, tflite,
-                           options)
+    reference = read_onnx(source, stdin)
+    read = None if data is None else calibration_set(data, reference.proto, options.samples, decoding)
+    result = check_written(reference, source if stdin is None else None, tflite, options,
+                           samples=None if read is None else list(read))
     print_stdout(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))
     require_passed(result)
-    click.echo(f"qconvert: {result.summary()}", err=True)
+    unscaled = read.source.unscaled_images() if read is not None else ""
+    click.echo(f"qconvert: {'data: ' + unscaled + '; ' if unscaled else ''}{result.summary()}", err=True)
 
 
 def _verification_table(result) -> str:

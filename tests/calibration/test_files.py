@@ -381,6 +381,10 @@ def test_verify_data_and_verify_command_take_a_folder(files, tmp_path):
                      "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["samples"] == 5
+    assert "as [0, 1]" not in result.stderr  # --mean given: the user chose
+    result = _invoke(verify_cli, files / "nhwc.onnx", out, "--data", files / "images")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.startswith("qconvert: data: 5 images as [0, 1] (no --mean/--std); verify: ")
     _one_line_error(_invoke(verify_cli, files / "nhwc.onnx", out, "--mean", "0.5"), 2,
                     "--mean applies to a folder of images or .wav files given by --data")
 
