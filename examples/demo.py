@@ -1,6 +1,7 @@
 """`make demo`: converts the bundled example with the qconvert command, shows what it wrote, and
 runs it in the real TFLite interpreter next to onnxruntime; then quantizes the bundled digits CNN
-(examples/digits) to int8 and compares float and int8 size and test accuracy in the interpreter."""
+(examples/digits) to int8, calibrated on a folder of digit pictures (examples/digits/images), and
+compares float and int8 size and test accuracy in the interpreter."""
 
 import json
 import os
@@ -73,13 +74,14 @@ def test_accuracy(path: str, images: np.ndarray, labels: np.ndarray) -> float:
 
 def quantization() -> None:
     source = os.path.join(DIGITS, "digits_cnn.onnx")
-    calibration = os.path.join(DIGITS, "digits_calibration.npz")
+    calibration = os.path.join(DIGITS, "images")  # 100 PNGs (make_images.py): a user's pictures
     float_path = os.path.join(HERE, "digits_cnn.tflite")
     int8_path = os.path.join(HERE, "digits_cnn_int8.tflite")
     subprocess.run([QCONVERT, source, float_path], capture_output=True, check=True)
     command = [QCONVERT, *map(os.path.relpath, (source, int8_path)), "--quantize", "--calibration",
                os.path.relpath(calibration)]
-    print("\nint8: a CNN trained on scikit-learn's 8x8 digits (examples/digits/make_digits.py)")
+    print("\nint8: a CNN trained on scikit-learn's 8x8 digits (examples/digits/make_digits.py), "
+          "calibrated on a folder of 100 digit pictures")
     print(shown(command))
     print(subprocess.run(command, capture_output=True, text=True, check=True).stderr.strip())
     with np.load(os.path.join(DIGITS, "digits_test.npz")) as data:

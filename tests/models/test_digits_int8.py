@@ -177,3 +177,20 @@ def test_micro_matches_litert_reference(io_type, per_tensor_fc):
     assert ties <= 0.01 * len(feeds) * len(bias)  # rare: a tie needs the first rounding to land on a half
     float_accuracy = accuracy(litert_logits(*converted(False)))
     assert abs(accuracy(np.array(outputs)) - float_accuracy) <= 1.0
+
+
+def test_the_folder_of_digit_pictures_calibrates_like_the_arrays():
+    """examples/digits/images (make_images.py, what `make demo` calibrates on) holds the
+    calibration arrays as 8-bit PNGs: read back by --calibration DIR they are within 1/510 of the
+    arrays, and the int8 model calibrated on them keeps float's accuracy within one point."""
+    from PIL import Image
+
+    with np.load(DIGITS / "digits_calibration.npz") as data:
+        arrays = data["image"][:, 0, 0]
+    files = sorted((DIGITS / "images").glob("*.png"))
+    assert len(files) == len(arrays)
+    pictures = np.array([np.asarray(Image.open(f), np.float32) / 255 for f in files])
+    assert np.abs(pictures - arrays).max() <= 1 / 510 + 1e-7
+    flatbuffer, report = convert(str(MODEL), quantize=QuantizeOptions(), calibration=str(DIGITS / "images"))
+    assert report.quantization.int8_ops > 0
+    assert accuracy(litert_logits(bytes(flatbuffer), report)) >= accuracy(litert_logits(*converted(False))) - 1.0
