@@ -91,6 +91,8 @@ TIE = 0.05  # a plan with less int8 wins on time only when faster by more than t
 DECISION_SAMPLES = 32
 CHEAP_CHECK_S = 0.5
 TIMED_FROM_MS = 0.02  # plans of a model whose float time is below this are not chosen by time
+# The float_reason of the ops the plan keeps out of int8 starts so: the summary groups them by it.
+PLAN_KEEPS = "the precision plan keeps it out of int8"
 HYBRID = "hybrid"  # a promoted node that runs TFLite's hybrid kernels (Promotion.to)
 
 
@@ -293,7 +295,8 @@ def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, str],
     if to == "int16":
         options = replace(options, int16_nodes={**promoted, **options.int16_nodes})
     else:
-        options = replace(options, keep_float={**promoted, **options.keep_float},
+        planned = {node: f"{PLAN_KEEPS}: {reason}" for node, reason in promoted.items()}
+        options = replace(options, keep_float={**planned, **options.keep_float},
                           hybrid_nodes=options.hybrid_nodes | hybrid)
     run_quantize_pipeline(candidate, options)
     return candidate

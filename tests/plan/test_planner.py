@@ -60,6 +60,10 @@ def test_plan_promotes_the_tanh_and_reaches_the_target(files, tmp_path, target, 
     assert [(p["node"], p["op"]) for p in plan["promotions"]] == [("tanh", "Tanh")]
     assert plan["promotions"][0]["reason"].startswith(f"kept {promoted_to}: quantizing 't' alone gives")
     assert plan["costs"][0]["tensors"] == ["t"] and plan["costs"][0]["kept_float"]
+    if target == "cpu":  # the op's own reason says the plan kept it (the summary groups by it)
+        (kept,) = report["quantization"]["float_ops"]
+        assert kept["op"] == "TANH"
+        assert kept["reason"].startswith("the precision plan keeps it out of int8: quantizing 't' alone")
     # all int8 (weights rounded for the output, biases corrected), all int8 with TOCO's arithmetic;
     # on the CPU path the weight-only plan and the float model, timed against all int8; then the plan
     rounds = [r["promoted"] for r in plan["rounds"]]
