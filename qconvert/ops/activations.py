@@ -207,11 +207,28 @@ def import_selu(node, ctx):
 
 @onnx_op("Celu")
 def import_celu(node, ctx):
-    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): the ELU form for alpha > 0."""
     alpha = float(node.attr("alpha", 1.0))
     if alpha == 0:
-        raise ctx.error("Celu with alpha 0 is undefined")
-    _elu_family(ctx, node.inputs[0], node.outputs[0], alpha, inner=1.0 / alpha)
+        raise ctx.error("Celu with alpha 0 divides by zero (x / alpha): ONNX leaves it undefined")
+    x, y = node.inputs[0], node.outputs[0]
+    if alpha > 0:
+        _elu_family(ctx, x, y, alpha, inner=1.0 / alpha)
+        return
+    _celu_negative_alpha(ctx, x, y, alpha)
+
+
+def _celu_negative_alpha(ctx, x: str, y: str, alpha: float) -> None:
+    """Celu for alpha < 0: the second term min(0, alpha * (exp(x / alpha) - 1)) is
+    alpha * (exp(max(x / alpha, 0)) - 1), nonzero where x < 0 (there x / alpha > 0 and ELU is
+    linear, so the ELU form of alpha > 0 does not apply); it runs to -inf as exp overflows,
+    as onnxruntime's does."""
+    scaled = _op(ctx, "RELU", [_op(ctx, "MUL", [x, _scalar(ctx, 1.0 / alpha, x)], x, y + "_in")],
+                 x, y + "_inpos")
+    growth = _op(ctx, "ADD", [_op(ctx, "EXP", [scaled], x, y + "_exp"), _scalar(ctx, -1.0, x)],
+                 x, y + "_expm1")
+    negative = _op(ctx, "MUL", [growth, _scalar(ctx, alpha, x)], x, y + "_neg")
+    ctx.add_op("ADD", [_op(ctx, "RELU", [x], x, y + "_pos"), negative], [y])
 
 
 @onnx_op("HardSigmoid")

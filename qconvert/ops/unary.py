@@ -284,12 +284,14 @@ def import_mish(node, ctx):
 
 @onnx_op("Shrink")
 def import_shrink(node, ctx):
-    """x - bias where x > lambd, x + bias where x < -lambd, 0 between (two SELECT_V2)."""
+    """x + bias where x < -lambd, else x - bias where x > lambd, else 0 (two SELECT_V2). With a
+    negative lambd both conditions hold between lambd and -lambd: the first wins, as in
+    onnxruntime."""
     x, y = _float_input(node, ctx), node.outputs[0]
     bias, lambd = float(node.attr("bias", 0.0)), float(node.attr("lambd", 0.5))
     f = _Composition(ctx, x, y)
-    below = f.select(f.less(x, -lambd), f("ADD", x, bias), 0.0)
-    f.select(f("GREATER", x, lambd, dtype=np.bool_), f("SUB", x, bias), below, out=y)
+    above = f.select(f("GREATER", x, lambd, dtype=np.bool_), f("SUB", x, bias), 0.0)
+    f.select(f.less(x, -lambd), f("ADD", x, bias), above, out=y)
 
 
 @onnx_op("ThresholdedRelu")
