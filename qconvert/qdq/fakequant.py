@@ -576,6 +576,11 @@ def _fake_quantize_weights(index: GraphIndex, nodes_by_name: dict[str, onnx.Node
     kept = [i for i in graph.initializer if i.name not in dropped]
     del graph.initializer[:]
     graph.initializer.extend(kept)
+    # Old exporters list the weights among the graph inputs too: a DQ writes them now, and a
+    # name both an input and a node's output is two definitions (onnxruntime refuses it).
+    inputs = [i for i in graph.input if i.name not in dropped]
+    del graph.input[:]
+    graph.input.extend(inputs)
     return dequantize, dropped
 
 
