@@ -97,12 +97,37 @@ def inlined_names(nodes) -> set[str]:
     return {name for node in nodes for names in (node.input, node.output) for name in names if name}
 
 
-def _rename_in(graph: onnx.GraphProto, renames: dict[str, str]) -> None:
-    """Renames the outer values a nested graph reads (in place; it defines none of them)."""
+def _definitions(graph: onnx.GraphProto) -> set[str]:
+    """The values `graph` and the graphs nested in it define."""
+    names = _defined(graph)
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            names |= _definitions(sub)
+    return names
+
+
+def graph_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value name `graph` and the graphs nested in it define or read."""
+    names = _definitions(graph) | {v.name for v in graph.output}
+    for node in graph.node:
+        names.update(n for n in node.input if n)
+        for sub in _subgraphs(node):
+            names |= graph_names(sub)
+    return names
+
+
+def rename_outer(graph: onnx.GraphProto, renames: dict[str, str]) -> None:
+    """Renames (in place) the outer-scope values `graph` and the graphs nested in it read, by
+    ONNX's scoping rules: a name a graph defines itself (an input, an initializer, a node output)
+    shadows the outer one there and in the graphs nested in it, so its reads keep their name."""
+    defined = _defined(graph)
+    renames = {old: new for old, new in renames.items() if old not in defined}
+    if not renames:
+        return
     for node in graph.node:
         node.input[:] = [renames.get(n, n) for n in node.input]
         for sub in _subgraphs(node):
-            _rename_in(sub, renames)
+            rename_outer(sub, renames)
     for v in graph.output:
         if v.name in renames:
             v.name = renames[v.name]
@@ -118,9 +143,10 @@ class _Inliner:
             self.taken.update(node.input)
             self.taken.update(node.output)
 
-    def fresh(self, name: str, suffix: str) -> str:
+    def fresh(self, name: str, suffix: str, avoid=frozenset()) -> str:
+        """A new name from `name` and `suffix`, not taken in the graph nor among `avoid`."""
         candidate, k = name + suffix, 0
-        while candidate in self.taken:
+        while candidate in self.taken or candidate in avoid:
             candidate, k = f"{name}{suffix}_{k}", k + 1
         self.taken.add(candidate)
         return candidate
@@ -144,12 +170,14 @@ class _Inliner:
         """The body's nodes with its inputs bound to outer values (`bindings`) and its own values
         renamed (`suffix` appended, unless unused and empty); and the names of its outputs."""
         renames = dict(bindings)
+        # A graph nested in the body that defines a new name itself would shadow it there.
+        avoid = {name for node in body.node for sub in _subgraphs(node) for name in _definitions(sub)}
         for t in body.initializer:
-            renames[t.name] = self.store(self.fresh(t.name, suffix), numpy_helper.to_array(t))
+            renames[t.name] = self.store(self.fresh(t.name, suffix, avoid), numpy_helper.to_array(t))
         for node in body.node:
             for name in node.output:
                 if name:
-                    renames[name] = self.fresh(name, suffix)
+                    renames[name] = self.fresh(name, suffix, avoid)
         nodes = []
         for k, node in enumerate(body.node):
             copy = onnx.NodeProto()
@@ -157,7 +185,7 @@ class _Inliner:
             copy.input[:] = [renames.get(n, n) for n in node.input]
             copy.output[:] = [renames.get(n, n) for n in node.output]
             for sub in _subgraphs(copy):
-                _rename_in(sub, renames)
+                rename_outer(sub, renames)
             copy.name = f"{label}/{node.name or f'{node.op_type}_{k}'}"
             self.graph.names[id(copy)] = copy.name
             nodes.append(copy)
@@ -504,6 +532,16 @@ def loop_output_shapes(graph) -> list[onnx.ValueInfoProto]:
     return shapes
 
 
+def untyped_loop_outputs(graph) -> set[str]:
+    """The loop-carried outputs of the graph's Loops that shape inference has not typed yet
+    though their initial values are typed: loop_output_shapes types them at the next round of
+    inference (a chain of Loops, such as the copies of a loop nested in an unrolled one, takes a
+    round per link)."""
+    return {output for node in graph.nodes if node.op_type == "Loop" and node.domain in ("", "ai.onnx")
+            for initial, output in zip(node.input[2:], node.output)
+            if output and output not in graph.shapes and initial in graph.shapes and initial in graph.dtypes}
+
+
 def _body_output_types(graph, node: onnx.NodeProto) -> list[tuple[int, tuple] | None]:
     """(element type, static shape) of each output of a Loop's body, by ONNX shape inference
     over the body with its inputs typed as the loop gives them (None where not static)."""
@@ -587,6 +625,7 @@ class _Outer:
                 raise self.error(f"its body {body.name!r} gives {v.name!r} as "
                                  f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}; qconvert "
                                  "converts tensors only")
+        inputs, constants = _unshadowed(body, inputs, constants)
         # A body output that is one of its inputs (a value carried unchanged) gets an Identity:
         # the loader gives a graph's inputs and outputs tensors of their own.
         given, nodes, names = {name for name, _, _ in inputs}, list(body.node), []
@@ -618,6 +657,25 @@ class _Outer:
 
     def elem_type(self, name: str) -> int:
         return helper.np_dtype_to_tensor_dtype(self.graph.dtypes[name])
+
+
+def _unshadowed(body: onnx.GraphProto, inputs: list[tuple[str, int, tuple]],
+                constants: dict[str, np.ndarray]):
+    """`inputs` and `constants` for `body` by ONNX's scoping rules: an outer value that the body
+    defines itself (an If's branch holding an initializer named like a value the other branch
+    reads) is shadowed there, so the body gets no copy of that constant, and that input (the
+    op passes it to both branches) a new name nothing in the body reads."""
+    own = _defined(body) - {v.name for v in body.input}
+    if not own & ({name for name, _, _ in inputs} | set(constants)):
+        return inputs, constants
+    taken, renamed = graph_names(body) | {name for name, _, _ in inputs} | set(constants), []
+    for name, elem, shape in inputs:
+        if name in own:
+            while name in taken:
+                name += "_outer"
+            taken.add(name)
+        renamed.append((name, elem, shape))
+    return renamed, {name: value for name, value in constants.items() if name not in own}
 
 
 _WIDE = {np.dtype(np.int64): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.float32)}
