@@ -436,21 +436,49 @@ def check_activation_dtype(dtype: np.dtype, what: str) -> None:
             "int8/16/32/64, uint8/16 and bool only (TFLite has no plain kernels for other types)")
 
 
-def narrow(value: np.ndarray, what: str) -> np.ndarray:
-    """Constant data in its graph dtype: int64 as int32 (failing clearly if a value does not
-    fit), float64 and float16 as float32 (a float16 model's weights are stored as float16 again
-    when it is written: qconvert/transforms/store_weights_float16.py)."""
+# Where a node reads an int64 constant whose values int32 cannot hold, saturating them to int32's
+# range computes the same result as ONNX: Slice's starts, ends and steps (clamped to the dimension
+# anyway), a Loop's trip count (no TFLite loop runs 2^31 times), Trilu's k (beyond any dimension
+# either way); and, since the other operands hold int32 values inside, a Clip/Max bound below
+# int32's minimum or a Clip/Min bound above its maximum. Slots by op: ("low"/"high": values must
+# all lie on that side of the int32 range; "any": every value).
+_SATURATES = {"Slice": {1: "any", 2: "any", 4: "any"}, "Loop": {0: "any"}, "Trilu": {1: "any"},
+              "Clip": {1: "low", 2: "high"}, "Max": "low", "Min": "high"}
+
+
+def saturation_is_exact(op_type: str, slot: int, value: np.ndarray) -> bool:
+    """Whether node `op_type` reading the int64 constant `value` at input `slot` computes the
+    same with `value` saturated to int32's range (_SATURATES)."""
+    rule = _SATURATES.get(op_type)
+    side = rule.get(slot) if isinstance(rule, dict) else rule
+    outside = value[(value < _INT32.min) | (value > _INT32.max)]
+    return (side == "any" or (side == "low" and bool(np.all(outside < _INT32.min)))
+            or (side == "high" and bool(np.all(outside > _INT32.max))))
+
+
+def int32_overflow(value: np.ndarray, what: str, reader: str) -> ConversionError:
+    """The one-line refusal for int64 data that int32 cannot hold, read by `reader`."""
+    bad = value[(value < _INT32.min) | (value > _INT32.max)]
+    return ConversionError(
+        f"{what} holds {int(bad.flat[0])}, which int32 cannot hold; {reader} computes it in int32 "
+        "(qconvert narrows int64 to int32 inside the TFLite graph, whose kernels index with int32)")
+
+
+def narrow(value: np.ndarray, what: str, saturate: bool = False, reader: str = "the graph") -> np.ndarray:
+    """Constant data in its graph dtype: int64 as int32, float64 and float16 as float32 (a
+    float16 model's weights are stored as float16 again when it is written:
+    qconvert/transforms/store_weights_float16.py). An int64 value int32 cannot hold is refused in
+    one line (int32_overflow, naming `reader`), or saturated to int32's range when every reader
+    computes the same with it so (`saturate`: saturation_is_exact)."""
     value = np.asarray(value)
     if value.dtype in (np.float64, np.float16):
         return value.astype(np.float32)
     if value.dtype != np.int64:
         return value
-    # INT64_MAX/MIN-like sentinels ("to the end" in PyTorch's slices) saturate to int32's range;
-    # any other value that does not fit is an error.
-    value = np.where(np.abs(value.astype(np.float64)) >= 2.0**62,
-                     np.clip(value, _INT32.min, _INT32.max), value)
     if value.size and (value.min() < _INT32.min or value.max() > _INT32.max):
-        raise ConversionError(f"{what}: int64 values do not fit in int32, which TFLite uses here")
+        if not saturate:
+            raise int32_overflow(value, what, reader)
+        value = np.clip(value, _INT32.min, _INT32.max)
     return value.astype(np.int32)
 
 
@@ -552,7 +580,7 @@ class ImportContext:
         """Makes the array `name` (a node output) a constant holding `value`, narrowed like
         every constant (int64 to int32)."""
         array = self.model.arrays[name]
-        value = narrow(np.asarray(value), f"tensor {name!r}")
+        value = narrow(np.asarray(value), f"tensor {name!r}", reader=self.label())
         array.data = np.ascontiguousarray(value, dtype=array.dtype).reshape(array.shape)
 
     def tensor(self, hint: str, shape, dtype) -> str:
@@ -561,7 +589,12 @@ class ImportContext:
 
     def constant(self, hint: str, value) -> str:
         """A new constant array; int64 values are narrowed to int32. Returns its name."""
-        return self.model.add_constant(hint, narrow(np.asarray(value), f"constant {hint!r}"))
+        return self.model.add_constant(hint, narrow(np.asarray(value), f"constant {hint!r}",
+                                                    reader=self.label()))
+
+    def label(self) -> str:
+        """The node being imported, as refusals name it."""
+        return f"node {self.node.name!r} ({self.node.op_type})" if self.node else "the graph"
 
     def unary(self, type: str, x: str, y: str, options: dict | None = None) -> Operator:
         return self.add_op(type, [x], [y], options)
@@ -721,6 +754,22 @@ def _check_supported(graph: _Graph) -> None:
                          graph.dtypes)
 
 
+def _readers(graph: _Graph) -> dict[str, list[tuple[str, str, int]]]:
+    """name -> (label, op type, input slot) of each node of `graph` reading it; a graph output,
+    or a value a subgraph reads, counts as a reader of no op type (one that takes no saturated
+    value: saturation_is_exact)."""
+    readers: dict[str, list[tuple[str, str, int]]] = {}
+    for node in graph.nodes:
+        label = f"node {graph.names[id(node)]!r} ({node.op_type})"
+        for slot, name in enumerate(node.input):
+            readers.setdefault(name, []).append((label, node.op_type, slot))
+    for name in [o.name for o in graph.graph.output]:
+        readers.setdefault(name, []).append(("the graph output", "", -1))
+    for name in control_flow.outer_reads(graph.nodes):
+        readers.setdefault(name, []).append(("a subgraph", "", -1))
+    return readers
+
+
 class _Importer:
     """Fills the IR model from the settled graph: graph inputs, each node through its importer,
     graph outputs. IR arrays keep the ONNX tensors' names, but for `aliases`: a graph input's
@@ -731,6 +780,7 @@ class _Importer:
         self.aliases: dict[str, str] = {}
         consumed = {n for node in graph.nodes for n in node.input} | {o.name for o in graph.graph.output}
         self.consumed = consumed | control_flow.outer_reads(graph.nodes)
+        self.readers = _readers(graph)
 
     def ensure_array(self, name: str, node_label: str) -> None:
         """The IR array of the ONNX tensor `name` (a constant with its narrowed value); an
@@ -739,7 +789,7 @@ class _Importer:
         if not name or name in model.arrays or name in self.aliases:
             return
         if name in graph.constants:
-            value = narrow(graph.constants[name], f"tensor {name!r}")
+            value = self.narrow_constant(name, graph.constants[name])
             model.add_named_array(name, value.shape, value.dtype, value)
             return
         if name not in graph.shapes:
@@ -750,6 +800,20 @@ class _Importer:
         check_tensor_size(graph.shapes[name], f"tensor {name!r} ({node_label})")
         check_activation_dtype(graph.dtypes[name], f"tensor {name!r} ({node_label})")
         model.add_named_array(name, graph.shapes[name], internal_dtype(graph.dtypes[name]))
+
+    def narrow_constant(self, name: str, value: np.ndarray) -> np.ndarray:
+        """The constant `name` narrowed (narrow); int64 values int32 cannot hold are saturated
+        where every reader computes the same with them so, else refused naming a reader that
+        does not."""
+        value = np.asarray(value)
+        if value.dtype != np.int64 or not value.size or (
+                _INT32.min <= value.min() and value.max() <= _INT32.max):
+            return narrow(value, f"tensor {name!r}")
+        readers = self.readers.get(name, [("a subgraph or graph output", "", -1)])
+        for label, op_type, slot in readers:
+            if not saturation_is_exact(op_type, slot, value):
+                return narrow(value, f"tensor {name!r}", reader=label)
+        return narrow(value, f"tensor {name!r}", saturate=True)
 
     def add_inputs(self) -> None:
         """Graph inputs keep the ONNX name and dtype; a narrowed dtype goes through a CAST."""
