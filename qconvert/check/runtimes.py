@@ -27,7 +27,22 @@ from ..errors import ConversionError, ReferenceFailed, first_line
 from ..tflite.reader import io_layout_metadata
 from .float_check import output_rules, step_fetches
 
-INTEGER_INPUT_HIGH = 10  # generated integer inputs are uniform in [0, 10)
+INTEGER_INPUT_HIGH = 10  # generated index-like integer inputs are uniform in [0, 10)
+# Integer inputs that only meet arithmetic (_value_inputs) are drawn wide: magnitudes spread
+# log-uniformly up to int32's maximum, both signs (int64 computes as int32 inside the graph, so
+# int32's range is what the .tflite takes: qconvert/onnx/loader.py); small integer types over
+# their whole range.
+WIDE_INTEGER_BITS = 31
+# (op type, input slot) pairs, or op types (every slot), through which an integer input is a
+# value, never an index, a shape, a count or a divisor: such an input takes any value.
+_VALUE_OPS = {"Add", "Sub", "Mul", "Max", "Min", "Sum", "Abs", "Neg", "Sign", "Equal", "Less",
+              "Greater", "LessOrEqual", "GreaterOrEqual", "Cast", "CastLike", "Identity",
+              "Concat", "Transpose", "Flatten", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+              "BitwiseNot", "ArgMax", "ArgMin"}
+_VALUE_SLOTS = {("Mod", 0), ("Div", 0), ("Where", 1), ("Where", 2), ("Clip", 0), ("Reshape", 0),
+                ("Squeeze", 0), ("Unsqueeze", 0), ("ReduceSum", 0), ("ReduceMax", 0),
+                ("ReduceMin", 0), ("CumSum", 0), ("Expand", 0), ("Tile", 0), ("Slice", 0),
+                ("Gather", 0), ("Pad", 0)}
 
 
 # --- LiteRT ----------------------------------------------------------------------------------
@@ -241,9 +256,12 @@ def onnx_values(proto: onnx.ModelProto, outputs: bool = False) -> list[OnnxValue
 
 def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
                       seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Seeded inputs in the ONNX layout and dtypes: standard normal for float inputs, uniform in
-    [0, INTEGER_INPUT_HIGH) for integer ones, random for booleans."""
+    """Seeded inputs in the ONNX layout and dtypes: standard normal for float inputs, random for
+    booleans; integer inputs that only meet arithmetic over a wide range (_wide_integers), the
+    others (indices, shapes, counts, divisors: _value_inputs) uniform in [0, INTEGER_INPUT_HIGH),
+    which keeps ids below any vocabulary and shapes small."""
     dtypes = {v.name: v.dtype for v in onnx_values(proto)}
+    values = _value_inputs(proto.graph)
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(count):
@@ -254,10 +272,46 @@ def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
                 sample[port.onnx_name] = rng.standard_normal(shape).astype(dtype)
             elif dtype.kind == "b":
                 sample[port.onnx_name] = np.asarray(rng.random(shape) > 0.5)  # 0-d too
+            elif port.onnx_name in values:
+                sample[port.onnx_name] = _wide_integers(rng, shape, dtype)
             else:
                 sample[port.onnx_name] = rng.integers(0, INTEGER_INPUT_HIGH, shape).astype(dtype)
         samples.append(sample)
     return samples
+
+
+def _wide_integers(rng: np.random.Generator, shape, dtype: np.dtype) -> np.ndarray:
+    """Integers of `dtype` over its range, capped at int32's (WIDE_INTEGER_BITS): magnitudes
+    log-uniform, so that small and large values both occur, with both signs for signed types."""
+    info = np.iinfo(dtype)
+    bits = min(WIDE_INTEGER_BITS, int(np.log2(float(info.max) + 1)))
+    magnitude = np.floor(np.exp2(rng.uniform(0, bits, shape))).astype(np.int64) - 1
+    sign = np.where(rng.random(shape) < 0.5, -1, 1) if info.min < 0 else 1
+    return np.asarray(np.clip(sign * magnitude, info.min, info.max)).astype(dtype)
+
+
+def _value_inputs(graph: onnx.GraphProto) -> set[str]:
+    """The graph inputs whose values reach only value slots (_VALUE_OPS, _VALUE_SLOTS): followed
+    forward through every node that reads them, an input is left out as soon as one read is an
+    index, shape, count or divisor, or of an op not listed (control flow included)."""
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, slot))
+    values = set()
+    for value in graph.input:
+        reached, pending, fine = {value.name}, [value.name], True
+        while pending and fine:
+            for node, slot in readers.get(pending.pop(), []):
+                fine = node.op_type in _VALUE_OPS or (node.op_type, slot) in _VALUE_SLOTS
+                if not fine:
+                    break
+                fresh = [o for o in node.output if o and o not in reached]
+                reached.update(fresh)
+                pending.extend(fresh)
+        if fine:
+            values.add(value.name)
+    return values
 
 
 class Reference:

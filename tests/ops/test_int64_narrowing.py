@@ -1,0 +1,148 @@
+"""int64 narrowed to int32 inside the graph only where the values allow it (issue 32).
+
+qconvert computes int64 as int32 inside the TFLite graph (qconvert/onnx/loader.py). A constant
+that int32 cannot hold is refused in one line naming it, its value and the node reading it, or
+saturated where the reader computes the same (a Max bound below int32, a Min bound above it,
+Slice's ends); before, it was saturated everywhere, and Mod(x, 2^62) computed mod 2147483647.
+Every case is compared with onnxruntime on inputs whose results int32 holds (the .tflite's
+contract for int64 inputs and results), or asserted refused in one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+from qconvert.check.runtimes import prepare
+from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line, convert_proto, make_model
+
+BIG = [2**31 - 1, 2**31, 2**62, -(2**31) - 1]
+# Inputs per op whose results with any constant int32 holds fit int32 too.
+FEEDS = {"Mod": [-7, 0, 5, 2**31 - 2], "Add": [-3, -1, 0], "Sub": [-1, 0, 3], "Mul": [-1, 0, 1],
+         "Div": [-7, 0, 5, 2**31 - 2], "Max": [-7, 0, 2**31 - 2], "Min": [-(2**31) + 2, 0, 5]}
+# (op, constant) pairs that convert although int32 cannot hold the constant: saturating it to
+# int32's range leaves the result the same for any int32 input.
+SATURATED_EXACTLY = {("Max", -(2**31) - 1), ("Min", 2**31), ("Min", 2**62)}
+
+
+def _binary(op: str, c: int):
+    return make_model([helper.make_node(op, ["x", "c"], ["y"], name="n")], {"x": (T.INT64, [4])},
+                      {"y": T.INT64}, {"c": np.array(c, np.int64)})
+
+
+@pytest.mark.parametrize("c", BIG)
+@pytest.mark.parametrize("op", sorted(FEEDS))
+def test_binary_op_with_a_big_int64_constant(op, c):
+    """Exact where int32 holds the constant or saturation is exact; else one line naming the
+    constant, its value and the node."""
+    model = _binary(op, c)
+    feeds = {"x": np.resize(np.array(FEEDS[op], np.int64), 4)}
+    if -(2**31) <= c < 2**31 or (op, c) in SATURATED_EXACTLY:
+        assert_matches_onnxruntime(model, feeds)
+    else:
+        message = assert_refused_in_one_line(model, "which int32 cannot hold", node="n")
+        assert f"'c' holds {c}," in message
+
+
+def test_mod_by_2_to_the_62_is_refused_naming_the_value():
+    """The issue's case: before, it converted with exit 0 and computed mod 2147483647."""
+    message = assert_refused_in_one_line(_binary("Mod", 2**62), "'c' holds 4611686018427387904")
+    assert "node 'n' (Mod)" in message
+
+
+def _range_plus_x(start: int, minus: int):
+    """x + (Range(start, start + 4, 1) - minus): folded at load time in int64."""
+    nodes = [helper.make_node("Range", ["s", "l", "d"], ["r"]),
+             helper.make_node("Sub", ["r", "m"], ["rm"]),
+             helper.make_node("Add", ["x", "rm"], ["y"], name="add")]
+    inits = {"s": np.array(start, np.int64), "l": np.array(start + 4, np.int64),
+             "d": np.array(1, np.int64), "m": np.array(minus, np.int64)}
+    return make_model(nodes, {"x": (T.INT64, [4])}, {"y": T.INT64}, inits, opset=13)
+
+
+@pytest.mark.parametrize("start", [2**40, 2**62, -(2**31) - 10])
+def test_range_beyond_int32_folds_in_int64(start):
+    """Range bounds beyond int32 whose folded result int32 holds convert exactly."""
+    feeds = {"x": np.array([-5, 0, 7, 100], np.int64)}
+    assert_matches_onnxruntime(_range_plus_x(start, start), feeds)
+
+
+@pytest.mark.parametrize("start", [2**40, -(2**31) - 10])
+def test_range_beyond_int32_read_by_add_is_refused(start):
+    model = _range_plus_x(start, 0)
+    assert_refused_in_one_line(model, f"'rm' holds {start},.*int32 cannot hold", node="add")
+
+
+@pytest.mark.parametrize("values", [[2**32 + 5, 2**31, -(2**31) - 1, 7], [-(2**40), 2**63 - 1, 3, -3]])
+def test_cast_int64_input_to_int32_wraps_like_onnx(values):
+    """ONNX's Cast wraps modulo 2^32 (onnxruntime does); the input's narrowing CAST does too."""
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to=T.INT32)], {"x": (T.INT64, [4])},
+                       {"y": T.INT32})
+    assert_matches_onnxruntime(model, {"x": np.array(values, np.int64)})
+
+
+def test_cast_of_a_big_constant_folds_with_wrapping():
+    nodes = [helper.make_node("Cast", ["c"], ["c32"], to=T.INT32),
+             helper.make_node("Add", ["x", "c32"], ["y"])]
+    model = make_model(nodes, {"x": (T.INT32, [3])}, {"y": T.INT32},
+                       {"c": np.array([2**32 + 5, 2**40 - 1, -(2**33) + 9], np.int64)})
+    assert_matches_onnxruntime(model, {"x": np.array([1, -2, 3], np.int32)})
+
+
+def _shape_times(k: int, divide: bool):
+    """Reshape(x, Shape(x) * k [/ k]): shape arithmetic folded at load time."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Mul", ["s", "k"], ["sk"])]
+    if divide:
+        nodes.append(helper.make_node("Div", ["sk", "k"], ["shape"]))
+        nodes.append(helper.make_node("Reshape", ["x", "shape"], ["y"]))
+        return make_model(nodes, {"x": (T.FLOAT, [2, 3])}, {"y": T.FLOAT}, {"k": np.array(k, np.int64)})
+    nodes.append(helper.make_node("Add", ["i", "sk"], ["y"], name="add"))
+    return make_model(nodes, {"x": (T.FLOAT, [2, 3]), "i": (T.INT64, [2])}, {"y": T.INT64},
+                      {"k": np.array(k, np.int64)})
+
+
+@pytest.mark.parametrize("k", [2**31, 2**40, -(2**35)])
+def test_shape_arithmetic_beyond_int32_folds_exactly(k):
+    assert_matches_onnxruntime(_shape_times(k, divide=True))
+
+
+@pytest.mark.parametrize("k", [2**31, -(2**35)])
+def test_shape_arithmetic_beyond_int32_read_by_add_is_refused(k):
+    assert_refused_in_one_line(_shape_times(k, divide=False), "'sk' holds .*int32 cannot hold", node="add")
+
+
+def test_slice_with_int64_max_ends_still_converts():
+    """PyTorch's "to the end" sentinel: Slice clamps ends to the dimension, so saturating it is
+    exact (the one place saturation was meant for)."""
+    model = make_model([helper.make_node("Slice", ["x", "s", "e"], ["y"])], {"x": (T.FLOAT, [2, 5])},
+                       {"y": T.FLOAT}, {"s": np.array([1], np.int64), "e": np.array([2**63 - 1], np.int64)})
+    assert_matches_onnxruntime(model)
+
+
+def _mod_input_model():
+    nodes = [helper.make_node("Mod", ["x", "c"], ["y"]),
+             helper.make_node("Gather", ["table", "ids"], ["z"])]
+    return make_model(nodes, {"x": (T.INT64, [64]), "ids": (T.INT64, [64])},
+                      {"y": T.INT64, "z": T.FLOAT},
+                      {"c": np.array(2**31 - 1, np.int64), "table": np.ones((10, 2), np.float32)})
+
+
+def test_large_int64_input_through_mod():
+    """Inputs up to int32's limits (what the .tflite takes for an int64 input) through Mod."""
+    x = np.array([2**31 - 2, -(2**31) + 1, 2**30 + 7, -5] * 16, np.int64)
+    assert_matches_onnxruntime(_mod_input_model(), {"x": x, "ids": np.arange(64, dtype=np.int64) % 10})
+
+
+def test_default_check_draws_arithmetic_inputs_wide_and_ids_small(tmp_path):
+    """The check's generated samples: the Mod operand spans both signs and magnitudes past 2^16
+    (so a narrowed constant shows); the Gather ids stay below the 10-row table."""
+    flatbuffer, _ = convert_proto(_mod_input_model())
+    path = tmp_path / "m.tflite"
+    path.write_bytes(flatbuffer)
+    _, samples = prepare(_mod_input_model(), str(path), None, 1)
+    sample = samples[0]
+    assert sample["x"].min() < -(2**16) and sample["x"].max() > 2**16
+    assert np.abs(sample["x"]).max() < 2**31
+    assert 0 <= sample["ids"].min() and sample["ids"].max() < 10
