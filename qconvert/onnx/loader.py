@@ -7,6 +7,13 @@ chains), until nothing changes; then every remaining node goes to its importer (
 int64 tensors are narrowed to int32 inside the graph (TFLite's kernels index with int32), the small
 integer types widened to it, float64 and float16 computed as float32 (_NARROWED); graph inputs and
 outputs keep their ONNX dtype through a CAST.
+
+The narrowing is proven for constants (initializers and everything folded, which folding computes
+in int64): one that int32 cannot hold is refused in one line naming it, its value and the node
+reading it, or saturated only where that reader computes the same with it (_SATURATES). At run
+time it is a contract: an int64 graph input takes values int32 holds (its CAST wraps others
+modulo 2^32, as ONNX's Cast to int32 does), and int64 results are computed in int32; the default
+float check draws such inputs over int32's whole range (qconvert/check/runtimes.py).
 """
 
 from __future__ import annotations
