@@ -7,8 +7,11 @@ equal inside the graph (float32 <-> float64 <-> float16, int32 <-> int64, X -> X
 CAST back to int32: values wrap as ONNX's do). A Cast of a graph input reads the input in its own
 type (a uint8 image: one CAST uint8 -> float32, which TFLite's CAST reads directly).
 Float to int truncates toward zero like ONNX: TFLite's CAST kernel uses a C++ static_cast, after
-clamping to the int32 range (out-of-range values saturate; ONNX leaves them undefined). A Cast of
-a constant was folded at load time.
+clamping to the int32 range (out-of-range values saturate; ONNX leaves them undefined, and a Cast
+to int64 of a value beyond int32 saturates too: int64 computes as int32 inside). A Cast of an
+int64 graph input to int32 is exact for any value: its narrowing CAST wraps modulo 2^32 as ONNX's
+Cast does. A Cast of a constant was folded at load time (in int64: the loader refuses a result
+int32 cannot hold where it is read).
 """
 
 from __future__ import annotations
