@@ -48,6 +48,9 @@ class ConversionNotes:
     op_nodes: list[str] = field(default_factory=list)  # each written op's source node
     float_reasons: list[str] = field(default_factory=list)  # why each op stayed float ("" if not)
     range_sources: dict[str, str] = field(default_factory=dict)  # tensor -> where its range came from
+    # tensor -> the ONNX values over the file's, per channel (equalize_channel_ranges): kept here,
+    # not in the file (files written before kept them in its io-layout metadata, still read).
+    channel_scales: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class _Comparison:
@@ -104,7 +107,7 @@ def build_report(proto: onnx.ModelProto, tflite_path: str, samples=None, count: 
     details = {d["index"]: d for d in model.interpreter.get_tensor_details()}
     recorded = io_layout_metadata(tflite_path)
     io_layouts = {name: tuple(perm) for name, perm in recorded.get("outputs", {}).items()}
-    channel_scales = recorded.get("channel_scales", {})
+    channel_scales = notes.channel_scales if notes is not None else recorded.get("channel_scales", {})
     io_layouts.update((p.onnx_name, p.permutation) for p in model.inputs if p.permutation)
     comparisons, unmatched = {}, []
     for index, tensor in enumerate(summary.tensors):

@@ -498,7 +498,9 @@ def conversion_notes(model: Model) -> ConversionNotes:
     """What the per-tensor report needs to know of the written model that the file does not say."""
     return ConversionNotes([op.source for op in model.operators],
                            [op.float_reason for op in model.operators],
-                           {n: a.minmax.source for n, a in model.arrays.items() if a.minmax})
+                           {n: a.minmax.source for n, a in model.arrays.items() if a.minmax},
+                           {n: a.channel_scale.astype(np.float32) for n, a in model.arrays.items()
+                            if a.channel_scale is not None})
 
 
 def _write_candidate(model: Model, path: str) -> None:

@@ -315,19 +315,16 @@ class _Writer:
     # --- pieces -------------------------------------------------------------------------------
     def _io_layout(self) -> bytes | None:
         """The permuted graph inputs and outputs as JSON {"inputs": {name: ONNX axes in the
-        file's order}, "outputs": {...}} (qconvert.check.runtimes reads it), and the tensors whose
-        channels were equalized, "channel_scales": {name: [the ONNX values over the file's, per
-        channel of the last axis]} (the report reads it); None when there is neither."""
+        file's order}, "outputs": {...}}, which a later run reads to pair the file's inputs and
+        outputs with the ONNX model's (qconvert.check.runtimes); None when nothing is permuted.
+        Only that: the file goes to devices. What the conversion's diagnostics need (the equalized
+        channels' scales) goes to its report (check/report.py's ConversionNotes)."""
         model = self.model
         perms = model.io_permutation
-        scales = {name: [float(v) for v in model.arrays[name].channel_scale] for name in self.tensor_indices[0]
-                  if name in model.arrays and model.arrays[name].channel_scale is not None}
-        if not any(name in perms for name in model.inputs + model.outputs) and not scales:
+        if not any(name in perms for name in model.inputs + model.outputs):
             return None
         layout = {kind: {n: list(perms[n]) for n in names if n in perms}
                   for kind, names in (("inputs", model.inputs), ("outputs", model.outputs))}
-        if scales:
-            layout["channel_scales"] = scales
         return json.dumps(layout, sort_keys=True).encode()
 
     @staticmethod

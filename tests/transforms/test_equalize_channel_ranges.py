@@ -6,7 +6,8 @@ depthwise conv that brings every channel back to the same size, and on the same 
 between and a 1x1 conv reading: the equalized float model (what the quantize steps start from)
 matches onnxruntime to float rounding; in int8 (LiteRT against onnxruntime) the output's SQNR is
 more than 10 dB above the unequalized conversion's (--no-equalization). The report compares the
-equalized tensor with the ONNX one through the scales the file records."""
+equalized tensor with the ONNX one through the scales the conversion records (its notes: the
+file does not carry them)."""
 
 import json
 
@@ -94,9 +95,11 @@ def test_the_report_compares_the_equalized_tensor_through_its_scales(tmp_path):
     from qconvert.check.report import build_report
 
     model, calibration = pair()
-    flatbuffer, _ = convert_quantized(model, calibration, tmp_path)
+    flatbuffer, converted = convert_quantized(model, calibration, tmp_path)
     path = tmp_path / "model.tflite"
     path.write_bytes(flatbuffer)
-    content = build_report(model, str(path), [{"x": calibration["x"][k]} for k in range(4)], 4)
+    # The conversion's report (--report): the scales are in its notes, not in the file.
+    content = build_report(model, str(path), [{"x": calibration["x"][k]} for k in range(4)], 4,
+                           converted.notes)
     middle = [t for t in content["tensors"] if t["onnx_name"] == "h" and t["dtype"] == "int8"]
     assert middle and middle[0]["sqnr_db"] > 30, json.dumps(middle)
