@@ -23,8 +23,13 @@ sequence (SLICE). The fused kernel has no cell-state output, and ONNX `clip` bou
 pre-activations while TFLite's cell_clip bounds the cell state, so a node whose Y_c is read, with
 clip, or with non-default activations is unrolled instead: one FULLY_CONNECTED for all input
 projections, then per step FULLY_CONNECTED (recurrent), SPLIT into gates and elementwise ops.
+
+Activations: every function of ONNX's `activations` list (Relu, Tanh, Sigmoid, Affine, LeakyRelu,
+ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign, Softplus), with the alpha/beta that
+`activation_alpha`/`activation_beta` give in order to the functions that take them; composed
+from TFLite ops in the unrolled cells (see _activate).
 Unsupported (error): input_forget=1, sequence_lens differing from the sequence length,
-activations other than Sigmoid/Tanh/Relu, non-constant W/R/B (a computed P is unrolled).
+non-constant W/R/B (a computed P is unrolled).
 """
 
 from __future__ import annotations
@@ -33,11 +38,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .compose import call_importer
 from .registry import SAME16, HybridRule, onnx_op, tflite_op
 from .versions import FLOAT32, INT8, INT16, by_input_dtype, input_dtype
 
 _DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
 _ACTIVATION_OPS = {"Sigmoid": "LOGISTIC", "Tanh": "TANH", "Relu": "RELU"}
+# The other activations: whether each takes (alpha, beta), and its parameters when the
+# activation_alpha/activation_beta lists run out. The spec says "the defaults of the corresponding
+# ONNX operators"; these are onnxruntime's (0 for Affine, ThresholdedRelu and ScaledTanh, where the
+# spec's ThresholdedRelu and Affine would take 1), which the conversion is checked against.
+_PARAMETERS = {"Affine": (True, True), "LeakyRelu": (True, False), "ThresholdedRelu": (True, False),
+               "ScaledTanh": (True, True), "HardSigmoid": (True, True), "Elu": (True, False),
+               "Softsign": (False, False), "Softplus": (False, False)}
+_DEFAULT_PARAMETERS = {"LeakyRelu": (0.01, 0.0), "HardSigmoid": (0.2, 0.5), "Elu": (1.0, 0.0)}
 _FUSED_GATES = (0, 2, 3, 1)  # TFLite's i, f, c, o in ONNX's i, o, f, c packing
 _F32 = np.float32
 
@@ -76,6 +90,15 @@ tflite_op("REVERSE_V2", quant=SAME16, version=by_input_dtype({np.int8: 3, np.boo
           evaluate=_evaluate_reverse)
 
 
+@dataclass(frozen=True)
+class _Activation:
+    """One function of the `activations` list with its alpha and beta (0 where it takes none)."""
+
+    name: str
+    alpha: float = 0.0
+    beta: float = 0.0
+
+
 @dataclass
 class _Direction:
     """One direction's parameters; initial states are constants or array names of `state`."""
@@ -87,7 +110,7 @@ class _Direction:
     h0: np.ndarray | str
     c0: np.ndarray | str
     reverse: bool
-    acts: list[str]
+    acts: list[_Activation]
 
 
 @dataclass
@@ -98,6 +121,7 @@ class _Spec:
     state: tuple[int, ...]  # one direction's state shape: [1, B, H] or [B, 1, H]
     clip: float | None
     dirs: list[_Direction]
+    node: object = None  # the ONNX node, for the importers that compose activations
 
 
 def _op(ctx, op_type: str, inputs: list[str], shape, options=None, activation="NONE") -> str:
@@ -182,14 +206,11 @@ def _parse(node, ctx) -> _Spec:
     axis = 1 if layout else 0
     steps = ctx.shape(x)[axis]
     _check_full_length(ctx, lens_name, steps)
-    acts = list(node.attr("activations", _DEFAULT_ACTIVATIONS * count))
-    unknown = sorted(set(acts) - set(_ACTIVATION_OPS))
-    if unknown:
-        raise ctx.error(f"activation {unknown[0]} is not supported (Sigmoid, Tanh, Relu are)")
+    acts = _activations(node, ctx, _DEFAULT_ACTIVATIONS, count)
     batch = ctx.shape(x)[1 - axis]
     seq = (steps, batch, hidden) if axis == 0 else (batch, steps, hidden)
     state = (1, batch, hidden) if axis == 0 else (batch, 1, hidden)
-    spec = _Spec(x, axis, seq, state, node.attr("clip"), [])
+    spec = _Spec(x, axis, seq, state, node.attr("clip"), [], node)
     h0s = _initial_states(ctx, h_name, spec, count)
     c0s = _initial_states(ctx, c_name, spec, count)
     for d in range(count):
@@ -197,8 +218,54 @@ def _parse(node, ctx) -> _Spec:
             w[d].reshape(4, hidden, -1), r[d].reshape(4, hidden, hidden),
             (b[d, :4 * hidden] + b[d, 4 * hidden:]).reshape(4, hidden),
             None if p is None else p[d], h0s[d], c0s[d],
-            direction == "reverse" or d == 1, acts[3 * d:3 * d + 3]))
+            direction == "reverse" or d == 1, acts[d]))
     return spec
+
+
+def _activations(node, ctx, defaults: list[str], count: int) -> list[list[_Activation]]:
+    """The `activations` of each direction, with activation_alpha/activation_beta handed out in
+    order to the functions that take them (onnxruntime's defaults once a list runs out). As in
+    onnxruntime, the list must name every function of every direction."""
+    names = list(node.attr("activations", defaults * count))
+    unknown = [n for n in names if n not in _ACTIVATION_OPS and n not in _PARAMETERS]
+    if unknown:
+        raise ctx.error(f"activation {unknown[0]!r} is not an ONNX recurrent activation (Relu, Tanh, "
+                        f"Sigmoid, {', '.join(_PARAMETERS)})")
+    if len(names) != len(defaults) * count:
+        raise ctx.error(f"activations {names} has {len(names)} functions; {node.op_type} with "
+                        f"{count} direction(s) takes {len(defaults) * count}")
+    alphas = [float(v) for v in node.attr("activation_alpha", None) or []]
+    betas = [float(v) for v in node.attr("activation_beta", None) or []]
+    acts = []
+    for name in names:
+        takes_alpha, takes_beta = _PARAMETERS.get(name, (False, False))
+        alpha, beta = _DEFAULT_PARAMETERS.get(name, (0.0, 0.0))
+        alpha = alphas.pop(0) if takes_alpha and alphas else alpha
+        beta = betas.pop(0) if takes_beta and betas else beta
+        acts.append(_Activation(name, alpha if takes_alpha else 0.0, beta if takes_beta else 0.0))
+    n = len(defaults)
+    return [acts[n * d:n * d + n] for d in range(count)]
+
+
+def _activate(ctx, spec: _Spec, act: _Activation, z: str) -> str:
+    """act(z) as TFLite ops: Sigmoid, Tanh and Relu as one op; LeakyRelu, ThresholdedRelu,
+    HardSigmoid, Elu, Softsign and Softplus by the importers of the ONNX ops of those names
+    (the same functions; a ThresholdedRelu's x == alpha gives 0 there, x here, both 0 at
+    alpha 0); Affine as alpha * z + beta, ScaledTanh as alpha * TANH(beta * z)."""
+    if act.name in _ACTIVATION_OPS:
+        return _op(ctx, _ACTIVATION_OPS[act.name], [z], spec.state)
+    scalar = (lambda value: ctx.constant("act", np.array(value, _F32)))
+    if act.name == "Affine":
+        return _op(ctx, "ADD", [_op(ctx, "MUL", [z, scalar(act.alpha)], spec.state), scalar(act.beta)],
+                   spec.state)
+    if act.name == "ScaledTanh":
+        inner = _op(ctx, "TANH", [_op(ctx, "MUL", [z, scalar(act.beta)], spec.state)], spec.state)
+        return _op(ctx, "MUL", [inner, scalar(act.alpha)], spec.state)
+    takes_alpha, takes_beta = _PARAMETERS[act.name]
+    attrs = ({"alpha": act.alpha} if takes_alpha else {}) | ({"beta": act.beta} if takes_beta else {})
+    y = ctx.tensor(act.name.lower(), spec.state, _F32)
+    call_importer(ctx, spec.node, act.name, [z], [y], **attrs)
+    return y
 
 
 # --- fused kernel ---------------------------------------------------------------------------------
@@ -243,7 +310,7 @@ def _fused(ctx, spec: _Spec, d: _Direction, index: int):
 
 
 # --- unrolled cell --------------------------------------------------------------------------------
-def _gate(ctx, spec: _Spec, z: str, peephole, c: str | None, act: str) -> str:
+def _gate(ctx, spec: _Spec, z: str, peephole, c: str | None, act: _Activation) -> str:
     """act(z + peephole * c), with ONNX's clip of the pre-activation."""
     if peephole is not None:
         if isinstance(peephole, np.ndarray):
@@ -252,7 +319,7 @@ def _gate(ctx, spec: _Spec, z: str, peephole, c: str | None, act: str) -> str:
     if spec.clip is not None:
         z = _op(ctx, "MINIMUM", [z, ctx.constant("clip", np.array(spec.clip, _F32))], spec.state)
         z = _op(ctx, "MAXIMUM", [z, ctx.constant("clip", np.array(-spec.clip, _F32))], spec.state)
-    return _op(ctx, _ACTIVATION_OPS[act], [z], spec.state)
+    return _activate(ctx, spec, act, z)
 
 
 def _unrolled(ctx, spec: _Spec, d: _Direction, index: int):
@@ -278,8 +345,7 @@ def _unrolled(ctx, spec: _Spec, d: _Direction, index: int):
         c = _op(ctx, "ADD", [_op(ctx, "MUL", [f, c], spec.state),
                              _op(ctx, "MUL", [i, g], spec.state)], spec.state)
         o = _gate(ctx, spec, z[1], peep[1], c, f_act)
-        h = outputs[t] = _op(ctx, "MUL", [o, _op(ctx, _ACTIVATION_OPS[h_act], [c], spec.state)],
-                             spec.state)
+        h = outputs[t] = _op(ctx, "MUL", [o, _activate(ctx, spec, h_act, c)], spec.state)
     if steps == 1:
         return h, h, c
     return _op(ctx, "CONCATENATION", outputs, spec.seq, {"axis": spec.axis}), h, c
@@ -304,7 +370,8 @@ def import_lstm(node, ctx):
     outputs = node.outputs + [""] * (3 - len(node.outputs))
     y, y_h, y_c = outputs[:3]
     fused = (spec.clip is None and not ctx.is_used(y_c) and all(
-        d.acts == _DEFAULT_ACTIVATIONS and not isinstance(d.p, list) for d in spec.dirs))
+        [a.name for a in d.acts] == _DEFAULT_ACTIVATIONS and not isinstance(d.p, list)
+        for d in spec.dirs))
     build = _fused if fused else _unrolled
     results = [build(ctx, spec, d, i) for i, d in enumerate(spec.dirs)]
     if y:
@@ -334,7 +401,7 @@ class _Cell:
     rb: np.ndarray  # [gates, H]
     h0: np.ndarray | str
     reverse: bool
-    acts: list[str]
+    acts: list[_Activation]
 
 
 def _parse_cell(node, ctx, gates: int, default_acts: list[str]) -> tuple[_Spec, list[_Cell]]:
@@ -343,8 +410,6 @@ def _parse_cell(node, ctx, gates: int, default_acts: list[str]) -> tuple[_Spec, 
     direction = node.attr("direction", "forward")
     if direction not in ("forward", "reverse", "bidirectional"):
         raise ctx.error(f"direction {direction!r} is not supported")
-    if node.attr("activation_alpha") is not None or node.attr("activation_beta") is not None:
-        raise ctx.error("activation_alpha/activation_beta are not supported")
     count = 2 if direction == "bidirectional" else 1
     w = ctx.require_const(w_name, "W").astype(_F32)
     r = ctx.require_const(r_name, "R").astype(_F32)
@@ -357,18 +422,13 @@ def _parse_cell(node, ctx, gates: int, default_acts: list[str]) -> tuple[_Spec, 
     axis = 1 if node.attr("layout", 0) else 0
     steps, batch = ctx.shape(x)[axis], ctx.shape(x)[1 - axis]
     _check_full_length(ctx, lens_name, steps)
-    acts = list(node.attr("activations", default_acts * count))
-    unknown = sorted(set(acts) - set(_ACTIVATION_OPS))
-    if unknown or len(acts) != len(default_acts) * count:
-        raise ctx.error(f"activations {acts} are not supported ({len(default_acts)} per direction "
-                        "of Sigmoid, Tanh, Relu are)")
+    acts = _activations(node, ctx, default_acts, count)
     seq = (steps, batch, hidden) if axis == 0 else (batch, steps, hidden)
     state = (1, batch, hidden) if axis == 0 else (batch, 1, hidden)
-    spec = _Spec(x, axis, seq, state, node.attr("clip"), [])
-    n = len(default_acts)
+    spec = _Spec(x, axis, seq, state, node.attr("clip"), [], node)
     cells = [_Cell(w[d].reshape(gates, hidden, -1), r[d].reshape(gates, hidden, hidden),
                    b[d, :gates * hidden].reshape(gates, hidden), b[d, gates * hidden:].reshape(gates, hidden),
-                   h0, direction == "reverse" or d == 1, acts[n * d:n * d + n])
+                   h0, direction == "reverse" or d == 1, acts[d])
              for d, h0 in enumerate(_initial_states(ctx, h_name, spec, count))]
     return spec, cells
 

@@ -147,7 +147,8 @@ def test_clip_and_activations_unrolled():
 
 @pytest.mark.parametrize("attrs,message", [
     ({"input_forget": 1}, "input_forget"),
-    ({"activations": ["HardSigmoid", "Tanh", "Tanh"]}, "HardSigmoid"),
+    ({"activations": ["Gelu", "Tanh", "Tanh"]}, "Gelu"),
+    ({"activations": ["Sigmoid", "Tanh"]}, "takes 3"),
     ({"lens": T - 1}, "sequence_lens"),
 ])
 def test_unsupported(attrs, message):
@@ -185,6 +186,8 @@ def _cell_model(op: str, direction="forward", layout=0, initial=False, bias=True
     ("GRU", {"activations": ["Sigmoid", "Relu"]}),
     ("RNN", {}), ("RNN", {"direction": "bidirectional", "initial": True}),
     ("RNN", {"activations": ["Relu"]}), ("RNN", {"clip": 0.5, "bias": False}),
+    ("GRU", {"activations": ["HardSigmoid", "Relu"], "activation_alpha": [0.3], "activation_beta": [0.4]}),
+    ("GRU", {"activation_alpha": [0.5, 0.5]}),  # Sigmoid and Tanh take none: ignored, as onnxruntime
 ])
 def test_gru_and_rnn_unrolled(op, attrs):
     _, report = assert_matches_onnxruntime(_cell_model(op, **attrs), _feeds(_cell_model(op, **attrs)))
@@ -228,8 +231,8 @@ def test_gru_and_rnn_int8(op, tmp_path):
 
 
 @pytest.mark.parametrize("attrs,message", [
-    ({"activations": ["HardSigmoid", "Tanh"]}, "HardSigmoid"),
-    ({"activation_alpha": [0.5, 0.5]}, "activation_alpha"),
+    ({"activations": ["Mish", "Tanh"]}, "Mish"),
+    ({"activations": ["HardSigmoid", "Tanh", "Tanh"]}, "takes 2"),
 ])
 def test_gru_unsupported(attrs, message):
     with pytest.raises(ConversionError, match=message):
