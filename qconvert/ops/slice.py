@@ -1,11 +1,11 @@
 """Slice (attributes before opset 10, constant inputs since) as SLICE, or STRIDED_SLICE when a step
-is not 1. Indices are resolved at import with Python's slice semantics (which are ONNX's: negative
+is not 1. Constant indices are resolved at import as ONNX's Slice spec does (_resolved: negative
 indices count from the end, out-of-range ones clamp to the dimension), so the TFLite op only ever
 sees in-range begins; the one end that cannot be written as an index (a negative step running past
-index 0) uses STRIDED_SLICE's end_mask. Starts, ends or steps computed at run time are the tensors
-STRIDED_SLICE reads (its kernel resolves them as ONNX does), when the output's shape is known all
-the same. Also the `slice_tensor` / `strided_slice` helpers that other importers use to cut
-tensors.
+index 0) uses STRIDED_SLICE's end_mask. Starts, ends or steps computed at run time are resolved the
+same way by ops in the graph (_onnx_bounds) before STRIDED_SLICE reads them, when the output's
+shape is known all the same. Also the `slice_tensor` / `strided_slice` helpers that other
+importers use to cut tensors.
 """
 
 from __future__ import annotations
@@ -182,11 +182,11 @@ _AXES_NEEDED = ("the axes say which dimensions STRIDED_SLICE cuts, so qconvert n
 
 
 def _computed_slice(node, ctx, names) -> None:
-    """STRIDED_SLICE reading starts, ends or steps computed at run time: its kernel wraps negative
-    indices and clamps out-of-range ones per axis as ONNX does, and sizes the output when it runs.
-    The importer only sees such a Slice when the output's shape is known (the model declares it:
-    shape inference cannot know it from computed values), and that is the shape the rest of the
-    graph is built for. Axes must be constants: they say which dimensions are cut."""
+    """STRIDED_SLICE reading starts, ends or steps computed at run time. The importer only sees
+    such a Slice when the output's shape is known (the model declares it: shape inference cannot
+    know it from computed values), and that is the shape the rest of the graph is built for. Axes
+    must be constants: they say which dimensions are cut. The graph resolves the computed values
+    as ONNX does (_onnx_bounds) before STRIDED_SLICE reads them."""
     x, y = node.inputs[0], node.outputs[0]
     rank = ctx.rank(x)
     starts, ends, axes_name, steps = names
@@ -201,37 +201,155 @@ def _computed_slice(node, ctx, names) -> None:
     if len(set(axes)) != len(axes):
         raise ctx.error(f"axes {axes} repeat an axis")
     whole = sum(1 << a for a in range(rank) if a not in axes)  # axes not cut: begin/end masked
-
-    def full(name: str, default: int, hint: str) -> str:
-        """The rank-long vector of one parameter: entry axes[i] from `name`'s i-th value, the
-        others `default`; a constant when `name` is one, else GATHERed from it at run time."""
-        value = ctx.const(name) if name else np.full(count, default, np.int32)
-        if value is not None and value.size != count:
-            raise ctx.error(f"Slice {hint} has {value.size} values for {count} sliced axes")
-        if value is not None:
-            vector = np.full(rank, default, np.int32)
-            vector[axes] = np.asarray(value, np.int32).reshape(-1)
-            return ctx.constant(hint, vector)
-        if ctx.dtype(name) != np.int32 or ctx.shape(name) != (count,):
-            raise ctx.error(f"Slice {hint} {name!r} has shape {list(ctx.shape(name))} and dtype "
-                            f"{ctx.dtype(name)}; {count} integers expected, one per sliced axis")
-        if axes == list(range(rank)):
-            return name
-        joined = ctx.tensor(f"{y}_{hint}_all", (count + rank,), np.int32)
-        ctx.add_op("CONCATENATION", [name, ctx.constant(hint, np.full(rank, default, np.int32))],
-                   [joined], {"axis": 0})
-        indices = [axes.index(a) if a in axes else count + a for a in range(rank)]
-        vector = ctx.tensor(f"{y}_{hint}", (rank,), np.int32)
-        ctx.add_op("GATHER", [joined, ctx.constant("indices", np.array(indices, np.int32))], [vector],
-                   {"axis": 0, "batch_dims": 0})
-        return vector
-
     if steps and ctx.const(steps) is not None and not np.all(ctx.const(steps)):
         raise ctx.error("a step of 0 is invalid")
-    inputs = [x, full(starts, 0, "begin"), full(ends, 0, "end"), full(steps, 1, "strides")]
+    vectors = [_per_axis(ctx, y, name, default, hint, axes, rank)
+               for name, default, hint in ((starts, 0, "begin"), (ends, 0, "end"), (steps, 1, "strides"))]
+    begin, end = _onnx_bounds(ctx, y, *vectors, np.array(ctx.shape(x), np.int32))
+    inputs = [x] + [ctx.constant(h, v) if isinstance(v, np.ndarray) else v
+                    for h, v in (("begin", begin), ("end", end), ("strides", vectors[2]))]
     ctx.add_op("STRIDED_SLICE", inputs, [y], {"begin_mask": whole, "end_mask": whole,
                                               "ellipsis_mask": 0, "new_axis_mask": 0,
                                               "shrink_axis_mask": 0, "offset": False})
+
+
+def _per_axis(ctx, y: str, name: str, default: int, hint: str, axes: list, rank: int):
+    """The rank-long vector of one Slice parameter: entry axes[i] from `name`'s i-th value, the
+    others `default`; a numpy array when `name` is a constant (or omitted), else a tensor
+    GATHERed from it at run time."""
+    count = len(axes)
+    value = ctx.const(name) if name else np.full(count, default, np.int32)
+    if value is not None and value.size != count:
+        raise ctx.error(f"Slice {hint} has {value.size} values for {count} sliced axes")
+    if value is not None:
+        vector = np.full(rank, default, np.int32)
+        vector[axes] = np.asarray(value, np.int32).reshape(-1)
+        return vector
+    if ctx.dtype(name) != np.int32 or ctx.shape(name) != (count,):
+        raise ctx.error(f"Slice {hint} {name!r} has shape {list(ctx.shape(name))} and dtype "
+                        f"{ctx.dtype(name)}; {count} integers expected, one per sliced axis")
+    name = _saturated(ctx, name)
+    if axes == list(range(rank)):
+        return name
+    joined = ctx.tensor(f"{y}_{hint}_all", (count + rank,), np.int32)
+    ctx.add_op("CONCATENATION", [name, ctx.constant(hint, np.full(rank, default, np.int32))],
+               [joined], {"axis": 0})
+    indices = [axes.index(a) if a in axes else count + a for a in range(rank)]
+    vector = ctx.tensor(f"{y}_{hint}", (rank,), np.int32)
+    ctx.add_op("GATHER", [joined, ctx.constant("indices", np.array(indices, np.int32))], [vector],
+               {"axis": 0, "batch_dims": 0})
+    return vector
+
+
+def _saturated(ctx, name: str) -> str:
+    """`name`, or when it is an int64 graph input's CAST to int32 (which wraps: INT64_MAX, the
+    exporters' "to the end", would read -1), that input saturated to int32's range in int64 first:
+    INT64_MAX becomes INT32_MAX, the other end sentinel (_onnx_bounds), and any other value past
+    INT32_MAX becomes INT32_MAX - 1, an index past every dimension as well (INT32_MAX itself
+    stays: a sentinel too)."""
+    producer = ctx.model.producer(name)
+    if producer is None or producer.type != "CAST" or not producer.source.startswith("input "):
+        return name
+    source = producer.inputs[0]
+    if ctx.dtype(source) != np.int64:
+        return name
+    shape, limit = ctx.shape(source), np.iinfo(np.int32)
+
+    def step(op, inputs, dtype, hint):
+        out = ctx.tensor(f"{name}_{hint}", shape, dtype)
+        ctx.add_op(op, [ctx.model.add_constant(hint, np.array(v, np.int64)) if isinstance(v, int) else v
+                        for v in inputs], [out])
+        return out
+
+    above = step("GREATER", [source, int(limit.max)], np.bool_, "above_int32_max")
+    below = step("SELECT_V2", [above, int(limit.max) - 1, source], np.int64, "below_int32_max")
+    within = step("MAXIMUM", [below, int(limit.min)], np.int64, "within_int32")
+    narrowed = ctx.tensor(f"{name}_narrowed", shape, np.int32)
+    ctx.add_op("CAST", [within], [narrowed], dict(producer.options))
+    sentinel = step("EQUAL", [source, int(np.iinfo(np.int64).max)], np.bool_, "is_int64_max")
+    saturated = ctx.tensor(f"{name}_saturated", shape, np.int32)
+    ctx.add_op("SELECT_V2", [sentinel, ctx.constant("int32_max", np.array(limit.max, np.int32)),
+                             narrowed], [saturated])
+    return saturated
+
+
+# Ends that mean "through the end in the step's direction" (onnxruntime's reading; numpy's None):
+# INT64_MAX (narrowed to INT32_MAX inside the graph) and INT32_MAX.
+_END_SENTINELS = (int(np.iinfo(np.int32).max), int(np.iinfo(np.int64).max))
+_FOLDED = {"MAXIMUM": np.maximum, "MINIMUM": np.minimum, "LESS": np.less, "ADD": np.add,
+           "SELECT_V2": np.where, "EQUAL": np.equal, "LOGICAL_AND": np.logical_and}
+
+
+def _vector_op(ctx, y: str, op: str, operands: list, hint: str):
+    """One elementwise op over rank-long vectors, each a numpy array or a tensor name: folded
+    with numpy when all are arrays, else emitted (the arrays as constants); returns the result."""
+    if all(isinstance(v, np.ndarray) for v in operands):
+        return np.asarray(_FOLDED[op](*operands))
+    shape = next(ctx.shape(v) for v in operands if isinstance(v, str))
+    names = [ctx.constant(hint, v) if isinstance(v, np.ndarray) else v for v in operands]
+    out = ctx.tensor(f"{y}_{hint}", shape, np.bool_ if op in ("LESS", "EQUAL", "LOGICAL_AND") else np.int32)
+    ctx.add_op(op, names, [out])
+    return out
+
+
+def _wrapped(ctx, y: str, value, dims: np.ndarray, low: np.ndarray, hint: str):
+    """`value` clamped to [low, dims] (low >= -dims - 1, so no sum below overflows and nothing
+    ONNX would resolve differently is lost), then counted from the end where negative (+ dims)."""
+    value = _vector_op(ctx, y, "MAXIMUM", [value, low], hint + "_above_low")
+    value = _vector_op(ctx, y, "MINIMUM", [value, dims], hint + "_below_dim")
+    negative = _vector_op(ctx, y, "LESS", [value, np.zeros_like(dims)], hint + "_negative")
+    shifted = _vector_op(ctx, y, "ADD", [value, dims], hint + "_from_end")
+    return _vector_op(ctx, y, "SELECT_V2", [negative, shifted, value], hint + "_wrapped")
+
+
+def _onnx_bounds(ctx, y: str, begin, end, strides, dims: np.ndarray):
+    """(begin, end) resolved as ONNX's Slice spec says, whatever their values: a negative index
+    counts from the end once; then a start clamps to [0, dim] and an end to [0, dim], or with a
+    negative step a start to [0, dim - 1] and an end to [-1, dim - 1] (-1: through index 0).
+    STRIDED_SLICE's kernel resolves a negative step's start below -dim to -1 (nothing, where ONNX
+    takes index 0), so the graph resolves them itself: its begins are in range, which the kernel
+    keeps as they are, and an end of -1 is written -dim - 1, which the kernel wraps to -1. Each
+    op is folded when its operands are constants (numpy arrays). An end of INT32_MAX (INT64_MAX
+    narrowed) with a negative step runs through index 0, as onnxruntime reads it (numpy's None)."""
+    backward = _vector_op(ctx, y, "LESS", [strides, np.zeros_like(dims)], "backward")
+    high = _vector_op(ctx, y, "SELECT_V2", [backward, dims - 1, dims], "high")
+    low = _vector_op(ctx, y, "SELECT_V2", [backward, np.full_like(dims, -1), np.zeros_like(dims)], "low")
+    sentinel = _vector_op(ctx, y, "EQUAL", [end, np.full_like(dims, _END_SENTINELS[0])], "end_sentinel")
+    through_first = _vector_op(ctx, y, "LOGICAL_AND", [sentinel, backward], "end_through_first")
+    end = _vector_op(ctx, y, "SELECT_V2", [through_first, -dims - 1, end], "end_or_before_first")
+    begin = _wrapped(ctx, y, begin, dims, -dims, "begin")
+    begin = _vector_op(ctx, y, "MINIMUM", [begin, high], "begin_clamped")
+    end = _wrapped(ctx, y, end, dims, -dims - 1, "end")
+    end = _vector_op(ctx, y, "MAXIMUM", [end, low], "end_above_low")
+    end = _vector_op(ctx, y, "MINIMUM", [end, high], "end_clamped")
+    before_first = _vector_op(ctx, y, "LESS", [end, np.zeros_like(dims)], "end_before_first")
+    end = _vector_op(ctx, y, "SELECT_V2", [before_first, -dims - 1, end], "end_encoded")
+    return begin, end
+
+
+def _resolved(start: int, stop: int, step: int, dim: int) -> tuple[int, int]:
+    """One axis's (begin, end) as ONNX resolves constant starts and ends (see _onnx_bounds); an
+    end of -1 runs through index 0. (Python's slice.indices differs in one case: a negative step
+    starting below -dim takes nothing there, index 0 in ONNX; and an end sentinel with a negative
+    step runs through index 0.)"""
+    if step < 0 and stop in _END_SENTINELS:
+        stop = -dim - 1
+    start, stop = (v + dim if v < 0 else v for v in (start, stop))
+    high = dim - 1 if step < 0 else dim
+    return min(max(start, 0), high), min(max(stop, -1 if step < 0 else 0), high)
+
+
+def _shape_mismatch(params, shape, out_shape, inferred) -> str:
+    """Why the resolved slice's shape is not the one shape inference gave: an end sentinel with a
+    negative step, which onnxruntime and ONNX's spec read two ways (so the model means two
+    things), or else the two shapes."""
+    for _, stop, axis, step in zip(*params):
+        if step < 0 and stop in _END_SENTINELS:
+            return (f"an end of INT_MAX ({stop}) with step {step} on axis {axis}: onnxruntime slices "
+                    "through index 0, ONNX's Slice spec and shape inference stop at index "
+                    f"{shape[axis] - 1} (output {inferred}); write the end as INT64_MIN to slice "
+                    f"through index 0, or as {shape[axis] - 1} to stop there")
+    return f"computed output shape {out_shape} differs from the inferred {inferred}"
 
 
 @onnx_op("Slice")
@@ -246,8 +364,9 @@ def import_slice(node, ctx):
     shape = ctx.shape(x)
     rank = len(shape)
     begin, end, strides, end_mask = [0] * rank, list(shape), [1] * rank, 0
-    for start, stop, axis, step in zip(*_slice_params(node, ctx)):
-        resolved = slice(start, stop, step).indices(shape[axis])
+    params = _slice_params(node, ctx)
+    for start, stop, axis, step in zip(*params):
+        resolved = (*_resolved(start, stop, step, shape[axis]), step)
         if not len(range(*resolved)):
             resolved = (0, 0, 1)  # empty (the begin may be -1, which TFLite reads as the end)
         begin[axis], end[axis], strides[axis] = resolved
@@ -256,8 +375,7 @@ def import_slice(node, ctx):
     out_shape = tuple(_length(b, e, s, _bit(end_mask, a), d)
                       for a, (b, e, s, d) in enumerate(zip(begin, end, strides, shape)))
     if out_shape != tuple(ctx.shape(y)):
-        raise ctx.error(f"computed output shape {out_shape} differs from the inferred "
-                        f"{tuple(ctx.shape(y))}")
+        raise ctx.error(_shape_mismatch(params, shape, out_shape, tuple(ctx.shape(y))))
     if out_shape == tuple(shape) and all(s == 1 for s in strides):
         ctx.add_op("IDENTITY", [x], [y])
         return
