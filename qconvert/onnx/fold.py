@@ -3,18 +3,22 @@
 The loader folds a node whose inputs are all known (loader._Graph._evaluate). It asks
 `fold(node, inputs)` first: a node whose op is in `_FOLDERS` is computed here with numpy, as
 onnxruntime computes it; any other goes to onnx's reference evaluator. Each entry says why it is
-here. tests/onnx/test_fold.py folds a hundred ops (float32, float16, integer) in graphs of
+here. The ops that make a big constant from a small one (ConstantOfShape, Expand, Range, EyeLike,
+OneHot) compute in their output's dtype with one allocation of the output's size, which the
+loader has checked against errors.FOLDED_BYTES before (loader._fold_sizes).
+tests/onnx/test_fold.py folds a hundred ops (float32, float16, integer) in graphs of
 initializers and compares the .tflite's constants with onnxruntime's outputs, so that a new gap
 of the reference evaluator shows there and its fix is one entry below.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -65,11 +69,72 @@ def _batch_normalization(node, x, scale, bias, mean, var):
     return outputs[:len(node.output)]
 
 
+def _constant_of_shape(node, shape):
+    """One allocation in the value's own dtype (float32 0 by default); the loader has sized it
+    against errors.FOLDED_BYTES before."""
+    value = _attrs(node).get("value")
+    value = np.zeros(1, np.float32) if value is None else numpy_helper.to_array(value)
+    dims = tuple(int(d) for d in np.ravel(shape))
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimension in shape {list(dims)}")
+    return [np.full(dims, value.reshape(-1)[0], dtype=value.dtype)]
+
+
+def _expand(node, data, shape):
+    """The evaluator multiplies by an array of ones: a second full-size array. One copy here."""
+    dims = np.broadcast_shapes(data.shape, tuple(int(d) for d in np.ravel(shape)))
+    return [np.array(np.broadcast_to(data, dims))]
+
+
+def _range(node, start, limit, delta):
+    """In the inputs' dtype, as onnxruntime computes it: integers start + k * delta; floats by
+    adding delta to the previous value in that dtype (a float32 cumulative sum, onnxruntime's
+    loop). The evaluator computes a float range in float64 (twice the memory) and so differs
+    from onnxruntime in the last bits of a long float32 range."""
+    dtype = np.asarray(start).dtype
+    start, limit, delta = (np.asarray(v, dtype).reshape(-1)[0] for v in (start, limit, delta))
+    if delta == 0:
+        raise ValueError("Range's delta is 0")
+    count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
+    if dtype.kind != "f":
+        return [start + np.arange(count, dtype=dtype) * delta]
+    values = np.full(count, delta, dtype)
+    if count:
+        values[0] = start
+    return [np.cumsum(values, dtype=dtype, out=values)]
+
+
+def _eye_like(node, x):
+    """In the `dtype` attribute's type (else the input's)."""
+    attrs = _attrs(node)
+    dtype = x.dtype if "dtype" not in attrs else helper.tensor_dtype_to_np_dtype(attrs["dtype"])
+    rows, cols = x.shape
+    return [np.eye(rows, cols, k=attrs.get("k", 0), dtype=dtype)]
+
+
+def _one_hot(node, indices, depth, values):
+    """In the values' dtype, one output-sized allocation (the evaluator makes three): indices in
+    [-depth, depth) are on (negative ones count from the end), others leave the row off."""
+    depth = int(np.ravel(depth)[0])
+    axis = _attrs(node).get("axis", -1)
+    axis = axis + indices.ndim + 1 if axis < 0 else axis
+    indices = np.asarray(indices).astype(np.int64)
+    indices = np.where(indices < 0, indices + depth, indices)
+    positions = np.arange(depth).reshape((1,) * axis + (depth,) + (1,) * (indices.ndim - axis))
+    off, on = np.ravel(values)[:2]
+    return [np.where(np.expand_dims(indices, axis) == positions, on, off).astype(values.dtype)]
+
+
 # op_type -> function(node, *inputs) -> list of outputs (ONNX domain only).
 _FOLDERS: dict[str, Callable] = {
     "BatchNormalization": _batch_normalization,
+    "ConstantOfShape": _constant_of_shape,
+    "Expand": _expand,
+    "EyeLike": _eye_like,
     "GatherElements": _gather_elements,
     "Identity": _identity,
+    "OneHot": _one_hot,
+    "Range": _range,
 }
 
 

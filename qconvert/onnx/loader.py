@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import math
 import re
@@ -148,7 +149,7 @@ def _check_static(name: str, dims: list, declared: list) -> None:
 class _Graph:
     """What the loader knows about the ONNX graph: constants, shapes and dtypes by value name."""
 
-    def __init__(self, source: OnnxFile, input_shapes: dict[str, tuple[int, ...]]):
+    def __init__(self, source: OnnxFile, input_shapes: dict[str, tuple[int, ...]], body: bool = False):
         proto = source.proto
         self.proto = proto
         self.graph = proto.graph
@@ -162,7 +163,7 @@ class _Graph:
                        if i.name not in index.initializers and i.name not in index.producers]
         self.shapes: dict[str, tuple] = {}
         self.dtypes: dict[str, np.dtype] = {}
-        self._pin_inputs(input_shapes)
+        self._pin_inputs(input_shapes, body)
         for name, value in self.constants.items():
             self.shapes[name] = value.shape
             self.dtypes[name] = value.dtype
@@ -175,12 +176,16 @@ class _Graph:
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 
-    def _pin_inputs(self, input_shapes: dict[str, tuple[int, ...]]) -> None:
+    def _pin_inputs(self, input_shapes: dict[str, tuple[int, ...]], body: bool) -> None:
         """Each graph input's static shape (_input_dims) and dtype. A dynamic batch (axis 0 of
         every input, one name) is set to 1 unless shapes are pinned; else a dynamic axis 0 of an
         input --input-shape leaves out is set to 1 (or to the size --input-shape gives the same
-        name); any dimension named like one --input-shape pins has its size."""
+        name); any dimension named like one --input-shape pins has its size. A control-flow
+        `body`'s input shapes are those its op passes (no --input-shape is involved)."""
         unknown = set(input_shapes) - {i.name for i in self.inputs}
+        if unknown and body:
+            raise ConversionError(f"the body's input {sorted(unknown)[0]!r} is also one of its "
+                                  "initializers or node outputs")
         if unknown:
             names = ", ".join(i.name for i in self.inputs)
             raise ConversionError(
@@ -321,11 +326,9 @@ class _Graph:
         if key is not None and key in self.folded:
             return [v.copy() for v in self.folded[key]]
         where = f"node {self.names[id(node)]!r} ({node.op_type})"
-        itemsize = self.dtypes[node.output[0]].itemsize if node.output[0] in self.dtypes else 4
-        elements = _folded_elements(node, [self.constants.get(n) for n in node.input],
-                                    self.shapes.get(node.output[0]))
-        if elements is not None:
-            FOLDED_BYTES.check(elements * itemsize, where)
+        for size in _fold_sizes(node, [self.constants.get(n) for n in node.input], self.shapes,
+                                self.dtypes):
+            FOLDED_BYTES.check(size, where)
         # Values the float model computes too (log of 0 in T5's position buckets: -inf, then a
         # cast of it) are the model's, not an error: numpy's warnings about them stay quiet.
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -355,6 +358,11 @@ class _Graph:
                                       ir_version=self.proto.ir_version)
                 from onnx.reference import ReferenceEvaluator
                 results = ReferenceEvaluator(m).run(None, feeds)
+        except MemoryError:
+            raise ConversionError(
+                f"{where}: folding its constant inputs needs more memory than this process may "
+                f"allocate (each folded constant may take up to {FOLDED_BYTES.value():,} bytes: "
+                f"lower {FOLDED_BYTES.variable} to refuse such a fold before it is computed)") from None
         except Exception as e:  # numpy and the evaluator raise anything; the node is at fault
             raise ConversionError(
                 f"{where}: cannot evaluate its constant inputs: "
@@ -376,28 +384,93 @@ def _fold_key(node: onnx.NodeProto, feeds: dict) -> tuple | None:
                   for n in node.input))
 
 
-def _folded_elements(node: onnx.NodeProto, inputs: list, inferred: tuple | None) -> int | None:
-    """How many elements folding `node` will produce, known before computing it (so that an
-    Expand to tens of gigabytes ends in errors.FOLDED_BYTES' error, not in the machine's memory
-    running out): from shape inference, else from the inputs of the ops whose output size is
-    a function of their values. None when not known beforehand."""
-    if inferred is not None:
-        return math.prod(inferred)
+def _fold_sizes(node: onnx.NodeProto, inputs: list, shapes: dict, dtypes: dict) -> list[int]:
+    """The bytes of each output folding `node` will produce, in the output's own dtype, known
+    before computing it (so that a ConstantOfShape or an Expand to gigabytes ends in
+    errors.FOLDED_BYTES' error, not in the machine's memory running out): the shape from shape
+    inference, else from the inputs of the ops whose output size is a function of their values
+    (_computed_elements); the dtype from inference, else the op's (_fold_dtype). Outputs whose
+    size is not known beforehand are left out (their value is checked once computed)."""
+    sizes = []
+    for k, name in enumerate(node.output):
+        if not name:
+            continue
+        elements = math.prod(shapes[name]) if name in shapes else (
+            _computed_elements(node, inputs) if k == 0 else None)
+        if elements is not None:
+            dtype = dtypes.get(name) or _fold_dtype(node, inputs)
+            sizes.append(elements * np.dtype(dtype).itemsize)
+    return sizes
+
+
+def _fold_dtype(node: onnx.NodeProto, inputs: list) -> np.dtype:
+    """The dtype of the first output of `node` by its op, when inference has not typed it."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     try:
-        if node.op_type == "ConstantOfShape" and inputs and inputs[0] is not None:
+        if node.op_type == "ConstantOfShape":
+            value = attrs.get("value")
+            return np.dtype(np.float32) if value is None else _np_dtype(value.data_type)
+        if node.op_type in ("EyeLike", "Cast") and ("dtype" in attrs or "to" in attrs):
+            return _np_dtype(attrs.get("dtype", attrs.get("to")))
+    except ConversionError:
+        pass  # a type numpy has not: the evaluator says so
+    if node.op_type == "OneHot" and len(inputs) == 3 and inputs[2] is not None:
+        return inputs[2].dtype
+    known = [v for v in inputs if v is not None]
+    return known[0].dtype if known else np.dtype(np.float32)
+
+
+def _computed_elements(node: onnx.NodeProto, inputs: list) -> int | None:
+    """How many elements the first output of `node` has, from its constant inputs, for the ops
+    that make a big constant from small ones; None when not known beforehand."""
+    op, given = node.op_type, [v for v in inputs if v is not None]
+    try:
+        if op == "ConstantOfShape" and inputs and inputs[0] is not None:
             return math.prod(int(d) for d in np.ravel(inputs[0]))
-        if node.op_type == "Expand" and len(inputs) == 2 and inputs[0] is not None:
+        if op == "Expand" and len(given) == 2:
             shape = [int(d) for d in np.ravel(inputs[1])]
             return math.prod(np.broadcast_shapes(inputs[0].shape, tuple(shape)))
-        if node.op_type == "Tile" and len(inputs) == 2 and inputs[0] is not None:
+        if op == "Tile" and len(given) == 2:
             repeats = [int(r) for r in np.ravel(inputs[1])]
             return math.prod(d * r for d, r in zip(inputs[0].shape, repeats))
-        if node.op_type == "Range" and len(inputs) == 3:
+        if op == "Range" and len(given) == 3:
             start, limit, delta = (float(np.ravel(v)[0]) for v in inputs)
             return max(math.ceil((limit - start) / delta), 0)
+        if op == "EyeLike" and given:
+            return math.prod(given[0].shape)
+        if op == "OneHot" and len(given) == 3:
+            return math.prod(inputs[0].shape) * int(np.ravel(inputs[1])[0])
+        if op == "Concat" and given:
+            return sum(v.size for v in given)
+        if op in ("Resize", "Upsample", "Pad") and given:
+            return _resized_elements(node, inputs)
     except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError):
         return None  # malformed inputs: the reference evaluator says what is wrong
     return None
+
+
+def _resized_elements(node: onnx.NodeProto, inputs: list) -> int | None:
+    """The output size of a Resize/Upsample (by its sizes or scales) or a Pad (by its pads) of a
+    constant, for the input's every axis (an `axes` attribute leaves it unknown: None)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    dims = inputs[0].shape
+    if "axes" in attrs:
+        return None
+    if node.op_type == "Pad":
+        pads = attrs.get("pads") if len(inputs) < 2 or inputs[1] is None else np.ravel(inputs[1])
+        if pads is None or len(pads) != 2 * len(dims):
+            return None
+        return math.prod(max(d + int(pads[k]) + int(pads[k + len(dims)]), 0) for k, d in enumerate(dims))
+    sizes = inputs[3] if len(inputs) > 3 and inputs[3] is not None and inputs[3].size else None
+    if sizes is not None:
+        return math.prod(int(d) for d in np.ravel(sizes))
+    scales = attrs.get("scales") if node.op_type == "Upsample" and len(inputs) < 2 else None
+    for k in (2, 1):  # Resize's scales are input 2 (input 1 before opset 11), Upsample's input 1
+        if scales is None and len(inputs) > k and inputs[k] is not None and inputs[k].size == len(dims):
+            scales = np.ravel(inputs[k])
+    if scales is None or len(scales) != len(dims):
+        return None
+    return math.prod(math.floor(d * float(s)) for d, s in zip(dims, scales))
 
 
 def _decode_attrs(node: onnx.NodeProto) -> dict:
@@ -718,14 +791,15 @@ def _settle(graph: _Graph) -> None:
 
 
 def load(source: OnnxFile | onnx.ModelProto,
-         input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
-    """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault."""
+         input_shapes: dict[str, tuple[int, ...]] | None = None, body: bool = False) -> Model:
+    """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault.
+    `input_shapes` are --input-shape's, or (`body`) those a control-flow op gives its body."""
     if isinstance(source, onnx.ModelProto):
         source = OnnxFile(source)
     if not source.checked:
         check_model(source.proto, {name: where.length for name, where in source.stored.items()})
     source = upgrade_old_opset(source)
-    graph = _Graph(source, input_shapes or {})
+    graph = _Graph(source, input_shapes or {}, body)
     dynamic_quant.dequantize(graph)  # onnxruntime's quantize_dynamic ops as float ops
     probe = dynamic_batch.probe(graph) if graph.batch is not None else None
     _settle(graph)
@@ -846,7 +920,7 @@ class _Importer:
             label = f"output of node {node_name!r} ({node.op_type})"
             if control_flow.is_runtime_control(node):
                 control_flow.import_control(node, node_name, graph, self.model, self.ensure_array,
-                                            aliases, load)
+                                            aliases, functools.partial(load, body=True))
                 continue
             for name in list(node.input) + list(node.output):
                 self.ensure_array(name, label)

@@ -332,6 +332,29 @@ def _check_names(graph: onnx.GraphProto) -> None:
                                           f"{_shown(name)} is not valid UTF-8")
 
 
+def _check_unique(graph: onnx.GraphProto) -> None:
+    """Each graph input and each initializer named once (onnx.checker's single assignment;
+    onnxruntime refuses a repeated input, "Duplicate definition-site", and keeps the last of two
+    initializers). A weight listed both as an input and as an initializer (old exporters) is
+    valid in the main graph (the initializer is the input's default value), not in a subgraph
+    (If, Loop, Scan bodies), whose names are checked the same way."""
+    for g in _graphs(graph):
+        where = "" if g is graph else f" of the subgraph {_shown(g.name)}"
+        for kind, names in (("input", [v.name for v in g.input]),
+                            ("initializer", [t.name for t in g.initializer])):
+            seen = set()
+            for name in names:
+                if name in seen:
+                    raise ConversionError(f"graph {kind} {_shown(name)}{where} is listed twice; "
+                                          f"ONNX names each graph {kind} once")
+                seen.add(name)
+        both = {v.name for v in g.input} & {t.name for t in g.initializer}
+        if g is not graph and both:
+            raise ConversionError(f"{_shown(sorted(both)[0])} is both an input and an initializer{where}; "
+                                  "ONNX allows that in the main graph only (onnx.checker and "
+                                  "onnxruntime refuse it in a body)")
+
+
 def _label(node: onnx.NodeProto, k: int) -> str:
     """A node as messages name it (the loader's node_names for an unnamed node)."""
     name = node.name or f"{node.op_type}_{k}:{node.output[0] if node.output else ''}"
@@ -403,6 +426,7 @@ def check_model(proto: onnx.ModelProto, stored: Mapping[str, int] | None = None)
         raise ConversionError("the ONNX graph has no nodes")
     for t in graph.initializer:
         check_tensor(t, f"initializer {t.name!r}", stored.get(t.name))
+    _check_unique(graph)
     initializer_names = {t.name for t in graph.initializer}
     for kind, values in (("input", graph.input), ("output", graph.output),
                          ("value_info", graph.value_info)):

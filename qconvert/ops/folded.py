@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
+from ..errors import FOLDED_BYTES
 from .registry import onnx_op
 
 
@@ -33,6 +34,8 @@ def import_eye_like(node, ctx):
     rows, cols = ctx.shape(node.inputs[0])
     dtype = node.attr("dtype")
     dtype = ctx.dtype(node.inputs[0]) if dtype is None else helper.tensor_dtype_to_np_dtype(dtype)
+    # sized in its own dtype before it is made (an activation's shape may be of any size)
+    FOLDED_BYTES.check(rows * cols * np.dtype(dtype).itemsize, f"node {node.name!r} (EyeLike)")
     ctx.set_constant(node.outputs[0], np.eye(rows, cols, k=node.attr("k", 0), dtype=dtype))
 
 
