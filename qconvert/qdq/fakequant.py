@@ -457,12 +457,15 @@ def with_opset(proto: onnx.ModelProto, needed: int) -> onnx.ModelProto:
     if opset >= needed:
         return proto
     try:
-        return version_converter.convert_version(proto, needed)
+        converted = version_converter.convert_version(proto, needed)
     except Exception as e:  # the converter raises bare RuntimeErrors and ValueErrors
         raise ConversionError(f"the model imports ONNX opset {opset}; the fake-quant graph needs opset "
                               f"{needed} (per-channel DequantizeLinear, int16 pairs from 21), and onnx's "
                               f"version converter could not convert it: "
                               f"{str(e).splitlines()[0] if str(e) else repr(e)}") from None
+    # The converter keeps the IR version: an opset-9 model's 4 is older than the opset allows.
+    converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(converted.opset_import))
+    return converted
 
 
 def _initializer(graph: onnx.GraphProto, names: FreshNames, hint: str, value: np.ndarray) -> str:

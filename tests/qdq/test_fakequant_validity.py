@@ -1,10 +1,10 @@
 """Every fake-quant graph `qconvert fakequant` writes is a valid ONNX model (onnx.checker's full
 check) that onnxruntime loads and runs, for the models the float conversion takes: old opsets
-(9, 11: the pairs need 13, the graph is upgraded), weights also listed among the graph inputs (as
-old exporters write them), If and Loop bodies, names that look like the ones the pairs take, and
-models exported with their own Q/DQ pairs. Its outputs stay within int8's error of the float
-model's. The precision planner builds its gated graph from the same code: it measures these
-models too (issue 32)."""
+(7 to 11: the per-channel pairs need 13, the graph is upgraded with its IR version), weights also
+listed among the graph inputs (as old exporters write them), If and Loop bodies, names that look
+like the ones the pairs take, and models exported with their own Q/DQ pairs. Its outputs stay
+within int8's error of the float model's. The precision planner builds its gated graph from the
+same code: it measures these models too (issue 32)."""
 
 from __future__ import annotations
 
@@ -139,8 +139,10 @@ def qdq_exported(tmp_path) -> onnx.ModelProto:
 
 
 MODELS = {
+    "opset7_weights_as_inputs": lambda tmp: detector(7),
     "opset9_weights_as_inputs": lambda tmp: detector(9),
     "opset9": lambda tmp: detector(9, weights_as_inputs=False),
+    "opset10": lambda tmp: detector(10, weights_as_inputs=False),
     "opset11_weights_as_inputs": lambda tmp: detector(11),
     "opset13_weights_as_inputs": lambda tmp: detector(13),
     "lookalike_names": lambda tmp: lookalike_names(),
@@ -169,11 +171,13 @@ def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
 
 @pytest.fixture(params=sorted(MODELS))
 def case(request, tmp_path):
-    """(name, the model, its calibration file, its samples)."""
+    """(name, the model, its calibration file, its samples). A QDQ-exported model is converted
+    with its own pairs' params (no calibration)."""
     model = MODELS[request.param](tmp_path)
     samples = _samples(model)
     np.savez(tmp_path / "calibration.npz", **samples)
-    return request.param, model, str(tmp_path / "calibration.npz"), samples
+    calibration = None if request.param == "qdq_exported" else str(tmp_path / "calibration.npz")
+    return request.param, model, calibration, samples
 
 
 def test_the_fake_quant_graph_is_valid_and_runs_within_int8_error(case):
@@ -182,6 +186,7 @@ def test_the_fake_quant_graph_is_valid_and_runs_within_int8_error(case):
                                  calibration=calibration)
     fake = onnx.load_from_string(written)
     onnx.checker.check_model(fake, full_check=True)
+    assert fake.ir_version >= helper.find_min_ir_version_for(fake.opset_import), name
     assert report.activations, name  # the pairs are there
     tflite, tflite_report = convert_proto(model, quantize=QuantizeOptions(), calibration=calibration)
     (data_name, data), = samples.items()
