@@ -8,7 +8,12 @@ MAX_UNROLLED_ITERATIONS iterations and MAX_UNROLLED_NODES body nodes in all. Sca
 a CONCATENATION of the per-iteration values. The rest of the pipeline then sees a flat graph.
 
 A body reads the outer scope implicitly, by name; inlining binds its inputs to outer values and
-renames its own values (a suffix per iteration) so that the graph stays in SSA form.
+renames its own values (a suffix per iteration) so that the graph stays in SSA form. Names resolve
+by ONNX's scoping rules: a graph nested in the body that defines a name itself (an input, an
+initializer, a node output) shadows the outer value there, so renaming stops at it (rename_outer),
+and a new name is none such a graph defines. A Loop left in an unrolled body (its trip count known
+only at run time) becomes a WHILE in each copy: its outputs are typed from its initial values a
+round of shape inference later (untyped_loop_outputs keeps the loader's folding going meanwhile).
 
 `import_control` (the loader's hook for the If and Loop nodes left) makes the rest run-time
 control: an If becomes IF (inputs: the condition, then the outer values its branches read), a
