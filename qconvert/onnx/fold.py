@@ -95,9 +95,10 @@ def _range(node, start, limit, delta):
     start, limit, delta = (np.asarray(v, dtype).reshape(-1)[0] for v in (start, limit, delta))
     if delta == 0:
         raise ValueError("Range's delta is 0")
-    count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
-    if dtype.kind != "f":
+    if dtype.kind != "f":  # counted exactly (in float64, 2^62 + 4 - 2^62 would be 0)
+        count = max(-((int(start) - int(limit)) // int(delta)), 0)
         return [start + np.arange(count, dtype=dtype) * delta]
+    count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
     values = np.full(count, delta, dtype)
     if count:
         values[0] = start
