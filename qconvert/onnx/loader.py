@@ -538,15 +538,23 @@ def saturation_is_exact(op_type: str, slot: int, value: np.ndarray) -> bool:
             or (side == "high" and bool(np.all(outside > _INT32.max))))
 
 
-def int32_overflow(value: np.ndarray, what: str, reader: str) -> ConversionError:
-    """The one-line refusal for int64 data that int32 cannot hold, read by `reader`."""
+def int32_overflow(value: np.ndarray, what: str, reader: str, op_type: str = "") -> ConversionError:
+    """The one-line refusal for int64 data that int32 cannot hold, read by `reader` (a node of
+    `op_type`): why that reader cannot keep it in int64."""
     bad = value[(value < _INT32.min) | (value > _INT32.max)]
-    return ConversionError(
-        f"{what} holds {int(bad.flat[0])}, which int32 cannot hold; {reader} computes it in int32 "
-        "(qconvert narrows int64 to int32 inside the TFLite graph, whose kernels index with int32)")
+    if op_type in _INT64_KERNELS:
+        why = ("it stays int64 only where its output is a graph output declared int64, and here "
+               "qconvert narrows int64 to int32 (TFLite's kernels index with int32)")
+    elif op_type == "Div":
+        why = "TFLite's DIV has no int64 kernel"
+    else:
+        why = "qconvert narrows int64 to int32 inside the TFLite graph (its kernels index with int32)"
+    return ConversionError(f"{what} holds {int(bad.flat[0])}, which int32 cannot hold; {reader} "
+                           f"computes it in int32: {why}")
 
 
-def narrow(value: np.ndarray, what: str, saturate: bool = False, reader: str = "the graph") -> np.ndarray:
+def narrow(value: np.ndarray, what: str, saturate: bool = False, reader: str = "the graph",
+           op_type: str = "") -> np.ndarray:
     """Constant data in its graph dtype: int64 as int32, float64 and float16 as float32 (a
     float16 model's weights are stored as float16 again when it is written:
     qconvert/transforms/store_weights_float16.py). An int64 value int32 cannot hold is refused in
@@ -559,7 +567,7 @@ def narrow(value: np.ndarray, what: str, saturate: bool = False, reader: str = "
         return value
     if value.size and (value.min() < _INT32.min or value.max() > _INT32.max):
         if not saturate:
-            raise int32_overflow(value, what, reader)
+            raise int32_overflow(value, what, reader, op_type)
         value = np.clip(value, _INT32.min, _INT32.max)
     return value.astype(np.int32)
 
@@ -573,6 +581,7 @@ class ImportContext:
         self.opset = opset
         self.node: OnnxNode | None = None
         self.source_mark = ""
+        self.wide = False  # importing a node that computes in int64: constants are not narrowed
 
     def error(self, message: str) -> ConversionError:
         node = self.node
@@ -662,7 +671,7 @@ class ImportContext:
         """Makes the array `name` (a node output) a constant holding `value`, narrowed like
         every constant (int64 to int32)."""
         array = self.model.arrays[name]
-        value = narrow(np.asarray(value), f"tensor {name!r}", reader=self.label())
+        value = narrow(np.asarray(value), f"tensor {name!r}", reader=self.label(), op_type=self.op_type())
         array.data = np.ascontiguousarray(value, dtype=array.dtype).reshape(array.shape)
 
     def tensor(self, hint: str, shape, dtype) -> str:
@@ -671,12 +680,17 @@ class ImportContext:
 
     def constant(self, hint: str, value) -> str:
         """A new constant array; int64 values are narrowed to int32. Returns its name."""
-        return self.model.add_constant(hint, narrow(np.asarray(value), f"constant {hint!r}",
-                                                    reader=self.label()))
+        value = np.asarray(value)
+        if not self.wide:  # an int64 node's constants stay int64 (_Importer.computes_in_int64)
+            value = narrow(value, f"constant {hint!r}", reader=self.label(), op_type=self.op_type())
+        return self.model.add_constant(hint, value)
 
     def label(self) -> str:
         """The node being imported, as refusals name it."""
         return f"node {self.node.name!r} ({self.node.op_type})" if self.node else "the graph"
+
+    def op_type(self) -> str:
+        return self.node.op_type if self.node else ""
 
     def unary(self, type: str, x: str, y: str, options: dict | None = None) -> Operator:
         return self.add_op(type, [x], [y], options)
@@ -837,6 +851,19 @@ def _check_supported(graph: _Graph) -> None:
                          graph.dtypes)
 
 
+# ONNX ops whose TFLite kernels (ADD, SUB, MUL, FLOOR_MOD, MAXIMUM, MINIMUM, and the LESS,
+# NOT_EQUAL, SELECT_V2 of an integer fmod) take int64: one reading a constant int32 cannot hold
+# stays int64 where its output leaves the graph (_Importer.computes_in_int64). DIV and FLOOR_DIV
+# have no int64 kernel.
+_INT64_KERNELS = {"Add", "Sub", "Mul", "Mod", "Max", "Min"}
+
+
+def _beyond_int32(value) -> bool:
+    """Whether `value` (a constant, or None) is int64 data int32 cannot hold."""
+    return (value is not None and np.asarray(value).dtype == np.int64 and np.asarray(value).size > 0
+            and bool(np.any((value < _INT32.min) | (value > _INT32.max))))
+
+
 def _readers(graph: _Graph) -> dict[str, list[tuple[str, str, int]]]:
     """name -> (label, op type, input slot) of each node of `graph` reading it; a graph output,
     or a value a subgraph reads, counts as a reader of no op type (one that takes no saturated
@@ -895,7 +922,7 @@ class _Importer:
         readers = self.readers.get(name, [("a subgraph or graph output", "", -1)])
         for label, op_type, slot in readers:
             if not saturation_is_exact(op_type, slot, value):
-                return narrow(value, f"tensor {name!r}", reader=label)
+                return narrow(value, f"tensor {name!r}", reader=label, op_type=op_type)
         return narrow(value, f"tensor {name!r}", saturate=True)
 
     def add_inputs(self) -> None:
@@ -924,12 +951,46 @@ class _Importer:
                 control_flow.import_control(node, node_name, graph, self.model, self.ensure_array,
                                             aliases, functools.partial(load, body=True))
                 continue
-            for name in list(node.input) + list(node.output):
-                self.ensure_array(name, label)
-            ctx.node = OnnxNode(node_name, node.op_type,
-                                [aliases.get(n, n) for n in node.input],
+            if self.computes_in_int64(node):
+                inputs, ctx.wide = self.int64_operands(node), True
+            else:
+                for name in list(node.input) + list(node.output):
+                    self.ensure_array(name, label)
+                inputs, ctx.wide = [aliases.get(n, n) for n in node.input], False
+            ctx.node = OnnxNode(node_name, node.op_type, inputs,
                                 [aliases.get(n, n) for n in node.output], _decode_attrs(node), node.domain)
             ONNX_IMPORTERS[op_key(node)](ctx.node, ctx)
+
+    def computes_in_int64(self, node: onnx.NodeProto) -> bool:
+        """Whether `node` stays in int64 (_INT64_KERNELS): an op with a TFLite int64 kernel that
+        reads an int64 constant int32 cannot hold and whose int64 outputs only leave the graph,
+        declared int64 (a subgraph's outputs are declared untyped: they stay int32 inside)."""
+        graph = self.graph
+        declared = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
+        return (node.domain in ("", "ai.onnx") and node.op_type in _INT64_KERNELS
+                and any(_beyond_int32(graph.constants.get(n)) for n in node.input)
+                and all(declared.get(o) == onnx.TensorProto.INT64
+                        and {r[1] for r in self.readers.get(o, [])} == {""} for o in node.output))
+
+    def int64_operands(self, node: onnx.NodeProto) -> list[str]:
+        """The arrays an int64 node (computes_in_int64) reads and writes: constants in int64,
+        activations (int32 inside) through a CAST to int64, outputs int64."""
+        model, names = self.model, []
+        for name in node.input:
+            value = self.graph.constants.get(name)
+            if value is not None:
+                names.append(model.add_constant(name, np.asarray(value).astype(np.int64)))
+                continue
+            self.ensure_array(name, f"input of node {self.graph.names[id(node)]!r} ({node.op_type})")
+            inner = self.aliases.get(name, name)
+            wide = model.add_array(f"{inner}_int64", model.arrays[inner].shape, np.int64)
+            model.add_operator(Operator("CAST", [inner], [wide], _cast_options(model.arrays[inner].dtype,
+                                                                               np.dtype(np.int64)),
+                                        source=self.graph.names[id(node)]))
+            names.append(wide)
+        for name in node.output:
+            model.add_named_array(name, self.graph.shapes[name], np.int64)
+        return names
 
     def add_outputs(self) -> None:
         """Graph outputs keep their ONNX name and dtype (a narrowed one through a CAST); a
