@@ -4,8 +4,10 @@ PADV2 and MIRROR_PAD ops (also emitted by padding.explicit_pad for conv and pool
 Modes: constant -> PAD (PADV2 for a non-zero value), reflect -> MIRROR_PAD(REFLECT), edge -> per
 padded axis, the edge slice (BROADCAST_TO its pad width) concatenated on both sides, wrap -> TILE
 then SLICE of the periodic extension. Negative pads crop first (SLICE), as onnxruntime does.
-A constant_value computed at run time is the tensor PADV2 reads; pads and axes must be constants,
-since the output's shape follows from them.
+A constant_value computed at run time is the tensor PADV2 reads. Constant-mode pads computed at
+run time (the model declares the output's shape, which shape inference cannot know) pad by a
+constant margin, then SLICE the output at a computed begin (_computed_pad); the other modes need
+them constant. Axes must be constants.
 """
 
 from __future__ import annotations
@@ -73,21 +75,25 @@ def _optional_input(node, index) -> str:
     return node.inputs[index] if len(node.inputs) > index else ""
 
 
-def _pad_widths(node, ctx) -> tuple[np.ndarray, object]:
+def _pad_widths(node, ctx, pads_known: bool = True) -> tuple[np.ndarray | None, object]:
     """([rank, 2] begin/end pad per axis, constant value) from attributes or inputs; the value is
     a tensor's name when it is computed at run time (and the mode is constant: the others do not
-    read it)."""
+    read it). pads_known False: the pads are computed at run time, (None, value)."""
     rank = ctx.rank(node.inputs[0])
     if ctx.opset < 11:
         pads = node.attr("pads", node.attr("paddings"))
         value, axes = node.attr("value", 0.0), None
     else:
-        pads = ctx.require_const(node.inputs[1], "Pad pads", _SHAPE_GIVING)
+        pads = ctx.require_const(node.inputs[1], "Pad pads", _SHAPE_GIVING) if pads_known else None
         value_name, axes_name = _optional_input(node, 2), _optional_input(node, 3)
         value = ctx.const(value_name) if value_name else None
         if value_name and value is None and node.attr("mode", "constant") == "constant":
             value = value_name
         axes = ctx.require_const(axes_name, "Pad axes", _SHAPE_GIVING) if axes_name else None
+    if not isinstance(value, str):
+        value = 0 if value is None else np.asarray(value).reshape(-1)[0].item()
+    if pads is None:
+        return None, value
     pads = [int(p) for p in np.atleast_1d(pads)]
     axes = list(range(rank)) if axes is None else [int(a) for a in np.atleast_1d(axes)]
     if len(pads) != 2 * len(axes) or any(not -rank <= a < rank for a in axes):
@@ -95,8 +101,6 @@ def _pad_widths(node, ctx) -> tuple[np.ndarray, object]:
     widths = np.zeros((rank, 2), np.int64)
     for i, axis in enumerate(axes):
         widths[axis % rank] = (pads[i], pads[i + len(axes)])
-    if not isinstance(value, str):
-        value = 0 if value is None else np.asarray(value).reshape(-1)[0].item()
     return widths, value
 
 
@@ -115,7 +119,13 @@ def _crop(ctx, x, widths, y, last):
 def _constant_pad(ctx, x, widths, value, y):
     if len(widths) > MAX_PAD_RANK:
         raise ctx.error(f"rank {len(widths)}: TFLite pads tensors of up to {MAX_PAD_RANK} dimensions")
-    inputs = [x, ctx.constant("paddings", widths.astype(np.int32))]
+    _constant_pad_op(ctx, [x, ctx.constant("paddings", widths.astype(np.int32))], value, y)
+
+
+def _constant_pad_op(ctx, inputs, value, y):
+    """PAD (value 0) or PADV2 of inputs [x, paddings] with `value` (a number, or a tensor's name
+    when computed at run time)."""
+    x = inputs[0]
     if isinstance(value, str):  # computed at run time: PADV2 reads a one-element tensor
         if ctx.dtype(value) != ctx.dtype(x) or int(np.prod(ctx.shape(value))) != 1:
             raise ctx.error(f"constant_value {value!r} of dtype {ctx.dtype(value)} and shape "
@@ -180,12 +190,63 @@ def _wrap_pad(ctx, x, widths, y):
     slice_tensor(ctx, tiled, start, size, y)
 
 
+def _computed_pad(node, ctx, mode: str) -> None:
+    """Constant-mode pads computed at run time, whatever their signs: x padded by a constant
+    margin of the output's size on both sides of every axis (PAD / PADV2), then the output cut
+    from it by SLICE at begin margin - pad_begin (a negative pad begins inside x: cropping). A
+    pad of the axis is at most its output size (the other pad crops at most the whole input),
+    so the cut stays inside the margins; every shape is static. The other modes pad with
+    reflected or repeated values, which a margin cannot hold."""
+    x, y, pads = node.inputs[0], node.outputs[0], node.inputs[1]
+    if mode != "constant":
+        producer = ctx.model.producer(pads)
+        if producer is not None and producer.type == "CAST" and producer.source.startswith("input "):
+            pads = producer.inputs[0]  # a graph input narrowed to int32: the model's name for it
+        raise ctx.error(f"{mode} padding with pads (input {pads!r}) computed at run time: qconvert "
+                        "builds it from TFLite ops sized by the pads (and crops negative ones with "
+                        "a SLICE of computed size), and TFLite's tensors need static shapes; make "
+                        "the pads an initializer")
+    rank, shape, out_shape = ctx.rank(x), np.array(ctx.shape(x)), np.array(ctx.shape(y))
+    if rank > MAX_PAD_RANK:
+        raise ctx.error(f"rank {rank}: TFLite pads tensors of up to {MAX_PAD_RANK} dimensions")
+    axes_name = _optional_input(node, 3)
+    axes = (list(range(rank)) if not axes_name else
+            [int(a) for a in np.atleast_1d(ctx.require_const(axes_name, "Pad axes", _SHAPE_GIVING))])
+    if ctx.shape(pads) != (2 * len(axes),) or any(not -rank <= a < rank for a in axes):
+        raise ctx.error(f"pads {pads!r} of shape {list(ctx.shape(pads))} do not match axes {axes} "
+                        f"of a rank-{rank} input")
+    axes = [a % rank for a in axes]
+    margin = np.zeros(rank, np.int32)
+    margin[axes] = out_shape[axes]
+    _, value = _pad_widths(node, ctx, pads_known=False)
+    padded = ctx.tensor(f"{y}_margins", tuple(shape + 2 * margin), ctx.dtype(x))
+    _constant_pad_op(ctx, [x, ctx.constant("paddings", np.stack([margin, margin], axis=1))], value, padded)
+    begins = _pad_begins(ctx, pads, axes, rank, y)
+    begin = ctx.tensor(f"{y}_cut_begin", (rank,), np.int32)
+    ctx.add_op("SUB", [ctx.constant("margin", margin), begins], [begin])
+    ctx.add_op("SLICE", [padded, begin, ctx.constant("size", out_shape.astype(np.int32))], [y])
+
+
+def _pad_begins(ctx, pads: str, axes: list, rank: int, y: str) -> str:
+    """The rank-long vector of begin pads (0 for the axes not named) GATHERed from the pads."""
+    joined = ctx.tensor(f"{y}_pads_and_zero", (2 * len(axes) + 1,), np.int32)
+    ctx.add_op("CONCATENATION", [pads, ctx.constant("zero", np.zeros(1, np.int32))], [joined], {"axis": 0})
+    indices = np.full(rank, 2 * len(axes), np.int32)  # the zero
+    indices[axes] = np.arange(len(axes))
+    begins = ctx.tensor(f"{y}_pad_begins", (rank,), np.int32)
+    ctx.add_op("GATHER", [joined, ctx.constant("indices", indices)], [begins], {"axis": 0, "batch_dims": 0})
+    return begins
+
+
 @onnx_op("Pad")
 def import_pad(node, ctx):
     x, y = node.inputs[0], node.outputs[0]
     mode = node.attr("mode", "constant")
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise ctx.error(f"unknown pad mode {mode!r}")
+    if ctx.opset >= 11 and ctx.const(node.inputs[1]) is None:
+        _computed_pad(node, ctx, mode)
+        return
     widths, value = _pad_widths(node, ctx)
     cropping, padding = bool((widths < 0).any()), bool((widths > 0).any())
     if not cropping and not padding:

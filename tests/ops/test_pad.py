@@ -178,19 +178,34 @@ def test_computed_constant_value_runs_int8(tmp_path):
     assert report.op_counts.get("PADV2") == 1, report.op_counts
 
 
-@pytest.mark.parametrize("declared", [False, True])
-def test_computed_pads_are_refused_in_one_line(tmp_path, declared):
-    """Pads computed at run time give the output a shape only they know: refused, by the loader
-    when shape inference finds no shape, else (a declared output shape) by the importer, naming
-    the node, the input and what would make it convert."""
+@pytest.mark.parametrize("mode", ["constant", "reflect"])
+def test_computed_pads_without_a_declared_shape_are_refused_in_one_line(tmp_path, mode):
+    """Pads computed at run time give the output a shape only they know: without a declared
+    output shape the loader refuses, naming the output and the node."""
     from tests.test_validate import _assert_refused, _convert
 
-    model = _computed([1, 3, 5, 6], [0, 0, 2, 1, 0, 0, 1, 3], computed=("pads",),
-                      y_shape=[1, 3, 8, 10] if declared else None)
+    model = _computed([1, 3, 5, 6], [0, 0, 2, 1, 0, 0, 1, 3], mode=mode, computed=("pads",))
     result, source, out = _convert(tmp_path, model)
-    if declared:
-        fragments = ["node 'pad' (Pad)", "Pad pads (input 'pads_computed'): computed at run time from 'x'",
-                     "TFLite's PAD needs it constant", "make it an initializer"]
-    else:
-        fragments = ["tensor 'y' (output of node 'pad' (Pad)) has no static shape"]
-    _assert_refused(result, source, model.SerializeToString(), out, fragments)
+    _assert_refused(result, source, model.SerializeToString(), out,
+                    ["tensor 'y' (output of node 'pad' (Pad)) has no static shape"])
+
+
+def test_computed_pads_with_a_declared_shape_pad_then_slice():
+    """Constant-mode pads computed at run time (the output's shape declared): a constant margin,
+    then SLICE at the computed begin (tests/ops/test_runtime_operand_clamping.py: every sign)."""
+    model = _computed([1, 3, 5, 6], [0, 0, 2, 1, 0, 0, 1, 3], computed=("pads",), y_shape=[1, 3, 8, 10])
+    _, report = assert_matches_onnxruntime(model, _feeds([1, 3, 5, 6]))
+    assert report.op_counts.get("SLICE") == 1 and report.op_counts.get("PAD") == 1, report.op_counts
+
+
+def test_computed_reflect_pads_are_refused_in_one_line(tmp_path):
+    """Reflect pads computed at run time: negative ones would crop with a SLICE of computed
+    size; refused by the importer, naming the node, the input and what would make it convert."""
+    from tests.test_validate import _assert_refused, _convert
+
+    model = _computed([1, 3, 5, 6], [0, 0, 2, 1, 0, 0, 1, 3], mode="reflect", computed=("pads",),
+                      y_shape=[1, 3, 8, 10])
+    result, source, out = _convert(tmp_path, model)
+    _assert_refused(result, source, model.SerializeToString(), out,
+                    ["node 'pad' (Pad)", "reflect padding with pads (input 'pads_computed') computed "
+                     "at run time", "TFLite's tensors need static shapes", "make the pads an initializer"])

@@ -155,3 +155,171 @@ def test_constant_end_sentinel_with_negative_step_is_refused_in_one_line(start):
                         "st": np.array([-1])})
     assert_refused_in_one_line(model, "onnxruntime slices through index 0, ONNX's Slice spec and "
                                "shape inference stop at index 4.*INT64_MIN", node="rev")
+
+
+# --- Gather, GatherElements, GatherND, ScatterND, ScatterElements: negative indices at run time --
+def _every_index(dim: int, count: int, seed: int) -> np.ndarray:
+    """`count` indices covering [-dim, dim - 1] (each value once before any repeats), shuffled."""
+    values = np.resize(np.arange(-dim, dim), count)
+    return np.random.default_rng(seed).permutation(values)
+
+
+def _index_inputs(indices: np.ndarray, index_type, computed: bool):
+    """(nodes, inputs, inits, feed, name): the indices fed as "i" of `index_type`, or computed
+    from the fed value minus 1 plus 1 (Sub, Add) when `computed`."""
+    np_index = helper.tensor_dtype_to_np_dtype(index_type)
+    inputs, inits, nodes = {"i": (index_type, indices.shape)}, {}, []
+    name = "i"
+    if computed:
+        inits["one"] = np.array(1, np_index)
+        nodes = [helper.make_node("Sub", ["i", "one"], ["i_minus"]),
+                 helper.make_node("Add", ["i_minus", "one"], ["i_back"])]
+        name = "i_back"
+    return nodes, inputs, inits, indices.astype(np_index), name
+
+
+FORMS = [(TensorProto.INT64, TensorProto.FLOAT, False), (TensorProto.INT32, TensorProto.INT32, False),
+         (TensorProto.INT64, TensorProto.FLOAT, True)]
+FORM_IDS = ["int64-fed-float", "int32-fed-int32", "int64-computed-float"]
+# GatherND and ScatterND take int64 indices only.
+ND_FORMS = [(TensorProto.INT64, TensorProto.FLOAT, False), (TensorProto.INT64, TensorProto.INT32, False),
+            (TensorProto.INT64, TensorProto.FLOAT, True)]
+ND_FORM_IDS = ["int64-fed-float", "int64-fed-int32", "int64-computed-float"]
+
+
+def _gather_case(op_type, x, indices, index_type, computed, **attrs):
+    nodes, inputs, inits, feed, name = _index_inputs(indices, index_type, computed)
+    data_type = helper.np_dtype_to_tensor_dtype(x.dtype)
+    nodes.append(helper.make_node(op_type, ["x", name], ["y"], name="op", **attrs))
+    model = make_model(nodes, {"x": (data_type, x.shape), **inputs}, {"y": data_type}, inits)
+    assert_matches_onnxruntime(model, {"x": x, "i": feed}, rtol=0, atol=0)
+
+
+def _data(shape, data_type):
+    return (np.arange(np.prod(shape)) - 7).reshape(shape).astype(helper.tensor_dtype_to_np_dtype(data_type))
+
+
+@pytest.mark.parametrize("index_type,data_type,computed", FORMS, ids=FORM_IDS)
+@pytest.mark.parametrize("axis", [0, -1])
+def test_gather_every_index_in_range(index_type, data_type, computed, axis):
+    x = _data((4, 6), data_type)
+    dim = x.shape[axis]
+    _gather_case("Gather", x, _every_index(dim, 2 * dim, 1).reshape(2, dim), index_type, computed, axis=axis)
+
+
+@pytest.mark.parametrize("index_type,data_type,computed", FORMS, ids=FORM_IDS)
+@pytest.mark.parametrize("axis", [1, -3])
+def test_gather_elements_every_index_in_range(index_type, data_type, computed, axis):
+    x = _data((3, 4, 5), data_type)
+    shape = list(x.shape)
+    shape[axis] = 8
+    indices = _every_index(x.shape[axis], int(np.prod(shape)), 2).reshape(shape)
+    _gather_case("GatherElements", x, indices, index_type, computed, axis=axis)
+
+
+@pytest.mark.parametrize("index_type,data_type,computed", ND_FORMS, ids=ND_FORM_IDS)
+@pytest.mark.parametrize("batch_dims", [0, 1])
+def test_gather_nd_every_index_in_range(index_type, data_type, computed, batch_dims):
+    x = _data((3, 4, 5), data_type)
+    dims = x.shape[batch_dims:batch_dims + 2]
+    columns = [_every_index(d, 3 * 8, 3 + k) for k, d in enumerate(dims)]
+    indices = np.stack(columns, axis=-1).reshape(3, 8, 2)
+    _gather_case("GatherND", x, indices, index_type, computed, batch_dims=batch_dims)
+
+
+@pytest.mark.parametrize("index_type,data_type,computed", ND_FORMS, ids=ND_FORM_IDS)
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_scatter_nd_negative_indices(index_type, data_type, computed, reduction):
+    """Rows named once each (reduction none leaves repeats undefined), half of them negative."""
+    x = _data((6, 3), data_type)
+    indices = np.array([[-6], [1], [-1], [3], [-4]])
+    nodes, inputs, inits, feed, name = _index_inputs(indices, index_type, computed)
+    nodes.append(helper.make_node("ScatterND", ["x", name, "u"], ["y"], reduction=reduction))
+    updates = _data((5, 3), data_type) * 3
+    model = make_model(nodes, {"x": (helper.np_dtype_to_tensor_dtype(x.dtype), x.shape), **inputs},
+                       {"y": helper.np_dtype_to_tensor_dtype(x.dtype)}, {**inits, "u": updates}, opset=18)
+    assert_matches_onnxruntime(model, {"x": x, "i": feed}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("index_type,data_type,computed", FORMS, ids=FORM_IDS)
+@pytest.mark.parametrize("axis", [0, -1])
+def test_scatter_elements_negative_indices(index_type, data_type, computed, axis):
+    """Each column (axis 0) or row (axis -1) a permutation of [-dim, -1] mixed with [0, dim - 1]."""
+    x = _data((4, 4), data_type)
+    dim = 4
+    rows = [np.where(np.arange(dim) % 2, p - dim, p) for p in
+            (np.random.default_rng(k).permutation(dim) for k in range(dim))]
+    indices = np.stack(rows, axis=1 if axis == 0 else 0)
+    nodes, inputs, inits, feed, name = _index_inputs(indices, index_type, computed)
+    nodes.append(helper.make_node("ScatterElements", ["x", name, "u"], ["y"], axis=axis))
+    model = make_model(nodes, {"x": (helper.np_dtype_to_tensor_dtype(x.dtype), x.shape), **inputs},
+                       {"y": helper.np_dtype_to_tensor_dtype(x.dtype)}, {**inits, "u": _data((4, 4), data_type) * 5},
+                       opset=18)
+    assert_matches_onnxruntime(model, {"x": x, "i": feed}, rtol=0, atol=0)
+
+
+# --- Pad: pads of every sign, fed or constant ----------------------------------------------------
+PADS = [[1, 2, 0, 3], [-1, 0, 2, -2], [0, -3, -1, 2], [2, -2, -2, 2], [-1, -1, -1, -1], [0, 0, 0, 0],
+        [-4, 0, 4, 0], [9, 0, 0, -5]]
+
+
+def _pad_model(pads, data_type, computed: bool, value: bool, axes=None, mode="constant"):
+    """Pad(x [4, 5], p, v, axes) -> y; p fed (int64, or computed from the fed value by Sub and
+    Add when `computed`), v a constant 7 when `value`; y's shape declared."""
+    shape = [4, 5]
+    named = axes or [0, 1]
+    out = list(shape)
+    for i, axis in enumerate(named):
+        out[axis] += pads[i] + pads[i + len(named)]
+    nodes, inputs, inits, _, name = _index_inputs(np.array(pads), TensorProto.INT64, computed)
+    if value:
+        inits["v"] = np.array(7, helper.tensor_dtype_to_np_dtype(data_type))
+    if axes:
+        inits["axes"] = np.array(axes, np.int64)
+    args = ["x", name, "v" if value else ""] + (["axes"] if axes else [])
+    nodes.append(helper.make_node("Pad", args, ["y"], mode=mode, name="pad"))
+    model = make_model(nodes, {"x": (data_type, shape), **inputs}, {"y": data_type}, inits, opset=18)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", data_type, out))
+    return model
+
+
+@pytest.mark.parametrize("pads", PADS)
+@pytest.mark.parametrize("data_type,computed,value", [(TensorProto.FLOAT, False, False),
+                                                      (TensorProto.INT32, False, True),
+                                                      (TensorProto.FLOAT, True, True)],
+                         ids=["fed-float", "fed-int32-value", "computed-float-value"])
+def test_fed_constant_mode_pads_of_every_sign(pads, data_type, computed, value):
+    """Negative pads crop, positive ones pad, both on one axis too: a margin, then SLICE."""
+    model = _pad_model(pads, data_type, computed, value)
+    x = _data((4, 5), data_type)
+    assert_matches_onnxruntime(model, {"x": x, "i": np.array(pads, np.int64)}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("pads", [[2, -3], [-1, 4], [0, 0]])
+def test_fed_pads_of_named_negative_axes(pads):
+    model = _pad_model(pads, TensorProto.FLOAT, False, True, axes=[-1])
+    assert_matches_onnxruntime(model, {"x": _data((4, 5), TensorProto.FLOAT), "i": np.array(pads, np.int64)})
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+def test_fed_pads_of_other_modes_are_refused_in_one_line(mode):
+    """Reflect, edge and wrap with computed pads would need a SLICE of computed size."""
+    assert_refused_in_one_line(_pad_model([1, 0, 0, 1], TensorProto.FLOAT, False, False, mode=mode),
+                               f"{mode} padding with pads \\(input 'i'\\) computed at run time.*"
+                               "TFLite's tensors need static shapes; make the pads an initializer",
+                               node="pad")
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads", [[-1, 0, 2, -2], [0, -3, -1, 2], [2, -2, -2, 2], [-1, -1, 1, 1]])
+def test_constant_pads_of_every_sign(mode, pads):
+    """The same signs as constants, every mode; reflect pads as wide as the cropped axis are
+    refused in one line (MIRROR_PAD reflects less than the axis)."""
+    model = make_model([helper.make_node("Pad", ["x", "p"], ["y"], mode=mode, name="pad")],
+                       {"x": (TensorProto.FLOAT, (4, 5))}, {"y": TensorProto.FLOAT},
+                       {"p": np.array(pads, np.int64)}, opset=18)
+    cropped = np.array([4, 5]) + np.minimum(pads[:2], 0) + np.minimum(pads[2:], 0)
+    if mode == "reflect" and np.any(np.maximum(pads[:2], pads[2:]) >= cropped):
+        assert_refused_in_one_line(model, "each must be smaller than the dimension", node="pad")
+        return
+    assert_matches_onnxruntime(model, {"x": _data((4, 5), TensorProto.FLOAT)})
