@@ -242,7 +242,7 @@ def _activations(node, ctx, defaults: list[str], count: int) -> list[list[_Activ
         alpha, beta = _DEFAULT_PARAMETERS.get(name, (0.0, 0.0))
         alpha = alphas.pop(0) if takes_alpha and alphas else alpha
         beta = betas.pop(0) if takes_beta and betas else beta
-        acts.append(_Activation(name, alpha if takes_alpha else 0.0, beta if takes_beta else 0.0))
+        acts.append(_Activation(name, alpha, beta))
     n = len(defaults)
     return [acts[n * d:n * d + n] for d in range(count)]
 
@@ -250,8 +250,9 @@ def _activations(node, ctx, defaults: list[str], count: int) -> list[list[_Activ
 def _activate(ctx, spec: _Spec, act: _Activation, z: str) -> str:
     """act(z) as TFLite ops: Sigmoid, Tanh and Relu as one op; LeakyRelu, ThresholdedRelu,
     HardSigmoid, Elu, Softsign and Softplus by the importers of the ONNX ops of those names
-    (the same functions; a ThresholdedRelu's x == alpha gives 0 there, x here, both 0 at
-    alpha 0); Affine as alpha * z + beta, ScaledTanh as alpha * TANH(beta * z)."""
+    (the same functions; ThresholdedRelu gives 0 at z == alpha, as onnxruntime's recurrent ops
+    do, where the spec's table says z); Affine as alpha * z + beta, ScaledTanh as
+    alpha * TANH(beta * z)."""
     if act.name in _ACTIVATION_OPS:
         return _op(ctx, _ACTIVATION_OPS[act.name], [z], spec.state)
     scalar = (lambda value: ctx.constant("act", np.array(value, _F32)))
