@@ -9,8 +9,10 @@ integer types widened to it, float64 and float16 computed as float32 (_NARROWED)
 outputs keep their ONNX dtype through a CAST.
 
 The narrowing is proven for constants (initializers and everything folded, which folding computes
-in int64): one that int32 cannot hold is refused in one line naming it, its value and the node
-reading it, or saturated only where that reader computes the same with it (_SATURATES). At run
+in int64): one that int32 cannot hold keeps the op reading it in int64 where TFLite has an int64
+kernel for it and its output leaves the graph as int64 (_INT64_KERNELS), is saturated only where
+its reader computes the same with it (_SATURATES), and is otherwise refused in one line naming it,
+its value and the node reading it. At run
 time it is a contract: an int64 graph input takes values int32 holds (its CAST wraps others
 modulo 2^32, as ONNX's Cast to int32 does), and int64 results are computed in int32; the default
 float check draws such inputs over int32's whole range (qconvert/check/runtimes.py).
@@ -970,16 +972,21 @@ class _Importer:
         return (node.domain in ("", "ai.onnx") and node.op_type in _INT64_KERNELS
                 and any(_beyond_int32(graph.constants.get(n)) for n in node.input)
                 and all(declared.get(o) == onnx.TensorProto.INT64
-                        and {r[1] for r in self.readers.get(o, [])} == {""} for o in node.output))
+                        and {r[0] for r in self.readers.get(o, [])} == {"the graph output"}
+                        for o in node.output))
 
     def int64_operands(self, node: onnx.NodeProto) -> list[str]:
         """The arrays an int64 node (computes_in_int64) reads and writes: constants in int64,
-        activations (int32 inside) through a CAST to int64, outputs int64."""
+        an int64 graph input as it is (any int64 value), other activations (int32 inside)
+        through a CAST to int64; outputs int64."""
         model, names = self.model, []
         for name in node.input:
             value = self.graph.constants.get(name)
             if value is not None:
                 names.append(model.add_constant(name, np.asarray(value).astype(np.int64)))
+                continue
+            if name in self.aliases and model.arrays[name].dtype == np.int64:
+                names.append(name)
                 continue
             self.ensure_array(name, f"input of node {self.graph.names[id(node)]!r} ({node.op_type})")
             inner = self.aliases.get(name, name)
