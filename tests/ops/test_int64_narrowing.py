@@ -49,9 +49,9 @@ def test_binary_op_with_a_big_int64_constant(op, c):
 
 @pytest.mark.parametrize("c", [2**62, -(2**40) - 3])
 def test_int64_op_takes_values_beyond_int32_from_its_input_too(c):
-    """The op kept in int64 computes on the whole int64 range: x near int32's limits times or
-    modulo a big constant, results beyond int32."""
-    feeds = {"x": np.array([2**31 - 1, -(2**31), -5, 3], np.int64)}
+    """The op kept in int64 computes on the whole int64 range: it reads the int64 input itself,
+    so x beyond int32 times or modulo a big constant is exact too."""
+    feeds = {"x": np.array([2**31 - 1, -(2**31), -(2**31) - 5, 2**31 + 3], np.int64)}
     for op in ("Mul", "Mod", "Add", "Sub"):
         model = _binary(op, c if op != "Mul" else 2**31)
         assert_matches_onnxruntime(model, feeds)
