@@ -287,9 +287,11 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     for node, node_name in zip(graph.node, own_names):
         if node.op_type == "Constant" and node.output[0] in replaced:
             continue
+        read = {t: v for t, v in through.items() if wanted[t].readers is None or node_name in wanted[t].readers}
         for k, name in enumerate(node.input):
-            if name in through and (wanted[name].readers is None or node_name in wanted[name].readers):
-                node.input[k] = through[name]
+            if name in read:
+                node.input[k] = read[name]
+        _read_in_bodies(node, read)
         nodes.append(node)
         for k, name in enumerate(node.output):
             if name in writes:
@@ -299,6 +301,26 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     del graph.node[:]
     graph.node.extend(nodes)
     return result
+
+
+def _read_in_bodies(node: onnx.NodeProto, through: dict[str, str]) -> None:
+    """The If/Loop/Scan bodies of `node` read each outer tensor in `through` through its pair (as
+    the node's own inputs do), at every depth: a body's reads of it by name become reads of the
+    pair's output, except where the body (or a body inside it) defines the name itself (an inner
+    definition shadows the outer one)."""
+    for a in node.attribute:
+        for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                     a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
+            defined = ({i.name for i in body.input} | {t.name for t in body.initializer}
+                       | {o for n in body.node for o in n.output})
+            visible = {t: v for t, v in through.items() if t not in defined}
+            if not visible:
+                continue
+            for inner in body.node:
+                for k, name in enumerate(inner.input):
+                    if name in visible:
+                        inner.input[k] = visible[name]
+                _read_in_bodies(inner, visible)
 
 
 # --- equalized channels ---------------------------------------------------------------------

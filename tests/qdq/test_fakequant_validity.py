@@ -73,7 +73,7 @@ def lookalike_names() -> onnx.ModelProto:
 def with_if(opset: int) -> onnx.ModelProto:
     """Conv + Relu, then If(sum > 0) choosing a branch Conv (with its own initializer) or a
     MaxPool of the outer tensor, then a Conv: the pairs sit in the outer graph, the bodies read
-    outer tensors."""
+    outer tensors through them."""
     rng = np.random.default_rng(5)
     body_w = _init(rng, "bw", (C, C, 3, 3), .2)
     then = helper.make_graph([helper.make_node("Conv", ["r1", "bw"], ["t"], pads=[1, 1, 1, 1]),
@@ -95,17 +95,20 @@ def with_if(opset: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
 
 
-def with_loop() -> onnx.ModelProto:
-    """Conv + Relu, then a Loop of 3 steps (unrolled) whose body adds the outer Relu's output to
-    the carried value and scales it by a body initializer, then a Conv."""
+def with_loop(shadow: bool = False) -> onnx.ModelProto:
+    """Conv + Relu, then a Loop of 3 steps (unrolled) whose body adds the outer Relu's output
+    (read through its pair) to the carried value and scales it by a body initializer, then a
+    Conv. `shadow`: the carried value is named `x`, like the outer input, which has a pair: the
+    body reads its own x."""
     rng = np.random.default_rng(6)
+    v = "x" if shadow else "v"
     body = helper.make_graph(
-        [helper.make_node("Add", ["v", "r1"], ["va"]),
+        [helper.make_node("Add", [v, "r1"], ["va"]),
          helper.make_node("Mul", ["va", "half"], ["v_next"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v", F, [1, C, 8, 8])],
+         helper.make_tensor_value_info(v, F, [1, C, 8, 8])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
          helper.make_tensor_value_info("v_next", F, [1, C, 8, 8])],
         [numpy_helper.from_array(np.array(0.5, np.float32), "half")])
@@ -149,6 +152,7 @@ MODELS = {
     "if_opset11": lambda tmp: with_if(11),
     "if_opset13": lambda tmp: with_if(13),
     "loop": lambda tmp: with_loop(),
+    "loop_shadowing": lambda tmp: with_loop(shadow=True),
     "qdq_exported": qdq_exported,
 }
 
@@ -159,6 +163,18 @@ def _samples(model: onnx.ModelProto, count: int = 8) -> dict[str, np.ndarray]:
     data = [i for i in model.graph.input if i.name not in initializers]
     shape = [d.dim_value for d in data[0].type.tensor_type.shape.dim]
     return {data[0].name: np.random.default_rng(7).uniform(-1, 1, [count, *shape]).astype(np.float32)}
+
+
+def _outer_reads(graph: onnx.GraphProto) -> set[str]:
+    """The names the bodies of `graph`'s nodes read from outside themselves, at every depth."""
+    reads = set()
+    for node in graph.node:
+        for a in node.attribute:
+            for body in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                defined = ({i.name for i in body.input} | {t.name for t in body.initializer}
+                           | {o for n in body.node for o in n.output})
+                reads |= ({i for n in body.node for i in n.input} | _outer_reads(body)) - defined
+    return reads
 
 
 def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
@@ -188,6 +204,8 @@ def test_the_fake_quant_graph_is_valid_and_runs_within_int8_error(case):
     onnx.checker.check_model(fake, full_check=True)
     assert fake.ir_version >= helper.find_min_ir_version_for(fake.opset_import), name
     assert report.activations, name  # the pairs are there
+    # A body reads an outer tensor with a pair through it, as the int8 model's IF/WHILE does.
+    assert not _outer_reads(fake.graph) & set(report.activations), name
     tflite, tflite_report = convert_proto(model, quantize=QuantizeOptions(), calibration=calibration)
     (data_name, data), = samples.items()
     for sample in data[:3]:
