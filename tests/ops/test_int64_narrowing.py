@@ -198,3 +198,26 @@ def test_default_check_draws_arithmetic_inputs_wide_and_ids_small(tmp_path):
     assert sample["x"].min() < -(2**16) and sample["x"].max() > 2**16
     assert np.abs(sample["x"]).max() < 2**31
     assert 0 <= sample["ids"].min() and sample["ids"].max() < 10
+
+
+def _bounded_then_neg(op: str, bounds: list[int]):
+    """Neg(op(x, bounds...)): the bound is read inside the graph, where int64 is int32."""
+    names = [f"b{i}" for i in range(len(bounds))]
+    nodes = [helper.make_node(op, ["x", *names], ["m"], name="bound"), helper.make_node("Neg", ["m"], ["y"])]
+    inits = {n: np.array(b, np.int64) for n, b in zip(names, bounds)}
+    return make_model(nodes, {"x": (T.INT64, [4])}, {"y": T.INT64}, inits)
+
+
+@pytest.mark.parametrize("op, bounds", [("Max", [-(2**40)]), ("Min", [2**62]), ("Clip", [-(2**40), 2**40]),
+                                        ("Clip", [0, 2**35]), ("Clip", [-(2**35), 5])])
+def test_bound_beyond_int32_on_the_far_side_is_saturated_exactly(op, bounds):
+    """A lower bound below int32 or an upper bound above it leaves every int32 value as it is."""
+    feeds = {"x": np.array([-(2**31) + 1, -3, 7, 2**31 - 1], np.int64)}
+    assert_matches_onnxruntime(_bounded_then_neg(op, bounds), feeds)
+
+
+@pytest.mark.parametrize("op, bounds", [("Max", [2**40]), ("Min", [-(2**62)]), ("Clip", [2**40, 2**41]),
+                                        ("Clip", [-(2**41), -(2**40)])])
+def test_bound_beyond_int32_on_the_near_side_is_refused(op, bounds):
+    assert_refused_in_one_line(_bounded_then_neg(op, bounds), "'b[01]' holds .*int32 cannot hold",
+                               node="bound")
