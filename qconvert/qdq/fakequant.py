@@ -44,6 +44,7 @@ params, tensor by tensor; weight scales up to float32 rounding where a factor wa
 from __future__ import annotations
 
 import collections
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -287,10 +288,9 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     for node, node_name in zip(graph.node, own_names):
         if node.op_type == "Constant" and node.output[0] in replaced:
             continue
-        read = {t: v for t, v in through.items() if wanted[t].readers is None or node_name in wanted[t].readers}
+        read = functools.partial(_read_as, node_name=node_name, through=through, wanted=wanted)
         for k, name in enumerate(node.input):
-            if name in read:
-                node.input[k] = read[name]
+            node.input[k] = read(name)
         _read_in_bodies(node, read)
         nodes.append(node)
         for k, name in enumerate(node.output):
@@ -303,24 +303,29 @@ def insert_fake_quant(proto: onnx.ModelProto, model: Model, float_weights: Float
     return result
 
 
-def _read_in_bodies(node: onnx.NodeProto, through: dict[str, str]) -> None:
-    """The If/Loop/Scan bodies of `node` read each outer tensor in `through` through its pair (as
-    the node's own inputs do), at every depth: a body's reads of it by name become reads of the
-    pair's output, except where the body (or a body inside it) defines the name itself (an inner
-    definition shadows the outer one)."""
+def _read_as(name: str, node_name: str, through: dict[str, str], wanted: dict[str, _Pair]) -> str:
+    """What the ONNX node `node_name` reads the tensor `name` as: the output of its pair (`through`)
+    where the node reads through it, else the tensor itself."""
+    if name in through and (wanted[name].readers is None or node_name in wanted[name].readers):
+        return through[name]
+    return name
+
+
+def _read_in_bodies(node: onnx.NodeProto, read, shadowed: frozenset[str] = frozenset()) -> None:
+    """The If/Loop/Scan bodies of `node` read each outer tensor with a pair through it (as the
+    node's own inputs do: `read(name)`, see _read_as), at every depth, except
+    where a body (or one around it, `shadowed`) defines the name itself: an inner definition
+    shadows the outer one."""
     for a in node.attribute:
         for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
                      a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
-            defined = ({i.name for i in body.input} | {t.name for t in body.initializer}
-                       | {o for n in body.node for o in n.output})
-            visible = {t: v for t, v in through.items() if t not in defined}
-            if not visible:
-                continue
+            defined = shadowed | {i.name for i in body.input} | {t.name for t in body.initializer} \
+                | {o for n in body.node for o in n.output}
             for inner in body.node:
                 for k, name in enumerate(inner.input):
-                    if name in visible:
-                        inner.input[k] = visible[name]
-                _read_in_bodies(inner, visible)
+                    if name not in defined:
+                        inner.input[k] = read(name)
+                _read_in_bodies(inner, read, defined)
 
 
 # --- equalized channels ---------------------------------------------------------------------
