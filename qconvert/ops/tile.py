@@ -1,5 +1,6 @@
 """Expand (BROADCAST_TO, or RESHAPE when it only adds leading 1s, IDENTITY when it changes nothing)
-and Tile (TILE with constant int32 multiples). Also the `tile` / `broadcast_to` helpers.
+and Tile (TILE with int32 multiples: constants, or a tensor computed at run time when the
+output's shape is declared). Also the `tile` / `broadcast_to` helpers.
 
 Both TFLite ops take their target (shape / multiples) as a constant vector with one entry per axis,
 so the layout pass moves transposes through them by permuting that vector.
@@ -83,6 +84,9 @@ def import_expand(node, ctx):
 @onnx_op("Tile")
 def import_tile(node, ctx):
     x, y = node.inputs[0], node.outputs[0]
+    if ctx.const(node.inputs[1]) is None:
+        _computed_tile(node, ctx)
+        return
     repeats = ctx.require_const(node.inputs[1], "Tile repeats", (
         "the output's shape follows from them, so TFLite's TILE needs them constant: make them an "
         "initializer, or compute them from constants and input shapes only (the loader folds "
@@ -96,3 +100,15 @@ def import_tile(node, ctx):
         ctx.add_op("IDENTITY", [x], [y])
         return
     tile(ctx, x, repeats, y)
+
+
+def _computed_tile(node, ctx) -> None:
+    """Repeats computed at run time are the tensor TILE reads; it sizes its output when it runs.
+    The importer only sees them when the output's shape is known (the model declares it: shape
+    inference cannot know it from computed values)."""
+    x, repeats, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    rank = ctx.rank(x)
+    if ctx.shape(repeats) != (rank,) or ctx.dtype(repeats) != np.int32:
+        raise ctx.error(f"repeats {repeats!r} of shape {list(ctx.shape(repeats))} and dtype "
+                        f"{ctx.dtype(repeats)}: {rank} integers expected, one per axis")
+    ctx.add_op("TILE", [x, repeats], [y])

@@ -6,8 +6,9 @@ requires. Another `axis` goes through TRANSPOSE (in and out); largest=0 ranks th
 map of the input -- NEG for floats, -1 - x for integers (exact over the whole int32 range, where NEG
 would overflow at its minimum) -- and maps the values back; equal values stay equal, so ties still
 go to the lower index. sorted=0 leaves the order to the implementation: the sorted one is
-returned. K must be a constant (TFLite's output shape is static here); the indices are int32
-inside the graph (ONNX's int64 is narrowed).
+returned. K computed at run time is the tensor TOPK_V2 reads, when the model declares the
+outputs' shape (shape inference cannot know it); the indices are int32 inside the graph (ONNX's
+int64 is narrowed).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def _topk_version(op, model):
 tflite_op("TOPK_V2", options="TopKV2Options", version=_topk_version, quant=SAME)
 
 
-def _k(node, ctx, axis_dim: int) -> int:
-    """K from the attribute (TopK-1) or the constant 1-D, one-element input."""
+def _k(node, ctx, axis_dim: int) -> tuple[int, str | None]:
+    """(K, None) from the attribute (TopK-1) or the constant 1-D, one-element input; (K, the
+    input) when it is computed at run time (_computed_k)."""
     if len(node.inputs) < 2 or not node.inputs[1]:
         k = node.attr("k")
         if k is None:
@@ -42,15 +44,31 @@ def _k(node, ctx, axis_dim: int) -> int:
         name = node.inputs[1]
         k = ctx.const(name)
         if k is None:
-            raise ctx.error(f"K (input {name!r}) must be a constant: the outputs' shape depends on "
-                            "it, and a TFLite graph's shapes are static")
+            return _computed_k(node, ctx, name)
         if k.shape != (1,):
             raise ctx.error(f"K (input {name!r}) has shape {list(k.shape)}; ONNX wants a 1-D "
                             "tensor of one element")
     k = int(k.reshape(-1)[0])
     if not 0 < k <= axis_dim:
         raise ctx.error(f"K = {k} is outside [1, {axis_dim}], the size of the axis it selects from")
-    return k
+    return k, None
+
+
+def _computed_k(node, ctx, name: str) -> tuple[int, str]:
+    """K computed at run time: the tensor TOPK_V2 reads (it sizes its outputs when it runs); the
+    outputs' shape, which the model declares (shape inference cannot know it), says which K the
+    graph is built for."""
+    if ctx.shape(name) != (1,) or ctx.dtype(name) != np.int32:
+        raise ctx.error(f"K (input {name!r}) has shape {list(ctx.shape(name))} and dtype "
+                        f"{ctx.dtype(name)}; ONNX wants a 1-D tensor of one integer")
+    x = node.inputs[0]
+    declared = next((ctx.shape(o) for o in node.outputs if o and o in ctx.model.arrays), None)
+    axis = node.attr("axis", -1) % ctx.rank(x)
+    k = None if declared is None else int(declared[axis])
+    if k is None or not 0 < k <= ctx.shape(x)[axis]:
+        raise ctx.error(f"K (input {name!r}) is computed at run time and the outputs declare no K "
+                        f"in [1, {ctx.shape(x)[axis]}] (the size of the axis it selects from)")
+    return k, name
 
 
 def _output(ctx, name: str, shape, dtype, hint: str) -> str:
@@ -82,7 +100,7 @@ def import_topk(node, ctx):
     axis %= rank
     if np.dtype(ctx.dtype(x)).kind not in "fi":
         raise ctx.error(f"input X has dtype {np.dtype(ctx.dtype(x))}; TOPK_V2 ranks numbers only")
-    k = _k(node, ctx, shape[axis])
+    k, k_input = _k(node, ctx, shape[axis])
     out_shape = tuple(k if a == axis else d for a, d in enumerate(shape))
     values_name, indices_name = (list(node.outputs) + ["", ""])[:2]
     for name in (values_name, indices_name):
@@ -102,7 +120,8 @@ def import_topk(node, ctx):
               else ctx.tensor(base + "_topk_values", inner_shape, dtype))
     indices = (_output(ctx, indices_name, out_shape, np.int32, base + "_indices") if last
                else ctx.tensor(base + "_topk_indices", inner_shape, np.int32))
-    ctx.add_op("TOPK_V2", [source, ctx.constant("k", np.array([k], np.int32))], [values, indices])
+    k_input = k_input or ctx.constant("k", np.array([k], np.int32))
+    ctx.add_op("TOPK_V2", [source, k_input], [values, indices])
     if not largest:
         restored = (_output(ctx, values_name, out_shape, dtype, base + "_values") if last
                     else ctx.tensor(base + "_topk_restored", inner_shape, dtype))

@@ -323,3 +323,44 @@ def test_constant_pads_of_every_sign(mode, pads):
         assert_refused_in_one_line(model, "each must be smaller than the dimension", node="pad")
         return
     assert_matches_onnxruntime(model, {"x": _data((4, 5), TensorProto.FLOAT)})
+
+
+# --- TopK with a computed K, Tile with computed repeats -------------------------------------------
+@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("axis,largest,data_type,computed", [
+    (-1, 1, TensorProto.FLOAT, False), (0, 0, TensorProto.INT32, False), (-2, 1, TensorProto.FLOAT, True)],
+    ids=["last-largest-float-fed", "first-smallest-int32-fed", "negative-axis-float-computed"])
+def test_computed_k_is_read_by_topk(k, axis, largest, data_type, computed):
+    """K fed (or computed from a fed value) with the outputs' shape declared: TOPK_V2 reads it."""
+    x = np.random.default_rng(k).permutation(36).reshape(6, 6).astype(helper.tensor_dtype_to_np_dtype(data_type))
+    nodes, inputs, inits, feed, name = _index_inputs(np.array([k]), TensorProto.INT64, computed)
+    nodes.append(helper.make_node("TopK", ["x", name], ["v", "i_out"], axis=axis, largest=largest, name="topk"))
+    model = make_model(nodes, {"x": (data_type, (6, 6)), **inputs},
+                       {"v": data_type, "i_out": TensorProto.INT64}, inits)
+    shape = [6, 6]
+    shape[axis] = k
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("v", data_type, shape))
+    model.graph.output[1].CopyFrom(helper.make_tensor_value_info("i_out", TensorProto.INT64, shape))
+    _, report = assert_matches_onnxruntime(model, {"x": x, "i": feed}, rtol=0, atol=0)
+    assert report.op_counts.get("TOPK_V2") == 1, report.op_counts
+
+
+@pytest.mark.parametrize("repeats", [[1, 1], [2, 3], [3, 1], [0, 2]])
+@pytest.mark.parametrize("data_type,computed", [(TensorProto.FLOAT, False), (TensorProto.INT32, False),
+                                                (TensorProto.FLOAT, True)],
+                         ids=["fed-float", "fed-int32", "computed-float"])
+def test_computed_repeats_are_read_by_tile(repeats, data_type, computed):
+    """Repeats fed (or computed) with the output's shape declared: TILE reads them. y is the
+    tiled tensor over one row of 7s (Concat), so that 0 repeats' empty output is read too
+    (LiteRT's Python binding cannot read an empty tensor a kernel resized)."""
+    np_data = helper.tensor_dtype_to_np_dtype(data_type)
+    nodes, inputs, inits, feed, name = _index_inputs(np.array(repeats), TensorProto.INT64, computed)
+    width = 3 * repeats[1]
+    inits["row"] = np.full((1, width), 7, np_data)
+    nodes += [helper.make_node("Tile", ["x", name], ["tiled"], name="tile"),
+              helper.make_node("Concat", ["row", "tiled"], ["y"], axis=0)]
+    model = make_model(nodes, {"x": (data_type, (2, 3)), **inputs}, {"y": data_type, "tiled": data_type}, inits)
+    model.graph.output[1].CopyFrom(helper.make_tensor_value_info("tiled", data_type, [2 * repeats[0], width]))
+    flatbuffer, _ = convert_proto(model)
+    feeds = {"x": _data((2, 3), data_type), "i": feed}
+    np.testing.assert_array_equal(_run_y(flatbuffer, feeds), run_onnxruntime(model, feeds)["y"])

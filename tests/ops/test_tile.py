@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.tflite import schema_generated as S
-from tests.harness import assert_matches_onnxruntime, conv_in_front
+from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line, conv_in_front
 
 
 def _model(op_type, x_shape, target, conv_channels=None, dtype=TensorProto.FLOAT, relu=False):
@@ -85,19 +85,21 @@ def test_expand_bool():
     assert_matches_onnxruntime(model, {"x": np.array([[True], [False], [True]])})
 
 
-def test_computed_repeats_are_refused_in_one_line(tmp_path):
-    """Repeats computed at run time (from the input "r"): the output's shape follows from them, so
-    the refusal names the node, the input and what would make it convert, even when the model
-    declares the output's shape (shape inference alone finds none: the loader refuses first)."""
-    from tests.test_validate import _assert_refused, _convert
-
+@pytest.mark.parametrize("declared", [False, True])
+def test_computed_repeats(declared):
+    """Repeats computed at run time (from the input "r"): without a declared output shape the
+    loader refuses in one line (shape inference finds none); with one, TILE reads them
+    (tests/ops/test_runtime_operand_clamping.py has the family)."""
     graph = helper.make_graph(
         [helper.make_node("Tile", ["x", "r"], ["y"], name="tile")], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4]),
          helper.make_tensor_value_info("r", TensorProto.INT64, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8] if declared else None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    result, source, out = _convert(tmp_path, model)
-    _assert_refused(result, source, model.SerializeToString(), out,
-                    ["node 'tile' (Tile): Tile repeats (input 'r'): a graph input, fed at run time",
-                     "TFLite's TILE needs them constant", "make them an initializer"])
+    if not declared:
+        assert_refused_in_one_line(model, "tensor 'y' .* has no static shape", node="tile")
+        return
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32),
+             "r": np.array([1, 1, 2, 2], np.int64)}
+    _, report = assert_matches_onnxruntime(model, feeds)
+    assert report.op_counts.get("TILE") == 1, report.op_counts
