@@ -35,6 +35,7 @@ from tests.harness import (
     make_model,
     random_feeds,
     read_tflite,
+    run_onnxruntime,
     run_tflite,
 )
 
@@ -299,3 +300,38 @@ def test_runtime_loop_carrying_int64_in_an_unrolled_loop(count):
     flatbuffer, _ = assert_matches_onnxruntime(model, feeds=feeds, io_layout="onnx")
     ops = {name for sub in read_tflite(flatbuffer).subgraphs for name, _ in sub.ops}
     assert "WHILE" in ops and "CONCATENATION" in ops, ops
+
+
+def branch_shadowing_model(flag, own: str):
+    """An If whose else branch holds initializers named `own` + "x" and `own` + "c" and adds them;
+    the then branch reads the graph input "x" and the outer constant "c". `flag`: the condition,
+    "runtime" for sum(y) > 0."""
+    then = helper.make_graph([node("Mul", ["x", "c"], ["t"])], "then", [], [value("t", F, [2, 3])])
+    other = helper.make_graph(
+        [node("Add", [own + "x", own + "c"], ["e"])], "else", [], [value("e", F, [2, 3])],
+        [numpy_helper.from_array(np.full((2, 3), 5, np.float32), own + "x"),
+         numpy_helper.from_array(np.array(-3, np.float32), own + "c")])
+    nodes = [node("ReduceSum", ["y"], ["s"], keepdims=0), node("Greater", ["s", "zero"], ["p"])]
+    if flag != "runtime":
+        nodes = [node("Constant", [], ["p"], value=numpy_helper.from_array(np.array(flag)))]
+    return make_model(nodes + [node("If", ["p"], ["z"], then_branch=then, else_branch=other)],
+                      {"x": (F, [2, 3]), "y": (F, [2, 3])}, {"z": F},
+                      inits={"zero": np.array(0, np.float32), "c": np.array(2, np.float32)})
+
+
+@pytest.mark.parametrize("flag", ["runtime", True, False])
+def test_if_branch_initializer_named_like_what_the_other_branch_reads(flag):
+    """The else branch's initializers "x" and "c" shadow the graph input "x" and the constant "c"
+    that the then branch reads: TFLite's IF passes both branches the same inputs, so the else
+    branch gets the outer "x" under a name it does not read, and no copy of "c". Expected: the
+    same model with the else branch's names made distinct, in onnxruntime (which, given the names
+    alike, feeds the values an If's branches capture to both, over the else branch's own)."""
+    model = branch_shadowing_model(flag, "")
+    twin = branch_shadowing_model(flag, "own_")
+    for seed in range(3 if flag == "runtime" else 1):
+        feeds = random_feeds(model, seed)
+        if seed == 1:
+            feeds["y"] = -np.abs(feeds["y"])  # the else branch
+        flatbuffer, report = convert_proto(model, io_layout="onnx")
+        expected = run_onnxruntime(twin, feeds)["z"]
+        np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["z"], expected, rtol=1e-6)
