@@ -298,6 +298,8 @@ def _value_inputs(graph: onnx.GraphProto) -> set[str]:
     for node in graph.node:
         for slot, name in enumerate(node.input):
             readers.setdefault(name, []).append((node, slot))
+        for name in _read_in_subgraphs(node):  # slot -1: no value slot, like control flow's
+            readers.setdefault(name, []).append((node, -1))
     values = set()
     for value in graph.input:
         reached, pending, fine = {value.name}, [value.name], True
@@ -312,6 +314,19 @@ def _value_inputs(graph: onnx.GraphProto) -> set[str]:
         if fine:
             values.add(value.name)
     return values
+
+
+def _read_in_subgraphs(node: onnx.NodeProto) -> set[str]:
+    """Every name a node of `node`'s subgraphs (If/Loop/Scan bodies, at any depth) reads."""
+    names: set[str] = set()
+    pending = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    pending += [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+    while pending:
+        for inner in pending.pop().node:
+            names.update(inner.input)
+            pending += [a.g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPH]
+            pending += [g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+    return names
 
 
 class Reference:
