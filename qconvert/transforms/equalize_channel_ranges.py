@@ -34,7 +34,7 @@ import numpy as np
 
 from ..ir import MinMax, Model, Operator
 from ..quantize.rounding import InputMoments
-from .quantization import FLOAT32
+from .quantization import FLOAT32, QDQ_SOURCE
 
 WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 HOMOGENEOUS = ("NONE", "RELU")
@@ -72,6 +72,7 @@ def _pair(model: Model, second: Operator, moments: InputMoments | None) -> tuple
     first = model.producer(tensor)
     if (first is None or first.type not in WEIGHTED or first.fused_activation not in HOMOGENEOUS
             or moments.tensor != tensor or array.channel_scale is not None or array.minmax is None
+            or array.minmax.source == QDQ_SOURCE  # the model's own pair sets its params
             or not model.is_discardable(tensor) or first.float_reason or second.float_reason
             or len(model.consumers(tensor)) != 1 or tensor in model.outputs):
         return None
@@ -79,7 +80,8 @@ def _pair(model: Model, second: Operator, moments: InputMoments | None) -> tuple
         return None
     for op in (first, second):
         w = model.arrays[op.inputs[1]]
-        if not w.is_constant or w.dtype != FLOAT32 or len(op.inputs) < 3 or model.constant(op.inputs[2]) is None:
+        if (not w.is_constant or w.dtype != FLOAT32 or w.quant is not None or len(op.inputs) < 3
+                or model.constant(op.inputs[2]) is None):  # quant: the model's pair quantized them
             return None
     if model.arrays[first.inputs[1]].shape[0 if first.type != "DEPTHWISE_CONV_2D" else 3] != moments.channel_min.size:
         return None

@@ -284,11 +284,14 @@ def _fill_across(model: Model, op: Operator, concat_pieces: bool) -> list[str]:
         filled = [a for a in inputs if a.minmax is None and not a.is_constant]
         source = outputs[0].minmax
     else:
-        known = [a.minmax for a in [inputs[0], *outputs] if a.minmax is not None]
+        # A model's own (QDQ) range first: it wins over a calibrated one across the op.
+        known = sorted((a.minmax for a in [inputs[0], *outputs] if a.minmax is not None),
+                       key=lambda m: m.source != QDQ_SOURCE)
         if not known:
             return []
-        filled = [a for a in [inputs[0], *outputs] if a.minmax is None and not a.is_constant]
         source = known[0]
+        filled = [a for a in [inputs[0], *outputs] if not a.is_constant and (
+            a.minmax is None or (source.source == QDQ_SOURCE and a.minmax.source != QDQ_SOURCE))]
     # A model's own (QDQ) range stays the model's: the steps keep those where TFLite allows.
     how = source.source if source.source == QDQ_SOURCE else "shared with a same-scale neighbour"
     for array in filled:
