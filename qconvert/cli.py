@@ -103,8 +103,8 @@ _EXIT_CODES = ((ConversionError, EXIT_CONVERSION_ERROR), (UsageError, EXIT_USAGE
 
 class _Command(click.Command):
     """Every failure of a command becomes one line on stderr and its documented exit code:
-    click's parsing and parameter errors and qconvert's UsageError exit 2, ConversionError and
-    OSError 1, BelowThreshold 4, anything else is a bug, exit 3. --debug adds the traceback to an
+    click's parsing and parameter errors and qconvert's UsageError exit 2, ConversionError,
+    OSError and MemoryError 1, BelowThreshold 4, anything else is a bug, exit 3. --debug adds the traceback to an
     internal error and keeps its exit code; a user's error stays one line (its message names what
     is at fault; a traceback of qconvert's code would not help)."""
 
@@ -122,7 +122,8 @@ class _Command(click.Command):
         except (click.exceptions.Exit, click.Abort, click.ClickException):
             raise
         except Exception as e:
-            internal = not isinstance(e, (UsageError, ConversionError, BelowThreshold, OSError))
+            internal = not isinstance(e, (UsageError, ConversionError, BelowThreshold, OSError,
+                                          MemoryError))
             if internal and ctx.params.get("debug"):
                 traceback.print_exc()
             _fail(e, ctx)
@@ -136,6 +137,10 @@ def _fail(e: Exception, ctx: click.Context):
     if isinstance(e, (ConversionError, BelowThreshold)):
         click.echo(f"qconvert: error: {_one_line(e)}", err=True)
         sys.exit(next(code for kind, code in _EXIT_CODES if isinstance(e, kind)))
+    if isinstance(e, MemoryError):  # the machine's limit, met where no size check foresaw it
+        click.echo(f"qconvert: error: out of memory ({_one_line(e) or 'MemoryError'}): the model needs "
+                   "more memory than this process can get", err=True)
+        sys.exit(EXIT_CONVERSION_ERROR)
     if isinstance(e, OSError):
         where = f"{e.filename}: " if e.filename else ""
         click.echo(f"qconvert: error: {where}{e.strerror or _one_line(e)}", err=True)

@@ -173,3 +173,27 @@ def test_a_huge_fold_under_a_4_gib_address_space_is_one_line(kind, tmp_path):
     assert result.returncode == 1 and len(lines) == 1, result.stderr
     assert f"node 'n' ({kind})" in lines[0] and "QCONVERT_MAX_FOLDED_BYTES" in lines[0], lines[0]
     assert not out.exists()
+
+
+def test_a_huge_constant_output_under_a_4_gib_address_space_is_one_line(tmp_path):
+    """The issue's case: a ConstantOfShape of 64 M float32 values (within the fold limit) that is
+    the graph's output; the default check's comparison then needs more than 4 GiB: one line,
+    exit 1 (it was an internal error: 'MemoryError: Unable to allocate 512. MiB ... float64')."""
+    node = helper.make_node("ConstantOfShape", ["s"], ["y"], name="n",
+                            value=numpy_helper.from_array(np.ones(1, np.float32)))
+    graph = helper.make_graph([node, helper.make_node("Identity", ["x"], ["z"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([1 << 26], np.int64), "s")])
+    source, out = tmp_path / "big.onnx", tmp_path / "out.tflite"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), source)
+    result = subprocess.run([sys.executable, "-m", "qconvert", str(source), str(out)],
+                            capture_output=True, text=True, preexec_fn=_limit_memory, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    if result.returncode == 0:  # a machine where 4 GiB was enough: written and verified
+        assert out.exists()
+    else:
+        assert result.returncode == 1 and lines[0].startswith("qconvert: error: out of memory"), lines[0]
+        assert not out.exists()
