@@ -60,13 +60,15 @@ def test_file_and_stdin_bytes_convert_alike(tmp_path):
     assert bytes(from_file) == bytes(from_bytes)
 
 
-def test_duplicate_initializer_names_are_left_to_protobuf(tmp_path):
+def test_duplicate_initializer_names_are_one_line(tmp_path):
+    """protobuf keeps both; onnx.checker refuses them ("initializer name is not unique") and
+    onnxruntime takes the last with a warning: one line naming it (issue 32)."""
     model = make_model()
-    model.graph.initializer.append(numpy_helper.from_array(BIG * 2, "big"))  # protobuf keeps both
+    model.graph.initializer.append(numpy_helper.from_array(BIG * 2, "big"))
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
-    source = read_onnx(str(path))
-    assert not source.stored and source.proto == model
+    with pytest.raises(ConversionError, match="graph initializer 'big' is listed twice"):
+        read_onnx(str(path))
 
 
 @pytest.mark.parametrize("cut", [10, 200, -100, -3])

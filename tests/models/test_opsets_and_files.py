@@ -94,9 +94,11 @@ def test_several_inputs_and_outputs_with_int64():
 
 
 def test_int64_constant_that_does_not_fit_int32_is_an_error():
+    """Where the op computes in int32 (a Div: TFLite has no int64 DIV); an Add whose output is an
+    int64 graph output stays int64 (tests/ops/test_int64_narrowing.py)."""
     from qconvert.errors import ConversionError
 
-    nodes = [helper.make_node("Add", ["x", "big"], ["y"])]
+    nodes = [helper.make_node("Div", ["x", "big"], ["y"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [2])],
                               [helper.make_tensor_value_info("y", TensorProto.INT64, [2])],
                               [numpy_helper.from_array(np.array([1, 2**40], np.int64), "big")])
