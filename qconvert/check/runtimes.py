@@ -430,8 +430,28 @@ def run_both(proto: onnx.ModelProto, model: TFLiteModel, samples: list[dict[str,
         feeds = {port.onnx_name: sample[port.onnx_name] for port in model.inputs}
         values = reference.run(feeds, k)
         if k == 0:
-            model.pair(outputs=[OnnxValue(v.name, np.shape(values[v.name]), v.dtype) for v in outputs])
+            try:
+                model.pair(outputs=[OnnxValue(v.name, np.shape(values[v.name]), v.dtype) for v in outputs])
+            except ConversionError:
+                _check_declared_shapes(outputs, values)  # the likelier cause, said when it is
+                raise
         yield values, model.run(feeds)
+
+
+def _check_declared_shapes(outputs: list[OnnxValue], values: dict[str, np.ndarray]) -> None:
+    """ConversionError when onnxruntime gives an output another shape than the model declares
+    (where the outputs could not be paired): the inputs do not fit the model (a Slice whose starts are fed, declared for the values it
+    expects), and the .tflite, built to the declared shape, cannot be compared on them."""
+    for v in outputs:
+        got = np.shape(values[v.name])
+        if v.shape is None or len(v.shape) != len(got):
+            continue
+        if any(isinstance(d, int) and d > 0 and d != g for d, g in zip(v.shape, got)):
+            raise ConversionError(
+                f"output {v.name!r}: onnxruntime gives it the shape {list(got)} on the check's "
+                f"inputs, but the model declares {_shown(v.shape)}: the output's shape depends on "
+                "input values; check with inputs that fit it (--verify-data) or convert with "
+                "--no-verify")
 
 
 def prepare(proto: onnx.ModelProto, tflite_path: str, samples, count: int,

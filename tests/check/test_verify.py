@@ -269,3 +269,26 @@ def test_near_ties_of_a_float16_model_are_float16_wide():
     ours, theirs = np.array([[1]]), np.array([[0]])
     assert near_ties(argmax, [x], ours, theirs, FLOAT_TOLERANCE).tolist() == [[False]]
     assert near_ties(argmax, [x], ours, theirs, FLOAT16_TOLERANCE).tolist() == [[True]]
+
+
+def test_an_output_whose_declared_shape_needs_particular_inputs_says_so(tmp_path):
+    """A Slice whose starts and ends are fed, its output declared [2]: the check's drawn operands
+    give another shape; the message says the inputs do not fit the model (not that the file is
+    wrong), and inputs that fit verify it exactly."""
+    import subprocess
+    import sys
+
+    nodes = [helper.make_node("Slice", ["x", "s", "e"], ["y"])]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, [6]), "s": (TensorProto.INT64, [1]),
+                               "e": (TensorProto.INT64, [1])}, {"y": TensorProto.FLOAT})
+    model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = 2
+    onnx.save(model, tmp_path / "m.onnx")
+    run = subprocess.run([sys.executable, "-m", "qconvert", "m.onnx", "m.tflite"], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and not (tmp_path / "m.tflite").exists(), run.stderr
+    assert "but the model declares [2]: the output's shape depends on input values" in run.stderr
+    np.savez(tmp_path / "fit.npz", x=np.arange(12, dtype=np.float32).reshape(2, 6),
+             s=np.array([[1], [3]], np.int64), e=np.array([[3], [5]], np.int64))
+    run = subprocess.run([sys.executable, "-m", "qconvert", "m.onnx", "m.tflite", "--verify-data", "fit.npz"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0 and "max error 0 " in run.stderr, run.stderr
