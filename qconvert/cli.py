@@ -400,7 +400,7 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug, 
     check_input_file(tflite)
     _check_report_file(report)
     from .check.inspect_tflite import litert_crash
-    from .driver.conversion import calibration_set, check_written, require_passed
+    from .driver.conversion import check_written, require_passed
     from .onnx.file import read_onnx
 
     crash = litert_crash(tflite)  # any tool's file: LiteRT tries it in a child process first
@@ -408,13 +408,11 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug, 
         raise ConversionError(f"{tflite}: {crash}; it cannot be verified")
     stdin = read_stdin() if source == "-" else None
     options = VerifyOptions(True, True, samples, data, min_sqnr, report, decoding=decoding)
-    reference = read_onnx(source, stdin)
-    read = None if data is None else calibration_set(data, reference.proto, options.samples, decoding)
-    result = check_written(reference, source if stdin is None else None, tflite, options,
-                           samples=None if read is None else list(read))
+    result, read_from = check_written(read_onnx(source, stdin), source if stdin is None else None,
+                                      tflite, options)
     print_stdout(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))
     require_passed(result)
-    unscaled = read.source.unscaled_images() if read is not None else ""
+    unscaled = read_from.unscaled_images() if read_from is not None else ""
     click.echo(f"qconvert: {'data: ' + unscaled + '; ' if unscaled else ''}{result.summary()}", err=True)
 
 

@@ -379,13 +379,6 @@ def _scan(data: _InputData, count: int) -> None:
         done += take
 
 
-def first_samples(path: str, proto, count: int,
-                  decoding: FileDecoding | None = None) -> list[dict[str, np.ndarray]]:
-    """The first `count` samples of the calibration-format data at `path` for the ONNX model
-    `proto`, checked as load_calibration checks them (verification and planning inputs)."""
-    return list(load_calibration(path, model_input_specs(proto), count, decoding))
-
-
 def load_calibration(path: str, model_inputs: dict[str, tuple[tuple, np.dtype]],
                      max_samples: int | None = None, decoding: FileDecoding | None = None,
                      progress: bool = False) -> CalibrationSet:

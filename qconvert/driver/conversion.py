@@ -373,11 +373,8 @@ def verify_written(state: State, path: str,
     unverified, with a warning; when the verification was asked for, that is an error)."""
     verify = state.options.verify
     onnx_path = state.source if state.reads_file else None
-    data = (None if verify.data is None else
-            calibration_set(verify.data, state.reference.proto, verify.samples, verify.decoding))
     try:
-        result = check_written(state.reference, onnx_path, path, verify, report.notes, warn=True,
-                               samples=None if data is None else list(data))
+        result, source = check_written(state.reference, onnx_path, path, verify, report.notes, warn=True)
     except ReferenceFailed as e:
         if not verify.float_check or verify.asked:
             raise ConversionError(f"{e} (the verification runs the model in onnxruntime; "
@@ -390,7 +387,7 @@ def verify_written(state: State, path: str,
         # The temporary file is nobody's business: the message names the output.
         raise ConversionError(str(e).replace(path, f"{report.output} (not written)")) from None
     require_passed(result)
-    return result, None if data is None else data.source
+    return result, source
 
 
 def time_written(state: State, path: str, report: ConversionReport) -> Latency | None:
@@ -431,16 +428,16 @@ def _slower_because(report: ConversionReport, latency: Latency) -> str:
 
 
 def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options: VerifyOptions,
-                  notes: ConversionNotes | None = None, warn: bool = False,
-                  samples: list | None = None) -> Verification:
+                  notes: ConversionNotes | None = None,
+                  warn: bool = False) -> tuple[Verification, DataSource | None]:
     """Verifies the .tflite at `path` against the ONNX model `reference` and writes the
     per-tensor report if asked; with `warn`, logs a warning when an output is below WARN_BELOW_DB
     and there is no threshold. A float conversion (options.float_check) is judged by the float
     check (check/verify.py) unless the model has Q/DQ pairs on activations, whose rounding a float
     conversion drops (then by SQNR, as a quantized one). onnxruntime reads the file at
     `onnx_path` itself when it can (runtimes.reads_file); else `reference` gets its weights back.
-    The samples are read from options.data, unless the caller read them (`samples`)."""
-    from ..calibration.data import first_samples
+    Returns the verification and what its samples were read from (options.data; None:
+    generated inputs)."""
     from ..check.runtimes import reads_file
     from ..check.verify import rounding_dropped, verify
 
@@ -449,8 +446,9 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     direct = onnx_path is not None and options.report is None and reads_file(proto)
     if not direct:
         reference.restore_weights()
-    if samples is None and options.data is not None:
-        samples = first_samples(options.data, proto, options.samples, options.decoding)
+    data = (None if options.data is None else
+            calibration_set(options.data, proto, options.samples, options.decoding))
+    samples = None if data is None else list(data)
     result = verify(proto, path, samples, options.samples, options.min_sqnr,
                     data=options.data or "generated", float_check=float_check,
                     onnx_path=onnx_path if direct else None)
@@ -465,7 +463,7 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
                   "--report FILE.html shows where the error comes from")
         log.warning("warning: %s below %g dB against onnxruntime; %s", ", ".join(low),
                     WARN_BELOW_DB, advice)
-    return result
+    return result, None if data is None else data.source
 
 
 def require_passed(result: Verification) -> None:
