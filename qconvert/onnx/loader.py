@@ -27,6 +27,7 @@ import logging
 import math
 import re
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -577,7 +578,7 @@ def narrow(value: np.ndarray, what: str, saturate: bool = False, reader: str = "
 class ImportContext:
     """What an importer may ask and do while turning one ONNX node into IR operators."""
 
-    def __init__(self, model: Model, opset: int, consumed: set[str]):
+    def __init__(self, model: Model, opset: int, consumed: Collection[str]):
         self._consumed = consumed
         self.model = model
         self.opset = opset
@@ -890,9 +891,10 @@ class _Importer:
     def __init__(self, graph: _Graph, model: Model):
         self.graph, self.model = graph, model
         self.aliases: dict[str, str] = {}
-        consumed = {n for node in graph.nodes for n in node.input} | {o.name for o in graph.graph.output}
-        self.consumed = consumed | control_flow.outer_reads(graph.nodes)
         self.readers = _readers(graph)
+        self.consumed = self.readers.keys()  # node inputs, graph outputs, subgraphs' outer reads
+        # The graph outputs' declared element types (computes_in_int64's test, per node).
+        self.declared = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
 
     def ensure_array(self, name: str, node_label: str) -> None:
         """The IR array of the ONNX tensor `name` (a constant with its narrowed value); an
@@ -967,11 +969,9 @@ class _Importer:
         """Whether `node` stays in int64 (_INT64_KERNELS): an op with a TFLite int64 kernel that
         reads an int64 constant int32 cannot hold and whose int64 outputs only leave the graph,
         declared int64 (a subgraph's outputs are declared untyped: they stay int32 inside)."""
-        graph = self.graph
-        declared = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
         return (node.domain in ("", "ai.onnx") and node.op_type in _INT64_KERNELS
-                and any(_beyond_int32(graph.constants.get(n)) for n in node.input)
-                and all(declared.get(o) == onnx.TensorProto.INT64
+                and any(_beyond_int32(self.graph.constants.get(n)) for n in node.input)
+                and all(self.declared.get(o) == onnx.TensorProto.INT64
                         and {r[0] for r in self.readers.get(o, [])} == {"the graph output"}
                         for o in node.output))
 
