@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from ..errors import ConversionError, ReferenceFailed, first_line
+from ..onnx.graph import uses_of
 from ..tflite.reader import io_layout_metadata
 from .float_check import output_rules, step_fetches
 
@@ -294,11 +295,11 @@ def _value_inputs(graph: onnx.GraphProto) -> set[str]:
     """The graph inputs whose values reach only value slots (_VALUE_OPS, _VALUE_SLOTS): followed
     forward through every node that reads them, an input is left out as soon as one read is an
     index, shape, count or divisor, or of an op not listed (control flow included)."""
-    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    from ..onnx.control_flow import outer_reads  # the op registry: only when inputs are drawn
+
+    readers = uses_of(graph.node)
     for node in graph.node:
-        for slot, name in enumerate(node.input):
-            readers.setdefault(name, []).append((node, slot))
-        for name in _read_in_subgraphs(node):  # slot -1: no value slot, like control flow's
+        for name in outer_reads([node]):  # slot -1: no value slot, like control flow's
             readers.setdefault(name, []).append((node, -1))
     values = set()
     for value in graph.input:
@@ -314,19 +315,6 @@ def _value_inputs(graph: onnx.GraphProto) -> set[str]:
         if fine:
             values.add(value.name)
     return values
-
-
-def _read_in_subgraphs(node: onnx.NodeProto) -> set[str]:
-    """Every name a node of `node`'s subgraphs (If/Loop/Scan bodies, at any depth) reads."""
-    names: set[str] = set()
-    pending = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-    pending += [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
-    while pending:
-        for inner in pending.pop().node:
-            names.update(inner.input)
-            pending += [a.g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPH]
-            pending += [g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
-    return names
 
 
 class Reference:
