@@ -172,8 +172,8 @@ def _written_kind(q: QuantizationReport) -> str | None:
 def _float_groups(float_ops: list[FloatOp]) -> str:
     """The ops that stayed float grouped by why, each group's reason in short (the text before
     its first colon; --json has every op's whole reason): "SOFTMAX (its output is a model output);
-    3 ADD, MUL (tensor 'a' has no calibrated range)". Reasons that differ only in a quoted name or
-    a number are one group, named by its first op's."""
+    3 ADD, MUL (tensor '...' has no calibrated range)". Reasons that differ only in a quoted name
+    or a number are one group (_one_reason says it)."""
     groups: dict[str, tuple[set[str], collections.Counter]] = {}
     for f in float_ops:
         short = f.reason.split(": ", 1)[0]
