@@ -49,7 +49,8 @@ MAX_UNROLLED_NODES = 4096
 MAX_SIMULATED_ITERATIONS = 1 << 14
 
 
-def _subgraphs(node: onnx.NodeProto):
+def subgraphs(node: onnx.NodeProto):
+    """The graphs `node` holds (an If's branches, a Loop's or Scan's body)."""
     for a in node.attribute:
         if a.type == onnx.AttributeProto.GRAPH:
             yield a.g
@@ -58,7 +59,7 @@ def _subgraphs(node: onnx.NodeProto):
 
 
 def _node_count(graph: onnx.GraphProto) -> int:
-    return sum(1 + sum(_node_count(g) for g in _subgraphs(n)) for n in graph.node)
+    return sum(1 + sum(_node_count(g) for g in subgraphs(n)) for n in graph.node)
 
 
 def _defined(graph: onnx.GraphProto) -> set[str]:
@@ -77,7 +78,7 @@ def free_names(graph: onnx.GraphProto) -> list[str]:
         for name in node.input:
             if name and name not in defined:
                 found.setdefault(name)
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             for name in free_names(sub):
                 if name not in defined:
                     found.setdefault(name)
@@ -91,7 +92,7 @@ def outer_reads(nodes) -> set[str]:
     """The outer values the subgraphs of `nodes` read (for the loader's set of consumed values)."""
     names: set[str] = set()
     for node in nodes:
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             names.update(free_names(sub))
     return names
 
@@ -106,7 +107,7 @@ def _definitions(graph: onnx.GraphProto) -> set[str]:
     """The values `graph` and the graphs nested in it define."""
     names = _defined(graph)
     for node in graph.node:
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             names |= _definitions(sub)
     return names
 
@@ -116,7 +117,7 @@ def graph_names(graph: onnx.GraphProto) -> set[str]:
     names = _definitions(graph) | {v.name for v in graph.output}
     for node in graph.node:
         names.update(n for n in node.input if n)
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             names |= graph_names(sub)
     return names
 
@@ -131,7 +132,7 @@ def rename_outer(graph: onnx.GraphProto, renames: dict[str, str]) -> None:
         return
     for node in graph.node:
         node.input[:] = [renames.get(n, n) for n in node.input]
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             rename_outer(sub, renames)
     for v in graph.output:
         if v.name in renames:
@@ -176,7 +177,7 @@ class _Inliner:
         renamed (`suffix` appended, unless unused and empty); and the names of its outputs."""
         renames = dict(bindings)
         # A graph nested in the body that defines a new name itself would shadow it there.
-        avoid = {name for node in body.node for sub in _subgraphs(node) for name in _definitions(sub)}
+        avoid = {name for node in body.node for sub in subgraphs(node) for name in _definitions(sub)}
         for t in body.initializer:
             renames[t.name] = self.store(self.fresh(t.name, suffix, avoid), numpy_helper.to_array(t))
         for node in body.node:
@@ -189,7 +190,7 @@ class _Inliner:
             copy.CopyFrom(node)
             copy.input[:] = [renames.get(n, n) for n in node.input]
             copy.output[:] = [renames.get(n, n) for n in node.output]
-            for sub in _subgraphs(copy):
+            for sub in subgraphs(copy):
                 rename_outer(sub, renames)
             copy.name = f"{label}/{node.name or f'{node.op_type}_{k}'}"
             self.graph.names[id(copy)] = copy.name

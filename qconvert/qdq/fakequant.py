@@ -55,6 +55,7 @@ from onnx import helper, numpy_helper, version_converter
 
 from ..errors import ConversionError
 from ..ir import Model, counterpart, without_layout_suffix, without_type_suffix
+from ..onnx.control_flow import outer_reads, rename_outer, subgraphs
 from ..onnx.graph import GraphIndex
 from ..onnx.loader import node_names, onnx_names
 from ..onnx.file import attribute
@@ -311,21 +312,13 @@ def _read_as(name: str, node_name: str, through: dict[str, str], wanted: dict[st
     return name
 
 
-def _read_in_bodies(node: onnx.NodeProto, read, shadowed: frozenset[str] = frozenset()) -> None:
+def _read_in_bodies(node: onnx.NodeProto, read) -> None:
     """The If/Loop/Scan bodies of `node` read each outer tensor with a pair through it (as the
-    node's own inputs do: `read(name)`, see _read_as), at every depth, except
-    where a body (or one around it, `shadowed`) defines the name itself: an inner definition
-    shadows the outer one."""
-    for a in node.attribute:
-        for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                     a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
-            defined = shadowed | {i.name for i in body.input} | {t.name for t in body.initializer} \
-                | {o for n in body.node for o in n.output}
-            for inner in body.node:
-                for k, name in enumerate(inner.input):
-                    if name not in defined:
-                        inner.input[k] = read(name)
-                _read_in_bodies(inner, read, defined)
+    node's own inputs do: `read(name)`, see _read_as), at every depth, by ONNX's scoping rules
+    (control_flow.rename_outer: a body defining the name itself keeps its own)."""
+    renames = {name: read(name) for name in outer_reads([node])}
+    for body in subgraphs(node):
+        rename_outer(body, renames)
 
 
 # --- equalized channels ---------------------------------------------------------------------
