@@ -38,7 +38,7 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
             keep_float=(), precision: str | None = None, target_sqnr: float | None = None,
             target: str | None = None, evaluate=None, max_drop: float | None = None,
             verify: bool = False, verify_samples: int | None = None, verify_data=None,
-            min_sqnr: float | None = None, report=None, latency: bool = True) -> Conversion:
+            min_sqnr: float | None = None, report=None, latency: bool = False) -> Conversion:
     """Converts an ONNX model to a TFLite flatbuffer, as `qconvert IN.onnx OUT.tflite` does.
 
     `model`: a path (str or os.PathLike), the bytes of an .onnx file, or an onnx.ModelProto (not
@@ -59,8 +59,8 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
     command line verifies every conversion, the API when asked (`verify=True`, or any of
     verify_samples, verify_data, min_sqnr, report: a FILE.json or FILE.html path), as the
     command line does; its result is the report's `verify`, and a verified quantized or
-    weight-stored conversion is timed against its float model (the report's `latency`;
-    latency=False skips it).
+    weight-stored conversion is timed against its float model when `latency=True` (the report's
+    `latency`, LiteRT on this CPU: a report, never an input to the conversion).
 
     `evaluate` and `max_drop` (the API only): the plan holds a metric instead of --target-sqnr.
     evaluate({output name: array}) -> score, higher is better, gets each output of the plan's
@@ -77,7 +77,6 @@ def convert(model, *, input_shapes: Mapping | None = None, io_layout: str = "nhw
     from .driver.conversion import convert as convert_source
 
     asked = verify or any(v is not None for v in (verify_samples, verify_data, min_sqnr, report))
-    flags["no_latency"] = not flags.pop("latency")
     flags["no_bias_correction"] = not flags.pop("bias_correction")
     flags["no_equalization"] = not flags.pop("equalization")
     source, data, options = _options(flags, no_verify=not asked)

@@ -284,9 +284,10 @@ def _print_json(report, report_path: str | None = None) -> None:
               help="Verification inputs in the calibration-data format (an .npz, or a directory "
                    "as --calibration takes) [default: the calibration data, else seeded standard "
                    "normal inputs].")
-@_option("--no-latency", is_flag=True,
-              help="Skip timing a quantized or weight-stored model against its float model in "
-                   "LiteRT, which a verified conversion does (about a second).")
+@_option("--latency", is_flag=True,
+              help="Time the verified quantized or weight-stored model against its float model in "
+                   "LiteRT on this CPU, in alternating rounds (about a second), and print it: a "
+                   "report on this machine, never an input to the conversion.")
 @_option("--min-sqnr", type=float, metavar="DB",
               help="Exit 4 and write nothing when an output (or an output's slice) of the "
                    "written model is below DB dB SQNR against onnxruntime (a float conversion: "
@@ -298,18 +299,19 @@ def _print_json(report, report_path: str | None = None) -> None:
               help="With --quantize: keep the ops of these ONNX nodes float (repeatable: a node "
                    "name, an op type, or a regular expression over node names).")
 @_option("--precision", type=click.Choice(["auto", "int8"]), default=None,
-              help="With --quantize: auto plans which ops stay float (or int16, see --target) "
-                   "from what each quantization is measured to cost, so that the model holds "
-                   "--target-sqnr on the calibration data; int8 makes every op int8 that can be "
-                   "[default: auto with --calibration].")
+              help="With --quantize: auto makes every op int8 but the regions measured not to "
+                   "hold --target-sqnr on the calibration data, which go to the target's other "
+                   "precisions (int16, hybrid, float) at the least cost there; int8 makes every op "
+                   "int8 that can be [default: auto with --calibration].")
 @_option("--target-sqnr", type=float, metavar="DB",
               help="The plan's target: every output reaches DB dB SQNR against onnxruntime and "
                    "every output slice DB-10 dB, on the first 8 samples of the calibration data "
                    "[default: 20]; 0 is --precision int8.")
-@_option("--target", type=click.Choice(["cpu", "integer"]), default=None,
-              help="What the plan keeps out of int8. cpu: float (LiteRT's CPU path, XNNPACK, runs "
-                   "float ops well); integer: 16x8 kernels (int16 activations), for runtimes that "
-                   "must stay all-integer [default: cpu].")
+@_option("--target", metavar="NAME|FILE",
+              help="With --quantize: the device the model is for, which kernels it has and what "
+                   "they cost: arm64 (a phone's CPU with XNNPACK), x86 (AVX2, XNNPACK), micro "
+                   "(TFLite Micro: int8, int16, int8 I/O), npu (integer-only accelerator: no "
+                   "float, int8 I/O), or a target file (.json, see docs/guide.md) [default: arm64].")
 @_option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 @_option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
 @_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")

@@ -72,14 +72,17 @@ def make_model(nodes, inputs, outputs, inits=None, opset=13) -> onnx.ModelProto:
 
 def options_of(*, quantize=None, calibration=None, calibration_samples=None,
                calibration_method=None, keep_float=(), weights=None, weight_only_min_elements=1024,
-               io_layout="nhwc", input_shapes=None, plan=None) -> Options:
+               io_layout="nhwc", input_shapes=None, plan=None, target=None) -> Options:
     """The driver's Options from the pieces a test sets: `quantize` the quantize pipeline's
-    QuantizeOptions, `weights` "int8" or "float16", `plan` a PlanOptions; no verification (the
-    tests compare with onnxruntime themselves)."""
+    QuantizeOptions, `weights` "int8" or "float16", `plan` a PlanOptions, `target` a --target
+    name (the default's when None); no verification (the tests compare with onnxruntime
+    themselves)."""
     from qconvert.quantize.calibration_methods import MINMAX
+    from qconvert.targets import load_target
 
     request = None if quantize is None else QuantizeRequest(
-        quantize, calibration, calibration_samples, calibration_method or MINMAX, tuple(keep_float))
+        quantize, calibration, calibration_samples, calibration_method or MINMAX, tuple(keep_float),
+        load_target(target))
     return Options(input=InputOptions(input_shapes or {}, io_layout), quantize=request,
                    weights=None if weights is None else WeightOptions(weights, weight_only_min_elements),
                    plan=plan)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import math
 import os
 import tempfile
 import time
@@ -27,7 +28,10 @@ from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
 from ..onnx.file import OnnxFile, read_onnx
 from ..onnx.loader import load, nodes_matching, stores_float16
 from ..onnx.runtime import has_qdq
+from ..plan.planner import HYBRID
 from ..qdq.importer import QdqRanges, apply_qdq_ranges, changed_params, strip_qdq, with_model_precision
+from ..targets import Target, cost
+from ..targets import unsupported as target_unsupported
 from ..tflite.writer import Flatbuffer, serialize, stored_bytes
 from ..transforms.keep_requested_float import KEPT_FLOAT
 from ..transforms.pipeline import (
@@ -57,6 +61,7 @@ WARN_BELOW_DB = 20.0  # a verified quantized conversion below this warns (withou
 # A quantized model slower than its float model warns from this float time on (below it the
 # interpreter's fixed costs of a few microseconds decide; the summary still shows the ratio).
 SLOWER_WARNS_FROM_MS = 0.05
+SHOWN_UNSUPPORTED = 6  # the ops a target cannot run, named in its error
 
 # write(flatbuffer, finish): puts the model where it goes, calling finish(path of the complete
 # file) before it appears there (finish verifies and may raise to keep it from appearing).
@@ -244,8 +249,8 @@ def measure_layer_inputs(state: State) -> State:
 
 
 def quantize(state: State) -> State:
-    """The quantize steps, or the precision planner choosing which ops stay float
-    (plan/planner.py); then the report of what became int8."""
+    """The quantize steps, or the precision planner choosing which regions leave int8
+    (plan/planner.py); then the report of what became int8, checked against the target."""
     if state.steps is None:
         return state
     model, plan, request = state.model, None, state.options.quantize
@@ -256,6 +261,7 @@ def quantize(state: State) -> State:
     if state.qdq:
         for warning in state.qdq.warnings + changed_params(model, state.qdq):
             log.warning("warning: %s", warning)
+    _check_target(model, request.target)
     calibrated = len(state.samples) if state.samples else 0
     quantization = QuantizationReport(
         io_type=state.steps.io_type, calibration_samples=calibrated,
@@ -267,8 +273,44 @@ def quantize(state: State) -> State:
         float_ops=[FloatOp(op.type, op.source, op.float_reason) for op in model.operators
                    if op.float_reason],
         weights_bytes_float=state.float_bytes, weights_bytes=stored_bytes(model), plan=plan,
-        qdq_tensors=state.qdq_tensors)
+        qdq_tensors=state.qdq_tensors, target=request.target.name,
+        cost=cost(model, request.target))
+    _warn_unquantized(quantization, plan)
     return replace(state, model=model, quantization=quantization)
+
+
+def _check_target(model: Model, target: Target) -> None:
+    """ConversionError naming what the quantized model computes that the target cannot."""
+    unsupported = target_unsupported(model, target)
+    if unsupported:
+        shown = ", ".join(unsupported[:SHOWN_UNSUPPORTED]) + (", ..." if len(unsupported) > SHOWN_UNSUPPORTED else "")
+        raise ConversionError(f"--target {target.name} cannot run {len(unsupported)} of the quantized "
+                              f"model's ops or tensors: {shown} ({target.summary}; --target arm64 "
+                              "runs them in float)")
+
+
+def _warn_unquantized(quantization: QuantizationReport, plan) -> None:
+    """A warning when --quantize wrote no integer kernel, and when no plan with int8 in it held
+    the target: what was reached and what would trade size or speed for accuracy."""
+    hybrid = plan is not None and plan.mix.get(HYBRID)
+    if not (quantization.int8_ops or quantization.int16_ops or hybrid):
+        why = sorted({f.reason.split(":")[0] for f in quantization.float_ops})
+        log.warning("warning: --quantize wrote no integer op: every op stayed float (%s)",
+                    "; ".join(why[:3]) or "no op has an int8 kernel")
+        return
+    if plan is None or plan.reached or not plan.rounds:
+        return
+    chosen = plan.rounds[plan.chosen_round]
+    if plan.metric is None:
+        reached = f"{chosen.worst_sqnr_db:.1f} dB"
+        lower = f"; --target-sqnr {math.floor(chosen.worst_sqnr_db)} accepts it"
+    else:
+        reached, lower = f"a metric of {plan.metric['score']:.4g} (float {plan.metric['float']:.4g})", ""
+    log.warning("warning: no plan with int8 reached the target: the best measured (written) "
+                "reaches %s with %s; --keep-float NODE on the first ops of --report's list keeps "
+                "more float (bigger, slower, closer to float), --weight-only keeps every activation "
+                "float%s", reached, ", ".join(f"{n} {k}" for k, n in plan.mix.items() if n) + " ops",
+                lower)
 
 
 def _planned(state: State):
@@ -281,15 +323,15 @@ def _planned(state: State):
     reference = state.reference
     reference.restore_weights()  # onnxruntime's model
     # A metric scores exactly the samples it was given; without one, more samples are read for
-    # outputs read by a decision, which the plan uses when a check is cheap (planner.py).
+    # outputs read by a decision, which the plan uses when the model's work allows (planner.py).
     count = options.samples if options.metric is not None else max(options.samples, DECISION_SAMPLES)
     samples = list(calibration_set(options.data or request.calibration, reference.proto, count,
                                    state.options.input.decoding))
     session = RecordedReference(Reference(reference.proto))  # one onnxruntime run for all the plans
     return plan_precision(state.model, state.steps, reference.proto, samples, options.target_sqnr,
-                          _write_candidate,
+                          request.target, _write_candidate,
                           lambda path, n: compare(reference.proto, path, samples[:n], session),
-                          options.runtime, options.metric, min(options.samples, len(samples)))
+                          options.metric, min(options.samples, len(samples)))
 
 
 def store_weights(state: State) -> State:
@@ -395,16 +437,10 @@ def time_written(state: State, path: str, report: ConversionReport) -> Latency |
     it runs slower and the likely reasons."""
     if state.float_tflite is None:
         return None
-    from ..check.latency import THREADS, cpu_description, measure
+    from ..check.latency import measure
 
-    plan = report.quantization.plan if report.quantization is not None else None
-    timed = plan.rounds[plan.chosen_round].ms if plan is not None and plan.rounds else None
-    if timed is not None and plan.float_ms:  # the plan timed these bytes already
-        latency = Latency(timed, plan.float_ms, round(timed / plan.float_ms, 3), plan.timing_rounds,
-                          THREADS, cpu_description())
-    else:
-        with _temporary_file(state.float_tflite, "float.tflite") as float_path:
-            latency = measure(path, float_path)
+    with _temporary_file(state.float_tflite, "float.tflite") as float_path:
+        latency = measure(path, float_path)
     if latency.ratio > 1.0 and latency.float_ms >= SLOWER_WARNS_FROM_MS:
         kind = "int8" if report.quantization is not None else report.weights.mode
         log.warning("warning: the %s model runs %.2fx the float model's time in LiteRT on this CPU "
@@ -544,11 +580,10 @@ def fake_quant(source: str, options: Options, *, data: bytes | None = None, outp
         strip_qdq(proto)
     proto = with_opset(proto, INT16_OPSET if state.quantization.int16_ops else PER_AXIS_OPSET)
     steps, plan = state.steps, state.quantization.plan
-    promoted = {p.node: p.reason for p in plan.promotions} if plan is not None else {}
-    to_int16 = plan is not None and plan.promoted_to == "int16"
+    promotions = plan.promotions if plan is not None else []
     precision = Precision(  # what no pair says: the ops kept float or promoted, by ONNX node
-        float_nodes={**steps.keep_float, **({} if to_int16 else promoted)},
-        int16_nodes={**steps.int16_nodes, **(promoted if to_int16 else {})},
+        float_nodes={**steps.keep_float, **{p.node: p.reason for p in promotions if p.to != "int16"}},
+        int16_nodes={**steps.int16_nodes, **{p.node: p.reason for p in promotions if p.to == "int16"}},
         activations=steps.activations)
     graph = insert_fake_quant(proto, state.model, float_weights, precision)
     try:

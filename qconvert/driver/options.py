@@ -20,13 +20,13 @@ from ..calibration.files import FileDecoding
 from ..errors import UsageError
 from ..quantize.calibration_methods import MINMAX, CalibrationMethod, parse_calibration_method
 from ..quantize.params import MAX_SCALE, MIN_SCALE
+from ..targets import Target, load_target
 from ..transforms.pipeline import QuantizeOptions
 
 INT32_MAX = 2**31 - 1  # TFLite shapes are int32
 IO_LAYOUTS = ("nhwc", "onnx")
 IO_TYPES = ("float", "int8", "uint8")
 ACTIVATION_TYPES = ("int8", "int16")
-PLAN_TARGETS = ("cpu", "integer")
 WEIGHT_ROUNDINGS = ("output", "nearest")  # --weight-rounding (quantize/rounding.py)
 PRECISIONS = ("auto", "int8")  # --precision: planned (plan/planner.py), or all int8
 MAX_TARGET_SQNR = 200.0
@@ -56,6 +56,7 @@ class QuantizeRequest:
     samples: int | None = None  # --calibration-samples (None: all)
     method: CalibrationMethod = MINMAX  # --calibration-method
     keep_float: tuple[str, ...] = ()  # --keep-float patterns
+    target: Target = field(default_factory=lambda: load_target(None))  # --target (targets/)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,6 @@ class PlanOptions:
     target_sqnr: float = DEFAULT_TARGET_SQNR
     samples: int = PLAN_SAMPLES
     data: str | Mapping | None = None
-    runtime: str = "cpu"  # --target: what a promoted op becomes (planner.PROMOTE_TO)
     metric: object = None
 
 
@@ -111,7 +111,7 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
                        weight_only_min_elements=None, float16=False, keep_float=(),
                        precision=None, target_sqnr=None, target=None, evaluate=None, max_drop=None,
                        verify=False, no_verify=False, verify_samples=None, verify_data=None,
-                       min_sqnr=None, report=None, no_latency=False) -> Options:
+                       min_sqnr=None, report=None, latency=False) -> Options:
     """The Options of a conversion from the command line's flags (the keywords are the flags'
     parameter names; the API gives Python values: input_shapes a {name: dims} mapping,
     default_range (MIN, MAX), keep_float a pattern or patterns). The checks run in the command
@@ -123,46 +123,53 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
     io_type = _choice("--io-type", io_type, IO_TYPES)
     activations = _choice("--activations", activations, ACTIVATION_TYPES)
     precision = _choice("--precision", precision, PRECISIONS)
-    target = _choice("--target", target, PLAN_TARGETS)
     target_sqnr, min_sqnr = _number("--target-sqnr", target_sqnr), _number("--min-sqnr", min_sqnr)
     weight_rounding = _choice("--weight-rounding", weight_rounding, WEIGHT_ROUNDINGS)
     (quantize, per_tensor_fc, no_bias_correction, no_equalization, weight_only, float16, verify, no_verify,
-     no_latency) = (
+     latency) = (
         _flag(f, v) for f, v in (("--quantize", quantize), ("--per-tensor-fc", per_tensor_fc),
                                  ("--no-bias-correction", no_bias_correction),
                                  ("--no-equalization", no_equalization),
                                  ("--weight-only", weight_only), ("--float16", float16),
                                  ("--verify", verify), ("--no-verify", no_verify),
-                                 ("--no-latency", no_latency)))
+                                 ("--latency", latency)))
     keep_float = (keep_float,) if isinstance(keep_float, str) else tuple(keep_float)
 
     shapes = parse_input_shape(input_shapes)
     decoding = file_decoding(mean, std, sample_rate, shapes, paths=(calibration, verify_data))
     weights = _weight_options(weight_only, weight_only_min_elements, float16, quantize, calibration)
+    device = _target(target, quantize)
     steps = _quantize_steps(quantize, calibration, calibration_samples, default_range, io_type,
-                            per_tensor_fc, activations, weight_rounding, no_bias_correction, no_equalization)
+                            per_tensor_fc, activations, weight_rounding, no_bias_correction,
+                            no_equalization, device)
     method = _calibration_method(calibration_method, calibration, quantize)
     if keep_float and steps is None:
         raise UsageError("--keep-float only applies with --quantize")
     plan = _plan_options(precision, target_sqnr, steps, calibration, verify_samples, verify_data,
-                         target, _metric(evaluate, max_drop))
+                         _metric(evaluate, max_drop))
     request = None if steps is None else QuantizeRequest(steps, calibration, calibration_samples,
-                                                           method, keep_float)
+                                                           method, keep_float, device)
     check_report_path(report)
-    asked = _verification_flags(verify, verify_samples, verify_data, min_sqnr, report)
+    verification = _verify_options(verify, no_verify, verify_samples, verify_data, min_sqnr, report,
+                                   latency, request, weights, calibration, decoding)
+    return Options(input=InputOptions(shapes, io_layout, decoding), quantize=request, weights=weights,
+                   verify=verification, plan=plan)
+
+
+def _verify_options(verify, no_verify, samples, data, min_sqnr, report, latency, request, weights,
+                    calibration, decoding) -> VerifyOptions:
+    """The verification the flags ask for (every conversion verifies but --quantize without
+    --calibration; 1 generated sample for a float conversion, else 8)."""
+    asked = _verification_flags(verify, samples, data, min_sqnr, report)
     enabled = _verification_wanted(no_verify, request, asked)
     float_conversion = request is None and weights is None
-    if verify_samples is None:
-        generated = verify_data is None and calibration is None
-        verify_samples = 1 if float_conversion and generated else QUANTIZED_VERIFY_SAMPLES
-    return Options(
-        input=InputOptions(shapes, io_layout, decoding), quantize=request, weights=weights,
-        verify=VerifyOptions(enabled, bool(asked), verify_samples,
-                             verify_data or (calibration if isinstance(calibration, str) else None),
-                             min_sqnr, report, float_conversion,
-                             latency=enabled and not float_conversion and not no_latency,
-                             decoding=decoding),
-        plan=plan)
+    if samples is None:
+        generated = data is None and calibration is None
+        samples = 1 if float_conversion and generated else QUANTIZED_VERIFY_SAMPLES
+    return VerifyOptions(enabled, bool(asked), samples,
+                         data or (calibration if isinstance(calibration, str) else None),
+                         min_sqnr, report, float_conversion,
+                         latency=_latency(latency, enabled, float_conversion), decoding=decoding)
 
 
 def fake_quant_options(**flags) -> Options:
@@ -333,10 +340,28 @@ def _weight_options(weight_only: bool, min_elements, float16: bool, quantize: bo
     return WeightOptions(mode, min_elements or WEIGHT_ONLY_MIN_ELEMENTS)
 
 
+def _target(spec, quantize: bool) -> Target | None:
+    """The --target device (targets/: a name or a file; None: not quantizing)."""
+    if not quantize:
+        if spec is not None:
+            raise UsageError("--target only applies with --quantize")
+        return None
+    return load_target(spec)
+
+
+def _latency(latency: bool, verified: bool, float_conversion: bool) -> bool:
+    """--latency: the written model timed against its float model, after its verification."""
+    if latency and (float_conversion or not verified):
+        raise UsageError("--latency times a verified quantized or weight-stored model against its "
+                         "float model" + ("" if float_conversion else "; it cannot with --no-verify"))
+    return latency
+
+
 def _quantize_steps(quantize: bool, calibration, calibration_samples, default_range, io_type,
                     per_tensor_fc, activations, weight_rounding=None, no_bias_correction=False,
-                    no_equalization=False) -> QuantizeOptions | None:
-    """The quantize pipeline's options the flags ask for (None: float)."""
+                    no_equalization=False, target: Target | None = None) -> QuantizeOptions | None:
+    """The quantize pipeline's options the flags ask for (None: float); the inputs' and
+    outputs' type is the target's first unless --io-type names another it takes."""
     if not quantize:
         used = [flag for flag, value in (("--calibration", calibration),
                                          ("--calibration-samples", calibration_samples),
@@ -354,10 +379,16 @@ def _quantize_steps(quantize: bool, calibration, calibration_samples, default_ra
     # QuantizeLinear/DequantizeLinear pairs carries its own ranges).
     if calibration_samples is not None and calibration is None:
         raise UsageError("--calibration-samples needs --calibration")
+    if io_type is not None and io_type not in target.io_types:
+        raise UsageError(f"--target {target.name} takes {' or '.join(target.io_types)} inputs and "
+                         f"outputs, not --io-type {io_type}")
+    io_type = io_type or target.io_types[0]
     if activations == "int16" and io_type == "uint8":
         raise UsageError("--activations int16 takes --io-type float or int8")
+    if activations == "int16" and "int16" not in target.precisions:
+        raise UsageError(f"--target {target.name} has no 16x8 kernels (--activations int16)")
     default = None if default_range is None else parse_default_range(default_range)
-    return QuantizeOptions(io_type=io_type or "float", per_tensor_fc=per_tensor_fc,
+    return QuantizeOptions(io_type=io_type, per_tensor_fc=per_tensor_fc,
                            default_range=default, activations=activations or "int8",
                            round_for_output=(weight_rounding or "output") == "output",
                            correct_bias=not no_bias_correction, equalize=not no_equalization)
@@ -376,11 +407,10 @@ def _calibration_method(text, calibration, quantize: bool) -> CalibrationMethod:
 
 
 def _plan_options(precision, target_sqnr, steps, calibration, verify_samples, verify_data,
-                  runtime, metric) -> PlanOptions | None:
+                  metric) -> PlanOptions | None:
     """The planner's request: on with --quantize --calibration, unless --precision int8 or
     --target-sqnr 0 ask for the all-int8 model (None: no planning)."""
-    asked = ("--target-sqnr" if target_sqnr else "--target" if runtime is not None
-             else "evaluate" if metric is not None else None)
+    asked = "--target-sqnr" if target_sqnr else "evaluate" if metric is not None else None
     if precision is not None and steps is None:
         raise UsageError("--precision only applies with --quantize")
     if target_sqnr is not None and not 0 <= target_sqnr <= MAX_TARGET_SQNR:
@@ -398,9 +428,9 @@ def _plan_options(precision, target_sqnr, steps, calibration, verify_samples, ve
     # The plan measures on the calibration data, so that the verification's data (--verify-data)
     # stays data the plan never saw; a metric scores the user's data, labels lined up with it.
     if metric is None:
-        return PlanOptions(target_sqnr or DEFAULT_TARGET_SQNR, PLAN_SAMPLES, None, runtime or "cpu")
+        return PlanOptions(target_sqnr or DEFAULT_TARGET_SQNR, PLAN_SAMPLES, None)
     return PlanOptions(target_sqnr or DEFAULT_TARGET_SQNR, verify_samples or PLAN_SAMPLES,
-                       verify_data, runtime or "cpu", metric)
+                       verify_data, metric)
 
 
 def _metric(evaluate, max_drop):

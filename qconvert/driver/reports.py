@@ -11,7 +11,9 @@ from ..check.latency import Latency
 from ..check.metrics import json_number
 from ..check.report import ConversionNotes
 from ..check.verify import Verification
-from ..plan.planner import HYBRID, Plan
+from ..plan.planner import HYBRID, PLAN_KEEPS, Plan
+from ..targets import DEFAULT as DEFAULT_TARGET
+from ..targets import Cost
 from ..transforms.keep_unrepresentable_float import CANNOT_CARRY
 
 SHOWN_UNCARRIED = 3  # the summary names the first ops int8 cannot carry
@@ -49,6 +51,8 @@ class QuantizationReport:
     plan: Plan | None = None  # --target-sqnr: the precision planner's rounds and promotions
     qdq_tensors: int = 0  # activations whose range the model's QuantizeLinear/DequantizeLinear gave
     calibration_source: DataSource | None = None  # what calibration read (None: no calibration)
+    target: str = ""  # the device it is for (--target, targets/)
+    cost: Cost | None = None  # the written model's estimated time on that device (targets.cost)
 
 
 @dataclass
@@ -125,14 +129,17 @@ class ConversionReport:
             if q.qdq_tensors:
                 text += f", ranges of {q.qdq_tensors} tensors from the model's QDQ pairs"
             text += f", weights {_human_size(q.weights_bytes_float)} -> {_human_size(q.weights_bytes)}"
+            if q.target and q.target != DEFAULT_TARGET:
+                text += f", for {q.target}"
             if q.plan is not None:
-                text += "; " + q.plan.summary(timed=self.latency is None)
+                text += "; " + q.plan.summary()
             uncarried = [f for f in q.float_ops if f.reason.startswith(CANNOT_CARRY)]
             if uncarried:
                 text += (f"; int8 cannot carry the values of {len(uncarried)} ops, kept float ("
                          + ", ".join(f"{f.op} {f.node!r}" for f in uncarried[:SHOWN_UNCARRIED])
                          + (", ..." if len(uncarried) > SHOWN_UNCARRIED else "") + ")")
-            others = [f for f in q.float_ops if not f.reason.startswith(CANNOT_CARRY)]
+            # The plan's regions are named in its part of the line.
+            others = [f for f in q.float_ops if not f.reason.startswith((CANNOT_CARRY, PLAN_KEEPS))]
             if others:
                 text += "; stayed float: " + _float_groups(others)
         w = self.weights

@@ -1,6 +1,7 @@
-"""The written model timed next to its float model (qconvert/check/latency.py): in the --json
-report and the summary line of a verified quantized or weight-stored conversion, not for a float
-one or with --no-latency, and a warning with its reasons when the quantized model is slower."""
+"""The written model timed next to its float model (qconvert/check/latency.py): with --latency,
+in the --json report and the summary line of a verified quantized or weight-stored conversion;
+never by default (a timing is a report on this machine, and costs a second), never for a float
+one; a warning with its reasons when the quantized model is slower."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _qconvert(files: Path, *args: str) -> subprocess.CompletedProcess:
                                         (["--weight-only", "--weight-only-min-elements", "8"], "int8"),
                                         (["--float16"], "float16")])
 def test_a_verified_quantized_conversion_is_timed(files, flags, kind):
-    run = _qconvert(files, "q.tflite", *flags)
+    run = _qconvert(files, "q.tflite", *flags, "--latency")
     assert run.returncode == 0, run.stderr
     timed = json.loads(run.stdout)["latency"]
     assert timed["rounds"] >= latency.MIN_ROUNDS and timed["threads"] == 1
@@ -49,11 +50,21 @@ def test_a_verified_quantized_conversion_is_timed(files, flags, kind):
     assert f"{kind} {speed} float (" in run.stderr.splitlines()[-1]
 
 
-def test_float_conversions_and_no_latency_are_not_timed(files):
-    for args in (["f.tflite"], ["n.tflite", "--quantize", "--calibration", "cal.npz", "--no-latency"]):
+def test_conversions_are_not_timed_by_default(files):
+    for args in (["f.tflite"], ["n.tflite", "--quantize", "--calibration", "cal.npz"]):
         run = _qconvert(files, *args)
         assert run.returncode == 0 and json.loads(run.stdout)["latency"] is None, run.stderr
-        assert "latency" not in run.stderr
+        assert "faster than" not in run.stderr and "slower than" not in run.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["f.tflite", "--latency"], "--latency times a verified quantized or weight-stored model"),
+    (["n.tflite", "--quantize", "--calibration", "cal.npz", "--latency", "--no-verify"],
+     "it cannot with --no-verify"),
+])
+def test_latency_where_nothing_is_timed_is_a_usage_error(files, args, message):
+    run = _qconvert(files, *args)
+    assert run.returncode == 2 and message in run.stderr, run.stderr
 
 
 @pytest.mark.parametrize("ms,shown", [(0.00112, "1.12 µs"), (0.5, "500 µs"), (1.36, "1.36 ms"),
@@ -70,13 +81,12 @@ def test_the_same_model_times_alike(files, tmp_path):
 
 
 def test_a_slower_quantized_model_warns_with_its_reasons(files, monkeypatch, caplog):
-    """The timing is LiteRT's; here it is replaced by a slower one to reach the warning (the
-    all-int8 model: a planned one reuses the plan's own timing)."""
+    """The timing is LiteRT's; here it is replaced by a slower one to reach the warning."""
     slower = latency.Latency(3.0, 2.0, 1.5, 10, 1, "Some CPU: AVX2, no VNNI")
     monkeypatch.setattr(latency, "measure", lambda *args, **kwargs: slower)
     with caplog.at_level("WARNING", logger="qconvert"):
         _, report = qconvert.convert(files / "m.onnx", quantize=True, calibration=files / "cal.npz",
-                                     verify=True, precision="int8")
+                                     verify=True, precision="int8", latency=True)
     assert report.latency == slower
     (warning,) = [r.getMessage() for r in caplog.records if "float model's time" in r.getMessage()]
     assert "1.50x" in warning and "no VNNI or dot-product instructions" in warning

@@ -87,9 +87,9 @@ def test_closed_gates_are_the_float_model_and_open_ones_quantize(tmp_path):
 def test_the_default_plan_keeps_the_bad_part_float_and_reaches_the_target(make, kept):
     model, calibration = make()
     int8 = qconvert.convert(model, quantize=True, calibration=calibration, precision="int8",
-                            verify=True, latency=False)
+                            verify=True)
     assert int8.report.verify.worst.sqnr_db < 10
-    planned = qconvert.convert(model, quantize=True, calibration=calibration, verify=True, latency=False)
+    planned = qconvert.convert(model, quantize=True, calibration=calibration, verify=True)
     plan = planned.report.quantization.plan
     assert plan.reached and {p.node for p in plan.promotions} == kept
     assert planned.report.verify.worst.sqnr_db >= 20
@@ -100,7 +100,7 @@ def test_the_default_plan_keeps_the_bad_part_float_and_reaches_the_target(make, 
     for name, value in expected.items():
         error = np.sum((got[name] - value) ** 2) / np.sum(value ** 2)
         assert -10 * np.log10(error) > 15, name
-    again = qconvert.convert(model, quantize=True, calibration=calibration, verify=True, latency=False)
+    again = qconvert.convert(model, quantize=True, calibration=calibration, verify=True)
     assert again.tflite == planned.tflite  # deterministic
 
 
@@ -117,7 +117,7 @@ def test_the_metric_hook_plans_against_the_users_metric():
     reference = np.stack([run_onnxruntime(model, {"x": x})["y"] for x in calibration["x"][:8]])
     labels = reference.argmax(-1)
     result = qconvert.convert(model, quantize=True, calibration=calibration, evaluate=agreement,
-                              max_drop=0.05, latency=False)
+                              max_drop=0.05)
     plan = result.report.quantization.plan
     assert seen[0] == (8, 1, 8, 4)
     assert plan.metric["float"] == 1.0 and plan.metric["score"] >= 0.95 and plan.reached
@@ -148,8 +148,8 @@ def test_a_model_the_gated_graph_cannot_run_gets_the_weight_only_plan(monkeypatc
 
     monkeypatch.setattr(sensitivity.GatedGraph, "__init__", refuse)
     model, calibration = one_bad_tensor_model()
-    result = qconvert.convert(model, quantize=True, calibration=calibration, latency=False)
-    int8 = qconvert.convert(model, quantize=True, calibration=calibration, precision="int8", latency=False)
+    result = qconvert.convert(model, quantize=True, calibration=calibration)
+    int8 = qconvert.convert(model, quantize=True, calibration=calibration, precision="int8")
     plan = result.report.quantization.plan
     assert result.tflite != int8.tflite and plan.rounds[0].worst_sqnr_db < 20
     assert all(p.reason.startswith(("kept hybrid: the weight-only plan", "kept float: the")) for p in plan.promotions)

@@ -289,24 +289,25 @@ def test_a_float_op_s_output_gets_its_pair_only_on_the_edges_to_int8_readers(tmp
 
 
 def test_the_planner_s_promotions_come_back_from_the_metadata(calibration):
-    """--target-sqnr: the planner's promoted nodes (float, or int16 with --target integer) are in
-    the metadata, and the conversion of the graph makes the same model."""
+    """--target-sqnr: the planner's promoted nodes (float on arm64, int16 on the integer-only
+    npu, which also takes int8 inputs and outputs) are in the metadata, and the conversion of the
+    graph makes the same model."""
     from qconvert.driver.options import PlanOptions as PlanRequest
 
     model = folded_cnn()
-    for runtime, target in (("cpu", 50.0), ("integer", 32.0)):  # all int8: 31 dB
-        plan = PlanRequest(target, runtime=runtime)
-        written, report = fake_quant("<test>", data=model.SerializeToString(), quantize=QuantizeOptions(),
-                                     calibration=calibration, plan=plan)
+    for device, target in (("arm64", 50.0), ("npu", 32.0)):  # all int8: 31 dB
+        plan, io = PlanRequest(target), QuantizeOptions(io_type="int8" if device == "npu" else "float")
+        written, report = fake_quant("<test>", data=model.SerializeToString(), quantize=io,
+                                     calibration=calibration, plan=plan, target=device)
         promotions = report.quantization.plan.promotions
-        assert promotions, runtime
+        assert promotions, device
         fake = onnx.load_from_string(written)
         precision = json.loads(next(p.value for p in fake.metadata_props
                                     if p.key == "qconvert.fakequant.precision"))
-        listed = set(precision["float"]) if runtime == "cpu" else set(precision["int16"])
+        listed = set(precision["float"]) if device == "arm64" else set(precision["int16"])
         assert listed == {p.node for p in promotions}
-        tflite, _ = convert_proto(model, quantize=QuantizeOptions(), calibration=calibration, plan=plan)
-        back, _ = convert_proto(fake, quantize=QuantizeOptions())
+        tflite, _ = convert_proto(model, quantize=io, calibration=calibration, plan=plan, target=device)
+        back, _ = convert_proto(fake, quantize=io, target=device)
         assert_same_params(tflite, back)
 
 
