@@ -27,6 +27,7 @@ from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
 from ..transforms.quantization import set_loaded_ranges
 from ..quantize.calibration_methods import MINMAX, CalibrationMethod, HistogramRecorder
+from ..quantize.params import snapped_range
 from .progress import Progress
 
 log = logging.getLogger("qconvert")
@@ -392,4 +393,5 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
         if source in ranges:
             ranges[name] = ranges[source]
     source = "calibration" if method.name == "minmax" else f"calibration ({method})"
-    return set_loaded_ranges(model, ranges, source)
+    snapped = {name: snapped_range(*extremes) for name, extremes in ranges.items()}
+    return set_loaded_ranges(model, snapped, source)

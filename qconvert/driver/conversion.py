@@ -280,13 +280,13 @@ def quantize(state: State) -> State:
 
 
 def _check_target(model: Model, target: Target) -> None:
-    """ConversionError naming what the quantized model computes that the target cannot."""
+    """ConversionError naming what the quantized model computes that the target cannot run."""
     unsupported = target_unsupported(model, target)
     if unsupported:
         shown = ", ".join(unsupported[:SHOWN_UNSUPPORTED]) + (", ..." if len(unsupported) > SHOWN_UNSUPPORTED else "")
-        raise ConversionError(f"--target {target.name} cannot run {len(unsupported)} of the quantized "
-                              f"model's ops or tensors: {shown} ({target.summary}; --target arm64 "
-                              "runs them in float)")
+        without = "no float there" if target.integer_only else "its kernel is missing there"
+        raise ConversionError(f"--target {target.name} cannot run {len(unsupported)} ops of the "
+                              f"quantized model: {shown} ({without}; --target arm64 runs them in float)")
 
 
 def _warn_unquantized(quantization: QuantizationReport, plan) -> None:

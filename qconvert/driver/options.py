@@ -391,7 +391,8 @@ def _quantize_steps(quantize: bool, calibration, calibration_samples, default_ra
     return QuantizeOptions(io_type=io_type, per_tensor_fc=per_tensor_fc,
                            default_range=default, activations=activations or "int8",
                            round_for_output=(weight_rounding or "output") == "output",
-                           correct_bias=not no_bias_correction, equalize=not no_equalization)
+                           correct_bias=not no_bias_correction, equalize=not no_equalization,
+                           float_ops=not target.integer_only)
 
 
 def _calibration_method(text, calibration, quantize: bool) -> CalibrationMethod:

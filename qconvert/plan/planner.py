@@ -508,7 +508,15 @@ class _Planner:
         for earlier in self.tried:
             if earlier.promoted == promoted:
                 return earlier.off
-        self.tried.append(self.measured(_quantized(self.model, self.options, promoted), promoted))
+        try:
+            self.tried.append(self.measured(_quantized(self.model, self.options, promoted), promoted))
+        except ConversionError as e:
+            if not promoted or isinstance(e, ReferenceFailed):
+                raise
+            # A promotion whose params a kernel refuses (the quantize steps', or LiteRT's when it
+            # prepares the file: a 16x8 conv's bias beyond its range): not a plan.
+            log.debug("plan with %d nodes out of int8 left out: %s", len(promoted), first_line(e))
+            return math.inf
         return self.tried[-1].off
 
     def _all_int8(self) -> None:

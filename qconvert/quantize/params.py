@@ -47,6 +47,39 @@ MAX_SCALE = 2.0**60
 MAX_MULTIPLIER = 256.0
 
 
+# Measured statistics are snapped to coarse grids before anything is derived from them (docs:
+# "the same bytes on every CPU"): a calibrated range's ends outward to RANGE_BITS significant
+# bits of its magnitude, a factor to a 1/FACTOR_STEPS-octave grid. onnxruntime's and LiteRT's
+# float kernels differ by CPU in their last bits (their summation orders and approximations of
+# exp and tanh are picked at run time by instruction set); a value moves to another grid point
+# only when its noise straddles a grid line, about 2^RANGE_BITS times the relative noise per
+# range end, where a float32 scale computed straight from it would change with every ulp.
+RANGE_BITS = 8
+FACTOR_STEPS = 16
+SNAP_TOLERANCE = 2.0 ** -10  # of a grid step (and of an octave), see snapped_range
+
+
+def snapped_range(low: float, high: float) -> tuple[float, float]:
+    """[low, high] widened to the grid of 2^(e - RANGE_BITS), e the exponent of the larger
+    magnitude (at most 2^(1 - RANGE_BITS) of the range on each side: below 0.01 dB of SQNR). The
+    grid's lines sit a hair (SNAP_TOLERANCE of a step) beyond the points themselves, and a
+    magnitude just below a power of two takes that power's grid: the values models hold exactly
+    (0, 1, 6, a power of two) and those an ulp from them land on the same point, so that only a
+    value in general position can cross a line."""
+    magnitude = max(abs(low), abs(high))
+    if not np.isfinite(magnitude) or magnitude == 0:
+        return low, high
+    step = 2.0 ** (np.floor(np.log2(magnitude) + SNAP_TOLERANCE) - RANGE_BITS)
+    return (float(np.floor(low / step + SNAP_TOLERANCE) * step),
+            float(np.ceil(high / step - SNAP_TOLERANCE) * step))
+
+
+def snapped_factors(factors: np.ndarray) -> np.ndarray:
+    """Positive factors rounded to the nearest 2^(k / FACTOR_STEPS) (1 and the powers of two
+    are grid points, far from the rounding's lines)."""
+    return np.exp2(np.round(np.log2(factors) * FACTOR_STEPS) / FACTOR_STEPS)
+
+
 def round_half_away(x) -> np.ndarray:
     """Round to the nearest integer, ties away from zero (std::round), keeping x's float dtype.
 

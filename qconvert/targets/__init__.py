@@ -249,16 +249,33 @@ def cost(model: Model, target: Target) -> Cost:
 
 
 def unsupported(model: Model, target: Target) -> list[str]:
-    """The ops of `model` that `target` cannot run, as "OP 'node' (precision)": no kernel at the
-    precision they compute in, or, on an integer-only target, a float tensor read or written
-    (a QUANTIZE or DEQUANTIZE at a float edge too); and such a target's float inputs and outputs."""
-    found = []
+    """What `target` cannot run of `model`, as "OP 'node'": the ops with no kernel there at the
+    precision they compute in, and on an integer-only target the ops computing in float; the
+    QUANTIZE and DEQUANTIZE around them only when nothing else is listed (a float graph input
+    or output on an integer-only target)."""
+    found, conversions = [], []
     for op in model.operators:
         precision = precision_of(op, model)
-        if target.kernel(op.type, precision) is None or (target.integer_only and _touches_float(op, model)):
-            found.append(f"{op.type} {op.source!r} ({'float' if _touches_float(op, model) else precision})")
-    if target.integer_only:
-        found += [f"{kind} {name!r} (float)" for kind, names in (("input", model.inputs),
-                                                                 ("output", model.outputs))
-                  for name in names if model.arrays[name].dtype.kind == "f"]
-    return found
+        floating = target.integer_only and _touches_float(op, model)
+        if target.kernel(op.type, precision) is None or floating:
+            (conversions if op.type in CONVERSIONS else found).append(f"{op.type} {op.source!r}")
+    return list(dict.fromkeys(found or conversions))
+
+
+def target_text(data: dict) -> str:
+    """A target file's JSON as the package writes it: the fields in order, each op's kernels on
+    one line (bench/target_profile.py writes measured files with it)."""
+    def one_line(value) -> str:
+        return json.dumps(value, sort_keys=False)
+
+    lines = ["{"]
+    fields = [(k, v) for k, v in data.items() if k != "ops"]
+    for key, value in fields:
+        lines.append(f" {json.dumps(key)}: {one_line(value)},")
+    ops = data.get("ops", {})
+    lines.append(' "ops": {')
+    lines += [f"  {json.dumps(op)}: {one_line(ops[op])}," for op in sorted(ops)]
+    if ops:
+        lines[-1] = lines[-1].rstrip(",")
+    lines += [" }", "}"]
+    return "\n".join(lines) + "\n"

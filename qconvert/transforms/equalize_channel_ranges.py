@@ -33,12 +33,14 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..ir import MinMax, Model, Operator
+from ..quantize.params import snapped_factors, snapped_range
 from ..quantize.rounding import InputMoments
 from .quantization import FLOAT32, QDQ_SOURCE
 
 WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 HOMOGENEOUS = ("NONE", "RELU")
 MIN_FACTOR = 1e-2  # a channel is magnified at most 100x (a dead channel stays as it is)
+DEAD = 2.0 ** -40  # of the widest channel's range: a channel narrower holds nothing (_ranges)
 # Values per channel below which its measured range says too little (a squeeze-excitation's
 # 1x1 map has one value per sample): not equalized.
 MIN_POSITIONS = 256
@@ -89,7 +91,11 @@ def _pair(model: Model, second: Operator, moments: InputMoments | None) -> tuple
 
 
 def _ranges(moments: InputMoments) -> np.ndarray:
-    return np.maximum(moments.channel_max, 0) - np.minimum(moments.channel_min, 0)
+    """Each channel's range, 0 for a channel whose range is below DEAD of the widest: a dead
+    ReLU channel holds zeros, and the last bits of a float kernel (one ulp of 0 is 1.4e-45)
+    must not bring it to life."""
+    ranges = np.maximum(moments.channel_max, 0) - np.minimum(moments.channel_min, 0)
+    return np.where(ranges > DEAD * np.max(ranges, initial=0.0), ranges, 0.0)
 
 
 def _input_columns(model: Model, second: Operator, channels: int) -> np.ndarray:
@@ -112,7 +118,9 @@ def _factors(model: Model, second: Operator, moments: InputMoments) -> np.ndarra
         factor = np.ones_like(ranges)
         factor[live] = np.sqrt(ranges[live] / columns[live])
         factor[live] /= np.exp(np.mean(np.log(factor[live])))  # geometric mean 1
-    factor = np.where(ranges > 0, np.maximum(factor, MIN_FACTOR), 1.0)
+    # On a grid (quantize/params.py): the moments are LiteRT's float results, whose last bits
+    # differ by CPU; the weights the factors multiply must not.
+    factor = snapped_factors(np.where(ranges > 0, np.maximum(factor, MIN_FACTOR), 1.0))
     if np.allclose(factor, 1.0, rtol=0.05):
         return None
     if second.type != "DEPTHWISE_CONV_2D" and (moments.second is None or _noise(
@@ -154,7 +162,7 @@ def _rescale(model: Model, first: Operator, second: Operator, tensor: str, facto
     widen_high = array.minmax.max / measured_high if measured_high > 0 and array.minmax.max > 0 else 1.0
     low = float(np.min(np.minimum(moments.channel_min, 0) / factor)) * widen_low
     high = float(np.max(np.maximum(moments.channel_max, 0) / factor)) * widen_high
-    array.minmax = MinMax(low, high, "calibration, channels equalized")
+    array.minmax = MinMax(*snapped_range(low, high), "calibration, channels equalized")
     array.channel_scale = factor
 
 

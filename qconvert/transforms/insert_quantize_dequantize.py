@@ -34,7 +34,7 @@ from .quantization import (
     same_params,
     value_range,
 )
-from ..quantize.params import quantize
+from ..quantize.params import MAX_MULTIPLIER, quantize
 from .helpers import own_constant, single_use_constants
 
 UINT8 = np.dtype(np.uint8)
@@ -63,6 +63,19 @@ class _Boundary:
             self.model.insert_before(before, Operator(op_type, [name], [result], source=before.source))
             self.made[key] = result
         return self.made[key]
+
+
+def _requantizable(params: QuantParams, source: Array) -> QuantParams:
+    """The params of an int16 tensor requantized from the int8 `source`, its scale widened where
+    the QUANTIZE's multiplier (int8 scale / int16 scale) would reach MAX_MULTIPLIER: a signed
+    range's symmetric int16 scale is 2 * 32767 / 255 = 257 times finer than its int8 one, and
+    TFLite's QUANTIZE takes multipliers below 256 (the int16 step then grows by 0.4 %)."""
+    if source.dtype != INT8 or source.quant is None or params.scale.size != 1:
+        return params
+    floor = float(source.quant.scale[0]) / (MAX_MULTIPLIER * (1 - 2 ** -12))
+    if params.scale[0] >= floor:
+        return params
+    return QuantParams(np.array([floor], np.float32), params.zero_point, params.axis)
 
 
 def _quantize_constant(model: Model, op: Operator, index: int, params: QuantParams,
@@ -158,8 +171,8 @@ def insert_quantize_dequantize(model: Model, io_type: str = "float") -> bool:
                     raise AssertionError(f"constant {array.name!r} quantized twice")
                 continue
             if array.dtype == FLOAT32 or array.dtype != dtype:
-                model.set_input(op, i, boundary.convert("QUANTIZE", array.name, dtype,
-                                                        shared or activation_params(array, dtype), op))
+                params = shared or _requantizable(activation_params(array, dtype), array)
+                model.set_input(op, i, boundary.convert("QUANTIZE", array.name, dtype, params, op))
             elif shared is not None and not same_params(array.quant, shared):
                 model.set_input(op, i, boundary.convert("QUANTIZE", array.name, dtype, shared, op))
     _graph_outputs(model, io_type)

@@ -98,6 +98,9 @@ class QuantizeOptions:
     round_for_output: bool = True  # --weight-rounding output (nearest: False)
     correct_bias: bool = True  # not --no-bias-correction
     equalize: bool = True  # not --no-equalization
+    # The target runs float ops (targets/): the rule that keeps normalization statistics float
+    # applies; on an integer-only target they stay integer and the precision plan measures them.
+    float_ops: bool = True
 
     @property
     def int16(self) -> Int16Choice:
@@ -112,7 +115,8 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("affine_to_depthwise", affine_to_depthwise),
         ("keep_mixed_concatenation_float", partial(keep_mixed_concatenation_float,
                                                    float_outputs=options.io_type == "float")),
-        ("keep_normalization_statistics_float", keep_normalization_statistics_float),
+        *([("keep_normalization_statistics_float", keep_normalization_statistics_float)]
+          if options.float_ops else []),
         ("clamp_by_quantized_range", partial(clamp_by_quantized_range, int16=options.int16)),
         ("decompose_hard_swish", partial(decompose_hard_swish, int16=options.int16)),
         ("resize_nearest_to_depth_to_space", partial(resize_nearest_to_depth_to_space, int16=options.int16)),

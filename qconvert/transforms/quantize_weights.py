@@ -104,8 +104,11 @@ def _for_output(model: Model, op: Operator, rule, w: np.ndarray, q: np.ndarray, 
     row_scales = np.broadcast_to(scales.astype(np.float64), (rows.shape[0],))
     if rounding and enough_patches(moments) and moments.second.shape[-1] == rows.shape[1]:
         nearest = np.moveaxis(q, axis, 0).reshape(rows.shape)
-        q_rows = round_for_output(rows, row_scales, moments.second, nearest).astype(np.int8)
-        q = np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
+        try:
+            q_rows = round_for_output(rows, row_scales, moments.second, nearest).astype(np.int8)
+            q = np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
+        except np.linalg.LinAlgError:  # moments a float library got wrong: round to nearest
+            pass
     if correcting and moments.mean.shape[-1] == rows.shape[1]:
         q_rows = np.moveaxis(q, axis, 0).reshape(rows.shape)
         shift = bias_shift(rows, q_rows * row_scales[:, None], moments.mean)
