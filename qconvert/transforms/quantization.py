@@ -421,6 +421,11 @@ def representable_problem(op: Operator, model: Model) -> str | None:
     for name in names:
         params = arrays[name].quant if op.type in BOUNDARY_OPS else activation_params(arrays[name], dtype)
         if params is None:
+            if arrays[name].is_constant and rule is not None and rule.output == "free":
+                # (An op that selects values takes such a constant at its output's params, where
+                # it saturates: PADV2's pad value, a masked Where's -inf.)
+                return (f"constant {name!r} holds nothing but infinities or float32's extremes, which "
+                        f"an int8 {op.type} cannot compute with")
             continue
         scale = scales[name] = float(params.scale[0])
         if not MIN_SCALE <= scale <= MAX_SCALE:  # NaN fails too
