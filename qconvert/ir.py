@@ -26,11 +26,16 @@ import numpy as np
 @dataclass
 class MinMax:
     """The real-valued range an array takes (from calibration, QDQ nodes or hardcoded rules).
-    `source` says where it came from, for the per-tensor report; it takes no part in equality."""
+    `source` says where it came from, for the per-tensor report; it takes no part in equality.
+    `softmax_floor`, set by calibration on a SOFTMAX's input whose rows held masked values
+    (quantize/calibration_methods.py, softmax_floor): its lowest unmasked value less the margin
+    below which the int8 SOFTMAX cannot tell a value from -inf; transforms/saturate_masked_scores.py
+    makes the masked values saturate there."""
 
     min: float
     max: float
     source: str = field(default="", compare=False)
+    softmax_floor: float | None = field(default=None, compare=False)
 
 
 @dataclass

@@ -11,6 +11,7 @@ fill a histogram per tensor over its min/max and choose the range from it
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -26,7 +27,7 @@ from ..onnx.runtime import session_options
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
 from ..transforms.quantization import set_loaded_ranges
-from ..quantize.calibration_methods import MINMAX, CalibrationMethod, HistogramRecorder
+from ..quantize.calibration_methods import MINMAX, CalibrationMethod, HistogramRecorder, softmax_floor
 from ..quantize.params import snapped_range
 from .progress import Progress
 
@@ -323,10 +324,12 @@ def calibrate_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndar
     return CalibrationRun(model, tensor_names).ranges(samples, progress, method=method)
 
 
-def _derived_ops(model: Model, onnx_names: set[str]) -> tuple[dict[str, str], list, set[str]]:
+def _derived_ops(model: Model, onnx_names: set[str], values_needed: set[str]
+                 ) -> tuple[dict[str, str], list, set[str]]:
     """The IR ops with an output the ONNX model does not have and a numpy `evaluate`, as
     calibrate_model uses them: ({output: input} of each TRANSPOSE or RESHAPE of a non-constant
-    that no other such op reads, which holds its input's values; the other ops, to compute; the
+    that no other such op reads, which holds its input's values, unless its values are needed
+    (`values_needed`: a SOFTMAX's input, whose rows count); the other ops, to compute; the
     tensors all of them read)."""
     derived = [op for op in model.operators
                if TFLITE_OPS[op.type].evaluate is not None and any(o not in onnx_names for o in op.outputs)]
@@ -335,12 +338,44 @@ def _derived_ops(model: Model, onnx_names: set[str]) -> tuple[dict[str, str], li
     computed = []
     for op in derived:
         out = op.outputs[0]
-        if (op.type in ("TRANSPOSE", "RESHAPE") and out not in read_by_derived
+        if (op.type in ("TRANSPOSE", "RESHAPE") and out not in read_by_derived and out not in values_needed
                 and model.constant(op.inputs[0]) is None):
             same_values[out] = op.inputs[0]
         else:
             computed.append(op)
     return same_values, computed, read_by_derived
+
+
+def _softmax_inputs(model: Model) -> dict[str, float]:
+    """{input: beta} of the model's SOFTMAX ops that read a float activation."""
+    return {op.inputs[0]: float(op.options.get("beta", 1.0)) for op in model.operators
+            if op.type == "SOFTMAX" and model.arrays[op.inputs[0]].dtype.kind == "f"
+            and model.constant(op.inputs[0]) is None}
+
+
+class _SoftmaxFloors:
+    """The running softmax_floor of each SOFTMAX input over the samples: the least floor, and
+    whether any sample's rows held a masked value."""
+
+    def __init__(self, inputs: dict[str, float]):
+        self.inputs = inputs
+        self.found: dict[str, tuple[float, bool]] = {}
+
+    def record(self, values: dict[str, np.ndarray]) -> None:
+        for name, beta in self.inputs.items():
+            found = softmax_floor(np.asarray(values[name]), beta) if name in values else None
+            if found is not None:
+                floor, masked = self.found.get(name, found)
+                self.found[name] = (min(floor, found[0]), masked or found[1])
+
+    def apply(self, model: Model) -> None:
+        """The floor of each input whose rows held masked values goes on its range."""
+        for name, (floor, masked) in self.found.items():
+            array = model.arrays[name]
+            if masked and array.minmax is not None:
+                # On the range's grid, as the calibrated ends are (quantize/params.py).
+                low = snapped_range(floor, array.minmax.max)[0]
+                array.minmax = dataclasses.replace(array.minmax, softmax_floor=low)
 
 
 def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[str, np.ndarray]],
@@ -359,9 +394,13 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
     RESHAPE that no other such op reads: it holds its input's values, so it takes its input's
     range without being computed. Arrays without either (CONV_2D's NHWC output) get their range
     later through the same-scale ops around them (propagate_minmax).
+
+    A SOFTMAX's input whose rows hold masked values (an attention mask's) also gets its
+    softmax_floor (quantize/calibration_methods.py), the least over the samples.
     """
     onnx_names = set(run.from_feeds) | set(run.fetched)
-    same_values, computed, read_by_derived = _derived_ops(model, onnx_names)
+    floors = _SoftmaxFloors(_softmax_inputs(model))
+    same_values, computed, read_by_derived = _derived_ops(model, onnx_names, set(floors.inputs))
     needed = {n for n, a in model.arrays.items() if a.dtype.kind == "f"} | read_by_derived
     # Which ops can be computed is the same for every sample: those whose inputs are fetched,
     # constant or computed before them. Each input is taken from the sample's values when it is
@@ -387,11 +426,15 @@ def calibrate_model(model: Model, run: CalibrationRun, samples: Iterable[dict[st
                 if name not in onnx_names:
                     local[name] = value = apply_fused_activation(np.asarray(value), op.fused_activation)
                     yield name, value
+        floors.record(local)
 
-    ranges = run.ranges(samples, progress, derive=derive if plan else None, names=needed, method=method)
+    ranges = run.ranges(samples, progress, derive=derive if plan or floors.inputs else None,
+                        names=needed, method=method)
     for name, source in same_values.items():  # in execution order, so chains resolve
         if source in ranges:
             ranges[name] = ranges[source]
     source = "calibration" if method.name == "minmax" else f"calibration ({method})"
     snapped = {name: snapped_range(*extremes) for name, extremes in ranges.items()}
-    return set_loaded_ranges(model, snapped, source)
+    count = set_loaded_ranges(model, snapped, source)
+    floors.apply(model)
+    return count

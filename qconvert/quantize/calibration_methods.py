@@ -309,3 +309,43 @@ def mse_ranges(counts: np.ndarray, zeros: np.ndarray) -> np.ndarray:
     low, high = between(low, i), between(high, j)
     i, j = best(low, high)
     return np.stack([low[index, i], high[index, j]], axis=1).astype(np.float64)
+
+
+# A SOFTMAX's masked inputs (softmax_floor). A value more than MASKED_GAP below its row's maximum
+# has probability exactly 0 in float32 (exp underflows below ln of the smallest subnormal, -103.3):
+# the model masked it, whatever constant it used (-1e4, -1e9, float32's minimum, -inf). A row whose
+# maximum lies that far below the tensor's holds nothing but masked values (a padded query's row).
+MASKED_GAP = 104.0
+# The int8 SOFTMAX writes probabilities in steps of 1/256 (TFLite's fixed params 1/256, -128).
+SOFTMAX_INT8_STEPS = 256
+
+
+def softmax_margin(length: int, beta: float = 1.0) -> float:
+    """How far below its row's maximum a value must lie to move an int8 SOFTMAX over `length`
+    values by less than half a step, all such values of the row together: ln(2 * 256 * length) /
+    beta. Each has probability below exp(-margin) <= 1/(512 length), and together they change the
+    others' normalization by less than 1/512."""
+    return float(np.log(2 * SOFTMAX_INT8_STEPS * length)) / beta
+
+
+def softmax_floor(values: np.ndarray, beta: float = 1.0) -> tuple[float, bool] | None:
+    """(floor, masked) of one sample of a SOFTMAX's input, over its last axis: `masked` whether a
+    row held a masked value (MASKED_GAP below its maximum, -inf included); `floor` the lowest
+    unmasked value minus softmax_margin, the rows holding only masked values left out. A masked
+    value saturating at the floor weighs nothing in the int8 SOFTMAX's output, in every row (each
+    row's maximum is an unmasked value, at least the lowest one), also in rows whose maximum lies
+    below every calibration row's (a causal attention's first row, its one score). None for a
+    sample without a finite row maximum. NaN values are left out, as calibration leaves them out."""
+    length = values.shape[-1] if values.ndim else 1
+    rows = np.asarray(values, np.float64).reshape(-1, max(length, 1))
+    nan = np.isnan(rows)
+    highs = np.where(nan, -np.inf, rows).max(axis=1)
+    finite = np.isfinite(highs)
+    if not finite.any():
+        return None
+    gap = MASKED_GAP / beta
+    live = finite & (highs >= highs[finite].max() - gap)
+    kept, tops = rows[live], highs[live][:, None]
+    unmasked = kept >= tops - gap  # NaN is neither
+    masked = bool(np.any(~unmasked & ~np.isnan(kept)))
+    return float(kept[unmasked].min()) - softmax_margin(length, beta), masked

@@ -57,21 +57,27 @@ MAX_MULTIPLIER = 256.0
 RANGE_BITS = 8
 FACTOR_STEPS = 16
 SNAP_TOLERANCE = 2.0 ** -10  # of a grid step (and of an octave), see snapped_range
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 
 def snapped_range(low: float, high: float) -> tuple[float, float]:
-    """[low, high] widened to the grid of 2^(e - RANGE_BITS), e the exponent of the larger
-    magnitude (at most 2^(1 - RANGE_BITS) of the range on each side: below 0.01 dB of SQNR). The
-    grid's lines sit a hair (SNAP_TOLERANCE of a step) beyond the points themselves, and a
-    magnitude just below a power of two takes that power's grid: the values models hold exactly
-    (0, 1, 6, a power of two) and those an ulp from them land on the same point, so that only a
-    value in general position can cross a line."""
-    magnitude = max(abs(low), abs(high))
-    if not np.isfinite(magnitude) or magnitude == 0:
-        return low, high
-    step = 2.0 ** (np.floor(np.log2(magnitude) + SNAP_TOLERANCE) - RANGE_BITS)
-    return (float(np.floor(low / step + SNAP_TOLERANCE) * step),
-            float(np.ceil(high / step - SNAP_TOLERANCE) * step))
+    """[low, high] widened outward, each end to RANGE_BITS significant bits of its own magnitude
+    (it moves by at most 2^-RANGE_BITS of itself: below 0.04 dB of SQNR, and an end near 0 or
+    beside a huge other end, an attention mask's, stays where it is). The grid's lines sit a hair
+    (SNAP_TOLERANCE of a step) beyond the points themselves, and a magnitude just below a power
+    of two takes that power's grid, so that the values models hold exactly (0, 1, 6, a power of
+    two) and those an ulp from them land on the same point: only a value in general position can
+    cross a line. Ends stay within float32's finite range."""
+    return _snapped_end(low, np.floor, 1.0), _snapped_end(high, np.ceil, -1.0)
+
+
+def _snapped_end(value: float, rounding, towards: float) -> float:
+    if abs(value) < _FLOAT32_TINY or not np.isfinite(value):  # 0 and denormals: 0 to any scale
+        return value
+    step = 2.0 ** (np.floor(np.log2(abs(value)) + SNAP_TOLERANCE) - RANGE_BITS)
+    snapped = float(rounding(value / step + towards * SNAP_TOLERANCE) * step)
+    return float(np.clip(snapped, -_FLOAT32_MAX, _FLOAT32_MAX))
 
 
 def snapped_factors(factors: np.ndarray) -> np.ndarray:

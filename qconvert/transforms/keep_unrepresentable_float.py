@@ -9,8 +9,9 @@ model's ADD whose output scale is far finer than its inputs'), weights or a bias
 Inf, weights whose scale no kernel represents. Every op that touches such a tensor (its producer
 and its readers, each checks its own activations) stays float between a DEQUANTIZE and a QUANTIZE:
 float computes them as the float model does, and the int8 ops around them keep their params.
-A mask kept float is exact; the alternative, a mask clipped to a finite negative int8 could hold,
-would put the masked scores' sum on a scale of thousands, where int8 rounds the scores away.
+Where an int8 SOFTMAX reads the masked scores, saturate_masked_scores (before this step) has
+given the mask and the masked scores ranges int8 holds, with the masked values saturating at the
+bottom; what stays here is what it cannot carry (a MUL by float32's minimum, on the mask alone).
 
 Runs after propagate_minmax (same-scale ops have their ranges), before quantize_activations.
 check_quantization still holds every quantized op to its kernel; after this step a failure

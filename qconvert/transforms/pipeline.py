@@ -50,6 +50,7 @@ from .quantize_weights_only import quantize_weights_only
 from .remove_identity import remove_identity
 from .remove_trivial_activation import remove_trivial_activation
 from .resize_nearest_to_depth_to_space import resize_nearest_to_depth_to_space
+from .saturate_masked_scores import saturate_masked_scores
 from .sink_transpose_through_reshape import sink_transpose_through_reshape
 from .sink_transposes import sink_transposes
 from .store_integer_weights import restore_float_weights, store_integer_weights
@@ -121,6 +122,8 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("decompose_hard_swish", partial(decompose_hard_swish, int16=options.int16)),
         ("resize_nearest_to_depth_to_space", partial(resize_nearest_to_depth_to_space, int16=options.int16)),
         ("average_pool_to_depthwise", partial(average_pool_to_depthwise, int16=options.int16)),
+        ("saturate_masked_scores", partial(saturate_masked_scores, float_outputs=options.io_type == "float",
+                                           int16=options.int16)),
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range,
                                      int16=options.int16)),
         ("keep_unrepresentable_float", partial(keep_unrepresentable_float, int16=options.int16)),

@@ -216,6 +216,36 @@ def follow_values(model: Model, name: str, follows: Callable[[Operator, str], bo
     return chain, name, None
 
 
+def float_tails(model: Model, int16: Int16Choice) -> dict[int, str]:
+    """{id(op): reason} for each fixed-output op whose output reaches a model output, or an op
+    a rule already keeps float, directly or through ops that only move values (a RESHAPE that
+    flattens the probabilities), and for those ops: with float model outputs they stay float
+    (transforms/quantize_activations.py says why)."""
+    def moves_only(op: Operator, name: str) -> bool:
+        rule = rule_of(op)
+        return (rule is not None and rule.output == "same" and not op.float_reason
+                and [op.inputs[i] for i in rule.activation_inputs(op)] == [name])
+
+    tails: dict[int, str] = {}
+    for op in model.operators:
+        rule = rule_of(op)
+        if (rule is None or rule.output != "fixed" or len(op.outputs) != 1 or op.float_reason
+                or int16.runs_int16(op)):  # the 16x8 kernel's fixed step is 1/32768
+            continue
+        chain, end, refused = follow_values(model, op.outputs[0], moves_only)
+        if end in model.outputs:
+            where = "a model output"
+        elif refused is not None and refused.float_reason:
+            where = f"read by a float {refused.type}"
+        else:
+            continue
+        reason = (f"its output is {where}: in float it keeps the precision that int8's fixed "
+                  f"step of {rule.fixed_params[0]:g} would lose")
+        tails[id(op)] = reason
+        tails.update((id(o), f"it carries the float output of {op.type} to {where}") for o in chain)
+    return tails
+
+
 def sweep_until_stable(model: Model, visit: Callable[[Operator], list[str]]) -> bool:
     """Runs visit(op) over the operators in order, pass after pass, until a pass changes nothing;
     returns whether any visit changed something. visit returns the names of the arrays whose
@@ -391,6 +421,11 @@ def representable_problem(op: Operator, model: Model) -> str | None:
     for name in names:
         params = arrays[name].quant if op.type in BOUNDARY_OPS else activation_params(arrays[name], dtype)
         if params is None:
+            if arrays[name].is_constant and rule is not None and rule.output == "free":
+                # (An op that selects values takes such a constant at its output's params, where
+                # it saturates: PADV2's pad value, a masked Where's -inf.)
+                return (f"constant {name!r} holds nothing but infinities or float32's extremes, which "
+                        f"an int8 {op.type} cannot compute with")
             continue
         scale = scales[name] = float(params.scale[0])
         if not MIN_SCALE <= scale <= MAX_SCALE:  # NaN fails too

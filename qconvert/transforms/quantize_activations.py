@@ -32,7 +32,7 @@ from .quantization import (
     Int16Choice,
     activation_params,
     fixed_params,
-    follow_values,
+    float_tails,
     handles_float,
     int8_blocker,
     params_for_range,
@@ -41,41 +41,12 @@ from .quantization import (
 )
 
 
-def _float_tails(model: Model, int16: Int16Choice) -> dict[int, str]:
-    """{id(op): reason} for each fixed-output op whose output reaches a model output, or an op
-    a rule already keeps float, directly or through ops that only move values (a RESHAPE that
-    flattens the probabilities), and for those ops: they stay float (see the module docstring)."""
-    def moves_only(op: Operator, name: str) -> bool:
-        rule = rule_of(op)
-        return (rule is not None and rule.output == "same" and not op.float_reason
-                and [op.inputs[i] for i in rule.activation_inputs(op)] == [name])
-
-    tails: dict[int, str] = {}
-    for op in model.operators:
-        rule = rule_of(op)
-        if (rule is None or rule.output != "fixed" or len(op.outputs) != 1 or op.float_reason
-                or int16.runs_int16(op)):  # the 16x8 kernel's fixed step is 1/32768
-            continue
-        chain, end, refused = follow_values(model, op.outputs[0], moves_only)
-        if end in model.outputs:
-            where = "a model output"
-        elif refused is not None and refused.float_reason:
-            where = f"read by a float {refused.type}"
-        else:
-            continue
-        reason = (f"its output is {where}: in float it keeps the precision that int8's fixed "
-                  f"step of {rule.fixed_params[0]:g} would lose")
-        tails[id(op)] = reason
-        tails.update((id(o), f"it carries the float output of {op.type} to {where}") for o in chain)
-    return tails
-
-
 def quantize_activations(model: Model, float_outputs: bool = True,
                          int16: Int16Choice = Int16Choice()) -> bool:
     """`int16`: the ops to run their 16x8 kernel. (The ops --keep-float and the planner keep
     float already have their float_reason: keep_requested_float.)"""
     changed = False
-    tails = _float_tails(model, int16) if float_outputs else {}
+    tails = float_tails(model, int16) if float_outputs else {}
     for op in model.operators:
         if op.quantized or op.float_reason or op.type in BOUNDARY_OPS:
             continue

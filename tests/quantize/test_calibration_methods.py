@@ -23,6 +23,8 @@ from qconvert.quantize.calibration_methods import (
     CalibrationMethod,
     HistogramRecorder,
     parse_calibration_method,
+    softmax_floor,
+    softmax_margin,
 )
 
 ROUNDING = 255**2 * 12  # 780300
@@ -288,3 +290,65 @@ def test_calibrate_model_sets_the_method_and_names_it():
     ir = load(neg_model())
     calibrate_model(ir, CalibrationRun(neg_model(), "all"), outlier_samples())
     assert (ir.arrays["x"].minmax.max, ir.arrays["x"].minmax.source) == (1000.0, "calibration")
+
+
+# --- softmax_floor -------------------------------------------------------------------------------
+# margin(n) = ln(512 n): for 4 values ln(2048) = 7.6246.
+
+def test_softmax_margin_is_half_an_int8_step_for_the_whole_row():
+    assert softmax_margin(4) == pytest.approx(np.log(2048))
+    assert softmax_margin(4, beta=2.0) == pytest.approx(np.log(2048) / 2)
+    # every value of a row of 4 at its maximum minus the margin: together below half a step
+    row = np.array([0.0, -softmax_margin(4), -softmax_margin(4), -softmax_margin(4)])
+    p = np.exp(row) / np.exp(row).sum()
+    assert 1 - p[0] < 1 / 512 and p[1:].max() < 1 / 512
+
+
+def test_softmax_floor_of_rows_with_masked_values():
+    """The unmasked values: row 1's 2 and 0 (-inf masked), row 2's 1, 0, 0.5 (-1e4 masked), row
+    3's all; the lowest 0, the floor 0 - 7.62."""
+    x = np.array([[2.0, -np.inf, -np.inf, 0.0], [1.0, -1e4, 0.0, 0.5], [0.5, 1.0, 2.0, 3.0]])
+    floor, masked = softmax_floor(x)
+    assert masked and floor == pytest.approx(-np.log(2048))
+
+
+def test_softmax_floor_without_masked_values_and_with_whole_masked_rows():
+    """A row spanning 50 (more than the margin, less than MASKED_GAP = 104) is no mask; a row whose
+    maximum lies MASKED_GAP below the others' is masked whole and left out (the floor: row 1's
+    lowest unmasked value 0, minus 7.62)."""
+    floor, masked = softmax_floor(np.array([[0.0, -50.0, 3.0, 1.0]]))
+    assert not masked and floor == pytest.approx(-50 - np.log(2048))
+    lowest = np.finfo(np.float32).min
+    rows = np.array([[0.0, lowest, 3.0, 1.0], [lowest] * 4, [np.nan] * 4])
+    floor, masked = softmax_floor(rows)
+    assert masked and floor == pytest.approx(-np.log(2048))
+    assert softmax_floor(np.full((2, 4), np.nan)) is None
+
+
+def masked_softmax_model() -> onnx.ModelProto:
+    """s = x + bias, bias [4] = [0, 0, 0, -1e4] (the last key masked); p = Softmax(s); and an
+    unmasked Softmax(x)."""
+    nodes = [helper.make_node("Add", ["x", "bias"], ["s"]), helper.make_node("Softmax", ["s"], ["p"]),
+             helper.make_node("Softmax", ["x"], ["q"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "pq"],
+                              [onnx.numpy_helper.from_array(np.array([0, 0, 0, -1e4], np.float32), "bias")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_calibrate_model_gives_a_masked_softmax_input_its_floor():
+    """x's rows: [r, r + 1, r + 2, r + 3] for r in -1, 0, 1 over two samples (shifted by 0 and
+    -2). In s the last key is masked: the lowest unmasked value is -1 - 2 = -3, the floor
+    -3 - ln(2048) = -10.62, and the calibrated minimum -1e4 + (-1 + 3 - 2) = -1e4, both widened
+    to 8 significant bits (quantize/params.py snapped_range): -1e4 on the grid of 2^(13 - 8) = 32
+    is -10016, -10.62 on the grid of 2^(3 - 8) is -10.625. x's rows are unmasked: no floor."""
+    model = masked_softmax_model()
+    rows = np.arange(-1, 2, dtype=np.float32)[:, None] + np.arange(4, dtype=np.float32)
+    samples = [{"x": (rows + shift)[None]} for shift in (0.0, -2.0)]
+    run = CalibrationRun(model, "all")  # before load, which frees the model's weights
+    ir = load(model)
+    calibrate_model(ir, run, samples)
+    s = ir.arrays["s"].minmax
+    assert (s.min, s.softmax_floor) == (-10016.0, -10.625)
+    assert -10.625 <= -3 - np.log(2048) < -10.625 + 2 ** -5
+    assert ir.arrays["x"].minmax.softmax_floor is None

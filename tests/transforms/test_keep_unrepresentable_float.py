@@ -83,8 +83,10 @@ def masked_attention(mask_value: float):
 @pytest.mark.parametrize("mask_value", [float(np.finfo(np.float32).min), -1e30])
 def test_an_attention_mask_at_the_float_minimum_stays_float(tmp_path, mask_value):
     """Every Hugging Face encoder adds (1 - mask) * float32's minimum to its attention scores
-    (issue 30: the conversion was refused). The ops on the mask stay float, the model converts,
-    the products stay int8, and the output follows onnxruntime's with padded positions masked."""
+    (issue 30: the conversion was refused). The MUL that makes the mask stays float (int8 cannot
+    multiply by float32's minimum), the model converts, the products, the mask's ADD and the
+    SOFTMAX run int8 (saturate_masked_scores), and the output follows onnxruntime's with padded
+    positions masked."""
     model = masked_attention(mask_value)
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, (16, 1, 6, 8)).astype(np.float32)
@@ -92,10 +94,28 @@ def test_an_attention_mask_at_the_float_minimum_stays_float(tmp_path, mask_value
     mask[::2, :, 4:] = 0  # half the samples padded
     flatbuffer, report = convert_quantized(model, {"x": x, "mask": mask}, tmp_path)
     kept = {f.op for f in report.quantization.float_ops if f.reason.startswith(CANNOT_CARRY)}
-    assert "SOFTMAX" in kept or "ADD" in kept, report.quantization.float_ops
+    assert kept == {"MUL"}, report.quantization.float_ops
     assert report.quantization.int8_ops >= 3  # the products
     for k in (0, 1):
         feeds = {"x": x[k], "mask": mask[k]}
         want, got = run_onnxruntime(model, feeds)["y"], run_tflite(flatbuffer, report, feeds)["y"]
         error = np.sum((got - want) ** 2) / np.sum(want ** 2)
         assert error < 10 ** (-25 / 10), error  # better than 25 dB
+
+
+def test_an_op_computing_with_a_constant_of_float32_extremes_stays_float(tmp_path):
+    """x * float32's minimum, with x 0 throughout calibration: the product's range [0, 0] is
+    representable, the constant has no int8 value (value_range leaves its extremes out). The MUL
+    stays float, saying why, and the model runs like onnxruntime (the conversion raised KeyError)."""
+    model = make_model([helper.make_node("Mul", ["x", "lowest"], ["m"]),
+                        helper.make_node("Add", ["m", "y"], ["z"])],
+                       {"x": (F, (1, 4)), "y": (F, (1, 4))}, {"z": F},
+                       {"lowest": np.array(np.finfo(np.float32).min, np.float32)})
+    rng = np.random.default_rng(0)
+    calibration = {"x": np.zeros((4, 1, 4), np.float32), "y": rng.normal(size=(4, 1, 4)).astype(np.float32)}
+    flatbuffer, report = convert_quantized(model, calibration, tmp_path)
+    (kept,) = report.quantization.float_ops
+    assert kept.op == "MUL" and kept.reason.startswith(CANNOT_CARRY) and "'lowest'" in kept.reason
+    feeds = {"x": calibration["x"][0], "y": calibration["y"][0]}
+    np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["z"], run_onnxruntime(model, feeds)["z"],
+                               rtol=0, atol=2 * float(np.ptp(calibration["y"])) / 255)
