@@ -44,9 +44,16 @@ def _batch_matmul_version(op, model):
     return 1
 
 
+def _exact(a: np.ndarray) -> np.ndarray:
+    """A float operand of a folded product in float64: BLAS sums a float32 product in an order
+    its kernel for this CPU picks, so the folded constant's last bits (the written bytes) would
+    depend on the machine; the float64 sum rounded to float32 does not."""
+    return a.astype(np.float64) if a.dtype.kind == "f" else a
+
+
 def _evaluate_fc(inputs, op):
     x, w = inputs[0], inputs[1]
-    y = x.reshape(-1, w.shape[1]) @ w.T
+    y = _exact(x).reshape(-1, w.shape[1]) @ _exact(w).T
     if len(inputs) > 2 and inputs[2] is not None:
         y = y + inputs[2]
     if op.options.get("keep_num_dims"):
@@ -60,7 +67,7 @@ def _evaluate_batch_matmul(inputs, op):
         a = np.swapaxes(a, -1, -2)
     if op.options.get("adj_y"):
         b = np.swapaxes(b, -1, -2)
-    return [np.matmul(a, b).astype(a.dtype)]
+    return [np.matmul(_exact(a), _exact(b)).astype(a.dtype)]
 
 
 # Weights [out, in]: per output channel along axis 0 (per tensor with --per-tensor-fc).

@@ -130,19 +130,19 @@ class _Sums:
             self.low = low if self.low is None else np.minimum(self.low, low)
             self.high = high if self.high is None else np.maximum(self.high, high)
             self.positions += x.size // max(x.shape[-1], 1)
-        patches = _patches(self.op, x, self.kernel, self.per_sample, self.rng)
-        # Products in float32 (twice float64's speed) unless the values' squares could overflow it.
-        small = patches.size == 0 or float(np.max(np.abs(patches))) < 1e15
-        patches = patches.astype(np.float32 if small else np.float64)
+        # Products in float64: BLAS sums a float32 product in an order its kernel for this CPU's
+        # instruction set picks, and those last bits would reach the rounding for the output (a
+        # weight near a tie rounds the other way); float64's are far below any tie that matters.
+        patches = _patches(self.op, x, self.kernel, self.per_sample, self.rng).astype(np.float64)
         depthwise = self.op.type == "DEPTHWISE_CONV_2D"  # (patches, length, channels): per channel
         first = patches.sum(0, dtype=np.float64)
         self.first = (first.T if depthwise else first) + (0 if self.first is None else self.first)
         if self.full:
             if depthwise:
                 by_channel = np.ascontiguousarray(patches.transpose(2, 0, 1))  # (channels, patches, length)
-                second = np.matmul(by_channel.transpose(0, 2, 1), by_channel).astype(np.float64)
+                second = np.matmul(by_channel.transpose(0, 2, 1), by_channel)
             else:
-                second = (patches.T @ patches).astype(np.float64)
+                second = patches.T @ patches
             self.second = second if self.second is None else self.second + second
         self.count += patches.shape[0]
 
