@@ -78,3 +78,21 @@ def read_by_argmax(reference: dict, outputs: list[str], probabilities: set[str])
         if name in probabilities or (top is not None and top.size and np.any(top != top.flat[0])):
             kept.append(name)
     return kept
+
+
+def decisions_per_sample(reference: dict, argmax: list[str], thresholded: list[str]) -> int:
+    """The fewest decisions one sample brings among the outputs read by one: an argmax output's
+    positions (every index but the last axis), a thresholded output's values, an integer
+    output's values; 0 when there is no such output. `reference` holds each output's samples
+    along its first axis."""
+    counts = []
+    for name, value in reference.items():
+        value = np.asarray(value)
+        if not value.size or not value.shape:
+            continue
+        per_sample = value.size // value.shape[0]
+        if value.dtype.kind in "iub" or name in thresholded:
+            counts.append(per_sample)
+        elif name in argmax and value.ndim >= 2:
+            counts.append(per_sample // max(value.shape[-1], 1))
+    return min(counts, default=0)

@@ -66,6 +66,7 @@ from .decisions import (
     THRESHOLD_PRODUCERS,
     decision_agreement,
     decision_outputs,
+    decisions_per_sample,
     read_by_argmax,
 )
 
@@ -73,14 +74,16 @@ log = logging.getLogger("qconvert")
 
 SLICE_MARGIN_DB = 10.0  # an output's slices are held to the target less this
 HEADROOM = 0.8  # a plan measured in the gated graph aims at this share of the allowed error
-MARGIN = 0.25  # plans keep growing (measured) until this share of HEADROOM, for LiteRT's misses
+MARGIN = 0.5  # plans keep growing (measured) until this share of HEADROOM, for LiteRT's misses
 MAX_ROUNDS = 5  # plans written and measured in LiteRT after the all-int8 one
 SHOWN_UNITS = 12  # the plan lists the costliest units
 SHOWN_REGIONS = 3  # the summary names the first regions out of int8 (--json has them all)
 DECISIONS_KEPT = 0.99  # an output read by a decision keeps float's clear ones at this share
-# Outputs read by a decision are checked on up to DECISION_SAMPLES samples (a classifier's 8
-# decisions cannot show a 1.5 % loss) while that many take under DECISION_WORK units of the
-# model's work (targets.work: multiply-accumulates, elements): a bound on the model, not a clock.
+# Outputs read by a decision are checked on as many samples as bring MIN_DECISIONS decisions (a
+# classifier's 8 cannot show a 1.5 % loss; a segmenter's 8 masks hold thousands), up to
+# DECISION_SAMPLES, while that many take under DECISION_WORK units of the model's work
+# (targets.work: multiply-accumulates, elements): bounds on the model, not a clock.
+MIN_DECISIONS = 256
 DECISION_SAMPLES = 32
 DECISION_WORK = 2e10
 # The float_reason of the ops the plan keeps out of int8 starts so: the summary groups them by it.
@@ -486,9 +489,9 @@ class _Planner:
 
     def _checked(self, path: str):
         """check(path) on the plan's samples. The first time, when the model has outputs read by
-        a decision and DECISION_SAMPLES samples of its work stay within DECISION_WORK, the count
-        grows (up to DECISION_SAMPLES) and the check runs again: every plan is judged on the same
-        samples."""
+        a decision and its samples bring fewer than MIN_DECISIONS, the count grows to bring them
+        (up to DECISION_SAMPLES, within DECISION_WORK of the model's work) and the check runs
+        again: every plan is judged on the same samples."""
         found = self.check(path, self.count)
         if not self.plan.rounds:
             self.plan.argmax_outputs = read_by_argmax(found[2], self.plan.argmax_outputs, self.probabilities)
@@ -497,7 +500,9 @@ class _Planner:
         if decision_agreement(found[1], found[2], self.plan.argmax_outputs, self.plan.threshold_outputs,
                               self.target_db) is None:
             return found
-        wanted = min(self.available, DECISION_SAMPLES, int(DECISION_WORK / max(self.work, 1.0)))
+        per_sample = decisions_per_sample(found[2], self.plan.argmax_outputs, self.plan.threshold_outputs)
+        wanted = min(self.available, DECISION_SAMPLES, int(DECISION_WORK / max(self.work, 1.0)),
+                     math.ceil(MIN_DECISIONS / max(per_sample, 1)))
         if wanted > self.count:
             self.count = wanted
             found = self.check(path, self.count)
