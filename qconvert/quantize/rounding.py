@@ -22,7 +22,8 @@ this module is numerics only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +50,9 @@ class InputMoments:
     channel_min: np.ndarray | None = None  # the input tensor's least value per channel (last axis)
     channel_max: np.ndarray | None = None  # ... and its largest
     positions: int = 0  # values per channel those ranges are over (samples x positions)
+    # The integers round_for_output chose with these moments, by the weights and scales they
+    # were rounded from (rounded_rows): the precision planner quantizes many copies of a model.
+    rounded: dict = field(default_factory=dict, repr=False, compare=False)
 
     def scaled(self, factor: np.ndarray) -> InputMoments:
         """The moments of the input divided by `factor` per channel (the input's last axis; each
@@ -109,6 +113,16 @@ def round_for_output(w: np.ndarray, scales: np.ndarray, second: np.ndarray, near
             else:
                 w[:, stop:] -= np.einsum("rb,rbc->rc", block_errors, root[:, start:stop, stop:])
     return q
+
+
+def rounded_rows(w: np.ndarray, scales: np.ndarray, moments: InputMoments, nearest: np.ndarray) -> np.ndarray:
+    """round_for_output of the rows `w` with `moments`' second moments, computed once per weights
+    and scales (moments.rounded keeps them)."""
+    key = (hashlib.blake2b(np.ascontiguousarray(w).tobytes(), digest_size=16).digest(),
+           np.ascontiguousarray(scales, np.float64).tobytes())
+    if key not in moments.rounded:
+        moments.rounded[key] = round_for_output(w, scales, moments.second, nearest)
+    return moments.rounded[key]
 
 
 def _inverse_root(second: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ConversionError
 from ..ir import Model, Operator, QuantParams
 from .quantization import FLOAT32, INT8, input_scale, nonfinite, rule_of
-from ..quantize.rounding import InputMoments, bias_shift, enough_patches, round_for_output
+from ..quantize.rounding import InputMoments, bias_shift, enough_patches, rounded_rows
 from ..quantize.params import (
     adjust_weight_scales_for_bias,
     quantize_weights_per_channel,
@@ -105,7 +105,7 @@ def _for_output(model: Model, op: Operator, rule, w: np.ndarray, q: np.ndarray, 
     if rounding and enough_patches(moments) and moments.second.shape[-1] == rows.shape[1]:
         nearest = np.moveaxis(q, axis, 0).reshape(rows.shape)
         try:
-            q_rows = round_for_output(rows, row_scales, moments.second, nearest).astype(np.int8)
+            q_rows = rounded_rows(rows, row_scales, moments, nearest).astype(np.int8)
             q = np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
         except np.linalg.LinAlgError:  # moments a float library got wrong: round to nearest
             pass

@@ -80,12 +80,11 @@ def test_the_plan_measures_the_arithmetic_and_keeps_the_better(files, tmp_path, 
     biases as they are is measured too; rounding for the output made worse here on purpose (every
     integer's sign flipped), the plan starts from round-to-nearest and says so."""
     from qconvert.quantize import rounding
-    from qconvert.transforms import quantize_weights
 
     report = _convert(files, tmp_path / "plan.tflite", "--target-sqnr", "30")
     assert report["quantization"]["plan"]["arithmetic"] == ""
     honest = rounding.round_for_output
-    monkeypatch.setattr(quantize_weights, "round_for_output", lambda *a, **k: -honest(*a, **k))
+    monkeypatch.setattr(rounding, "round_for_output", lambda *a, **k: -honest(*a, **k))
     report = _convert(files, tmp_path / "plan.tflite", "--target-sqnr", "30")
     plan = report["quantization"]["plan"]
     assert plan["arithmetic"] == "nearest, no bias correction" and plan["reached"], plan
