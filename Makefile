@@ -39,8 +39,10 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,qat,bench]'
 	touch $(BENCH_STAMP)
 
+# The tables on stdout; the converted files and the measured target profile in $(BENCH_OUT).
+BENCH_OUT ?= build/bench
 bench: $(BENCH_STAMP)
-	$(PY) bench/bench.py
+	$(PY) bench/bench.py --out $(BENCH_OUT) --target-profile $(BENCH_OUT)/target-profile.json
 
 # The architecture zoo (bench/zoo.py): 300+ models generated in venvs of its own under
 # ~/.cache/qconvert (torch 2.14.1 + torchvision, timm, transformers; TensorFlow + tf2onnx), each

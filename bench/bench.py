@@ -40,6 +40,11 @@ tf2onnx; several exporters and the formats people ship), each converted with the
 failures grouped by message. --models does not apply; the generating venvs and models are cached
 under ~/.cache/qconvert (first run: about an hour and several GB).
 
+Target profile (target_profile.py, with --target-profile FILE): a target file (qconvert/targets/)
+measured on this machine: each op of a handful of corpus and trained models, converted float,
+int8, int16 and hybrid, timed alone in LiteRT, its ns per unit of work per op and precision and
+whether XNNPACK takes it; written to FILE, its table printed last.
+
 QAT table (qat_digits.py), one row: the model class of tests/qat/ where post-training int8 loses
 accuracy, trained here; float, post-training int8 and QAT int8 (qconvert.qat, converted without
 calibration) accuracy in LiteRT, agreement with the fake-quant torch model, the int8 file size.
@@ -48,7 +53,7 @@ calibration) accuracy in LiteRT, agreement with the fake-quant torch model, the 
         [--tables float,int8,weights,scaling,trained,qat,zoo] [--int8-samples 100] [--held-out 20]
         [--no-peer] [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer]
         [--trained-models yolov8-shapes,ppocr-rec] [--corpus-models ppocrv3-rec,magika]
-        [--corpus-calibration 16] [--corpus-held-out 4] [--out DIR]
+        [--corpus-calibration 16] [--corpus-held-out 4] [--out DIR] [--target-profile FILE]
 
 --tables chooses the tables printed (all but corpus by default). The int8 and weight tables need the float
 .tflite (for their size and latency ratios): without the float table it is still converted, but
@@ -79,7 +84,7 @@ import onnx
 from qconvert.calibration.data import model_input_specs
 
 if __package__:
-    from . import corpus, int8, models, qat_digits, runners, scaling, trained, weights, zoo
+    from . import corpus, int8, models, qat_digits, runners, scaling, target_profile, trained, weights, zoo
 else:  # run as a script: bench/ is on sys.path
     import corpus
     import int8
@@ -87,6 +92,7 @@ else:  # run as a script: bench/ is on sys.path
     import qat_digits
     import runners
     import scaling
+    import target_profile
     import trained
     import weights
     import zoo
@@ -297,6 +303,9 @@ def parse_args(argv=None):
                              "'--precision int8 --weight-rounding nearest' (one quoted string)")
     parser.add_argument("--corpus-held-out", type=int, default=corpus.HELD_OUT,
                         help="held-out samples that verify each corpus model's int8 file")
+    parser.add_argument("--target-profile", type=Path, metavar="FILE",
+                        help="also measure a target file on this machine and write it to FILE "
+                             "(bench/target_profile.py with its default models)")
     parser.add_argument("--tflite-worker", nargs=4, help=argparse.SUPPRESS,
                         metavar=("TFLITE", "REPORT", "SAMPLES", "RESULT"))
     parser.add_argument("--baseline", nargs=2, help=argparse.SUPPRESS, metavar=("TFLITE", "REPORT"))
@@ -376,6 +385,10 @@ def main(argv=None) -> int:
             corpus_rows = corpus.bench_corpus(out_dir, args)
         if "zoo" in args.tables:
             zoo_rows = zoo.run(list(zoo.ARCHITECTURES), list(zoo.EXPORTERS), args.timeout)
+        if args.target_profile:
+            print("bench: target profile ...", file=sys.stderr, flush=True)
+            profiled = target_profile.profile(target_profile.parse_args(
+                ["--out", str(args.target_profile), "--work", str(out_dir / "target-profile")]))
     print(machine_line())
     print(source_line(start_commit))
     if "float" in args.tables:
@@ -413,6 +426,10 @@ def main(argv=None) -> int:
         print("\n" + "\n".join(corpus_rows[1]))
     if "zoo" in args.tables:
         print(zoo.report(zoo_rows))
+    if args.target_profile:
+        print(f"\nTarget profile (bench/target_profile.py), written to {args.target_profile}: ns per "
+              "unit of work per op and precision (i: the interpreter runs it, not XNNPACK)\n")
+        print(target_profile.kernel_table(profiled["kernels"]))
     return 0
 
 
