@@ -303,7 +303,9 @@ def _warn_unquantized(quantization: QuantizationReport, plan) -> None:
     chosen = plan.rounds[plan.chosen_round]
     if plan.metric is None:
         reached = f"{chosen.worst_sqnr_db:.1f} dB"
-        lower = f"; --target-sqnr {math.floor(chosen.worst_sqnr_db)} accepts it"
+        # -inf dB (an output int8 cannot carry at all) has no --target-sqnr that accepts it
+        lower = (f"; --target-sqnr {math.floor(chosen.worst_sqnr_db)} accepts it"
+                 if math.isfinite(chosen.worst_sqnr_db) else "")
     else:
         reached, lower = f"a metric of {plan.metric['score']:.4g} (float {plan.metric['float']:.4g})", ""
     log.warning("warning: no plan with int8 reached the target: the best measured (written) "

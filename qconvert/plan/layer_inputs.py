@@ -113,7 +113,10 @@ class _Sums:
         # second moments only where WORK buys the patches rounding for the output needs
         # (rounding.MIN_PATCHES_PER_INPUT per element); else the mean alone, for bias correction.
         per_patch = self.length ** 2 * (shape[3] if op.type == "DEPTHWISE_CONV_2D" else 1)
-        budget = min(max(PATCHES_PER_INPUT * self.length, MIN_PATCHES), int(WORK / max(per_patch, 1)))
+        # A depthwise op's channels are a small product apiece (numpy's batched products run them
+        # at a tenth of one large product's rate): PATCHES_PER_INPUT per element, no MIN_PATCHES.
+        least = PATCHES_PER_INPUT * self.length if op.type == "DEPTHWISE_CONV_2D" else MIN_PATCHES
+        budget = min(max(PATCHES_PER_INPUT * self.length, least), int(WORK / max(per_patch, 1)))
         self.full = budget >= MIN_PATCHES_PER_INPUT * self.length
         self.per_sample = max(1, math.ceil((budget if self.full else MIN_PATCHES) / samples))
         self.rng = np.random.default_rng(SEED)
@@ -134,17 +137,13 @@ class _Sums:
         # instruction set picks, and those last bits would reach the rounding for the output (a
         # weight near a tie rounds the other way); float64's are far below any tie that matters.
         patches = _patches(self.op, x, self.kernel, self.per_sample, self.rng).astype(np.float64)
-        depthwise = self.op.type == "DEPTHWISE_CONV_2D"  # (patches, length, channels): per channel
-        first = patches.sum(0, dtype=np.float64)
-        self.first = (first.T if depthwise else first) + (0 if self.first is None else self.first)
+        # (patches, length), or (channels, patches, length) for a depthwise op: per channel
+        first = patches.sum(-2, dtype=np.float64)
+        self.first = first + (0 if self.first is None else self.first)
         if self.full:
-            if depthwise:
-                by_channel = np.ascontiguousarray(patches.transpose(2, 0, 1))  # (channels, patches, length)
-                second = np.matmul(by_channel.transpose(0, 2, 1), by_channel)
-            else:
-                second = patches.T @ patches
+            second = np.matmul(patches.swapaxes(-1, -2), patches)
             self.second = second if self.second is None else self.second + second
-        self.count += patches.shape[0]
+        self.count += patches.shape[-2]
 
     def moments(self) -> InputMoments:
         low, high = ((None, None) if self.low is None else
@@ -176,7 +175,7 @@ def _patches(op: Operator, x: np.ndarray, kernel: tuple[int, int], limit: int,
     else:
         out_h, out_w = (height - span_h) // sh + 1, (width - span_w) // sw + 1
     if out_h < 1 or out_w < 1:
-        return np.zeros((0, kh * kw, channels) if op.type == "DEPTHWISE_CONV_2D" else (0, kh * kw * channels))
+        return np.zeros((channels, 0, kh * kw) if op.type == "DEPTHWISE_CONV_2D" else (0, kh * kw * channels))
     picked = _chosen(n * out_h * out_w, limit, rng)
     b, rest = np.divmod(picked, out_h * out_w)
     r, c = np.divmod(rest, out_w)
@@ -184,9 +183,9 @@ def _patches(op: Operator, x: np.ndarray, kernel: tuple[int, int], limit: int,
     taps_w = 0 * np.arange(kh)[:, None] + (np.arange(kw) * dw)[None, :]
     rows = (r * sh)[:, None] + taps_h.reshape(-1)[None, :]
     cols = (c * sw)[:, None] + taps_w.reshape(-1)[None, :]
-    patches = x[b[:, None], rows, cols]  # (patches, kh * kw, channels)
     if op.type == "DEPTHWISE_CONV_2D":
-        return patches
+        return np.moveaxis(x, 3, 0)[:, b[:, None], rows, cols]  # (channels, patches, kh * kw)
+    patches = x[b[:, None], rows, cols]  # (patches, kh * kw, channels)
     return patches.reshape(patches.shape[0], -1)
 
 

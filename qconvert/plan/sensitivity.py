@@ -16,7 +16,7 @@ quantized; the error is measured at each float output and at each slice along it
   other is split in two and both halves measured, down to single units. A few bad units among
   many take a few dozen runs; loss spread everywhere takes up to about two runs per unit, capped
   at MAX_RUNS, the costliest blocks split first (blocks left unsplit stay one unit, a connected
-  region). Each run takes the first SAMPLES samples. A gate is an If: a closed one costs
+  region). Each run takes the first SAMPLES samples (one if its outputs are large). A gate is an If: a closed one costs
   nothing, so a run costs the float model plus the pairs it opens.
 - **Poisoned**: what a unit adds when everything before it in the graph is quantized already (the
   all-int8 model up to it), for the units that cost the most alone: the difference between the
@@ -46,7 +46,11 @@ from ..qdq.importer import strip_qdq
 
 FINE = 0.1  # a block costing below this share of the allowed error is not split further
 MAX_RUNS = 24  # onnxruntime runs of the gated graph for the alone costs (each on every sample)
-SAMPLES = 2  # the samples each run takes (the first of the plan's)
+SAMPLES = 2  # the samples each run takes (the first of the plan's) ...
+# ... but one where a sample's float outputs hold this many values (a detector's or a segmenter's
+# maps): their errors are averages over that many values already, and the gated runs are most of
+# such a plan's time.
+ONE_SAMPLE_VALUES = 16384
 POISONED_UNITS = 6  # units whose poisoned cost is measured (the costliest alone)
 
 
@@ -116,7 +120,10 @@ class GatedGraph:
                        and i.name not in initializers]
         self.samples = [{n: s[n] for n in self.inputs} for s in samples[:SAMPLES]]
         closed = {g: np.array(False) for g in self.gates}
-        self.reference = [self._run(sample, closed) for sample in self.samples]
+        self.reference = [self._run(sample, closed) for sample in self.samples[:1]]
+        if sum(v.size for v in self.reference[0]) >= ONE_SAMPLE_VALUES:
+            self.samples = self.samples[:1]
+        self.reference += [self._run(sample, closed) for sample in self.samples[1:]]
         self._targets()
 
     def _run(self, sample: dict, gates: dict) -> list[np.ndarray]:
