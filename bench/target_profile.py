@@ -485,8 +485,7 @@ def _base(spec: str) -> dict:
 
 
 def write_target(path: Path, data: dict) -> None:
-    text = getattr(targets, "target_text", None)
-    path.write_text(text(data) if text else json.dumps(data, indent=1) + "\n")
+    path.write_text(targets.target_text(data))
 
 
 def files(srcs: list[Source], precisions, args) -> list[tuple[str, FileModel]]:

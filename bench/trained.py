@@ -62,7 +62,8 @@ else:  # run as a script: bench/ is on sys.path
 
 # The quantized modes of the per-mode table, each with the flags added to `--quantize`: the
 # default (the precision plan, 20 dB), all int8 (--precision int8) with each calibration method,
-# whole-model int16 activations, and the plan to PLAN_TARGET dB. MAIN is the main table's.
+# whole-model int16 activations, the plan to PLAN_TARGET dB, and the plan for each other target.
+# MAIN is the main table's.
 PLAN_TARGET = 30
 MAIN = "default"
 MODES = {MAIN: (), "int8": ("--precision", "int8"),
@@ -76,7 +77,10 @@ MODES = {MAIN: (), "int8": ("--precision", "int8"),
                         "--no-equalization"),
          "int8 nearest": ("--precision", "int8", "--weight-rounding", "nearest"),
          "int8 no bias correction": ("--precision", "int8", "--no-bias-correction"),
-         "int8 no equalization": ("--precision", "int8", "--no-equalization")}
+         "int8 no equalization": ("--precision", "int8", "--no-equalization"),
+         # the default plan for each other shipped target (qconvert/targets/; arm64 is the default)
+         "target x86": ("--target", "x86"), "target micro": ("--target", "micro"),
+         "target npu": ("--target", "npu")}
 MODE_COLUMNS = ["model", "mode", "metric", "= float", "SQNR out / slice (dB)", "ms", "x float",
                 "XNNPACK", "promoted / float ops", "convert (s)"]
 MODES_HEADER = """

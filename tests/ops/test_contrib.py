@@ -574,8 +574,9 @@ def test_rotary_embedding(layout, interleaved, rotary, positions):
 def test_int8_feed_forward(tmp_path):
     """A transformer feed-forward block as the optimizer fuses it (MatMul, BiasGelu, MatMul,
     SkipLayerNormalization) quantizes like the plain ops: int8 FULLY_CONNECTED and GELU, only the
-    normalization's statistics float, within 3 output steps of onnxruntime (three layers of int8
-    rounding)."""
+    normalization's statistics float, within 4 output steps of onnxruntime (three layers of int8
+    rounding, the normalization dividing the last by the row's spread: up to 3.3 steps over 16
+    weight seeds)."""
     from tests.harness import assert_int8_matches_onnxruntime
 
     rng = np.random.default_rng(5)
@@ -586,6 +587,6 @@ def test_int8_feed_forward(tmp_path):
              helper.make_node("MatMul", ["g", "w2"], ["o"]),
              _ms("SkipLayerNormalization", ["o", "x", "gamma", "beta"], ["y"], epsilon=1e-5)]
     model = _model(nodes, {"x": (F, [1, 8, 16])}, {"y": F}, inits)
-    _, report = assert_int8_matches_onnxruntime(model, tmp_path, steps=3.0,
+    _, report = assert_int8_matches_onnxruntime(model, tmp_path, steps=4.0,
                                                 allow_float=("MUL", "MEAN", "ADD", "RSQRT"))
     assert report.op_counts.get("GELU") == 1 and report.op_counts.get("FULLY_CONNECTED") == 2

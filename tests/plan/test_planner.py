@@ -1,7 +1,7 @@
 """The precision planner (on by default with --quantize --calibration; --target-sqnr, --target,
 --precision): a TANH whose input spans +-0.05 loses most of its precision to its int8 kernel's
-fixed output step of 1/128 (about 23 dB on the output slices); kept float (--target cpu) or on its
-16x8 kernel (--target integer) it keeps its input's precision, and the plan reaches 30 dB as the
+fixed output step of 1/128 (about 23 dB on the output slices); kept float (--target arm64) or on its
+16x8 kernel (--target npu) it keeps its input's precision, and the plan reaches 30 dB as the
 conversion's own verification measures it (the written file in LiteRT against onnxruntime). Only
 the TANH goes: its output's params are its kernel's, so the conv reading it keeps int8 (its input
 quantized to the range it has). Promotions are listed in --json; the result is deterministic;

@@ -157,8 +157,10 @@ def test_onnxruntime_runs_it_as_litert_runs_the_int8_model(converted):
         expected = run_tflite(tflite, tflite_report, feeds)["y"]
         got = run_onnxruntime(fake, feeds)["y"]
         assert np.abs(got - expected).max() <= 2.001 * step  # a thousandth: float32 rounding of y
-        float_error = np.abs(run_onnxruntime(model, feeds)["y"] - expected).max()
-        assert np.abs(got - expected).max() < float_error  # the pairs model the int8 rounding
+        # the pairs model the int8 rounding: closer to LiteRT than the float model on average (a
+        # value at a rounding tie may land a step apart, the float model is off everywhere)
+        float_error = np.abs(run_onnxruntime(model, feeds)["y"] - expected).mean()
+        assert np.abs(got - expected).mean() < float_error
 
 
 # onnxruntime's fused kernels that multiply 8-bit integer matrices -> the input index of the weight.

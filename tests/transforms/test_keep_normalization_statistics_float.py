@@ -58,8 +58,9 @@ def test_variance_stays_float_and_the_output_is_accurate(form, tmp_path):
 
 
 def test_without_the_rule_the_variance_of_squares_breaks(tmp_path, monkeypatch):
-    """The test's premise: int8 statistics of the offset rows are garbage (negative variances
-    reach the square root: NaN)."""
+    """The test's premise: int8 statistics of the offset rows are poor: mean(x^2) - mean(x)^2 of
+    int8 squares, whose step is the size of a row's variance, misses the default 20 dB target
+    (the rule's 30 dB above), or goes negative before the square root (NaN)."""
     without_quantize_step(monkeypatch, "keep_normalization_statistics_float")
     sqnr, _ = worst_sqnr(normalization("squares"), tmp_path)
-    assert sqnr < 10, sqnr
+    assert sqnr < 20, sqnr
