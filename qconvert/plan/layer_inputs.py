@@ -29,7 +29,7 @@ from ..tflite.writer import serialize
 # as many as keep the weighted ops' multiply-adds over all of them near SAMPLE_MACS, within
 # [MIN_SAMPLES, MAX_SAMPLES] (PP-OCRv4's recognizer: 11; a 416x416 YOLOX: 4).
 MAX_SAMPLES = 16
-MIN_SAMPLES = 4
+MIN_SAMPLES = 2
 SAMPLE_MACS = 8e9
 # Patches per op: PATCHES_PER_INPUT per element of a patch, at least MIN_PATCHES, at most what
 # keeps the second moments near WORK multiply-adds (patches x length^2 [x channels]); an op whose

@@ -610,11 +610,12 @@ def _search(graph, all_int8: Model, target: Target, target_db: float, metric: Me
     """Measures the sensitivity, then tries the candidates' forms in LiteRT
     (attempt(promoted)): those within the headroom cheapest first, then the closest others; with
     a metric, by bisection over the candidates in their cheapest forms."""
-    from .sensitivity import measure
+    from .sensitivity import measure, run_budget
 
     regions = _Regions(graph, all_int8, target)
     allowed = allowed_error(graph.slices, target_db)
-    sensitivity = measure(graph, allowed)
+    per_sample = sum(work(op, all_int8) for op in all_int8.operators)
+    sensitivity = measure(graph, allowed, *run_budget(graph, per_sample))
     candidates = _candidates(sensitivity, graph, regions, allowed)
     estimate = _Estimate(all_int8, target)
     forms = []  # (predicted off, estimated cost, order, promoted)

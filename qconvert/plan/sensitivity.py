@@ -15,8 +15,9 @@ quantized; the error is measured at each float output and at each slice along it
   keeping float (below FINE of the allowed error) is done, its units sharing what it cost; any
   other is split in two and both halves measured, down to single units. A few bad units among
   many take a few dozen runs; loss spread everywhere takes up to about two runs per unit, capped
-  at MAX_RUNS, the costliest blocks split first (blocks left unsplit stay one unit, a connected
-  region). Each run takes the first SAMPLES samples (one if its outputs are large). A gate is an If: a closed one costs
+  at MAX_RUNS (fewer for a model whose runs are long: run_budget), the costliest blocks split
+  first (blocks left unsplit stay one unit, a connected region). Each run takes the first
+  SAMPLES samples (one if its outputs are large). A gate is an If: a closed one costs
   nothing, so a run costs the float model plus the pairs it opens.
 - **Poisoned**: what a unit adds when everything before it in the graph is quantized already (the
   all-int8 model up to it), for the units that cost the most alone: the difference between the
@@ -52,6 +53,11 @@ SAMPLES = 2  # the samples each run takes (the first of the plan's) ...
 # such a plan's time.
 ONE_SAMPLE_VALUES = 16384
 POISONED_UNITS = 6  # units whose poisoned cost is measured (the costliest alone)
+# The model's work (targets.work's units) the alone and poisoned runs may take together, each
+# sample of a run counted: a model that costs seconds a run (DNSMOS: 2e10 a sample) gets fewer
+# runs, at least MIN_RUNS, so that planning stays within a few conversions' time.
+GATED_WORK = 3e11
+MIN_RUNS = 5
 
 
 @dataclass
@@ -201,9 +207,22 @@ class GatedGraph:
         return sorted(self.gates, key=lambda g: (*place(g), int(g.rsplit("_", 1)[-1])))
 
 
-def measure(graph: GatedGraph, allowed: np.ndarray, max_runs: int = MAX_RUNS) -> Sensitivity:
-    """The units' alone costs by bisection (see the module docstring), and the poisoned costs of
-    the POISONED_UNITS costliest; `allowed` is the error allowed at each target."""
+def run_budget(graph: GatedGraph, work: float) -> tuple[int, int]:
+    """(alone runs, poisoned units) for a model of `work` per sample: MAX_RUNS and POISONED_UNITS
+    while they fit in GATED_WORK, else two thirds of the runs it buys to the alone costs (at least
+    MIN_RUNS) and a unit's two prefixes from the rest."""
+    runs = int(GATED_WORK / max(work * len(graph.samples), 1.0))
+    if runs >= MAX_RUNS + 2 * POISONED_UNITS:
+        return MAX_RUNS, POISONED_UNITS
+    alone = max(MIN_RUNS, 2 * runs // 3)
+    return alone, max(0, (runs - alone) // 2)
+
+
+def measure(graph: GatedGraph, allowed: np.ndarray, max_runs: int = MAX_RUNS,
+            poisoned_units: int = POISONED_UNITS) -> Sensitivity:
+    """The units' alone costs by bisection (see the module docstring) in at most `max_runs`
+    runs, and the poisoned costs of the `poisoned_units` costliest; `allowed` is the error
+    allowed at each target."""
     order = graph.order()
     result = Sensitivity(graph.targets, graph.slices)
     if not order:
@@ -237,7 +256,7 @@ def measure(graph: GatedGraph, allowed: np.ndarray, max_runs: int = MAX_RUNS) ->
                 result.units.append(_unit(graph, [gate], error / (hi - lo)))
         else:
             result.units.append(_unit(graph, gates, error))
-    _poisoned(graph, order, result, allowed)
+    _poisoned(graph, order, result, allowed, poisoned_units)
     return result
 
 
@@ -247,12 +266,13 @@ def _unit(graph: GatedGraph, gates: list[str], alone: np.ndarray) -> Unit:
                 frozenset().union(*(graph.nodes_of(g) for g in gates)), alone)
 
 
-def _poisoned(graph: GatedGraph, order: list[str], result: Sensitivity, allowed: np.ndarray) -> None:
+def _poisoned(graph: GatedGraph, order: list[str], result: Sensitivity, allowed: np.ndarray,
+              count: int) -> None:
     """Each of the costliest units' poisoned cost: error(prefix with it) - error(prefix before it),
     the prefixes in graph order; neighbouring prefixes are measured once."""
     place = {g: k for k, g in enumerate(order)}
     ranked = sorted(range(len(result.units)),
-                    key=lambda k: (-float(np.max(result.units[k].alone / allowed)), k))[:POISONED_UNITS]
+                    key=lambda k: (-float(np.max(result.units[k].alone / allowed)), k))[:count]
     prefixes: dict[int, np.ndarray] = {}
 
     def prefix(end: int) -> np.ndarray:
