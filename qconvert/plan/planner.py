@@ -143,6 +143,7 @@ class Plan:
     seconds: float = 0.0
     metric: dict | None = None  # with a metric: float, score (the chosen plan's), max_drop, scores
     note: str = ""  # why the plan could not measure
+    float_misses: bool = False  # the float model misses the target too: no plan was searched
     # NEAREST: the plan's int8 weights round to nearest, biases uncorrected (that measured better
     # than rounding for the output with bias correction); "": as the options say
     arithmetic: str = ""
@@ -163,7 +164,8 @@ class Plan:
             text += f", metric {self.metric['score']:.4g} (float {self.metric['float']:.4g})"
         if not self.reached:
             text += (f", target {self.target_sqnr_db:g} dB not reached" if self.metric is None
-                     else f", drop above {self.metric['max_drop']:g}") + ": int8 cannot hold it"
+                     else f", drop above {self.metric['max_drop']:g}")
+            text += ": the float model misses it too" if self.float_misses else ": int8 cannot hold it"
         if self.promotions and self.rounds:
             first = self.rounds[0]
             text += f" (all int8: {first.worst_sqnr_db:.1f} dB"
@@ -449,7 +451,7 @@ class _Planner:
     def run(self, proto: onnx.ModelProto, samples: list) -> _Attempt:
         """Steps 1 to 5 of the module docstring; the chosen attempt."""
         self._all_int8()
-        if self.tried[0].off > 1:
+        if self.tried[0].off > 1 and self._float_holds():
             self._regions(proto, samples)
         holding = [a for a in self.tried if a.off <= 1]
         self.plan.reached = bool(holding)
@@ -535,6 +537,23 @@ class _Planner:
         other = self.measured(_quantized(self.model, plain, {}), {})
         if other.off < self.tried[0].off:
             self.options, self.tried[0], self.plan.arithmetic = plain, other, NEAREST
+
+    def _float_holds(self) -> bool:
+        """Whether every int8 node out in float holds the target (on a target that runs float):
+        when the float model itself misses it (an output that selects by rank, a reference that
+        rounds as its own pairs say), no plan can hold it and the search is not run. A float
+        model that holds is a probe, not a plan: it is forgotten (the plan keeps int8 where
+        int8 holds, whatever the float model would cost)."""
+        if "float" not in self.target.promotions:
+            return True
+        regions = _Regions(None, self.tried[0].model, self.target)
+        everything = _Candidate(dict.fromkeys(regions.int8_nodes, "no plan holds the target"), math.inf)
+        if self.attempt(_assigned(everything, "float", regions)) <= 1:
+            self.tried.pop()
+            self.plan.rounds.pop()
+            return True
+        self.plan.float_misses = True
+        return False
 
     def _regions(self, proto: onnx.ModelProto, samples: list) -> None:
         """Steps 2 to 4: the sensitivity, and the plans tried in LiteRT. A model the gated graph

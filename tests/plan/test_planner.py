@@ -90,6 +90,22 @@ def test_the_plan_measures_the_arithmetic_and_keeps_the_better(files, tmp_path, 
     assert plan["arithmetic"] == "nearest, no bias correction" and plan["reached"], plan
 
 
+def test_a_target_the_float_model_misses_is_not_searched(files, tmp_path):
+    """At 200 dB even the float file misses (float32 rounding differs from onnxruntime's, about
+    140 dB): the plan measures the float model once, runs no sensitivity, writes the best measured
+    plan (the float one here) and says the float model misses it too; its SQNR is the float file's
+    against onnxruntime (verify's, in LiteRT), above the all-int8 one's."""
+    report = _convert(files, tmp_path / "plan.tflite", "--target-sqnr", "200")
+    plan = report["quantization"]["plan"]
+    assert not plan["reached"] and plan["float_misses"] and plan["sensitivity_runs"] == 0, plan
+    assert len(plan["rounds"]) == 3  # all int8, all int8 rounded to nearest, the float model
+    written = report["verify"]["outputs"][0]["sqnr_db"]
+    assert report["quantization"]["int8_ops"] == 0 and written > plan["rounds"][0]["worst_sqnr_db"] + 20
+    float_report = json.loads(CliRunner().invoke(cli, [str(files / "tanh.onnx"), str(tmp_path / "f.tflite"),
+                                                       "--json"]).stdout)
+    assert written == pytest.approx(float_report["verify"]["outputs"][0]["sqnr_db"], abs=3)  # both float32 rounding
+
+
 def test_plan_is_deterministic(files, tmp_path):
     for name in ("a", "b"):
         _convert(files, tmp_path / f"{name}.tflite", "--target-sqnr", "30")
