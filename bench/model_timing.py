@@ -42,16 +42,25 @@ def _whole_seconds(int8: FileModel, float_: FileModel, src: Source, args) -> lis
     return median_seconds(loaded, args.model_rounds, args.model_sample_ms / 1e3)
 
 
-def agreement_row(src: Source, target, args) -> dict | None:
-    """The model's int8 and float files timed whole in alternating rounds, next to their cost
-    ratio on `target`."""
+def _timed_pair(src: Source, args):
+    """(int8 file, float file, their whole seconds) of the model, or None when either does not
+    convert or load."""
     pair = [convert(src, p, args.work, args.timeout) for p in ("int8", "float")]
     if None in pair:
         return None
     int8, float_ = (_loadable(path) for path, _ in pair)
     if int8 is None or float_ is None:
         return None
-    t8, tf = in_child(_whole_seconds, int8, float_, src, args)
+    return (int8, float_, *in_child(_whole_seconds, int8, float_, src, args))
+
+
+def agreement_row(src: Source, target, args) -> dict | None:
+    """The model's int8 and float files timed whole in alternating rounds, next to their cost
+    ratio on `target`."""
+    timed = _timed_pair(src, args)
+    if timed is None:
+        return None
+    int8, float_, t8, tf = timed
     c8, cf = targets.cost(int8.ir, target), targets.cost(float_.ir, target)
     return {"model": src.name, "float ms": tf * 1e3, "int8 ms": t8 * 1e3, "measured": t8 / tf,
             "cost": c8.ns / cf.ns if cf.ns else math.inf, "switches": c8.switches,
@@ -95,13 +104,10 @@ def per_type(name: str, fm: FileModel, src: Source, args) -> dict:
 
 
 def breakdown_row(src: Source, args, partition_ns: float) -> dict | None:
-    pair = [convert(src, p, args.work, args.timeout) for p in ("int8", "float")]
-    if None in pair:
+    timed = _timed_pair(src, args)
+    if timed is None:
         return None
-    int8, float_ = (_loadable(path) for path, _ in pair)
-    if int8 is None or float_ is None:
-        return None
-    t8, tf = in_child(_whole_seconds, int8, float_, src, args)
+    int8, float_, t8, tf = timed
     parts = [per_type(src.name, fm, src, args) for fm in (int8, float_)]
     sums = [sum(e["seconds"] for e in p["types"].values()) + p["switches"] * partition_ns * 1e-9
             for p in parts]

@@ -65,3 +65,17 @@ def one_bad_tensor_model(seed: int = 0, depth: int = 8, bad: int = 4):
     model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 8, 6, 6))}, {x: TensorProto.FLOAT}, inits)
     return model, {"x": rng.standard_normal((16, 1, 8, 6, 6)).astype(np.float32)}
 
+
+
+def tanh_model():
+    """(model, calibration): Conv -> Tanh -> Conv, the Tanh's input spanning +-0.05: its int8
+    kernel's fixed output step of 1/128 holds about 23 dB on the output slices; float and 16x8
+    hold 30."""
+    rng = np.random.default_rng(0)
+    inits = {"w": (rng.standard_normal((4, 4, 1, 1)) * 0.02).astype(np.float32),
+             "w2": (rng.standard_normal((2, 4, 1, 1)) * 0.5).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="small"),
+             helper.make_node("Tanh", ["c"], ["t"], name="tanh"),
+             helper.make_node("Conv", ["t", "w2"], ["y"], name="out")]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 4, 4, 4))}, {"y": TensorProto.FLOAT}, inits)
+    return model, {"x": rng.standard_normal((16, 1, 4, 4, 4)).astype(np.float32)}

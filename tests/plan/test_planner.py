@@ -20,20 +20,15 @@ from onnx import TensorProto, helper
 from qconvert.cli import cli
 from qconvert.tflite.reader import read as read_tflite
 from tests.harness import make_model
+from tests.plan.precision_models import tanh_model
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("planner")
-    rng = np.random.default_rng(0)
-    inits = {"w": (rng.standard_normal((4, 4, 1, 1)) * 0.02).astype(np.float32),
-             "w2": (rng.standard_normal((2, 4, 1, 1)) * 0.5).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="small"),
-             helper.make_node("Tanh", ["c"], ["t"], name="tanh"),
-             helper.make_node("Conv", ["t", "w2"], ["y"], name="out")]
-    onnx.save(make_model(nodes, {"x": (TensorProto.FLOAT, (1, 4, 4, 4))}, {"y": TensorProto.FLOAT}, inits),
-              root / "tanh.onnx")
-    np.savez(root / "cal.npz", x=rng.standard_normal((16, 1, 4, 4, 4)).astype(np.float32))
+    model, calibration = tanh_model()
+    onnx.save(model, root / "tanh.onnx")
+    np.savez(root / "cal.npz", **calibration)
     return root
 
 

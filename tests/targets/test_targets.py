@@ -12,15 +12,14 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper
 
 import qconvert
 from qconvert.cli import cli
 from qconvert.errors import UsageError
 from qconvert.targets import load_target, names, target_text
 from qconvert.tflite.reader import read as read_tflite
-from tests.harness import make_model, run_onnxruntime, run_tflite, small_classifier
-from tests.plan.precision_models import layernorm_model
+from tests.harness import run_onnxruntime, run_tflite, small_classifier
+from tests.plan.precision_models import layernorm_model, tanh_model
 from tests.quantize.test_ops_int8 import run_micro
 
 PACKAGE = Path(load_target("arm64").path).parent
@@ -79,19 +78,6 @@ def test_target_errors_on_the_command_line(tmp_path):
         assert not (tmp_path / "o.tflite").exists()
 
 
-def _tanh_model():
-    """Conv -> Tanh -> Conv, the Tanh's input spanning +-0.05: its int8 kernel's fixed output step
-    of 1/128 holds about 23 dB; float and 16x8 hold 30 (tests/plan/test_planner.py)."""
-    rng = np.random.default_rng(0)
-    inits = {"w": (rng.standard_normal((4, 4, 1, 1)) * 0.02).astype(np.float32),
-             "w2": (rng.standard_normal((2, 4, 1, 1)) * 0.5).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="small"),
-             helper.make_node("Tanh", ["c"], ["t"], name="tanh"),
-             helper.make_node("Conv", ["t", "w2"], ["y"], name="out")]
-    model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 4, 4, 4))}, {"y": TensorProto.FLOAT}, inits)
-    return model, {"x": rng.standard_normal((16, 1, 4, 4, 4)).astype(np.float32)}
-
-
 def _priced(tmp_path, tanh_float_ns: float, tanh_int16_ns: float) -> str:
     """arm64 with TANH's float and 16x8 kernels priced as given, both delegated."""
     data = json.loads((PACKAGE / "arm64.json").read_text())
@@ -107,7 +93,7 @@ def _priced(tmp_path, tanh_float_ns: float, tanh_int16_ns: float) -> str:
 def test_the_plan_writes_the_form_cheapest_on_the_target(tmp_path, float_ns, int16_ns, chosen):
     """Both forms of the one-node region hold 30 dB; the target's prices decide which is written,
     and the written file holds the target against onnxruntime (the conversion's verification)."""
-    model, calibration = _tanh_model()
+    model, calibration = tanh_model()
     result = qconvert.convert(model, quantize=True, calibration=calibration, target_sqnr=30, verify=True,
                               target=_priced(tmp_path, float_ns, int16_ns))
     plan = result.report.quantization.plan
