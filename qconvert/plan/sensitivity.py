@@ -115,10 +115,8 @@ class GatedGraph:
         graph = insert_fake_quant(work, model, float_weights, gated=True)
         self.gates = graph.gates
         initializers = {t.name for t in work.graph.initializer}
-        self.outputs = [o.name for o in work.graph.output
-                        if o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
-                                                            onnx.TensorProto.FLOAT16)]
-        if not self.outputs:  # decoded ids, say: no error energy to measure costs by
+        self.outputs = _scored_outputs(work.graph)
+        if not self.outputs:  # no error energy to measure costs by
             raise ReferenceFailed("the model has no float output to measure each quantization's cost at")
         self.runner = CalibrationRun(work, self.outputs)
         del work
@@ -216,6 +214,28 @@ def run_budget(graph: GatedGraph, work: float) -> tuple[int, int]:
         return MAX_RUNS, POISONED_UNITS
     alone = max(MIN_RUNS, 2 * runs // 3)
     return alone, max(0, (runs - alone) // 2)
+
+
+FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
+SELECTORS = ("ArgMax", "ArgMin", "TopK")  # an integer output made by one selects from floats
+PASSING = ("Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Identity")
+
+
+def _scored_outputs(graph: onnx.GraphProto) -> list[str]:
+    """The tensors the errors are measured at: the float outputs, and for an integer output that
+    a selection makes (decoded ids: ArgMax, ArgMin or TopK, through ops that only move or cast
+    values), the values it selects from (a recognizer's logits), once each."""
+    producer = {o: node for node in graph.node for o in node.output}
+    scored = [o.name for o in graph.output if o.type.tensor_type.elem_type in FLOATS]
+    for output in graph.output:
+        if output.type.tensor_type.elem_type in FLOATS:
+            continue
+        node = producer.get(output.name)
+        while node is not None and node.op_type in PASSING:
+            node = producer.get(node.input[0])
+        if node is not None and node.op_type in SELECTORS and node.input[0] not in scored:
+            scored.append(node.input[0])
+    return scored
 
 
 def measure(graph: GatedGraph, allowed: np.ndarray, max_runs: int = MAX_RUNS,

@@ -58,6 +58,42 @@ def test_one_bad_tensor_among_many_ranks_first(tmp_path):
     assert sensitivity.runs <= 40  # bisection, not one run per tensor
 
 
+def _decoded(model, how: str):
+    """The model with its float output replaced by integer ids selected from it: ArgMax over the
+    channels; ArgMax then Cast to int32 and Reshape (as exporters decode); TopK's indices."""
+    graph = model.graph
+    logits = graph.output[0].name
+    shape = helper.make_tensor("flat", TensorProto.INT64, [2], [1, -1])
+    if how == "argmax":
+        nodes = [helper.make_node("ArgMax", [logits], ["ids"], axis=1, keepdims=0)]
+    elif how == "argmax-cast-reshape":
+        nodes = [helper.make_node("ArgMax", [logits], ["am"], axis=1, keepdims=0),
+                 helper.make_node("Cast", ["am"], ["am32"], to=TensorProto.INT32),
+                 helper.make_node("Reshape", ["am32", "flat"], ["ids"])]
+        graph.initializer.append(shape)
+    else:
+        k = helper.make_tensor("k", TensorProto.INT64, [1], [2])
+        graph.initializer.append(k)
+        nodes = [helper.make_node("TopK", [logits, "k"], ["top", "ids"], axis=1)]
+    graph.node.extend(nodes)
+    kind = TensorProto.INT32 if how == "argmax-cast-reshape" else TensorProto.INT64
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("ids", kind, None))
+    return model
+
+
+@pytest.mark.parametrize("how", ["argmax", "argmax-cast-reshape", "topk"])
+def test_ids_selected_from_floats_are_measured_at_the_floats(how, tmp_path):
+    """A model whose only output is integer ids (a recognizer's decoded argmax) has no error
+    energy of its own: the costs are measured at the values the ids are selected from, and rank
+    the bad tensor first as at the float output."""
+    model, calibration = one_bad_tensor_model()
+    graph, sensitivity = _sensitivity(_decoded(model, how), calibration, tmp_path)
+    assert len(graph.outputs) == 1 and graph.outputs[0] != "ids"
+    (worst, tensors), (second, _) = _ranked(sensitivity, graph)[:2]
+    assert tensors == ["t4"] and worst < 10 and second > worst + 25
+
+
 def test_a_poisoning_layernorm_is_found_by_its_cost_alone(tmp_path):
     graph, sensitivity = _sensitivity(*layernorm_model(), tmp_path)
     ranked = _ranked(sensitivity, graph)
