@@ -10,10 +10,12 @@ on any machine, whatever its load.
    calibration data). It holds the target when every output reaches --target-sqnr, every output
    slice the target less SLICE_MARGIN_DB, and every output read by a decision (decisions.py)
    keeps float's clear decisions at DECISIONS_KEPT of its positions. Then it is the plan. When it
-   misses and the weights were rounded for the output and biases corrected
-   (quantize/rounding.py), the all-int8 model with weights rounded to nearest and biases as they
-   are is measured too, and the better of the two arithmetics is the starting point (Plan's
-   `arithmetic` says when that is round-to-nearest).
+   misses, the float model (every int8 node out) is measured: when it misses too, no plan can
+   hold the target, nothing more is measured and the better of the two is written (a float model
+   that holds is forgotten: it is a probe, not a plan). When it holds and the weights were
+   rounded for the output and biases corrected (quantize/rounding.py), the all-int8 model with
+   weights rounded to nearest and biases as they are is measured too, and the better of the two
+   arithmetics is the starting point (Plan's `arithmetic` says when that is round-to-nearest).
 2. When it misses, each quantization's cost is measured in the gated fake-quant graph
    (sensitivity.py): alone (only it quantized) and poisoned (after everything before it).
 3. The candidate plans take out of int8 the units that cost the most alone, the first 1, 2, 3,
@@ -450,9 +452,11 @@ class _Planner:
 
     def run(self, proto: onnx.ModelProto, samples: list) -> _Attempt:
         """Steps 1 to 5 of the module docstring; the chosen attempt."""
-        self._all_int8()
+        self.attempt({})  # the all-int8 model
         if self.tried[0].off > 1 and self._float_holds():
-            self._regions(proto, samples)
+            self._arithmetic()
+            if self.tried[0].off > 1:
+                self._regions(proto, samples)
         holding = [a for a in self.tried if a.off <= 1]
         self.plan.reached = bool(holding)
         if holding:
@@ -526,12 +530,11 @@ class _Planner:
             return math.inf
         return self.tried[-1].off
 
-    def _all_int8(self) -> None:
-        """Step 1: the all-int8 model, and with it the int8 arithmetic: all int8 with its weights
-        rounded to nearest and its biases as they are when it misses; the better of the two is
-        the plan's starting point (the rounding for the output and bias correction lose on some
-        models, measured)."""
-        if self.attempt({}) <= 1 or not self.options.layer_inputs:
+    def _arithmetic(self) -> None:
+        """Step 1, when the all-int8 model misses: all int8 with its weights rounded to nearest
+        and its biases as they are; the better of the two is the plan's starting point (the
+        rounding for the output and bias correction lose on some models, measured)."""
+        if not self.options.layer_inputs:
             return
         plain = replace(self.options, layer_inputs={})
         other = self.measured(_quantized(self.model, plain, {}), {})
