@@ -42,6 +42,7 @@ from .keep_requested_float import keep_requested_float
 from .keep_unrepresentable_float import keep_unrepresentable_float
 from .merge_constant_binary_chains import merge_constant_binary_chains
 from .merge_reshapes import merge_reshapes
+from .prelu_to_leaky_relu import prelu_to_leaky_relu
 from .propagate_minmax import propagate_minmax
 from .quantize_activations import quantize_activations
 from .quantize_biases import quantize_biases
@@ -114,6 +115,7 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("keep_requested_float", partial(keep_requested_float, keep_float=options.keep_float)),
         ("divide_as_multiply", divide_as_multiply),
         ("affine_to_depthwise", affine_to_depthwise),
+        ("prelu_to_leaky_relu", prelu_to_leaky_relu),
         ("keep_mixed_concatenation_float", partial(keep_mixed_concatenation_float,
                                                    float_outputs=options.io_type == "float")),
         *([("keep_normalization_statistics_float", keep_normalization_statistics_float)]
