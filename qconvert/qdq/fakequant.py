@@ -652,6 +652,9 @@ def _onnx_integers(w: np.ndarray, axis: int, factor: np.ndarray, ir: np.ndarray,
     k-th smallest IR value times sign(f_c), and its integer is sign(f_c) times that value's
     integer. sign(f_c) is the one that lines the sorted values up."""
     channels = w.shape[axis]
+    same = _same_order(w, axis, factor, ir, ir_q, ir_axis)
+    if same is not None:
+        return same
     rows = np.moveaxis(w, axis, 0).reshape(channels, -1).astype(np.float64)
     ir_rows = np.moveaxis(ir, ir_axis, 0).reshape(channels, -1).astype(np.float64)
     ir_q_rows = np.moveaxis(ir_q, ir_axis, 0).reshape(channels, -1).astype(np.int64)
@@ -662,6 +665,31 @@ def _onnx_integers(w: np.ndarray, axis: int, factor: np.ndarray, ir: np.ndarray,
     np.put_along_axis(q_rows, np.argsort(rows, 1, kind="stable"),
                       np.take_along_axis(ir_q_rows, order, 1) * sign[:, None], 1)
     return np.moveaxis(q_rows.reshape(np.moveaxis(w, axis, 0).shape), 0, axis)
+
+
+def _same_order(w: np.ndarray, axis: int, factor: np.ndarray, ir: np.ndarray, ir_q: np.ndarray,
+                ir_axis: int) -> np.ndarray | None:
+    """_onnx_integers without sorting, where each IR row is the ONNX row times +-f_c in float32
+    in the ONNX row's order, or a conv's (in, kh, kw) as (kh, kw, in): the integers moved back the
+    same way, times the sign. None when neither holds exactly."""
+    onnx_rows = np.moveaxis(w, axis, 0)
+    ir_rows = np.moveaxis(ir, ir_axis, 0)
+    ir_q_rows = np.moveaxis(ir_q, ir_axis, 0)
+    scale = factor.astype(np.float32).reshape((-1,) + (1,) * (onnx_rows.ndim - 1))
+    orders = [tuple(range(onnx_rows.ndim))]
+    if onnx_rows.ndim == 4:
+        orders.append((0, 2, 3, 1))  # (out, in, kh, kw) as (out, kh, kw, in)
+    for order in orders:
+        moved = (onnx_rows * scale).transpose(order)
+        if moved.size != ir_rows.size:
+            continue
+        moved = moved.reshape(ir_rows.shape)
+        flat, ir_flat = moved.reshape(len(moved), -1), ir_rows.reshape(len(ir_rows), -1)
+        positive, negative = np.all(flat == ir_flat, 1), np.all(flat == -ir_flat, 1)
+        if np.all(positive | negative):
+            signed = ir_q_rows.astype(np.int64) * np.where(positive, 1, -1).reshape(scale.shape)
+            return np.moveaxis(signed.reshape(onnx_rows.transpose(order).shape).transpose(np.argsort(order)), 0, axis)
+    return None
 
 
 def _constant_dq(graph, names: FreshNames, target: str, values: np.ndarray, scales: np.ndarray,
