@@ -17,6 +17,7 @@ from ..quantize.rounding import InputMoments
 from .quantization import Int16Choice
 from .affine_to_depthwise import affine_to_depthwise
 from .average_pool_to_depthwise import average_pool_to_depthwise
+from .center_batch_matmul_operand import center_batch_matmul_operand
 from .channels_last_io import channels_last_io
 from .check_quantization import check_quantization
 from .clamp_by_quantized_range import clamp_by_quantized_range
@@ -126,6 +127,7 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("average_pool_to_depthwise", partial(average_pool_to_depthwise, int16=options.int16)),
         ("saturate_masked_scores", partial(saturate_masked_scores, float_outputs=options.io_type == "float",
                                            int16=options.int16)),
+        ("center_batch_matmul_operand", partial(center_batch_matmul_operand, int16=options.int16)),
         ("propagate_minmax", partial(propagate_minmax, default_range=options.default_range,
                                      int16=options.int16)),
         ("keep_unrepresentable_float", partial(keep_unrepresentable_float, int16=options.int16)),
