@@ -33,8 +33,9 @@ on any machine, whatever its load.
    for its weights' cost, which 16x8 and hybrid keep int8, to float), or stays int8. The forms
    of the candidates within HEADROOM are written and run in LiteRT cheapest first by their
    estimated cost on the target, then the closest others, up to MAX_ROUNDS, until one holds.
-5. Of the measured plans that hold, the cheapest on the target (targets.cost of the written
-   model) is written. When none holds, the one that missed by the least, and the plan says that
+5. When no region held, every node out of int8 in each integer form the target allows, cheapest
+   first (_everything_out: never all float). Of the measured plans that hold, the cheapest on
+   the target (targets.cost of the written model) is written. When none holds, the one that missed by the least, and the plan says that
    int8 cannot hold the target (the conversion warns, naming what would trade size or speed for
    accuracy).
 
@@ -457,6 +458,8 @@ class _Planner:
             self._arithmetic()
             if self.tried[0].off > 1:
                 self._regions(proto, samples)
+            if self.graph is not None and all(a.off > 1 for a in self.tried):
+                self._everything_out("no region of int8 measured held the target")
         holding = [a for a in self.tried if a.off <= 1]
         self.plan.reached = bool(holding)
         if holding:
@@ -541,6 +544,14 @@ class _Planner:
         if other.off < self.tried[0].off:
             self.options, self.tried[0], self.plan.arithmetic = plain, other, NEAREST
 
+    def _every_node(self, regions: _Regions) -> list[str]:
+        """The int8 nodes of the all-int8 model and every other source node of the float model:
+        a node whose op a quantize step folded into another's in int8 (a constant ADD after a
+        MUL, into its depthwise conv) is an op of its own once that other stays out of int8."""
+        nodes = dict.fromkeys(regions.int8_nodes)
+        nodes.update(dict.fromkeys(op.source for op in self.model.operators if op.source))
+        return list(nodes)
+
     def _float_holds(self) -> bool:
         """Whether every int8 node out in float holds the target (on a target that runs float):
         when the float model itself misses it (an output that selects by rank, a reference that
@@ -550,7 +561,7 @@ class _Planner:
         if "float" not in self.target.promotions:
             return True
         regions = _Regions(None, self.tried[0].model, self.target)
-        everything = _Candidate(dict.fromkeys(regions.int8_nodes, "no plan holds the target"), math.inf)
+        everything = _Candidate(dict.fromkeys(self._every_node(regions), "no plan holds the target"), math.inf)
         if self.attempt(_assigned(everything, "float", regions)) <= 1:
             self.tried.pop()
             self.plan.rounds.pop()
@@ -576,15 +587,15 @@ class _Planner:
             return
         self.plan.sensitivity_runs = self.sensitivity.runs
 
-    def _everything_out(self) -> None:
-        """Without regions to offer: every int8 node out, in each form the target allows
-        (hybrid on a CPU: the weight-only plan; 16x8 on an integer target), cheapest first,
-        until one holds."""
+    def _everything_out(self, reason: str = "the plan could not measure which regions int8 holds") -> None:
+        """Every int8 node out, in each integer form the target allows (16x8 kernels, hybrid
+        ones: the weight-only plan on a CPU), cheapest first, until one holds: the plan when
+        there are no regions to offer, or when none of the regions measured held. Never all float:
+        the probe measured that (_float_holds)."""
         regions = _Regions(None, self.tried[0].model, self.target)
-        everything = _Candidate(dict.fromkeys(regions.int8_nodes, "the plan could not measure "
-                                              "which regions int8 holds"), math.inf)
+        everything = _Candidate(dict.fromkeys(self._every_node(regions), reason), math.inf)
         estimate = _Estimate(self.tried[0].model, self.target)
-        forms = [_assigned(everything, form, regions) for form in self.target.promotions]
+        forms = [_assigned(everything, form, regions) for form in self.target.promotions if form != "float"]
         for promoted in sorted((f for f in forms if f), key=estimate):
             if self.attempt(promoted) <= 1:
                 return
