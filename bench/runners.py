@@ -213,9 +213,11 @@ def delegated_ops(interpreter) -> tuple[int, int]:
     return sum(map(len, partitions)), file_ops
 
 
-def _tflite_feeds(report: dict, samples: dict) -> list[dict]:
+def _tflite_feeds(report: dict, samples: dict, details: dict | None = None) -> list[dict]:
     """Signature-runner arguments per sample: ONNX-layout samples transposed to the file's layout
-    and cast to its input dtypes, as the conversion report says."""
+    and cast to its input dtypes, as the conversion report says; a float sample for an integer
+    input with a scale in `details` (the runner's get_input_details(): int8 I/O, --target micro
+    or npu) is quantized with it."""
     feeds = []
     for sample in _per_sample(samples):
         args = {}
@@ -223,6 +225,10 @@ def _tflite_feeds(report: dict, samples: dict) -> list[dict]:
             value = sample[info["name"]]
             if info["layout_permutation"]:
                 value = np.transpose(value, info["layout_permutation"])
+            scale, zero_point = ((details or {}).get(info["name"]) or {}).get("quantization", (0.0, 0))
+            if scale and np.asarray(value).dtype.kind == "f" and np.dtype(info["dtype"]).kind in "iu":
+                limits = np.iinfo(info["dtype"])
+                value = np.clip(np.round(value / scale) + zero_point, limits.min, limits.max)
             args[info["name"]] = np.ascontiguousarray(value.astype(info["dtype"]))
         feeds.append(args)
     return feeds
@@ -234,13 +240,17 @@ def _tflite_runner(tflite: str, report: dict, samples: dict):
 
     interpreter = Interpreter(model_path=tflite, num_threads=1)
     runner = interpreter.get_signature_runner()
-    feeds = _tflite_feeds(report, samples)
+    feeds = _tflite_feeds(report, samples, runner.get_input_details())
+    output_details = runner.get_output_details()
 
     def run(k: int) -> dict:
         results = runner(**feeds[k])
         outputs = {}
         for info in report["outputs"]:
             value = results[info["name"]]
+            scale, zero_point = (output_details.get(info["name"]) or {}).get("quantization", (0.0, 0))
+            if scale and value.dtype.kind in "iu":  # an integer output (int8 I/O): its real values
+                value = (value.astype(np.float64) - zero_point) * scale
             if info["layout_permutation"]:
                 value = np.transpose(value, np.argsort(info["layout_permutation"]))
             outputs[info["name"]] = value
