@@ -78,7 +78,8 @@ def measure_layer_inputs(model: Model, samples, description: str = "",
     measured = {op.outputs[0]: sums[id(op)].moments() for op in ops if sums[id(op)].count}
     # Values beyond float64's squares (or not finite) give no moments: those ops round to nearest.
     return {name: m for name, m in measured.items()
-            if (m.second is None or np.all(np.isfinite(m.second))) and np.all(np.isfinite(m.mean))}
+            if (m.second is None or np.all(np.isfinite(m.second))) and np.all(np.isfinite(m.mean))
+            and np.all(np.isfinite(m.energy))}
 
 
 def _measurable(op: Operator, model: Model) -> bool:
@@ -117,10 +118,13 @@ class _Sums:
         # at a tenth of one large product's rate): PATCHES_PER_INPUT per element, no MIN_PATCHES.
         least = PATCHES_PER_INPUT * self.length if op.type == "DEPTHWISE_CONV_2D" else MIN_PATCHES
         budget = min(max(PATCHES_PER_INPUT * self.length, least), int(WORK / max(per_patch, 1)))
-        self.full = budget >= MIN_PATCHES_PER_INPUT * self.length
+        # Never more patches than the samples hold (an output position each): a dense layer over
+        # a short sequence has too few for the second moments, whose products would go unused.
+        available = samples * math.prod(model.arrays[op.outputs[0]].shape[:-1])
+        self.full = min(budget, available) >= MIN_PATCHES_PER_INPUT * self.length
         self.per_sample = max(1, math.ceil((budget if self.full else MIN_PATCHES) / samples))
         self.rng = np.random.default_rng(SEED)
-        self.first = self.second = self.low = self.high = None
+        self.first = self.second = self.squares = self.low = self.high = None
         self.count = self.positions = 0
         # The per-channel range, for equalize_channel_ranges: only where a weighted op writes it.
         producer = model.producer(op.inputs[0])
@@ -140,6 +144,8 @@ class _Sums:
         # (patches, length), or (channels, patches, length) for a depthwise op: per channel
         first = patches.sum(-2, dtype=np.float64)
         self.first = first + (0 if self.first is None else self.first)
+        squares = np.einsum("...pl,...pl->...l", patches, patches)
+        self.squares = squares + (0 if self.squares is None else self.squares)
         if self.full:
             second = np.matmul(patches.swapaxes(-1, -2), patches)
             self.second = second if self.second is None else self.second + second
@@ -150,7 +156,7 @@ class _Sums:
                      (self.low.astype(np.float64), self.high.astype(np.float64)))
         second = None if self.second is None else self.second / self.count
         return InputMoments(self.op.inputs[0], self.first / self.count, second, self.count, low, high,
-                            self.positions)
+                            self.positions, self.squares / self.count)
 
 
 def _patches(op: Operator, x: np.ndarray, kernel: tuple[int, int], limit: int,

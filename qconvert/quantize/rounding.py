@@ -50,6 +50,7 @@ class InputMoments:
     channel_min: np.ndarray | None = None  # the input tensor's least value per channel (last axis)
     channel_max: np.ndarray | None = None  # ... and its largest
     positions: int = 0  # values per channel those ranges are over (samples x positions)
+    energy: np.ndarray | None = None  # E[x^2] per element, the second moments' diagonal: always measured
     # The integers round_for_output chose with these moments, by the weights and scales they
     # were rounded from (rounded_rows): the precision planner quantizes many copies of a model.
     rounded: dict = field(default_factory=dict, repr=False, compare=False)
@@ -65,10 +66,11 @@ class InputMoments:
             per_element = 1.0 / np.tile(factor, self.mean.size // channels)
             outer = np.outer(per_element, per_element)
         second = None if self.second is None else self.second * outer
+        energy = None if self.energy is None else self.energy * per_element ** 2
         low = None if self.channel_min is None else self.channel_min / factor
         high = None if self.channel_max is None else self.channel_max / factor
         return InputMoments(self.tensor, self.mean * per_element, second, self.count, low, high,
-                            self.positions)
+                            self.positions, energy)
 
 
 def enough_patches(moments: InputMoments) -> bool:

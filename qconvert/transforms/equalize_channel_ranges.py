@@ -123,7 +123,7 @@ def _factors(model: Model, second: Operator, moments: InputMoments) -> np.ndarra
     factor = snapped_factors(np.where(ranges > 0, np.maximum(factor, MIN_FACTOR), 1.0))
     if np.allclose(factor, 1.0, rtol=0.05):
         return None
-    if second.type != "DEPTHWISE_CONV_2D" and (moments.second is None or _noise(
+    if second.type != "DEPTHWISE_CONV_2D" and (moments.energy is None or _noise(
             model, second, moments, factor) >= _noise(model, second, moments, np.ones_like(factor))):
         return None
     return factor
@@ -138,7 +138,7 @@ def _noise(model: Model, second: Operator, moments: InputMoments, factor: np.nda
     activation = (span / 255) ** 2 * np.sum(w ** 2)
     row_steps = (np.abs(w.reshape(w.shape[0], -1)).max(axis=1) / 127) ** 2
     per_element = np.tile(1.0 / factor ** 2, moments.mean.size // factor.size)
-    energy = float(np.sum(np.diagonal(moments.second) * per_element))
+    energy = float(np.sum(moments.energy * per_element))
     return activation + float(np.sum(row_steps)) * energy
 
 
