@@ -687,7 +687,8 @@ def _same_order(w: np.ndarray, axis: int, factor: np.ndarray, ir: np.ndarray, ir
         flat, ir_flat = moved.reshape(len(moved), -1), ir_rows.reshape(len(ir_rows), -1)
         positive, negative = np.all(flat == ir_flat, 1), np.all(flat == -ir_flat, 1)
         if np.all(positive | negative):
-            signed = ir_q_rows.astype(np.int64) * np.where(positive, 1, -1).reshape(scale.shape)
+            sign = np.where(positive, 1, -1).reshape((-1,) + (1,) * (ir_q_rows.ndim - 1))
+            signed = ir_q_rows.astype(np.int64) * sign
             return np.moveaxis(signed.reshape(onnx_rows.transpose(order).shape).transpose(np.argsort(order)), 0, axis)
     return None
 

@@ -385,3 +385,43 @@ def test_the_same_bytes_every_run(tmp_path, calibration):
                        env={**os.environ, "PYTHONHASHSEED": seed})
         written.append(out.read_bytes())
     assert written[0] == written[1]
+
+
+def _conv1d_and_dense():
+    """x [1, 4, 32] -> Conv 1-D (kernel 5, its IR weight 4-D) -> Relu -> Flatten -> Gemm: weights
+    whose ONNX and IR layouts differ in rank (the DNSMOS front end's)."""
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[2, 2]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"]), helper.make_node("Gemm", ["f", "g"], ["y"], transB=1)]
+    inits = {"w": (rng.standard_normal((6, 4, 5)) * 0.3).astype(np.float32),
+             "g": (rng.standard_normal((3, 6 * 32)) * 0.1).astype(np.float32)}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("make", [_conv1d_and_dense, residual_cnn, folded_cnn], ids=["conv1d", "residual", "folded"])
+def test_weights_in_layout_order_take_the_same_integers_without_sorting(make, tmp_path, monkeypatch):
+    """The fake-quant graph's integers from the IR's in layout order (qdq/fakequant.py
+    _same_order) are the ones the general ranking gives, for ONNX and IR weights of other ranks
+    (a 1-D conv), of the same layout, and with a fold's factor."""
+    from qconvert.qdq import fakequant
+
+    model = make()
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    path = tmp_path / "calibration.npz"
+    np.savez(path, x=np.random.default_rng(0).standard_normal((8, *shape)).astype(np.float32))
+
+    def integers():
+        written, _ = fake_quant("<test>", data=model.SerializeToString(), quantize=QuantizeOptions(),
+                                calibration=str(path))
+        return {t.name: numpy_helper.to_array(t) for t in onnx.load_from_string(written).graph.initializer
+                if t.data_type in (TensorProto.UINT8, TensorProto.INT8)}
+
+    fast = integers()
+    monkeypatch.setattr(fakequant, "_same_order", lambda *args: None)
+    ranked = integers()
+    assert fast.keys() == ranked.keys() and fast
+    for name, value in fast.items():
+        np.testing.assert_array_equal(value, ranked[name], err_msg=name)
