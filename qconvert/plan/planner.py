@@ -652,11 +652,14 @@ def _search(graph, all_int8: Model, target: Target, target_db: float, metric: Me
     candidates = _candidates(sensitivity, graph, regions, allowed)
     estimate = _Estimate(all_int8, target)
     forms = []  # (predicted off, estimated cost, order, promoted)
+    every = set(regions.int8_nodes)
     for k, candidate in enumerate(candidates):
         seen = []
         for form in target.promotions:
             promoted = _assigned(candidate, form, regions)
-            if promoted and promoted not in seen:
+            # every int8 node to float is the float model, not a plan (the probe measured it)
+            all_float = every <= promoted.keys() and all(to == "float" for to, _ in promoted.values())
+            if promoted and promoted not in seen and not all_float:
                 seen.append(promoted)
                 forms.append((candidate.off, estimate(promoted), k, promoted))
     if metric is not None:
