@@ -544,13 +544,15 @@ class _Planner:
         if other.off < self.tried[0].off:
             self.options, self.tried[0], self.plan.arithmetic = plain, other, NEAREST
 
-    def _every_node(self, regions: _Regions) -> list[str]:
-        """The int8 nodes of the all-int8 model and every other source node of the float model:
-        a node whose op a quantize step folded into another's in int8 (a constant ADD after a
-        MUL, into its depthwise conv) is an op of its own once that other stays out of int8."""
+    def _everything(self, reason: str) -> tuple[_Regions, _Candidate]:
+        """The all-int8 model's regions, and the candidate taking every node out of int8 for
+        `reason`: the int8 nodes of the all-int8 model and every other source node of the float
+        model (a node whose op a quantize step folded into another's in int8, a constant ADD
+        after a MUL into its depthwise conv, is an op of its own once that other is out)."""
+        regions = _Regions(None, self.tried[0].model, self.target)
         nodes = dict.fromkeys(regions.int8_nodes)
         nodes.update(dict.fromkeys(op.source for op in self.model.operators if op.source))
-        return list(nodes)
+        return regions, _Candidate(dict.fromkeys(nodes, reason), math.inf)
 
     def _float_holds(self) -> bool:
         """Whether every int8 node out in float holds the target (on a target that runs float):
@@ -560,8 +562,7 @@ class _Planner:
         int8 holds, whatever the float model would cost)."""
         if "float" not in self.target.promotions:
             return True
-        regions = _Regions(None, self.tried[0].model, self.target)
-        everything = _Candidate(dict.fromkeys(self._every_node(regions), "no plan holds the target"), math.inf)
+        regions, everything = self._everything("no plan holds the target")
         if self.attempt(_assigned(everything, "float", regions)) <= 1:
             self.tried.pop()
             self.plan.rounds.pop()
@@ -592,8 +593,7 @@ class _Planner:
         ones: the weight-only plan on a CPU), cheapest first, until one holds: the plan when
         there are no regions to offer, or when none of the regions measured held. Never all float:
         the probe measured that (_float_holds)."""
-        regions = _Regions(None, self.tried[0].model, self.target)
-        everything = _Candidate(dict.fromkeys(self._every_node(regions), reason), math.inf)
+        regions, everything = self._everything(reason)
         estimate = _Estimate(self.tried[0].model, self.target)
         forms = [_assigned(everything, form, regions) for form in self.target.promotions if form != "float"]
         for promoted in sorted((f for f in forms if f), key=estimate):

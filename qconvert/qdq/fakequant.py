@@ -676,15 +676,15 @@ def _same_order(w: np.ndarray, axis: int, factor: np.ndarray, ir: np.ndarray, ir
     ir_rows = np.moveaxis(ir, ir_axis, 0)
     ir_q_rows = np.moveaxis(ir_q, ir_axis, 0)
     scale = factor.astype(np.float32).reshape((-1,) + (1,) * (onnx_rows.ndim - 1))
+    ir_flat = ir_rows.reshape(len(ir_rows), -1)
     orders = [tuple(range(onnx_rows.ndim))]
     if onnx_rows.ndim == 4:
         orders.append((0, 2, 3, 1))  # (out, in, kh, kw) as (out, kh, kw, in)
     for order in orders:
         moved = (onnx_rows * scale).transpose(order)
-        if moved.size != ir_rows.size:
+        if moved.shape[0] != ir_flat.shape[0] or moved.size != ir_flat.size:
             continue
-        moved = moved.reshape(ir_rows.shape)
-        flat, ir_flat = moved.reshape(len(moved), -1), ir_rows.reshape(len(ir_rows), -1)
+        flat = moved.reshape(ir_flat.shape)
         positive, negative = np.all(flat == ir_flat, 1), np.all(flat == -ir_flat, 1)
         if np.all(positive | negative):
             sign = np.where(positive, 1, -1).reshape((-1,) + (1,) * (ir_q_rows.ndim - 1))
