@@ -24,6 +24,7 @@ from ..errors import ConversionError
 from ..ir import Model, Operator
 from .quantization import (
     QDQ_SOURCE,
+    INT16,
     Int16Choice,
     int8_blocker,
     nonfinite,
@@ -48,9 +49,12 @@ def _constant_problem(op: Operator, model: Model) -> str | None:
     return None
 
 
-def _problem(op: Operator, model: Model) -> str | None:
-    """Why int8 cannot carry the op's values (None: it can, or the op stays float anyway)."""
+def _problem(op: Operator, model: Model, int16: Int16Choice) -> str | None:
+    """Why int8 (int16, for an op about to run 16x8) cannot carry the op's values (None: it
+    can, or the op stays float anyway)."""
     try:
+        if int16.runs_int16(op):
+            return _constant_problem(op, model) or representable_problem(op, model, INT16)
         if int8_blocker(op, model) is not None:
             return None
         return _constant_problem(op, model) or representable_problem(op, model)
@@ -63,9 +67,9 @@ def keep_unrepresentable_float(model: Model, int16: Int16Choice = Int16Choice())
     arrays = model.arrays
     for op in model.operators:
         rule = rule_of(op)
-        if rule is None or op.float_reason or int16.wants(op):
+        if rule is None or op.float_reason:
             continue
-        problem = _problem(op, model)
+        problem = _problem(op, model, int16)
         if problem:
             names = [op.inputs[i] for i in rule.activation_inputs(op)] + list(op.outputs)
             qdq = any(arrays[n].minmax is not None and arrays[n].minmax.source == QDQ_SOURCE for n in names)

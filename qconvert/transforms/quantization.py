@@ -333,10 +333,11 @@ _FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
 
 
 # ADD and SUB rescale their inputs to twice the larger input scale over 2^20 (TFLite's left
-# shift); the output multiplier 2 * max(s1, s2) / (2^20 * s_out) must stay below 1: LiteRT's
-# int8 ADD aborts the process in its prepare from 2 on (measured, ai-edge-litert 2.3.0: an
-# input 2^20 times the output's scale).
-_ADD_LEFT_SHIFT = 20
+# shift; 2^15 for int16 activations); the output multiplier 2 * max(s1, s2) / (2^shift * s_out)
+# must stay below 1: LiteRT's ADD aborts the process in its prepare from 2 on (measured,
+# ai-edge-litert 2.3.0: an int8 input 2^20 times the output's scale; a 16x8 GRU's ADD whose
+# inputs' scales were 2^14 times its output's).
+_ADD_LEFT_SHIFT = {INT8: 20, INT16: 15}
 _ADD_MAX_MULTIPLIER = 1.0
 
 
@@ -374,7 +375,7 @@ def weight_scales(weights: Array) -> np.ndarray | None:
 
 
 def _multipliers(op: Operator, model: Model, scales: dict[str, float],
-                 w: np.ndarray | None) -> list[tuple[str, np.ndarray]]:
+                 w: np.ndarray | None, dtype: np.dtype) -> list[tuple[str, np.ndarray]]:
     """The requantization multipliers the op's int8 kernel computes, in float32 like XNNPACK,
     each with how it is made (for the message); `w` the weights' scales (weight_scales)."""
     rule, arrays = rule_of(op), model.arrays
@@ -397,21 +398,23 @@ def _multipliers(op: Operator, model: Model, scales: dict[str, float],
                       np.float32(scales[a]) * np.float32(scales[b]) / s_out))
     elif op.type in ("ADD", "SUB") and len(names) == 2:
         big = max(names, key=lambda n: scales[n])
-        found.append((f"2 x input {_described(arrays[big], scales[big], model)} / (2^{_ADD_LEFT_SHIFT} x "
+        shift = _ADD_LEFT_SHIFT[dtype]
+        found.append((f"2 x input {_described(arrays[big], scales[big], model)} / (2^{shift} x "
                       f"output {_described(arrays[out], scales[out], model)})",
-                      np.float32(2 * scales[big]) / (np.float32(2**_ADD_LEFT_SHIFT) * s_out)))
+                      np.float32(2 * scales[big]) / (np.float32(2**shift) * s_out)))
     elif op.type == "QUANTIZE" and names and arrays[names[0]].quant is not None:
         found.append((f"input {_described(arrays[names[0]], scales[names[0]], model)} / output "
                       f"{_described(arrays[out], scales[out], model)}", np.float32(scales[names[0]]) / s_out))
     return found
 
 
-def representable_problem(op: Operator, model: Model) -> str | None:
+def representable_problem(op: Operator, model: Model, dtype: np.dtype | None = None) -> str | None:
     """Why the quantized op's params are beyond what its kernel represents (None: they are not).
     Inputs not yet quantized count with the params they will get (activation_params), so
-    quantize_biases can ask before it divides by a bias scale."""
+    quantize_biases can ask before it divides by a bias scale; `dtype` the activation type the op
+    is about to get (default: the one it has, int8 for an op not yet quantized)."""
     rule, arrays = rule_of(op), model.arrays
-    dtype = op_activation_type(op)
+    dtype = op_activation_type(op) if dtype is None else dtype
     if op.type in BOUNDARY_OPS:
         names = [n for n in op.inputs + op.outputs if arrays[n].quant is not None]
     else:
@@ -442,12 +445,12 @@ def representable_problem(op: Operator, model: Model) -> str | None:
     if not op.outputs or op.outputs[0] not in scales:
         return None
     limit = _ADD_MAX_MULTIPLIER if op.type in ("ADD", "SUB") else MAX_MULTIPLIER
-    for how, value in _multipliers(op, model, scales, w):
+    for how, value in _multipliers(op, model, scales, w, dtype):
         value = np.asarray(value, np.float64)
         if not np.all(np.isfinite(value) & (value < limit)):
             worst = float(np.nanmax(np.where(np.isfinite(value), value, np.inf)))
             return (f"its requantization multiplier {how} = {worst:.3g} is not below "
-                    f"{limit:g}, the most its int8 kernel takes")
+                    f"{limit:g}, the most its {'int16' if dtype == INT16 else 'int8'} kernel takes")
         if rule is not None and rule.weight is not None:
             product = value * scales[op.outputs[0]]
             if not np.all(product >= _FLOAT32_TINY):
