@@ -301,6 +301,12 @@ def _warn_unquantized(quantization: QuantizationReport, plan) -> None:
     if plan is None or plan.reached or not plan.rounds:
         return
     chosen = plan.rounds[plan.chosen_round]
+    if plan.float_misses:
+        log.warning("warning: the float model misses the target too (%s against onnxruntime): no plan "
+                    "can be judged by it; the written plan (%s) is the measured one closest to "
+                    "onnxruntime; without --quantize the file is float", plan.float_measure(),
+                    ", ".join(f"{n} {k}" for k, n in plan.mix.items() if n) + " ops")
+        return
     if plan.metric is None:
         reached = f"{chosen.worst_sqnr_db:.1f} dB"
         # -inf dB (an output int8 cannot carry at all) has no --target-sqnr that accepts it

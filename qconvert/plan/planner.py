@@ -147,6 +147,7 @@ class Plan:
     metric: dict | None = None  # with a metric: float, score (the chosen plan's), max_drop, scores
     note: str = ""  # why the plan could not measure
     float_misses: bool = False  # the float model misses the target too: no plan was searched
+    float_round: Round | None = None  # the float model's measure, when it misses
     # NEAREST: the plan's int8 weights round to nearest, biases uncorrected (that measured better
     # than rounding for the output with bias correction); "": as the options say
     arithmetic: str = ""
@@ -155,6 +156,12 @@ class Plan:
     float_cost_ns: float | None = None  # the float model's estimated time on the target
     argmax_outputs: list[str] = field(default_factory=list)  # held to DECISIONS_KEPT
     threshold_outputs: list[str] = field(default_factory=list)  # likewise, against 0.5
+
+    def float_measure(self) -> str:
+        """What the float model reached, when it misses the target."""
+        if self.metric is None:
+            return f"{self.float_round.worst_sqnr_db:.1f} dB"
+        return f"a metric of {self.metric['float_file']:.4g}"
 
     def summary(self) -> str:
         chosen = self.rounds[self.chosen_round] if self.rounds else None
@@ -168,7 +175,8 @@ class Plan:
         if not self.reached:
             text += (f", target {self.target_sqnr_db:g} dB not reached" if self.metric is None
                      else f", drop above {self.metric['max_drop']:g}")
-            text += ": the float model misses it too" if self.float_misses else ": int8 cannot hold it"
+            text += f": the float model misses it too ({self.float_measure()})" if self.float_misses \
+                else ": int8 cannot hold it"
         if self.promotions and self.rounds:
             first = self.rounds[0]
             text += f" (all int8: {first.worst_sqnr_db:.1f} dB"
@@ -454,9 +462,10 @@ class _Planner:
     def run(self, proto: onnx.ModelProto, samples: list) -> _Attempt:
         """Steps 1 to 5 of the module docstring; the chosen attempt."""
         self.attempt({})  # the all-int8 model
-        if self.tried[0].off > 1 and self._float_holds():
+        if self.tried[0].off > 1:
+            holds = self._float_holds()
             self._arithmetic()
-            if self.tried[0].off > 1:
+            if holds and self.tried[0].off > 1:
                 self._regions(proto, samples)
             if self.graph is not None and all(a.off > 1 for a in self.tried):
                 self._everything_out("no region of int8 measured held the target")
@@ -557,18 +566,22 @@ class _Planner:
     def _float_holds(self) -> bool:
         """Whether every int8 node out in float holds the target (on a target that runs float):
         when the float model itself misses it (an output that selects by rank, a reference that
-        rounds as its own pairs say), no plan can hold it and the search is not run. A float
-        model that holds is a probe, not a plan: it is forgotten (the plan keeps int8 where
-        int8 holds, whatever the float model would cost)."""
+        rounds as its own pairs say), no plan can hold it and the search is not run. The float
+        model is a probe, not a plan: it is forgotten either way (the plan keeps int8 where int8
+        holds, whatever the float model would cost; where the target cannot be measured, the
+        user asked for an integer model and gets the best measured one), its measure kept in
+        plan.float_round when it misses."""
         if "float" not in self.target.promotions:
             return True
         regions, everything = self._everything("no plan holds the target")
-        if self.attempt(_assigned(everything, "float", regions)) <= 1:
-            self.tried.pop()
-            self.plan.rounds.pop()
-            return True
-        self.plan.float_misses = True
-        return False
+        holds = self.attempt(_assigned(everything, "float", regions)) <= 1
+        self.tried.pop()
+        probe = self.plan.rounds.pop()
+        if self.metric is not None:
+            self.plan.metric["float_file"] = self.plan.metric["scores"].pop()  # LiteRT's float score
+        if not holds:
+            self.plan.float_misses, self.plan.float_round = True, probe
+        return holds
 
     def _regions(self, proto: onnx.ModelProto, samples: list) -> None:
         """Steps 2 to 4: the sensitivity, and the plans tried in LiteRT. A model the gated graph
