@@ -298,11 +298,13 @@ def _print_json(report, report_path: str | None = None) -> None:
 @_option("--keep-float", multiple=True, metavar="PATTERN",
               help="With --quantize: keep the ops of these ONNX nodes float (repeatable: a node "
                    "name, an op type, or a regular expression over node names).")
-@_option("--precision", type=click.Choice(["auto", "int8"]), default=None,
+@_option("--precision", type=click.Choice(["auto", "int8", "float"]), default=None,
               help="With --quantize: auto makes every op int8 but the regions measured not to "
                    "hold --target-sqnr on the calibration data, which go to the target's other "
                    "precisions (int16, hybrid, float) at the least cost there; int8 makes every op "
-                   "int8 that can be [default: auto with --calibration].")
+                   "int8 that can be [default: auto with --calibration]. Without --quantize: float "
+                   "writes the float file of a model that arrives quantized (QDQ pairs on its "
+                   "activations), which otherwise converts to int8 with its own params.")
 @_option("--target-sqnr", type=float, metavar="DB",
               help="The plan's target: every output reaches DB dB SQNR against onnxruntime and "
                    "every output slice DB-10 dB, on the first 8 samples of the calibration data "

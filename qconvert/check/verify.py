@@ -25,6 +25,7 @@ from ..errors import ConversionError
 from .float_check import (FLOAT16_EPS, FLOAT32_EPS, FLOAT32_TINY, TOLERANCES, OutputRule,
                           computes_in_float16, fill_float_view, output_rules, step_fetches,
                           step_values, ulps_text)
+from ..onnx.runtime import quantizes_activations
 from .metrics import json_number, sqnr_db, worst_slice
 from .runtimes import RecordedReference, Reference, onnx_values, prepare, run_both
 
@@ -48,6 +49,8 @@ class OutputCheck:
     ulps: float | None = None  # relative_error in steps (float32's, float16's) of the scale
     mismatches: int | None = None  # integer or boolean output: values that differ (near-ties aside)
     near_ties: int = 0  # values that differ at a near-tie of the step that makes them
+    # a model that arrives quantized: the SQNR its own rounding explains (check/rounding_bound.py)
+    bound_db: float | None = None
 
     def float_failure(self, tolerance: float, ulp: float = FLOAT32_EPS) -> str | None:
         """How the output misses the float check (`ulp`: one step at 1 of the type the reference
@@ -82,6 +85,13 @@ class Verification:
         """The float output with the largest relative error (None: no float output)."""
         floats = [o for o in self.outputs if o.relative_error is not None]
         return max(floats, key=lambda o: o.relative_error) if floats else None
+
+    def bound_failures(self) -> list[str]:
+        """The outputs further below their rounding bound than SLACK_DB, described."""
+        from .rounding_bound import SLACK_DB
+
+        return [f"{o.name} {_db(o.sqnr_db)}, below the {_db(o.bound_db)} the model's own rounding explains"
+                for o in self.outputs if o.bound_db is not None and o.sqnr_db < o.bound_db - SLACK_DB]
 
     def float_failures(self) -> list[str]:
         """The float check's failures, described (none unless check is "float")."""
@@ -127,6 +137,8 @@ class Verification:
             return f"{text} {count}"
         worst = self.worst
         text = f"verify: worst output {worst.name!r} {_db(worst.sqnr_db)}"
+        if worst.bound_db is not None:
+            text += f" (its rounding bound {_db(worst.bound_db)})"
         if self.reason:
             text = f"verify: by SQNR, {self.reason}; worst output {worst.name!r} {_db(worst.sqnr_db)}"
         sliced = self.worst_slice
@@ -191,19 +203,10 @@ def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
 
 # --- which check a model takes --------------------------------------------------------------
 def rounding_dropped(proto: onnx.ModelProto) -> bool:
-    """Whether a float conversion of the model drops rounding that onnxruntime keeps: a
-    QuantizeLinear of a tensor that is not a constant (a pair on an activation; qdq/importer.py
-    makes it a Clip), or run-time quantization (run_time_quantization).
-
-    The constants are the initializers and the outputs of Constant nodes of any domain, not
-    onnx/graph.py's GraphIndex (ONNX's Constant only): onnxruntime makes another domain's
-    Constant a constant too, so a QuantizeLinear of one rounds no activation there (a model the
-    converter refuses, but verify takes any .tflite)."""
-    graph = proto.graph
-    constants = {t.name for t in graph.initializer}
-    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
-    return any(n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx") and n.input and n.input[0] not in constants
-               for n in graph.node) or run_time_quantization(proto) is not None
+    """Whether a float conversion of the model drops rounding that onnxruntime keeps: a pair on
+    an activation (quantizes_activations; qdq/importer.py makes it a Clip), or run-time
+    quantization (run_time_quantization)."""
+    return quantizes_activations(proto.graph) or run_time_quantization(proto) is not None
 
 
 def run_time_quantization(proto: onnx.ModelProto) -> str | None:
@@ -288,14 +291,25 @@ def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np
 
 def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]] | None = None,
            count: int = 8, min_sqnr: float | None = None, data: str = "generated",
-           float_check: bool = False, onnx_path: str | None = None) -> Verification:
+           float_check: bool = False, onnx_path: str | None = None,
+           rounding_bound: bool = False) -> Verification:
     """Runs both models on `samples` (ONNX-layout inputs by name; None: `count` generated ones)
     and compares every output; `float_check` judges them by the float check (see the module
-    docstring). `proto` must hold its weights, unless `onnx_path` is the file it was read from
-    and reads_file(proto): onnxruntime then reads that file."""
+    docstring), `rounding_bound` (a model that arrives quantized) each float output by the error
+    its own rounding explains (check/rounding_bound.py). `proto` must hold its weights, unless
+    `onnx_path` is the file it was read from and reads_file(proto): onnxruntime then reads that
+    file (not with `rounding_bound`)."""
     model, samples = prepare(proto, tflite_path, samples, count)
     stacks = OutputStacks(proto)
     reference = Reference(proto, stacks.step_names, onnx_path)
     for values, outputs in run_both(proto, model, samples, reference=reference):
         stacks.add(values, outputs)
-    return stacks.verification(len(samples), min_sqnr, data, float_check)
+    result = stacks.verification(len(samples), min_sqnr, data, float_check)
+    if rounding_bound:
+        from .rounding_bound import rounding_bounds
+
+        bounds = rounding_bounds(proto, samples, stacks.expected)
+        for output in result.outputs:
+            output.bound_db = bounds.get(output.name)
+        result.passed = result.passed and not result.bound_failures()
+    return result

@@ -27,7 +27,7 @@ from ..ir import Model
 from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
 from ..onnx.file import OnnxFile, read_onnx
 from ..onnx.loader import load, nodes_matching, stores_float16
-from ..onnx.runtime import has_qdq
+from ..onnx.runtime import has_qdq, quantizes_activations
 from ..plan.planner import HYBRID
 from ..qdq.importer import QdqRanges, apply_qdq_ranges, changed_params, strip_qdq, with_model_precision
 from ..targets import Target, cost
@@ -88,6 +88,7 @@ class State:
     model: Model | None = None
     float_bytes: int = 0  # the weights' bytes before they were quantized or stored smaller
     qdq_tensors: int = 0
+    from_pairs: bool = False  # quantized by default: the model arrived with QDQ pairs (options.py)
     quantization: QuantizationReport | None = None
     weights: WeightsReport | None = None
     float_tflite: bytes | None = None  # the float model, timed next to the written one
@@ -146,7 +147,11 @@ def import_qdq(state: State) -> State:
     """Takes the model's QuantizeLinear/DequantizeLinear pairs out (qdq/importer.py): their
     ranges and precision go into the quantize options; a float conversion keeps their clipping.
     Then the --keep-float patterns pick their nodes."""
-    proto, steps, request = state.onnx_file.proto, state.steps, state.options.quantize
+    proto = state.onnx_file.proto
+    arrived = state.options.arrived_quantized
+    if state.steps is None and arrived is not None and quantizes_activations(proto.graph):
+        state = replace(state, options=arrived, steps=arrived.quantize.steps, from_pairs=True)
+    steps, request = state.steps, state.options.quantize
     qdq = None
     if has_qdq(proto):
         state.onnx_file.restore_weights()
@@ -274,7 +279,7 @@ def quantize(state: State) -> State:
                    if op.float_reason],
         weights_bytes_float=state.float_bytes, weights_bytes=stored_bytes(model), plan=plan,
         qdq_tensors=state.qdq_tensors, target=request.target.name,
-        cost=cost(model, request.target))
+        cost=cost(model, request.target), from_pairs=state.from_pairs)
     _warn_unquantized(quantization, plan)
     return replace(state, model=model, quantization=quantization)
 
@@ -422,6 +427,8 @@ def verify_written(state: State, path: str,
     not the conversion, failed on a float conversion that verifies by default (written
     unverified, with a warning; when the verification was asked for, that is an error)."""
     verify = state.options.verify
+    if state.steps is not None and state.qdq and state.qdq.activations and verify.min_sqnr is None:
+        verify = replace(verify, rounding_bound=True)  # the model's own pairs: its rounding is the gate
     onnx_path = state.source if state.reads_file else None
     try:
         result, source = check_written(state.reference, onnx_path, path, verify, report.notes, warn=True)
@@ -487,7 +494,8 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
 
     proto = reference.proto
     float_check = options.float_check and not rounding_dropped(proto)
-    direct = onnx_path is not None and options.report is None and reads_file(proto)
+    direct = (onnx_path is not None and options.report is None and not options.rounding_bound
+              and reads_file(proto))
     if not direct:
         reference.restore_weights()
     data = (None if options.data is None else
@@ -495,13 +503,15 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     samples = None if data is None else list(data)
     result = verify(proto, path, samples, options.samples, options.min_sqnr,
                     data=options.data or "generated", float_check=float_check,
-                    onnx_path=onnx_path if direct else None)
+                    onnx_path=onnx_path if direct else None, rounding_bound=options.rounding_bound)
     if options.report is not None:
         from ..check.report import build_report, write_report
 
         content = build_report(proto, path, samples, options.samples, notes)
         replace_atomically(options.report, lambda tmp: write_report(content, tmp))
-    low = result.below(WARN_BELOW_DB) if warn and options.min_sqnr is None and result.check != "float" else []
+    # (a model judged by its own rounding's bound passed or failed by that, said either way)
+    judged = options.min_sqnr is not None or options.rounding_bound or result.check == "float"
+    low = result.below(WARN_BELOW_DB) if warn and not judged else []
     if low:
         advice = (f"see {options.report}" if options.report else
                   "--report FILE.html shows where the error comes from")
@@ -512,7 +522,8 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
 
 def require_passed(result: Verification) -> None:
     """BelowThreshold (exit 4) when the float check failed (a float conversion that does not
-    compute what the ONNX model does) or an output or slice missed the verification's --min-sqnr."""
+    compute what the ONNX model does), an output or slice missed the verification's --min-sqnr,
+    or a model that arrived quantized is further from onnxruntime than its own rounding explains."""
     if result.passed:
         return
     parts = []
@@ -522,6 +533,9 @@ def require_passed(result: Verification) -> None:
     low = result.below(result.min_sqnr) if result.min_sqnr is not None else []
     if low:
         parts.append(f"{', '.join(low)} below --min-sqnr {result.min_sqnr:g} dB")
+    unexplained = result.bound_failures()
+    if unexplained:
+        parts.append("; ".join(unexplained) + " (--no-verify writes it anyway)")
     raise BelowThreshold(f"verify: {'; '.join(parts)}")
 
 

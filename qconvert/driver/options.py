@@ -11,7 +11,7 @@ contradictions are errors.UsageError, worded as click words its own ("Invalid va
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -28,7 +28,9 @@ IO_LAYOUTS = ("nhwc", "onnx")
 IO_TYPES = ("float", "int8", "uint8")
 ACTIVATION_TYPES = ("int8", "int16")
 WEIGHT_ROUNDINGS = ("output", "nearest")  # --weight-rounding (quantize/rounding.py)
-PRECISIONS = ("auto", "int8")  # --precision: planned (plan/planner.py), or all int8
+# --precision: planned (plan/planner.py), all int8, or float (a model that arrives quantized
+# converts to its own quantization unless asked for the float file)
+PRECISIONS = ("auto", "int8", "float")
 MAX_TARGET_SQNR = 200.0
 DEFAULT_TARGET_SQNR = 20.0  # the plan's target without --target-sqnr (docs/guide.md "Precision plan": why)
 WEIGHT_ONLY_MIN_ELEMENTS = 1024
@@ -77,6 +79,9 @@ class VerifyOptions:
     report: str | None = None  # --report FILE.json or FILE.html
     float_check: bool = False  # a float conversion: exact against onnxruntime (verify.py)
     latency: bool = False  # time the written model against the float model (check/latency.py)
+    # judged by the error the model's own QDQ rounding explains (set by the driver for a model
+    # converted with its own pairs, without --min-sqnr; check/rounding_bound.py)
+    rounding_bound: bool = False
     # input.decoding, for `data`: the verify command builds VerifyOptions alone.
     decoding: FileDecoding = field(default_factory=FileDecoding)
 
@@ -101,6 +106,10 @@ class Options:
     weights: WeightOptions | None = None  # --weight-only or --float16
     verify: VerifyOptions = field(default_factory=VerifyOptions)
     plan: PlanOptions | None = None
+    # The options for a model that arrives quantized (QuantizeLinear/DequantizeLinear pairs on its
+    # activations) when none were asked for: --quantize with the model's own params, verified as
+    # a quantized conversion (None: --quantize, --weight-only, --float16 or --precision float).
+    arrived_quantized: Options | None = None
 
 
 def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, calibration=None,
@@ -152,8 +161,22 @@ def options_from_flags(*, input_shapes=(), io_layout="nhwc", quantize=False, cal
     check_report_path(report)
     verification = _verify_options(verify, no_verify, verify_samples, verify_data, min_sqnr, report,
                                    latency, request, weights, calibration, decoding)
-    return Options(input=InputOptions(shapes, io_layout, decoding), quantize=request, weights=weights,
-                   verify=verification, plan=plan)
+    options = Options(input=InputOptions(shapes, io_layout, decoding), quantize=request, weights=weights,
+                      verify=verification, plan=plan)
+    if request is None and weights is None and precision != "float":
+        options = replace(options, arrived_quantized=_arrived_quantized(options, verify_samples))
+    return options
+
+
+def _arrived_quantized(options: Options, verify_samples: int | None) -> Options:
+    """`options` (a float conversion's) as --quantize for a model with its own QDQ pairs: the
+    default target, no calibration, and the verification a quantized conversion gets (8 samples,
+    judged by the bound the pairs' rounding explains, not the float check)."""
+    target = load_target(None)
+    steps = _quantize_steps(True, None, None, None, None, False, None, target=target)
+    verify = replace(options.verify, float_check=False,
+                     samples=verify_samples or QUANTIZED_VERIFY_SAMPLES)
+    return replace(options, quantize=QuantizeRequest(steps, target=target), verify=verify)
 
 
 def _verify_options(verify, no_verify, samples, data, min_sqnr, report, latency, request, weights,
@@ -412,8 +435,15 @@ def _plan_options(precision, target_sqnr, steps, calibration, verify_samples, ve
     """The planner's request: on with --quantize --calibration, unless --precision int8 or
     --target-sqnr 0 ask for the all-int8 model (None: no planning)."""
     asked = "--target-sqnr" if target_sqnr else "evaluate" if metric is not None else None
+    if precision == "float":
+        if steps is not None:
+            raise UsageError("--precision float writes the float file: it cannot be combined with "
+                             "--quantize")
+        if asked:
+            raise UsageError(f"{asked} needs --quantize with --calibration")
+        return None
     if precision is not None and steps is None:
-        raise UsageError("--precision only applies with --quantize")
+        raise UsageError("--precision only applies with --quantize (but --precision float)")
     if target_sqnr is not None and not 0 <= target_sqnr <= MAX_TARGET_SQNR:
         raise _invalid("--target-sqnr", f"{target_sqnr:g} is not in 0..{MAX_TARGET_SQNR:g} dB (0: every op "
                        "int8; float32 itself holds about 140 dB)", quoted=False)

@@ -53,6 +53,8 @@ class QuantizationReport:
     calibration_source: DataSource | None = None  # what calibration read (None: no calibration)
     target: str = ""  # the device it is for (--target, targets/)
     cost: Cost | None = None  # the written model's estimated time on that device (targets.cost)
+    # quantized without --quantize: the model arrived with QDQ pairs (--precision float: float)
+    from_pairs: bool = False
 
 
 @dataclass
@@ -126,7 +128,10 @@ class ConversionReport:
             text += f"; int8: {q.int8_ops} ops"
             if q.int16_ops:
                 text += f", int16: {q.int16_ops} ops"
-            if q.qdq_tensors:
+            if q.from_pairs:
+                text += (f" from the model's QDQ pairs ({q.qdq_tensors} tensors' ranges; --precision "
+                         "float writes the float file)")
+            elif q.qdq_tensors:
                 text += f", ranges of {q.qdq_tensors} tensors from the model's QDQ pairs"
             text += f", weights {_human_size(q.weights_bytes_float)} -> {_human_size(q.weights_bytes)}"
             if q.target and q.target != DEFAULT_TARGET:

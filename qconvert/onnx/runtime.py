@@ -13,6 +13,17 @@ def has_qdq(proto: onnx.ModelProto) -> bool:
     return any(node.op_type in QDQ_OPS and node.domain in ("", "ai.onnx") for node in proto.graph.node)
 
 
+def quantizes_activations(graph: onnx.GraphProto) -> bool:
+    """Whether the graph rounds a computed tensor: a QuantizeLinear of something other than a
+    constant (a pair on an activation). The constants are the initializers and the outputs of
+    Constant nodes of any domain (onnxruntime makes another domain's Constant a constant too).
+    Weights stored as int8 under a DequantizeLinear alone are a float model's storage."""
+    constants = {t.name for t in graph.initializer}
+    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    return any(n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx") and n.input
+               and n.input[0] not in constants for n in graph.node)
+
+
 def session_options(model: onnx.ModelProto, float_level=None):
     """onnxruntime's SessionOptions for running `model` as a reference: quiet (errors only), and
     with graph optimizations off (ORT_DISABLE_ALL) when the graph holds QuantizeLinear or

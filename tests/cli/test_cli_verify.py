@@ -316,8 +316,9 @@ def test_the_float_check_runs_one_session_and_reads_no_weights(files, monkeypatc
 
 
 def test_a_float_conversion_of_qdq_pairs_is_judged_by_sqnr(tmp_path):
-    """A float conversion drops the rounding of pairs on activations (onnxruntime keeps it):
-    no float check, SQNR as for a quantized conversion."""
+    """A float conversion (--precision float: by default the pairs make it int8) drops the
+    rounding of pairs on activations (onnxruntime keeps it): no float check, SQNR as for a
+    quantized conversion."""
     from onnx import TensorProto, helper
 
     from tests.harness import make_model
@@ -328,7 +329,7 @@ def test_a_float_conversion_of_qdq_pairs_is_judged_by_sqnr(tmp_path):
     model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 8))}, {"y": TensorProto.FLOAT},
                        {"s": np.float32(0.05), "z": np.int8(0)})
     onnx.save(model, tmp_path / "qdq.onnx")
-    run = qconvert("qdq.onnx", "f.tflite", "--json", cwd=tmp_path)
+    run = qconvert("qdq.onnx", "f.tflite", "--json", "--precision", "float", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     verified = json.loads(run.stdout)["verify"]
     assert verified["check"] == "sqnr" and verified["samples"] == 1 and verified["tolerance"] is None
