@@ -155,6 +155,9 @@ def import_qdq(state: State) -> State:
     qdq = None
     if has_qdq(proto):
         state.onnx_file.restore_weights()
+        if (steps is not None and request.calibration is not None and state.reference is None
+                and quantizes_activations(proto.graph)):
+            state = replace(state, reference=state.onnx_file.copy())  # calibrated with its pairs
         qdq = strip_qdq(proto, clip=steps is None)
     if (steps is not None and request.calibration is None and steps.default_range is None
             and not (qdq and qdq.activations)):
@@ -180,8 +183,13 @@ def start_calibration(state: State) -> State:
     started = time.perf_counter()
     samples = calibration_set(request.calibration, state.onnx_file.proto, request.samples,
                               state.options.input.decoding, state.progress)
-    state.onnx_file.restore_weights()  # onnxruntime needs the whole model
-    run = CalibrationRun(state.onnx_file.proto, "all")
+    # A model with pairs on its activations is calibrated as it computes, pairs and all: the
+    # tensors no pair covers see the values the pairs clip and round (without them a clipped
+    # feature grew unclipped downstream: a normalization calibrated to 1e12, EfficientWord-Net's
+    # QDQ model then wrote NaN).
+    source = state.reference if state.qdq and state.qdq.activations else state.onnx_file
+    source.restore_weights()  # onnxruntime needs the whole model
+    run = CalibrationRun(source.proto, "all")
     return replace(state, samples=samples, calibration_run=run,
                    calibration_seconds=time.perf_counter() - started)
 

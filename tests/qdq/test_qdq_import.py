@@ -399,3 +399,29 @@ def test_a_pair_whose_scale_is_infinite_leaves_its_tensor_float(caplog):
         np.testing.assert_allclose(got, expected, atol=0.02)
         assert ("node 'mask_dq' (DequantizeLinear): scale inf" in caplog.text) == bool(options)
         caplog.clear()
+
+
+def test_calibration_sees_the_values_the_pairs_clip(tmp_path):
+    """x's pair clips it to [-1, 1] (scale 1/127); the Mul by 100 after it has no pair, so
+    --calibration gives its range: calibrated on the model as it computes (pairs and all), that
+    is [-100, 100], not the [-1000, 1000] the unclipped x would give (a normalization after a
+    clipped feature was calibrated to 1e12 that way, and the int8 model wrote NaN). The file
+    follows onnxruntime's QDQ run within 2 steps of that range."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("Mul", ["xd", "hundred"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(1 / 127, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z"),
+             numpy_helper.from_array(np.array(100, np.float32), "hundred")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    rng = np.random.default_rng(0)
+    calibration = rng.uniform(-10, 10, (8, 1, 16)).astype(np.float32)
+    np.savez(tmp_path / "cal.npz", x=calibration)
+    flatbuffer, report = convert_proto(model, quantize=QuantizeOptions(), calibration=str(tmp_path / "cal.npz"))
+    step = output_steps(flatbuffer)["y"]
+    assert step < 1.1 * 200 / 255, step
+    feeds = {"x": calibration[0]}
+    np.testing.assert_allclose(run_tflite(flatbuffer, report, feeds)["y"], run_onnxruntime(model, feeds)["y"],
+                               rtol=0, atol=2 * step)
