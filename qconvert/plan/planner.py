@@ -90,6 +90,12 @@ MIN_DECISIONS = 256
 DECISION_SAMPLES = 32
 DECISION_WORK = 2e10
 # The float_reason of the ops the plan keeps out of int8 starts so: the summary groups them by it.
+# A model whose outputs hold many values a sample (a detector's or a segmenter's maps) is checked
+# on as many samples as hold CHECK_VALUES output values, at least MIN_CHECK_SAMPLES: SQNR over
+# 2^17 values is as steady as over 8 samples of a 16384-value output, and each LiteRT run of a
+# big float or hybrid candidate costs a second (an 800x608 layout detector: 90 runs, 76 CPU s).
+CHECK_VALUES = 2**17
+MIN_CHECK_SAMPLES = 2
 PLAN_KEEPS = "the precision plan keeps it out of int8"
 HYBRID = "hybrid"  # a promoted node that runs TFLite's hybrid kernels (Promotion.to)
 
@@ -148,6 +154,7 @@ class Plan:
     note: str = ""  # why the plan could not measure
     float_misses: bool = False  # the float model misses the target too: no plan was searched
     float_round: Round | None = None  # the float model's measure, when it misses
+    samples: int = 0  # the samples every plan was checked on
     # NEAREST: the plan's int8 weights round to nearest, biases uncorrected (that measured better
     # than rounding for the output with bias correction); "": as the options say
     arithmetic: str = ""
@@ -456,7 +463,8 @@ class _Planner:
         self.float_weights(model)
         self.tried: list[_Attempt] = []
         self.graph = self.sensitivity = None
-        self.count, self.available = count, available  # the samples checked, of those given
+        self.count, self.available = _check_count(model, count), available  # checked, of those given
+        self.plan.samples = self.count
         self.work = sum(work(op, model) for op in model.operators)  # the model's, per sample
 
     def run(self, proto: onnx.ModelProto, samples: list) -> _Attempt:
@@ -522,7 +530,7 @@ class _Planner:
         wanted = min(self.available, DECISION_SAMPLES, int(DECISION_WORK / max(self.work, 1.0)),
                      math.ceil(MIN_DECISIONS / max(per_sample, 1)))
         if wanted > self.count:
-            self.count = wanted
+            self.count = self.plan.samples = wanted
             found = self.check(path, self.count)
         return found
 
@@ -612,6 +620,13 @@ class _Planner:
         for promoted in sorted((f for f in forms if f), key=estimate):
             if self.attempt(promoted) <= 1:
                 return
+
+
+def _check_count(model: Model, count: int) -> int:
+    """How many of the first `count` samples the plans are checked on: fewer for outputs that
+    hold more than CHECK_VALUES / count values a sample (CHECK_VALUES)."""
+    values = sum(math.prod(max(int(d), 1) for d in model.arrays[name].shape) for name in model.outputs)
+    return min(count, max(MIN_CHECK_SAMPLES, math.ceil(CHECK_VALUES / max(values, 1))))
 
 
 def _promotions(proto: onnx.ModelProto, chosen: _Attempt) -> list[Promotion]:

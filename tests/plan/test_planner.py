@@ -238,3 +238,21 @@ def test_a_dense_head_whose_top_index_never_changes_is_no_decision():
     constant = {"p": np.tile([0.9, 0.1], (4, 1))}
     assert read_by_argmax(constant, ["p"], {"p"}) == ["p"]
     assert read_by_argmax(constant, ["p"], set()) == []
+
+
+def test_big_outputs_are_checked_on_fewer_samples(files, tmp_path):
+    """The tanh model's 64 output values a sample: every plan checked on the 8 samples; a conv
+    whose output holds 65536 values a sample (a segmenter's map): on 2, the CHECK_VALUES rule
+    (2^17 values), and the plan still holds the target it holds."""
+    assert _convert(files, tmp_path / "small.tflite")["quantization"]["plan"]["samples"] == 8
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.3, (4, 4, 3, 3)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                       {"x": (TensorProto.FLOAT, (1, 4, 128, 128))}, {"y": TensorProto.FLOAT}, {"w": w})
+    onnx.save(model, tmp_path / "big.onnx")
+    np.savez(tmp_path / "big.npz", x=rng.normal(size=(8, 1, 4, 128, 128)).astype(np.float32))
+    result = CliRunner().invoke(cli, [str(tmp_path / "big.onnx"), str(tmp_path / "big.tflite"), "--quantize",
+                                      "--calibration", str(tmp_path / "big.npz"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)["quantization"]["plan"]
+    assert plan["samples"] == 2 and plan["reached"], plan
