@@ -28,7 +28,7 @@ from ..onnx.graph import uses_of
 from ..tflite.reader import io_layout_metadata
 from .float_check import output_rules, step_fetches
 
-INTEGER_INPUT_HIGH = 10  # generated index-like integer inputs are uniform in [0, 10)
+INTEGER_INPUT_HIGH = 10  # generated index-like integer inputs (not ids of a table) are uniform in [0, 10)
 # Integer inputs that only meet arithmetic (_value_inputs) are drawn wide: magnitudes spread
 # log-uniformly up to int32's maximum, both signs (int64 computes as int32 inside the graph, so
 # int32's range is what the .tflite takes: qconvert/onnx/loader.py); small integer types over
@@ -257,26 +257,34 @@ def onnx_values(proto: onnx.ModelProto, outputs: bool = False) -> list[OnnxValue
 
 def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
                       seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Seeded inputs in the ONNX layout and dtypes: standard normal for float inputs, random for
-    booleans; integer inputs that only meet arithmetic over a wide range (_wide_integers), the
-    others (indices, shapes, counts, divisors: _value_inputs) uniform in [0, INTEGER_INPUT_HIGH),
-    which keeps ids below any vocabulary and shapes small."""
+    """Seeded inputs in the ONNX layout and dtypes (check/input_ranges.py says what the graph
+    allows): float inputs standard normal, or uniform over their QuantizeLinear's grid; booleans
+    random; integer ids uniform below the size of the table they index; integer inputs that only
+    meet arithmetic over a wide range (_wide_integers); the others (shapes, counts, divisors:
+    _value_inputs) uniform in [0, INTEGER_INPUT_HIGH), which keeps shapes small."""
+    from .input_ranges import id_bounds, pair_spans
+
     dtypes = {v.name: v.dtype for v in onnx_values(proto)}
-    values = _value_inputs(proto.graph)
+    values, ids, spans = _value_inputs(proto.graph), id_bounds(proto.graph), pair_spans(proto.graph)
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(count):
         sample = {}
         for port in model.inputs:
-            shape, dtype = port.onnx_shape(), dtypes[port.onnx_name] or np.dtype(np.float32)
-            if dtype.kind == "f":
-                sample[port.onnx_name] = rng.standard_normal(shape).astype(dtype)
+            name = port.onnx_name
+            shape, dtype = port.onnx_shape(), dtypes[name] or np.dtype(np.float32)
+            if dtype.kind == "f" and name in spans:
+                sample[name] = rng.uniform(*spans[name], shape).astype(dtype)
+            elif dtype.kind == "f":
+                sample[name] = rng.standard_normal(shape).astype(dtype)
             elif dtype.kind == "b":
-                sample[port.onnx_name] = np.asarray(rng.random(shape) > 0.5)  # 0-d too
-            elif port.onnx_name in values:
-                sample[port.onnx_name] = _wide_integers(rng, shape, dtype)
+                sample[name] = np.asarray(rng.random(shape) > 0.5)  # 0-d too
+            elif name in ids:
+                sample[name] = rng.integers(0, ids[name], shape).astype(dtype)
+            elif name in values:
+                sample[name] = _wide_integers(rng, shape, dtype)
             else:
-                sample[port.onnx_name] = rng.integers(0, INTEGER_INPUT_HIGH, shape).astype(dtype)
+                sample[name] = rng.integers(0, INTEGER_INPUT_HIGH, shape).astype(dtype)
         samples.append(sample)
     return samples
 

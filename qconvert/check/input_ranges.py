@@ -1,0 +1,80 @@
+"""The values a graph input can take, read from the graph: what the default check's generated
+inputs are drawn from (runtimes.generated_samples), so that it feeds inputs the model can see.
+
+- An integer input that indexes a table (a Gather's indices, through ops that only move or cast
+  them) is an id: below the table's size along the gathered axis (a vocabulary, an embedding's
+  rows), the smallest such size when it indexes several. A check on ids 0..9 of a 32000-token
+  encoder passed what in-range ids fail (issue 38).
+- A float input read by a QuantizeLinear (a model that arrives quantized) takes the span of its
+  pair's integer grid: the values it was calibrated on, which the pair clips to anyway.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..onnx.graph import uses_of
+
+# Ops through which an id stays the same id (its values moved, cast or copied), by input slot.
+_MOVING = {"Cast": 0, "Identity": 0, "Reshape": 0, "Unsqueeze": 0, "Squeeze": 0, "Flatten": 0,
+           "Transpose": 0, "Expand": 0, "Concat": None}
+_GRIDS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype(np.int16): (-32768, 32767),
+          np.dtype(np.uint16): (0, 65535)}
+
+
+def _constant_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Shapes of the initializers, the Constant nodes' values and the DequantizeLinear outputs of
+    either (an int8 table)."""
+    shapes = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            shapes[node.output[0]] = list(node.attribute[0].t.dims)
+        elif node.op_type == "DequantizeLinear" and node.input[0] in shapes:
+            shapes[node.output[0]] = shapes[node.input[0]]
+    return shapes
+
+
+def id_bounds(graph: onnx.GraphProto) -> dict[str, int]:
+    """{integer graph input: the size of the smallest table it indexes}."""
+    shapes = _constant_shapes(graph)
+    readers = uses_of(graph.node)
+    bounds = {}
+    for value in graph.input:
+        pending, seen, sizes = [value.name], {value.name}, []
+        while pending:
+            for node, slot in readers.get(pending.pop(), []):
+                if node.op_type == "Gather" and slot == 1 and node.input[0] in shapes:
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    table = shapes[node.input[0]]
+                    if -len(table) <= axis < len(table) and table[axis] > 0:
+                        sizes.append(table[axis])
+                elif node.op_type in _MOVING and _MOVING[node.op_type] in (None, slot):
+                    fresh = [o for o in node.output if o and o not in seen]
+                    seen.update(fresh)
+                    pending.extend(fresh)
+        if sizes:
+            bounds[value.name] = min(sizes)
+    return bounds
+
+
+def pair_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
+    """{float graph input read by a QuantizeLinear with one constant scale and zero point: the span
+    of its integer grid, [(qmin - zp) * scale, (qmax - zp) * scale]}."""
+    constants = {t.name: t for t in graph.initializer}
+    inputs = {v.name for v in graph.input}
+    spans = {}
+    for node in graph.node:
+        if (node.op_type != "QuantizeLinear" or node.input[0] not in inputs or len(node.input) < 3
+                or node.input[1] not in constants or node.input[2] not in constants):
+            continue
+        scale = numpy_helper.to_array(constants[node.input[1]])
+        zero = numpy_helper.to_array(constants[node.input[2]])
+        if scale.size != 1 or zero.dtype not in _GRIDS or not np.isfinite(scale).all() or float(scale) <= 0:
+            continue
+        low, high = _GRIDS[zero.dtype]
+        span = ((low - int(zero)) * float(scale), (high - int(zero)) * float(scale))
+        previous = spans.get(node.input[0], span)
+        spans[node.input[0]] = (max(span[0], previous[0]), min(span[1], previous[1]))
+    return spans

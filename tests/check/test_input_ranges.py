@@ -1,0 +1,56 @@
+"""The values the default check draws each graph input from (check/input_ranges.py): ids below
+the size of the table they index, a paired float input within its pair's grid; the generated
+samples of a converted file take them."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from qconvert.check.input_ranges import id_bounds, pair_spans
+from qconvert.check.runtimes import TFLiteModel, generated_samples, onnx_values
+from tests.harness import convert_proto, make_model
+
+
+def _embedding(rows: int = 300) -> onnx.ModelProto:
+    """ids [1, 6] -> Cast -> Unsqueeze -> Gather from a table of `rows` rows, and the same ids
+    through a second, 50-row table (the smaller bound wins)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Cast", ["ids"], ["ids32"], to=TensorProto.INT32),
+             helper.make_node("Unsqueeze", ["ids32", "axis"], ["ids3"]),
+             helper.make_node("Gather", ["table", "ids3"], ["e"]),
+             helper.make_node("Gather", ["small", "ids"], ["f"]),
+             helper.make_node("ReduceSum", ["e", "axis"], ["es"], keepdims=0),
+             helper.make_node("Add", ["es", "f"], ["y"])]
+    inits = {"table": rng.normal(size=(rows, 8)).astype(np.float32),
+             "small": rng.normal(size=(50, 8)).astype(np.float32), "axis": np.array([0], np.int64)}
+    return make_model(nodes, {"ids": (TensorProto.INT64, (1, 6))}, {"y": TensorProto.FLOAT}, inits)
+
+
+def test_ids_are_bounded_by_the_smallest_table_they_index():
+    assert id_bounds(_embedding().graph) == {"ids": 50}
+    single = _embedding()
+    del single.graph.node[3]  # the 50-row Gather gone: only the 300-row table
+    single.graph.node[-1].input[1] = "es"
+    assert id_bounds(single.graph) == {"ids": 300}
+
+
+def test_a_paired_input_takes_its_grid():
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (1, 4))}, {"y": TensorProto.FLOAT},
+                       {"s": np.float32(0.02), "z": np.uint8(100)})
+    low, high = pair_spans(model.graph)["x"]
+    assert np.isclose(low, -100 * 0.02) and np.isclose(high, 155 * 0.02)
+
+
+def test_the_check_draws_ids_over_the_table(tmp_path):
+    """The converted embedding's default-check inputs: ids spread over [0, 50), not 0..9."""
+    model = _embedding()
+    flatbuffer, _ = convert_proto(model)
+    (tmp_path / "e.tflite").write_bytes(flatbuffer)
+    file = TFLiteModel(str(tmp_path / "e.tflite"))
+    file.pair(inputs=onnx_values(model))
+    ids = np.concatenate([s["ids"].ravel() for s in generated_samples(file, model, 8)])
+    assert ids.min() >= 0 and ids.max() < 50 and ids.max() >= 40, ids
