@@ -1,5 +1,8 @@
 """The error a model that arrives quantized explains by its own rounding: the bound its conversion
-is held to (issue 38's gate).
+is held to (issue 38's gate). A dynamically quantized model (quantize_dynamic's
+DynamicQuantizeLinear, which picks a tensor's grid at run time) is moved the same way on the grid
+its DynamicQuantizeLinear picks; com.microsoft's DynamicQuantizeLSTM rounds inside one node and is
+not moved.
 
 A QDQ model fixes every quantized tensor's grid (its QuantizeLinear's scale). onnxruntime runs the
 pairs in float (graph optimizations off: dequantize, compute in float32, round half to even); a
@@ -32,9 +35,9 @@ SLACK_DB = 3.0  # the written model may fall this far below the bound (sample no
 
 
 def perturbed(proto: onnx.ModelProto) -> onnx.ModelProto | None:
-    """A copy of the QDQ model whose activation QuantizeLinears round a moved input: x + scale *
-    U(-HALF_STEP, HALF_STEP), seeded by the tensor's position. None when no activation pair has
-    one scale (nothing to move)."""
+    """A copy of the model whose activation QuantizeLinears (and DynamicQuantizeLinears: a
+    dynamically quantized model) round a moved input: x + step * U(-HALF_STEP, HALF_STEP), seeded
+    by the tensor's position. None when nothing rounds an activation on one grid."""
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     graph = model.graph
@@ -42,16 +45,15 @@ def perturbed(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     names = FreshNames(onnx_names(graph))
     nodes, moved = [], 0
     for node in graph.node:
-        scale = constants.get(node.input[1]) if node.op_type == "QuantizeLinear" and len(node.input) > 1 else None
-        if (scale is None or node.input[0] in constants or node.domain not in ("", "ai.onnx")
-                or numpy_helper.to_array(scale).size != 1):
+        scale = _step(node, constants, names, nodes)
+        if scale is None:
             nodes.append(node)
             continue
         x = node.input[0]
         noise, step, shifted = names.fresh(f"{x}_draw"), names.fresh(f"{x}_move"), names.fresh(f"{x}_moved")
         nodes += [helper.make_node("RandomUniformLike", [x], [noise], low=-HALF_STEP, high=HALF_STEP,
                                    seed=float(moved + 1)),
-                  helper.make_node("Mul", [noise, node.input[1]], [step]),
+                  helper.make_node("Mul", [noise, scale], [step]),
                   helper.make_node("Add", [x, step], [shifted])]
         node.input[0] = shifted
         nodes.append(node)
@@ -61,6 +63,22 @@ def perturbed(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     del graph.node[:]
     graph.node.extend(nodes)
     return model
+
+
+def _step(node: onnx.NodeProto, constants: dict, names: FreshNames, nodes: list) -> str | None:
+    """The tensor holding the grid step of what `node` rounds (None: it rounds no activation on
+    one grid): a QuantizeLinear's constant scale; a DynamicQuantizeLinear's run-time one, which
+    a copy of the node computes first (appended to `nodes`)."""
+    if node.domain not in ("", "ai.onnx") or not node.input or node.input[0] in constants:
+        return None
+    if node.op_type == "QuantizeLinear" and len(node.input) > 1 and node.input[1] in constants:
+        return node.input[1] if numpy_helper.to_array(constants[node.input[1]]).size == 1 else None
+    if node.op_type == "DynamicQuantizeLinear":
+        x = node.input[0]
+        probe = [names.fresh(f"{x}_probe"), names.fresh(f"{x}_probe_scale"), names.fresh(f"{x}_probe_zero")]
+        nodes.append(helper.make_node("DynamicQuantizeLinear", [x], probe))
+        return probe[1]
+    return None
 
 
 def rounding_bounds(proto: onnx.ModelProto, samples: list[dict[str, np.ndarray]],

@@ -137,10 +137,10 @@ class Verification:
             return f"{text} {count}"
         worst = self.worst
         text = f"verify: worst output {worst.name!r} {_db(worst.sqnr_db)}"
-        if worst.bound_db is not None:
-            text += f" (its rounding bound {_db(worst.bound_db)})"
         if self.reason:
             text = f"verify: by SQNR, {self.reason}; worst output {worst.name!r} {_db(worst.sqnr_db)}"
+        if worst.bound_db is not None:
+            text += f" (its rounding bound {_db(worst.bound_db)})"
         sliced = self.worst_slice
         if sliced is not None:
             text += f", worst slice {sliced.name!r} {sliced.worst_slice} {_db(sliced.worst_slice_sqnr_db)}"

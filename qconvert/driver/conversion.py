@@ -435,8 +435,8 @@ def verify_written(state: State, path: str,
     not the conversion, failed on a float conversion that verifies by default (written
     unverified, with a warning; when the verification was asked for, that is an error)."""
     verify = state.options.verify
-    if state.steps is not None and state.qdq and state.qdq.activations and verify.min_sqnr is None:
-        verify = replace(verify, rounding_bound=True)  # the model's own pairs: its rounding is the gate
+    if verify.min_sqnr is None and _rounds_itself(state):
+        verify = replace(verify, rounding_bound=True)  # the model's own rounding is the gate
     onnx_path = state.source if state.reads_file else None
     try:
         result, source = check_written(state.reference, onnx_path, path, verify, report.notes, warn=True)
@@ -453,6 +453,21 @@ def verify_written(state: State, path: str,
         raise ConversionError(str(e).replace(path, f"{report.output} (not written)")) from None
     require_passed(result)
     return result, source
+
+
+def _rounds_itself(state: State) -> bool:
+    """Whether the file computes the model's own quantization, judged by its rounding bound
+    (check/rounding_bound.py): int8 from the model's QDQ pairs, or a dynamically quantized model
+    in hybrid kernels (its default conversion) whose every run-time rounding is a
+    DynamicQuantizeLinear. com.microsoft's fused DynamicQuantize* nodes round inside themselves,
+    where the bound cannot move them: such a model is judged by SQNR, its summary saying why."""
+    if state.steps is not None:
+        return bool(state.qdq and state.qdq.activations)
+    if state.options.weights is not None or state.reference is None:
+        return False
+    nodes = state.reference.proto.graph.node
+    return (any(n.op_type == "DynamicQuantizeLinear" for n in nodes)
+            and not any(n.op_type.startswith("DynamicQuantize") and n.domain == "com.microsoft" for n in nodes))
 
 
 def time_written(state: State, path: str, report: ConversionReport) -> Latency | None:

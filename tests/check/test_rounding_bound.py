@@ -126,3 +126,34 @@ def test_weights_stored_int8_alone_stay_a_float_conversion(tmp_path):
     assert run.exit_code == 0, run.stderr
     report = json.loads(run.stdout)
     assert report["quantization"] is None and report["verify"]["check"] == "float"
+
+
+@pytest.fixture(scope="module")
+def dynamic_path(tmp_path_factory):
+    """quantize_dynamic's model (int8 weights, DynamicQuantizeLinear activations) of a two-layer
+    MLP over 16 positions."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    inits = {"w1": rng.normal(0, 0.3, (32, 64)).astype(np.float32),
+             "w2": rng.normal(0, 0.2, (64, 10)).astype(np.float32)}
+    model = make_model([helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+                        helper.make_node("MatMul", ["r", "w2"], ["y"])],
+                       {"x": (TensorProto.FLOAT, (1, 16, 32))}, {"y": TensorProto.FLOAT}, inits)
+    folder = tmp_path_factory.mktemp("dynamic")
+    onnx.save(model, folder / "float.onnx")
+    quantize_dynamic(str(folder / "float.onnx"), str(folder / "dynamic.onnx"), weight_type=QuantType.QInt8)
+    return folder / "dynamic.onnx"
+
+
+def test_a_dynamically_quantized_model_is_held_to_its_rounding_bound(dynamic_path, tmp_path):
+    """Each DynamicQuantizeLinear is moved on the grid it picks at run time (a copy of it gives
+    the step); the hybrid-kernel file stays above the bound."""
+    model = onnx.load(dynamic_path)
+    moved = perturbed(model)
+    dynamic = sum(n.op_type == "DynamicQuantizeLinear" for n in model.graph.node)
+    assert sum(n.op_type == "RandomUniformLike" for n in moved.graph.node) == dynamic == 2
+    run = _run(dynamic_path, tmp_path / "d.tflite", "--json")
+    assert run.exit_code == 0, run.stderr
+    (check,) = json.loads(run.stdout)["verify"]["outputs"]
+    assert check["bound_db"] is not None and float(check["sqnr_db"]) >= check["bound_db"], check
