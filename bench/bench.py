@@ -45,12 +45,17 @@ measured on this machine: each op of a handful of corpus and trained models, con
 int8, int16 and hybrid, timed alone in LiteRT, its ns per unit of work per op and precision and
 whether XNNPACK takes it; written to FILE, its table printed last.
 
+Quantized-models table (quantized_family.py): a CNN, an LSTM, a transformer encoder and a
+vocoder-like conv net trained here, quantized by onnxruntime (static QDQ in four formats, dynamic
+with int8 and uint8 weights), each converted with default flags: exit code, rounding bound, SQNR,
+argmax agreement, size against the ONNX file, int8 / hybrid / float ops.
+
 QAT table (qat_digits.py), one row: the model class of tests/qat/ where post-training int8 loses
 accuracy, trained here; float, post-training int8 and QAT int8 (qconvert.qat, converted without
 calibration) accuracy in LiteRT, agreement with the fake-quant torch model, the int8 file size.
 
     .venv/bin/python bench/bench.py [--models resnet50,squeezenet]
-        [--tables float,int8,weights,scaling,trained,qat,zoo] [--int8-samples 100] [--held-out 20]
+        [--tables float,int8,weights,scaling,trained,qat,quantized,zoo] [--int8-samples 100] [--held-out 20]
         [--no-peer] [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer]
         [--trained-models yolov8-shapes,ppocr-rec] [--corpus-models ppocrv3-rec,magika]
         [--corpus-calibration 16] [--corpus-held-out 4] [--out DIR] [--target-profile FILE]
@@ -84,12 +89,14 @@ import onnx
 from qconvert.calibration.data import model_input_specs
 
 if __package__:
-    from . import corpus, int8, models, qat_digits, runners, scaling, target_profile, trained, weights, zoo
+    from . import (corpus, int8, models, qat_digits, quantized_family, runners, scaling, target_profile,
+                   trained, weights, zoo)
 else:  # run as a script: bench/ is on sys.path
     import corpus
     import int8
     import models
     import qat_digits
+    import quantized_family
     import runners
     import scaling
     import target_profile
@@ -102,7 +109,7 @@ COLUMNS = ["model", "convert (s)", "verified (s)", "verify share", "peak RSS (MB
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
 LIGHT_TABLES = ("float", "int8", "weights")  # the tables of the --models
-TABLES = LIGHT_TABLES + ("scaling", "trained", "qat", "corpus", "zoo")
+TABLES = LIGHT_TABLES + ("scaling", "trained", "qat", "quantized", "corpus", "zoo")
 # Not by default: the corpus (17-24 min here) and the zoo (about an hour, `make zoo`).
 DEFAULT_TABLES = tuple(t for t in TABLES if t not in ("corpus", "zoo"))
 
@@ -381,6 +388,10 @@ def main(argv=None) -> int:
         if "qat" in args.tables:
             print("bench: qat-digits ...", file=sys.stderr, flush=True)
             qat_rows = qat_digits.bench_rows(out_dir)
+        if "quantized" in args.tables:
+            print("bench: models that arrive quantized ...", file=sys.stderr, flush=True)
+            family_lines = quantized_family.table(list(quantized_family.DATA), quantized_family.FORMATS,
+                                                  out_dir / "quantized-family")
         if "corpus" in args.tables:
             corpus_rows = corpus.bench_corpus(out_dir, args)
         if "zoo" in args.tables:
@@ -420,6 +431,10 @@ def main(argv=None) -> int:
         print(qat_digits.header())
         print(markdown_table(qat_rows[0], qat_digits.COLUMNS))
         print("\n" + "\n".join(qat_rows[1]))
+    if "quantized" in args.tables:
+        print("\nModels that arrive quantized (quantized_family.py): trained here, quantized by onnxruntime, "
+              "converted with default flags, verified on 8 held-out samples\n")
+        print("\n".join(family_lines))
     if "corpus" in args.tables:
         print(corpus.header(args))
         print(markdown_table(corpus_rows[0], corpus.COLUMNS))

@@ -148,6 +148,8 @@ class Model:
         # each one value or one per output channel, so that transforms/store_integer_weights.py
         # writes the same integers.
         self.integer_weights: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        # ... the source nodes whose stored integers could not be kept (requantized to int8)
+        self.requantized_weights: list[str] = []
         self._suffix = 0  # the next number unique_name appends
         # Names that belong to the source model (every ONNX value, in every subgraph), reserved
         # before any importer makes a name of its own: unique_name never hands one out, so a
@@ -184,6 +186,7 @@ class Model:
         other.io_permutation = dict(self.io_permutation)
         other.dynamic_batch = self.dynamic_batch  # immutable
         other.integer_weights = self.integer_weights  # fixed once the model is loaded
+        other.requantized_weights = list(self.requantized_weights)
         other._suffix = self._suffix
         other.reserved = self.reserved  # fixed once the model is loaded
         for op in self.operators:

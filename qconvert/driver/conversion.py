@@ -459,12 +459,14 @@ def _rounds_itself(state: State) -> bool:
     """Whether the file computes the model's own quantization, judged by its rounding bound
     (check/rounding_bound.py): int8 from the model's QDQ pairs, or a dynamically quantized model
     in hybrid kernels (its default conversion) whose every run-time rounding is a
-    DynamicQuantizeLinear. com.microsoft's fused DynamicQuantize* nodes round inside themselves,
-    where the bound cannot move them: such a model is judged by SQNR, its summary saying why."""
+    DynamicQuantizeLinear and whose stored integers are kept. com.microsoft's fused
+    DynamicQuantize* nodes round inside themselves, where the bound cannot move them, and
+    weights off TFLite's int8 grid are requantized (a warning names them): such a model is judged
+    by SQNR, its summary saying why."""
     if state.steps is not None:
         return bool(state.qdq and state.qdq.activations)
-    if state.options.weights is not None or state.reference is None:
-        return False
+    if state.options.weights is not None or state.reference is None or state.model.requantized_weights:
+        return False  # (weights requantized: an error of the conversion's, not the model's rounding)
     nodes = state.reference.proto.graph.node
     return (any(n.op_type == "DynamicQuantizeLinear" for n in nodes)
             and not any(n.op_type.startswith("DynamicQuantize") and n.domain == "com.microsoft" for n in nodes))

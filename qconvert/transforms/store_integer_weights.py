@@ -152,7 +152,9 @@ def store_integer_weights(model: Model) -> bool:
                 array.quant, array.narrow_range = params, bool(q.min(initial=0) >= -127)
                 stored[key] = (new, found is not None)
             model.set_input(op, index, stored[key][0])
-        if requantized and records[op.source]:
+        if requantized:
+            model.requantized_weights.append(op.source)
+        if requantized and records[op.source]:  # (else the loader said why)
             log.warning("warning: node %r: weight %s is not on the int8 grid of the scale onnxruntime "
                         "stored it with (TFLite's %s takes %s); requantized to int8", op.source,
                         ", ".join(repr(n) for n in requantized), op.type,
