@@ -7,6 +7,8 @@ inputs are drawn from (runtimes.generated_samples), so that it feeds inputs the 
   encoder passed what in-range ids fail (issue 38).
 - A float input read by a QuantizeLinear (a model that arrives quantized) takes the span of its
   pair's integer grid: the values it was calibrated on, which the pair clips to anyway.
+- Other integer inputs that meet an index, a shape, a count or a divisor (a length, a step) are
+  guesses (guessed_inputs): drawn small, and the check's summary names them.
 """
 
 from __future__ import annotations
@@ -78,3 +80,16 @@ def pair_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
         previous = spans.get(node.input[0], span)
         spans[node.input[0]] = (max(span[0], previous[0]), min(span[1], previous[1]))
     return spans
+
+
+def guessed_inputs(graph: onnx.GraphProto) -> set[str]:
+    """The integer graph inputs whose valid values the graph does not say: neither ids of a table
+    (id_bounds) nor values that only meet arithmetic (runtimes' _value_inputs)."""
+    from .runtimes import _value_inputs
+
+    integers = {v.name for v in graph.input
+                if v.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32,
+                                                    onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+                                                    onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+                                                    onnx.TensorProto.UINT32, onnx.TensorProto.UINT64)}
+    return integers - set(id_bounds(graph)) - _value_inputs(graph)

@@ -65,6 +65,14 @@ def perturbed(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     return model
 
 
+def rounds_movably(graph: onnx.GraphProto) -> bool:
+    """Whether the graph quantizes activations at run time, every time in a DynamicQuantizeLinear
+    (which perturbed moves); com.microsoft's fused DynamicQuantize* nodes round inside themselves."""
+    nodes = graph.node
+    return (any(n.op_type == "DynamicQuantizeLinear" for n in nodes)
+            and not any(n.op_type.startswith("DynamicQuantize") and n.domain == "com.microsoft" for n in nodes))
+
+
 def _step(node: onnx.NodeProto, constants: dict, names: FreshNames, nodes: list) -> str | None:
     """The tensor holding the grid step of what `node` rounds (None: it rounds no activation on
     one grid): a QuantizeLinear's constant scale; a DynamicQuantizeLinear's run-time one, which

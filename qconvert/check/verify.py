@@ -16,7 +16,7 @@ whose rounding no conversion repeats (rounding_dropped, run_time_quantization) b
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import onnx
@@ -75,6 +75,8 @@ class Verification:
     tolerance: float | None = None  # the float check's FLOAT_TOLERANCE (FLOAT16_TOLERANCE)
     ulp: float = FLOAT32_EPS  # a step at 1 of the type the reference computes in (FLOAT16_EPS)
     reason: str | None = None  # why a model is judged by SQNR rather than exactly (run_time_quantization)
+    # generated inputs whose valid values the graph does not say (input_ranges.guessed_inputs)
+    guessed: list[str] = field(default_factory=list)
 
     @property
     def worst(self) -> OutputCheck:
@@ -119,6 +121,9 @@ class Verification:
         for the float check `verify: float, worst output 'y' max error 2.1e-07 of its scale 1 (1.8
         ulps) (1 sample)`."""
         count = f"({self.samples} sample{'s' if self.samples != 1 else ''})"
+        if self.guessed:
+            count = (count[:-1] + f"; guessed: {', '.join(repr(n) for n in self.guessed)} drawn from "
+                     f"0..9, --verify-data gives real values)")
         if self.check == "float":
             failures = self.float_failures()
             if failures:
@@ -305,6 +310,10 @@ def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.
     for values, outputs in run_both(proto, model, samples, reference=reference):
         stacks.add(values, outputs)
     result = stacks.verification(len(samples), min_sqnr, data, float_check)
+    if data == "generated":
+        from .input_ranges import guessed_inputs
+
+        result.guessed = [p.onnx_name for p in model.inputs if p.onnx_name in guessed_inputs(proto.graph)]
     if rounding_bound:
         from .rounding_bound import rounding_bounds
 

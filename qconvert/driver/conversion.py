@@ -467,9 +467,9 @@ def _rounds_itself(state: State) -> bool:
         return bool(state.qdq and state.qdq.activations)
     if state.options.weights is not None or state.reference is None or state.model.requantized_weights:
         return False  # (weights requantized: an error of the conversion's, not the model's rounding)
-    nodes = state.reference.proto.graph.node
-    return (any(n.op_type == "DynamicQuantizeLinear" for n in nodes)
-            and not any(n.op_type.startswith("DynamicQuantize") and n.domain == "com.microsoft" for n in nodes))
+    from ..check.rounding_bound import rounds_movably
+
+    return rounds_movably(state.reference.proto.graph)
 
 
 def time_written(state: State, path: str, report: ConversionReport) -> Latency | None:

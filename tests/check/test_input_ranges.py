@@ -54,3 +54,23 @@ def test_the_check_draws_ids_over_the_table(tmp_path):
     file.pair(inputs=onnx_values(model))
     ids = np.concatenate([s["ids"].ravel() for s in generated_samples(file, model, 8)])
     assert ids.min() >= 0 and ids.max() < 50 and ids.max() >= 40, ids
+
+
+def test_an_input_whose_values_the_graph_does_not_say_is_named_as_a_guess(tmp_path):
+    """Indices into a computed tensor (no table whose size bounds them) are a guess: drawn from
+    0..9, and the check's summary names the input; ids of a constant table are not a guess."""
+    import json
+
+    from click.testing import CliRunner
+
+    from qconvert.check.input_ranges import guessed_inputs
+    from qconvert.cli import cli
+
+    model = make_model([helper.make_node("Gather", ["x", "n"], ["y"])],
+                       {"x": (TensorProto.FLOAT, (12,)), "n": (TensorProto.INT64, (3,))}, {"y": TensorProto.FLOAT})
+    onnx.save(model, tmp_path / "g.onnx")
+    run = CliRunner().invoke(cli, [str(tmp_path / "g.onnx"), str(tmp_path / "g.tflite"), "--json"])
+    assert run.exit_code == 0, run.stderr
+    assert json.loads(run.stdout)["verify"]["guessed"] == ["n"]
+    assert "guessed: 'n' drawn from 0..9" in run.stderr
+    assert guessed_inputs(_embedding().graph) == set()
