@@ -7,6 +7,7 @@ inputs are drawn from (runtimes.generated_samples), so that it feeds inputs the 
   encoder passed what in-range ids fail (issue 38).
 - A float input read by a QuantizeLinear (a model that arrives quantized) takes the span of its
   pair's integer grid: the values it was calibrated on, which the pair clips to anyway.
+- An integer input that only meets arithmetic (value_inputs) takes any value: drawn wide.
 - Other integer inputs that meet an index, a shape, a count or a divisor (a length, a step) are
   guesses (guessed_inputs): drawn small, and the check's summary names them.
 """
@@ -24,6 +25,45 @@ _MOVING = {"Cast": 0, "Identity": 0, "Reshape": 0, "Unsqueeze": 0, "Squeeze": 0,
            "Transpose": 0, "Expand": 0, "Concat": None}
 _GRIDS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype(np.int16): (-32768, 32767),
           np.dtype(np.uint16): (0, 65535)}
+
+
+# (op type, input slot) pairs, or op types (every slot), through which an integer input is a
+# value, never an index, a shape, a count or a divisor: such an input takes any value.
+_VALUE_OPS = {"Add", "Sub", "Mul", "Max", "Min", "Sum", "Abs", "Neg", "Sign", "Equal", "Less",
+              "Greater", "LessOrEqual", "GreaterOrEqual", "Cast", "CastLike", "Identity",
+              "Concat", "Transpose", "Flatten", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+              "BitwiseNot", "ArgMax", "ArgMin"}
+_VALUE_SLOTS = {("Mod", 0), ("Div", 0), ("Where", 1), ("Where", 2), ("Clip", 0), ("Reshape", 0),
+                ("Squeeze", 0), ("Unsqueeze", 0), ("ReduceSum", 0), ("ReduceMax", 0),
+                ("ReduceMin", 0), ("CumSum", 0), ("Expand", 0), ("Tile", 0), ("Slice", 0),
+                ("Gather", 0), ("Pad", 0)}
+
+
+
+def value_inputs(graph: onnx.GraphProto) -> set[str]:
+    """The graph inputs whose values reach only value slots (_VALUE_OPS, _VALUE_SLOTS): followed
+    forward through every node that reads them, an input is left out as soon as one read is an
+    index, shape, count or divisor, or of an op not listed (control flow included)."""
+    from ..onnx.control_flow import outer_reads  # the op registry: only when inputs are drawn
+
+    readers = uses_of(graph.node)
+    for node in graph.node:
+        for name in outer_reads([node]):  # slot -1: no value slot, like control flow's
+            readers.setdefault(name, []).append((node, -1))
+    values = set()
+    for value in graph.input:
+        reached, pending, fine = {value.name}, [value.name], True
+        while pending and fine:
+            for node, slot in readers.get(pending.pop(), []):
+                fine = node.op_type in _VALUE_OPS or (node.op_type, slot) in _VALUE_SLOTS
+                if not fine:
+                    break
+                fresh = [o for o in node.output if o and o not in reached]
+                reached.update(fresh)
+                pending.extend(fresh)
+        if fine:
+            values.add(value.name)
+    return values
 
 
 def _constant_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
@@ -84,12 +124,10 @@ def pair_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
 
 def guessed_inputs(graph: onnx.GraphProto) -> set[str]:
     """The integer graph inputs whose valid values the graph does not say: neither ids of a table
-    (id_bounds) nor values that only meet arithmetic (runtimes' _value_inputs)."""
-    from .runtimes import _value_inputs
-
+    (id_bounds) nor values that only meet arithmetic (value_inputs)."""
     integers = {v.name for v in graph.input
                 if v.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32,
                                                     onnx.TensorProto.INT16, onnx.TensorProto.INT8,
                                                     onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
                                                     onnx.TensorProto.UINT32, onnx.TensorProto.UINT64)}
-    return integers - set(id_bounds(graph)) - _value_inputs(graph)
+    return integers - set(id_bounds(graph)) - value_inputs(graph)

@@ -24,28 +24,15 @@ import numpy as np
 import onnx
 
 from ..errors import ConversionError, ReferenceFailed, first_line
-from ..onnx.graph import uses_of
 from ..tflite.reader import io_layout_metadata
 from .float_check import output_rules, step_fetches
 
 INTEGER_INPUT_HIGH = 10  # generated index-like integer inputs (not ids of a table) are uniform in [0, 10)
-# Integer inputs that only meet arithmetic (_value_inputs) are drawn wide: magnitudes spread
+# Integer inputs that only meet arithmetic (input_ranges.value_inputs) are drawn wide: magnitudes spread
 # log-uniformly up to int32's maximum, both signs (int64 computes as int32 inside the graph, so
 # int32's range is what the .tflite takes: qconvert/onnx/loader.py); small integer types over
 # their whole range.
 WIDE_INTEGER_BITS = 31
-# (op type, input slot) pairs, or op types (every slot), through which an integer input is a
-# value, never an index, a shape, a count or a divisor: such an input takes any value.
-_VALUE_OPS = {"Add", "Sub", "Mul", "Max", "Min", "Sum", "Abs", "Neg", "Sign", "Equal", "Less",
-              "Greater", "LessOrEqual", "GreaterOrEqual", "Cast", "CastLike", "Identity",
-              "Concat", "Transpose", "Flatten", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
-              "BitwiseNot", "ArgMax", "ArgMin"}
-_VALUE_SLOTS = {("Mod", 0), ("Div", 0), ("Where", 1), ("Where", 2), ("Clip", 0), ("Reshape", 0),
-                ("Squeeze", 0), ("Unsqueeze", 0), ("ReduceSum", 0), ("ReduceMax", 0),
-                ("ReduceMin", 0), ("CumSum", 0), ("Expand", 0), ("Tile", 0), ("Slice", 0),
-                ("Gather", 0), ("Pad", 0)}
-
-
 # --- LiteRT ----------------------------------------------------------------------------------
 @dataclass
 class Port:
@@ -261,11 +248,11 @@ def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
     allows): float inputs standard normal, or uniform over their QuantizeLinear's grid; booleans
     random; integer ids uniform below the size of the table they index; integer inputs that only
     meet arithmetic over a wide range (_wide_integers); the others (shapes, counts, divisors:
-    _value_inputs) uniform in [0, INTEGER_INPUT_HIGH), which keeps shapes small."""
-    from .input_ranges import id_bounds, pair_spans
+    value_inputs) uniform in [0, INTEGER_INPUT_HIGH), which keeps shapes small."""
+    from .input_ranges import id_bounds, pair_spans, value_inputs
 
     dtypes = {v.name: v.dtype for v in onnx_values(proto)}
-    values, ids, spans = _value_inputs(proto.graph), id_bounds(proto.graph), pair_spans(proto.graph)
+    values, ids, spans = value_inputs(proto.graph), id_bounds(proto.graph), pair_spans(proto.graph)
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(count):
@@ -297,32 +284,6 @@ def _wide_integers(rng: np.random.Generator, shape, dtype: np.dtype) -> np.ndarr
     magnitude = np.floor(np.exp2(rng.uniform(0, bits, shape))).astype(np.int64) - 1
     sign = np.where(rng.random(shape) < 0.5, -1, 1) if info.min < 0 else 1
     return np.asarray(np.clip(sign * magnitude, info.min, info.max)).astype(dtype)
-
-
-def _value_inputs(graph: onnx.GraphProto) -> set[str]:
-    """The graph inputs whose values reach only value slots (_VALUE_OPS, _VALUE_SLOTS): followed
-    forward through every node that reads them, an input is left out as soon as one read is an
-    index, shape, count or divisor, or of an op not listed (control flow included)."""
-    from ..onnx.control_flow import outer_reads  # the op registry: only when inputs are drawn
-
-    readers = uses_of(graph.node)
-    for node in graph.node:
-        for name in outer_reads([node]):  # slot -1: no value slot, like control flow's
-            readers.setdefault(name, []).append((node, -1))
-    values = set()
-    for value in graph.input:
-        reached, pending, fine = {value.name}, [value.name], True
-        while pending and fine:
-            for node, slot in readers.get(pending.pop(), []):
-                fine = node.op_type in _VALUE_OPS or (node.op_type, slot) in _VALUE_SLOTS
-                if not fine:
-                    break
-                fresh = [o for o in node.output if o and o not in reached]
-                reached.update(fresh)
-                pending.extend(fresh)
-        if fine:
-            values.add(value.name)
-    return values
 
 
 class Reference:

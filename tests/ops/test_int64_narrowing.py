@@ -225,7 +225,7 @@ def test_bound_beyond_int32_on_the_near_side_is_refused(op, bounds):
 
 def test_ids_read_inside_a_subgraph_stay_small():
     """An input a body reads (an If branch's Gather) is an index there: never drawn wide."""
-    from qconvert.check.runtimes import _value_inputs
+    from qconvert.check.input_ranges import value_inputs
 
     body = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["o"])], "b", [],
                              [helper.make_tensor_value_info("o", T.FLOAT, None)])
@@ -234,4 +234,4 @@ def test_ids_read_inside_a_subgraph_stay_small():
                        {"x": (T.INT64, [3]), "ids": (T.INT64, [3]), "c": (T.BOOL, [])},
                        {"z": T.FLOAT, "y": T.INT64},
                        {"table": np.zeros((10, 2), np.float32), "k": np.array(7, np.int64)})
-    assert _value_inputs(model.graph) == {"x"}
+    assert value_inputs(model.graph) == {"x"}
