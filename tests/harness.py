@@ -146,10 +146,10 @@ def run_tflite(flatbuffer: bytes, report, feeds: dict[str, np.ndarray],
 def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The model's outputs in onnxruntime, one thread; a graph with Q/DQ pairs runs unoptimized,
     MatMulInteger and ConvInteger compute exact sums, the same on every CPU
-    (qconvert.onnx.runtime.session_options and exact_integer_products say why)."""
-    from qconvert.onnx.runtime import exact_integer_products
+    (qconvert.onnx.runtime.session_options and reproducible_reference say why)."""
+    from qconvert.onnx.runtime import reproducible_reference
 
-    model = exact_integer_products(model) or model
+    model = reproducible_reference(model) or model
     options = session_options(model)
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

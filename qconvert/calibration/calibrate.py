@@ -23,7 +23,7 @@ from onnx import helper
 
 from ..errors import ConversionError, ReferenceFailed
 from ..ir import Model
-from ..onnx.runtime import exact_integer_products, session_options
+from ..onnx.runtime import reproducible_reference, session_options
 from ..ops.activations import apply_fused_activation
 from ..ops.registry import TFLITE_OPS
 from ..transforms.quantization import set_loaded_ranges
@@ -105,7 +105,7 @@ class CalibrationRun:
     def __init__(self, model: onnx.ModelProto, tensor_names: list[str] | str | None = None):
         import onnxruntime as ort
 
-        model = exact_integer_products(model) or model  # the same integer sums on every CPU
+        model = reproducible_reference(model) or model  # the same integer sums on every CPU
         graph = model.graph
         initializers = {t.name for t in graph.initializer}
         graph_inputs = [i.name for i in graph.input if i.name not in initializers]

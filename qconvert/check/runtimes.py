@@ -294,9 +294,9 @@ class Reference:
     weights."""
 
     def __init__(self, proto: onnx.ModelProto, extra=(), path: str | None = None):
-        from ..onnx.runtime import exact_integer_products
+        from ..onnx.runtime import reproducible_reference
 
-        exact = exact_integer_products(proto)  # the same integer sums on every CPU
+        exact = reproducible_reference(proto)  # the same integer sums on every CPU
         if exact is not None:
             proto, path = exact, None
         outputs = [value.name for value in onnx_values(proto, outputs=True)]
@@ -350,11 +350,11 @@ class RecordedReference:
 def reads_file(proto: onnx.ModelProto) -> bool:
     """Whether Reference can read the model from its file: no near-ties to look into (no tensor
     but the outputs to fetch), no graph input that a node computes (onnxruntime refuses it), no
-    integer product to compute exactly (exact_integer_products)."""
-    from ..onnx.runtime import integer_products
+    integer product to compute exactly (reproducible_reference)."""
+    from ..onnx.runtime import cpu_dependent_ops
 
     return (not step_fetches(proto, output_rules(proto)) and _no_computed_inputs(proto)
-            and not integer_products(proto.graph))  # (rewritten in Reference: needs the weights)
+            and not cpu_dependent_ops(proto.graph))  # (rewritten in Reference: needs the weights)
 
 
 def _no_computed_inputs(proto: onnx.ModelProto) -> bool:

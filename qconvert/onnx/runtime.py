@@ -47,22 +47,33 @@ def session_options(model: onnx.ModelProto, float_level=None):
     return options
 
 
-def integer_products(graph: onnx.GraphProto) -> bool:
-    """Whether the graph holds MatMulInteger or ConvInteger (see exact_integer_products)."""
-    return any(n.op_type in ("MatMulInteger", "ConvInteger") and n.domain in ("", "ai.onnx") for n in graph.node)
+def _integer_product(node: onnx.NodeProto) -> bool:
+    return node.op_type in ("MatMulInteger", "ConvInteger") and node.domain in ("", "ai.onnx")
 
 
-def exact_integer_products(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+def _quantized_lstm(node: onnx.NodeProto) -> bool:
+    return node.op_type == "DynamicQuantizeLSTM" and node.domain == "com.microsoft"
+
+
+def cpu_dependent_ops(graph: onnx.GraphProto) -> bool:
+    """Whether the graph holds MatMulInteger, ConvInteger or com.microsoft's DynamicQuantizeLSTM
+    (see reproducible_reference)."""
+    return any(_integer_product(n) or _quantized_lstm(n) for n in graph.node)
+
+
+def reproducible_reference(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     """A copy of the model whose MatMulInteger and ConvInteger compute in float (float64 for
-    MatMul, float32 for Conv; integer sums exact below 2^53 and 2^24), None when it has neither.
+    MatMul, float32 for Conv; integer sums exact below 2^53 and 2^24) and whose
+    DynamicQuantizeLSTM is the float LSTM of its dequantized weights; None when it has none.
 
     Why: onnxruntime's x86 u8 x s8 kernels for these ops (VPMADDUBSW) saturate pairs of products
     at 16 bits on CPUs without VNNI, so a dynamically quantized model's reference depended on the
-    CPU (a transformer encoder: 37 dB from the .tflite with VNNI, 25 dB without). The rewritten
-    nodes compute the integer sums the ops define, the same on every CPU."""
+    CPU (a transformer encoder: 37 dB from the .tflite with VNNI, 25 dB without), and so did its
+    calibrated ranges (a BiLSTM's bytes differed on AVX2). The integer products compute the sums
+    the ops define; the fused LSTM rounds inside itself, so it computes what its weights mean."""
     from onnx import helper, numpy_helper
 
-    if not integer_products(proto.graph):
+    if not cpu_dependent_ops(proto.graph):
         return None
     model = onnx.ModelProto()
     model.CopyFrom(proto)
@@ -70,7 +81,10 @@ def exact_integer_products(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     constants = {t.name: t for t in graph.initializer}
     nodes = []
     for node in graph.node:
-        if node.op_type not in ("MatMulInteger", "ConvInteger") or node.domain not in ("", "ai.onnx"):
+        if _quantized_lstm(node):
+            nodes.append(_float_lstm(node, graph, constants))
+            continue
+        if not _integer_product(node):
             nodes.append(node)
             continue
         kind = onnx.TensorProto.DOUBLE if node.op_type == "MatMulInteger" else onnx.TensorProto.FLOAT
@@ -105,3 +119,25 @@ def exact_integer_products(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     del graph.node[:]
     graph.node.extend(nodes)
     return model
+
+
+def _float_lstm(node: onnx.NodeProto, graph: onnx.GraphProto, constants: dict) -> onnx.NodeProto:
+    """The ONNX LSTM a DynamicQuantizeLSTM stands for (ops/dynamic_quant.float_lstm), its
+    dequantized weights added to `graph`."""
+    from onnx import numpy_helper
+
+    from ..ops.dynamic_quant import float_lstm
+
+    arrays = {name: numpy_helper.to_array(t) for name, t in constants.items() if name in node.input}
+    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+
+    def fresh(hint: str) -> str:
+        name, k = hint, 1
+        while name in taken:
+            name, k = f"{hint}_{k}", k + 1
+        taken.add(name)
+        return name
+
+    lstm, weights, _, _ = float_lstm(node, repr(node.name), arrays, fresh)
+    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in weights.items())
+    return lstm

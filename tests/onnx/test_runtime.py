@@ -1,5 +1,5 @@
 """onnxruntime as the reference (qconvert/onnx/runtime.py): MatMulInteger and ConvInteger give the
-integer sums the ops define on every CPU (exact_integer_products), where onnxruntime's own x86
+integer sums the ops define on every CPU (reproducible_reference), where onnxruntime's own x86
 u8 x s8 kernels saturate pairs of products at 16 bits without VNNI."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from qconvert.check.runtimes import Reference
-from qconvert.onnx.runtime import exact_integer_products
+from qconvert.onnx.runtime import reproducible_reference
 from tests.harness import make_model
 
 
@@ -38,6 +38,26 @@ def _saturating(op: str):
 def test_integer_products_are_exact_on_every_cpu():
     for op in ("MatMulInteger", "ConvInteger"):
         model, x, want = _saturating(op)
-        assert exact_integer_products(model) is not None
+        assert reproducible_reference(model) is not None
         got = Reference(model).run({"x": x})["y"]
         np.testing.assert_array_equal(got, want, err_msg=op)
+
+
+def test_a_quantized_lstm_is_referenced_as_its_float_lstm(tmp_path):
+    """quantize_dynamic's DynamicQuantizeLSTM (which rounds inside itself, differently without
+    VNNI) is the float LSTM of its dequantized weights in the reference: its outputs follow the
+    float model's within the weights' int8 rounding."""
+    import onnx
+
+    from bench import quantized_family as family
+
+    model_path, data = family.trained("lstm", tmp_path, steps=50)
+    quantized = onnx.load(family.quantized(model_path, family.FORMATS[4], data["calibration"], tmp_path))
+    assert any(n.op_type == "DynamicQuantizeLSTM" for n in quantized.graph.node)
+    rewritten = reproducible_reference(quantized)
+    assert {n.op_type for n in rewritten.graph.node} >= {"LSTM"}
+    assert not any(n.op_type == "DynamicQuantizeLSTM" for n in rewritten.graph.node)
+    sample = {"x": data["held"][:1]}
+    got = Reference(quantized).run(sample)["y"]
+    want = Reference(onnx.load(model_path)).run(sample)["y"]
+    np.testing.assert_allclose(got, want, rtol=0, atol=0.05 * float(np.abs(want).max()))
