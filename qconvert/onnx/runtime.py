@@ -127,10 +127,17 @@ def _float_lstm(node: onnx.NodeProto, graph: onnx.GraphProto, constants: dict) -
     from onnx import numpy_helper
 
     from ..ops.dynamic_quant import float_lstm
-    from ..qdq.names import FreshNames
 
     arrays = {name: numpy_helper.to_array(t) for name, t in constants.items() if name in node.input}
-    names = FreshNames({t.name for t in graph.initializer} | {o for n in graph.node for o in n.output})
-    lstm, weights, _, _ = float_lstm(node, repr(node.name), arrays, names.fresh)
+    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+
+    def fresh(hint: str) -> str:
+        name, k = hint, 1
+        while name in taken:
+            name, k = f"{hint}_{k}", k + 1
+        taken.add(name)
+        return name
+
+    lstm, weights, _, _ = float_lstm(node, repr(node.name), arrays, fresh)
     graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in weights.items())
     return lstm
