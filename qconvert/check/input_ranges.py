@@ -7,6 +7,8 @@ inputs are drawn from (runtimes.generated_samples), so that it feeds inputs the 
   encoder passed what in-range ids fail (issue 38).
 - A float input read by a QuantizeLinear (a model that arrives quantized) takes the span of its
   pair's integer grid: the values it was calibrated on, which the pair clips to anyway.
+- An integer length compared with the positions of a dimension (`Range(0, S) < length`, a
+  sequence mask) is drawn in [1, S] (length_bounds).
 - An integer input that only meets arithmetic (value_inputs) takes any value: drawn wide.
 - Other integer inputs that meet an index, a shape, a count or a divisor (a length, a step) are
   guesses (guessed_inputs): drawn small, and the check's summary names them.
@@ -99,6 +101,56 @@ def id_bounds(graph: onnx.GraphProto) -> dict[str, int]:
         if sizes:
             bounds[value.name] = min(sizes)
     return bounds
+
+
+_COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+
+
+def length_bounds(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """{integer graph input compared with the positions of a dimension: that dimension's size}.
+    The positions are a Range whose limit is a dimension of a graph input (Gather of its Shape,
+    through casts and reshapes), whose size `shapes` (the inputs' static shapes) gives: a length
+    that masks a sequence (`Range(0, S) < length`) is drawn in [1, S], where a wide draw would
+    never mask anything."""
+    producers = {o: n for n in graph.node for o in n.output if o}
+    readers = uses_of(graph.node)
+    bounds = {}
+    for value in graph.input:
+        pending, seen = [value.name], {value.name}
+        while pending:
+            for node, slot in readers.get(pending.pop(), []):
+                if node.op_type in _COMPARISONS and len(node.input) == 2:
+                    size = _range_size(producers, node.input[1 - slot], shapes)
+                    if size:
+                        bounds[value.name] = min(bounds.get(value.name, size), size)
+                elif node.op_type in _MOVING and _MOVING[node.op_type] in (None, slot):
+                    fresh = [o for o in node.output if o and o not in seen]
+                    seen.update(fresh)
+                    pending.extend(fresh)
+    return bounds
+
+
+def _range_size(producers: dict, name: str, shapes: dict) -> int | None:
+    """The size of the dimension whose positions `name` holds (a Range up to Gather(Shape(x), k)
+    through moving ops), or None."""
+    node = producers.get(name)
+    while node is not None and node.op_type in _MOVING:
+        node = producers.get(node.input[0])
+    if node is None or node.op_type != "Range" or len(node.input) < 2:
+        return None
+    limit = producers.get(node.input[1])
+    while limit is not None and limit.op_type in ("Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity"):
+        limit = producers.get(limit.input[0])
+    if limit is None or limit.op_type != "Gather":
+        return None
+    shape, index = producers.get(limit.input[0]), producers.get(limit.input[1])
+    if shape is None or shape.op_type != "Shape" or shape.input[0] not in shapes:
+        return None
+    if index is None or index.op_type != "Constant" or not index.attribute:
+        return None
+    k = int(numpy_helper.to_array(index.attribute[0].t).reshape(-1)[0])
+    dims = shapes[shape.input[0]]
+    return int(dims[k]) if -len(dims) <= k < len(dims) and int(dims[k]) > 0 else None
 
 
 def pair_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:

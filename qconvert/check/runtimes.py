@@ -246,13 +246,15 @@ def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
                       seed: int = 0) -> list[dict[str, np.ndarray]]:
     """Seeded inputs in the ONNX layout and dtypes (check/input_ranges.py says what the graph
     allows): float inputs standard normal, or uniform over their QuantizeLinear's grid; booleans
-    random; integer ids uniform below the size of the table they index; integer inputs that only
+    random; integer ids uniform below the size of the table they index, lengths within the
+    dimension they mask; integer inputs that only
     meet arithmetic over a wide range (_wide_integers); the others (shapes, counts, divisors:
     value_inputs) uniform in [0, INTEGER_INPUT_HIGH), which keeps shapes small."""
-    from .input_ranges import id_bounds, pair_spans, value_inputs
+    from .input_ranges import id_bounds, length_bounds, pair_spans, value_inputs
 
     dtypes = {v.name: v.dtype for v in onnx_values(proto)}
     values, ids, spans = value_inputs(proto.graph), id_bounds(proto.graph), pair_spans(proto.graph)
+    lengths = length_bounds(proto.graph, {port.onnx_name: port.onnx_shape() for port in model.inputs})
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(count):
@@ -268,6 +270,8 @@ def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
                 sample[name] = np.asarray(rng.random(shape) > 0.5)  # 0-d too
             elif name in ids:
                 sample[name] = rng.integers(0, ids[name], shape).astype(dtype)
+            elif name in lengths:
+                sample[name] = rng.integers(1, lengths[name] + 1, shape).astype(dtype)
             elif name in values:
                 sample[name] = _wide_integers(rng, shape, dtype)
             else:

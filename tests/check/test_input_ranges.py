@@ -74,3 +74,34 @@ def test_an_input_whose_values_the_graph_does_not_say_is_named_as_a_guess(tmp_pa
     assert json.loads(run.stdout)["verify"]["guessed"] == ["n"]
     assert "guessed: 'n' drawn from 0..9" in run.stderr
     assert guessed_inputs(_embedding().graph) == set()
+
+
+def _length_mask() -> onnx.ModelProto:
+    """y = x * (Range(0, S) < length), S = x's dimension 1 (16): a sequence mask from a length."""
+    def constant(name, value):
+        return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(value, np.int64)))
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), constant("k", 1), constant("zero", 0), constant("one", 1),
+             helper.make_node("Gather", ["s", "k"], ["S"]),
+             helper.make_node("Range", ["zero", "S", "one"], ["positions"]),
+             helper.make_node("Less", ["positions", "length"], ["kept"]),
+             helper.make_node("Cast", ["kept"], ["keptf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["keptf", "axes"], ["mask"]),
+             helper.make_node("Mul", ["x", "mask"], ["y"])]
+    return make_model(nodes, {"x": (TensorProto.FLOAT, (1, 16, 4)), "length": (TensorProto.INT64, (1,))},
+                      {"y": TensorProto.FLOAT}, {"axes": np.array([0, 2], np.int64)})
+
+
+def test_a_length_is_drawn_within_the_dimension_it_masks(tmp_path):
+    """A length compared with a dimension's positions is drawn in [1, 16]: a wide draw (up to
+    2^31) would never mask a position, and the check would not see the mask work."""
+    from qconvert.check.input_ranges import length_bounds
+
+    model = _length_mask()
+    assert length_bounds(model.graph, {"x": (1, 16, 4)}) == {"length": 16}
+    flatbuffer, _ = convert_proto(model)
+    (tmp_path / "m.tflite").write_bytes(flatbuffer)
+    file = TFLiteModel(str(tmp_path / "m.tflite"))
+    file.pair(inputs=onnx_values(model))
+    lengths = np.concatenate([s["length"] for s in generated_samples(file, model, 16)])
+    assert lengths.min() >= 1 and lengths.max() <= 16 and len(set(lengths)) > 4, lengths
