@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from ..onnx.graph import uses_of
 
 # Ops through which an id stays the same id (its values moved, cast or copied), by input slot.
 _MOVING = {"Cast": 0, "Identity": 0, "Reshape": 0, "Unsqueeze": 0, "Squeeze": 0, "Flatten": 0,
            "Transpose": 0, "Expand": 0, "Concat": None}
-_GRIDS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype(np.int16): (-32768, 32767),
-          np.dtype(np.uint16): (0, 65535)}
 
 
 # (op type, input slot) pairs, or op types (every slot), through which an integer input is a
@@ -39,7 +37,6 @@ _VALUE_SLOTS = {("Mod", 0), ("Div", 0), ("Where", 1), ("Where", 2), ("Clip", 0),
                 ("Squeeze", 0), ("Unsqueeze", 0), ("ReduceSum", 0), ("ReduceMax", 0),
                 ("ReduceMin", 0), ("CumSum", 0), ("Expand", 0), ("Tile", 0), ("Slice", 0),
                 ("Gather", 0), ("Pad", 0)}
-
 
 
 def value_inputs(graph: onnx.GraphProto) -> set[str]:
@@ -80,24 +77,33 @@ def _constant_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
     return shapes
 
 
+def _reads(readers: dict, name: str):
+    """The (node, slot) reads of `name`'s values, followed through the ops that only move them
+    (_MOVING), those ops left out."""
+    pending, seen = [name], {name}
+    while pending:
+        for node, slot in readers.get(pending.pop(), []):
+            if node.op_type in _MOVING and _MOVING[node.op_type] in (None, slot):
+                fresh = [o for o in node.output if o and o not in seen]
+                seen.update(fresh)
+                pending.extend(fresh)
+            else:
+                yield node, slot
+
+
 def id_bounds(graph: onnx.GraphProto) -> dict[str, int]:
     """{integer graph input: the size of the smallest table it indexes}."""
     shapes = _constant_shapes(graph)
     readers = uses_of(graph.node)
     bounds = {}
     for value in graph.input:
-        pending, seen, sizes = [value.name], {value.name}, []
-        while pending:
-            for node, slot in readers.get(pending.pop(), []):
-                if node.op_type == "Gather" and slot == 1 and node.input[0] in shapes:
-                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-                    table = shapes[node.input[0]]
-                    if -len(table) <= axis < len(table) and table[axis] > 0:
-                        sizes.append(table[axis])
-                elif node.op_type in _MOVING and _MOVING[node.op_type] in (None, slot):
-                    fresh = [o for o in node.output if o and o not in seen]
-                    seen.update(fresh)
-                    pending.extend(fresh)
+        sizes = []
+        for node, slot in _reads(readers, value.name):
+            if node.op_type == "Gather" and slot == 1 and node.input[0] in shapes:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                table = shapes[node.input[0]]
+                if -len(table) <= axis < len(table) and table[axis] > 0:
+                    sizes.append(table[axis])
         if sizes:
             bounds[value.name] = min(sizes)
     return bounds
@@ -116,17 +122,11 @@ def length_bounds(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]]) ->
     readers = uses_of(graph.node)
     bounds = {}
     for value in graph.input:
-        pending, seen = [value.name], {value.name}
-        while pending:
-            for node, slot in readers.get(pending.pop(), []):
-                if node.op_type in _COMPARISONS and len(node.input) == 2:
-                    size = _range_size(producers, node.input[1 - slot], shapes)
-                    if size:
-                        bounds[value.name] = min(bounds.get(value.name, size), size)
-                elif node.op_type in _MOVING and _MOVING[node.op_type] in (None, slot):
-                    fresh = [o for o in node.output if o and o not in seen]
-                    seen.update(fresh)
-                    pending.extend(fresh)
+        for node, slot in _reads(readers, value.name):
+            if node.op_type in _COMPARISONS and len(node.input) == 2:
+                size = _range_size(producers, node.input[1 - slot], shapes)
+                if size:
+                    bounds[value.name] = min(bounds.get(value.name, size), size)
     return bounds
 
 
@@ -165,10 +165,11 @@ def pair_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
             continue
         scale = numpy_helper.to_array(constants[node.input[1]])
         zero = numpy_helper.to_array(constants[node.input[2]])
-        if scale.size != 1 or zero.dtype not in _GRIDS or not np.isfinite(scale).all() or float(scale) <= 0:
+        if scale.size != 1 or zero.size != 1 or zero.dtype.kind not in "iu" or not np.isfinite(scale).all() \
+                or float(scale) <= 0:
             continue
-        low, high = _GRIDS[zero.dtype]
-        span = ((low - int(zero)) * float(scale), (high - int(zero)) * float(scale))
+        grid = np.iinfo(zero.dtype)
+        span = ((grid.min - int(zero)) * float(scale), (grid.max - int(zero)) * float(scale))
         previous = spans.get(node.input[0], span)
         spans[node.input[0]] = (max(span[0], previous[0]), min(span[1], previous[1]))
     return spans
@@ -177,9 +178,6 @@ def pair_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
 def guessed_inputs(graph: onnx.GraphProto) -> set[str]:
     """The integer graph inputs whose valid values the graph does not say: neither ids of a table
     (id_bounds) nor values that only meet arithmetic (value_inputs)."""
-    integers = {v.name for v in graph.input
-                if v.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32,
-                                                    onnx.TensorProto.INT16, onnx.TensorProto.INT8,
-                                                    onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
-                                                    onnx.TensorProto.UINT32, onnx.TensorProto.UINT64)}
+    integers = {v.name for v in graph.input if v.type.tensor_type.elem_type
+                and helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).kind in "iu"}
     return integers - set(id_bounds(graph)) - value_inputs(graph)

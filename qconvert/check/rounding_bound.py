@@ -102,5 +102,6 @@ def rounding_bounds(proto: onnx.ModelProto, samples: list[dict[str, np.ndarray]]
         return {}
     session = Reference(model)
     moved = [session.run(sample, k) for k, sample in enumerate(samples)]
-    return {name: sqnr_db(np.stack(values).astype(np.float64), np.stack([m[name] for m in moved]).astype(np.float64))
+    return {name: sqnr_db(np.stack(values).astype(np.float64),
+                          np.stack([m[name] for m in moved]).astype(np.float64))
             for name, values in reference.items() if np.asarray(values[0]).dtype.kind == "f"}

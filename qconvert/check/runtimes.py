@@ -247,9 +247,9 @@ def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
     """Seeded inputs in the ONNX layout and dtypes (check/input_ranges.py says what the graph
     allows): float inputs standard normal, or uniform over their QuantizeLinear's grid; booleans
     random; integer ids uniform below the size of the table they index, lengths within the
-    dimension they mask; integer inputs that only
-    meet arithmetic over a wide range (_wide_integers); the others (shapes, counts, divisors:
-    value_inputs) uniform in [0, INTEGER_INPUT_HIGH), which keeps shapes small."""
+    dimension they mask; integer inputs that only meet arithmetic over a wide range
+    (_wide_integers); the others (shapes, counts, divisors: not value_inputs) uniform in
+    [0, INTEGER_INPUT_HIGH), which keeps shapes small."""
     from .input_ranges import id_bounds, length_bounds, pair_spans, value_inputs
 
     dtypes = {v.name: v.dtype for v in onnx_values(proto)}
@@ -298,11 +298,10 @@ class Reference:
     weights."""
 
     def __init__(self, proto: onnx.ModelProto, extra=(), path: str | None = None):
-        from ..onnx.runtime import reproducible_reference
+        from ..onnx.runtime import cpu_dependent_ops
 
-        exact = reproducible_reference(proto)  # the same integer sums on every CPU
-        if exact is not None:
-            proto, path = exact, None
+        if cpu_dependent_ops(proto.graph):
+            path = None  # CalibrationRun makes the session of its reproducible_reference
         outputs = [value.name for value in onnx_values(proto, outputs=True)]
         names = list(dict.fromkeys(outputs + list(extra)))
         if path is not None and set(names) <= set(outputs) and _no_computed_inputs(proto):

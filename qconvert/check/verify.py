@@ -22,10 +22,10 @@ import numpy as np
 import onnx
 
 from ..errors import ConversionError
+from ..onnx.runtime import quantizes_activations
 from .float_check import (FLOAT16_EPS, FLOAT32_EPS, FLOAT32_TINY, TOLERANCES, OutputRule,
                           computes_in_float16, fill_float_view, output_rules, step_fetches,
                           step_values, ulps_text)
-from ..onnx.runtime import quantizes_activations
 from .metrics import json_number, sqnr_db, worst_slice
 from .runtimes import RecordedReference, Reference, onnx_values, prepare, run_both
 

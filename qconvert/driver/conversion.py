@@ -148,15 +148,14 @@ def import_qdq(state: State) -> State:
     ranges and precision go into the quantize options; a float conversion keeps their clipping.
     Then the --keep-float patterns pick their nodes."""
     proto = state.onnx_file.proto
-    arrived = state.options.arrived_quantized
-    if state.steps is None and arrived is not None and quantizes_activations(proto.graph):
+    arrived, paired = state.options.arrived_quantized, quantizes_activations(proto.graph)
+    if state.steps is None and arrived is not None and paired:
         state = replace(state, options=arrived, steps=arrived.quantize.steps, from_pairs=True)
     steps, request = state.steps, state.options.quantize
     qdq = None
     if has_qdq(proto):
         state.onnx_file.restore_weights()
-        if (steps is not None and request.calibration is not None and state.reference is None
-                and quantizes_activations(proto.graph)):
+        if steps is not None and request.calibration is not None and state.reference is None and paired:
             state = replace(state, reference=state.onnx_file.copy())  # calibrated with its pairs
         qdq = strip_qdq(proto, clip=steps is None)
     if (steps is not None and request.calibration is None and steps.default_range is None

@@ -35,8 +35,8 @@ on any machine, whatever its load.
    estimated cost on the target, then the closest others, up to MAX_ROUNDS, until one holds.
 5. When no region held, every node out of int8 in each integer form the target allows, cheapest
    first (_everything_out: never all float). Of the measured plans that hold, the cheapest on
-   the target (targets.cost of the written model) is written. When none holds, the one that missed by the least, and the plan says that
-   int8 cannot hold the target (the conversion warns, naming what would trade size or speed for
+   the target (targets.cost of the written model) is written. When none holds, the one that
+   missed by the least, and the plan says that int8 cannot hold the target (the conversion warns, naming what would trade size or speed for
    accuracy).
 
 With a metric (the API's `evaluate` and `max_drop`), steps 1 and 4 judge by the metric's drop from
@@ -89,13 +89,13 @@ DECISIONS_KEPT = 0.99  # an output read by a decision keeps float's clear ones a
 MIN_DECISIONS = 256
 DECISION_SAMPLES = 32
 DECISION_WORK = 2e10
-# The float_reason of the ops the plan keeps out of int8 starts so: the summary groups them by it.
 # A model whose outputs hold many values a sample (a detector's or a segmenter's maps) is checked
 # on as many samples as hold CHECK_VALUES output values, at least MIN_CHECK_SAMPLES: SQNR over
 # 2^17 values is as steady as over 8 samples of a 16384-value output, and each LiteRT run of a
 # big float or hybrid candidate costs a second (an 800x608 layout detector: 90 runs, 76 CPU s).
 CHECK_VALUES = 2**17
 MIN_CHECK_SAMPLES = 2
+# The float_reason of the ops the plan keeps out of int8 starts so: the summary groups them by it.
 PLAN_KEEPS = "the precision plan keeps it out of int8"
 HYBRID = "hybrid"  # a promoted node that runs TFLite's hybrid kernels (Promotion.to)
 
