@@ -74,6 +74,15 @@ def _unsorted(m):
     m.graph.output[0].name = "z"
 
 
+def _float16_with_its_input_cast_last() -> onnx.ModelProto:
+    """onnxconverter-common's float16 model (keep_io_types): the input's Cast appended after the
+    nodes that read it."""
+    nodes = [helper.make_node("Relu", ["x16"], ["r16"], name="relu"),
+             helper.make_node("Cast", ["r16"], ["y"], name="cast_out", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["x"], ["x16"], name="cast_in", to=TensorProto.FLOAT16)]
+    return _model(nodes)
+
+
 def _product(op: str, w_shape, declared=(1, 10), x_shape=(1, 1, 8, 8), **attrs) -> onnx.ModelProto:
     """Flatten then a Gemm or MatMul whose weight is `w_shape`, the output declared `declared`
     (an exporter's declaration: shape inference keeps it when the product cannot be inferred)."""
@@ -145,7 +154,6 @@ CASES = {
     "no_nodes": (_edit(_add(), lambda m: (m.graph.ClearField("node"),
                                           setattr(m.graph.output[0], "name", "x"))), ["no nodes"]),
     "cycle": (_edit(_add(), _cycle), ["cycle", "node '"]),
-    "not_topological": (_edit(_add(), _unsorted), ["node 'relu' (Relu)", "topological order"]),
     "non_utf8_name": (_non_utf8(_model([helper.make_node("Relu", ["x"], ["yyyy"], name="relu")],
                                        outputs=[helper.make_tensor_value_info("yyyy", TensorProto.FLOAT,
                                                                               None)])),
@@ -309,7 +317,10 @@ def test_an_input_shape_that_changes_a_flattened_size_names_both_sizes(tmp_path)
     (_slice_to_the_end, _slice_to_the_end),
     (_output_listed_as_input, lambda: _model([helper.make_node("Relu", ["x"], ["y"])])),
     (lambda: _conv({"group": 3}, w_shape=(6, 1, 3, 3)), None),
-], ids=["declared_output_contradicts", "slice_int64_ends", "output_listed_as_input", "depthwise_group"])
+    (lambda: _edit(_add(), _unsorted), None),
+    (_float16_with_its_input_cast_last, None),
+], ids=["declared_output_contradicts", "slice_int64_ends", "output_listed_as_input", "depthwise_group",
+        "nodes_out_of_order", "float16_input_cast_last"])
 def test_valid_models_pass_the_checks(tmp_path, build, reference):
     model = build()
     result, _, out = _convert(tmp_path, model, "--io-layout", "onnx")

@@ -8,7 +8,8 @@ Two entry points, both linear in the size of the model:
   link, its offset and length inside that file; a model never makes qconvert read elsewhere.
   Returns the number of bytes the external data adds (for errors.MODEL_BYTES).
 - check_model(proto, stored): the top-level graph's structure (names valid UTF-8, outputs and
-  ops present, one producer per tensor, every read tensor produced, topological order, no cycle),
+  ops present, one producer per tensor, every read tensor produced, no cycle; nodes out of
+  topological order are sorted, as onnxruntime does),
   every tensor's data type and data size against its dims (`stored`: the lengths of raw data
   onnx_file left in the file), and every attribute's type and range against the op's schema.
 
@@ -18,6 +19,7 @@ in the loader and the op importers.
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 from collections.abc import Iterator, Mapping
@@ -361,41 +363,43 @@ def _label(node: onnx.NodeProto, k: int) -> str:
     return f"node {name!r} ({node.op_type})"
 
 
-def _check_order(graph: onnx.GraphProto, labels: list[str], producer: dict[str, int]) -> None:
-    """Nodes must come after the producers of their inputs (ONNX requires topological order);
-    a graph that cannot be ordered has a cycle, which is said so."""
-    available = {n for n, k in producer.items() if k < 0}
-    for k, node in enumerate(graph.node):
-        for name in node.input:
-            if name and name not in available:
-                cycle = _node_on_a_cycle(graph, producer)
-                if cycle is not None:
-                    raise ConversionError(f"the graph has a cycle through {labels[cycle]}")
-                raise ConversionError(f"{labels[k]} reads {name!r} before {labels[producer[name]]} "
-                                      "writes it; ONNX requires nodes in topological order")
-        available.update(o for o in node.output if o)
-
-
-def _node_on_a_cycle(graph: onnx.GraphProto, producer: dict[str, int]) -> int | None:
-    """A node on a cycle, or None: Kahn's algorithm orders what it can; every node left over
-    reads from another node left over, so walking back from one of them comes round to a node
-    already visited, which is on a cycle."""
+def _sort_nodes(graph: onnx.GraphProto, labels: list[str], producer: dict[str, int]) -> None:
+    """Puts the nodes in topological order, in place: ONNX requires it, but exporters break it
+    (onnxconverter-common's float16 appends the input Casts at the end) and onnxruntime sorts
+    them, so qconvert does too. The order is Kahn's, each time taking the ready node that came
+    first in the file, so a sorted graph keeps its order and any other order gives one answer.
+    A graph that cannot be ordered has a cycle, which is said so."""
     inputs = [{producer[n] for n in node.input if n and producer[n] >= 0} for node in graph.node]
+    if all(j < k for k, sources in enumerate(inputs) for j in sources):
+        return
     readers: list[list[int]] = [[] for _ in graph.node]
     for k, sources in enumerate(inputs):
         for j in sources:
             readers[j].append(k)
     waiting = [len(sources) for sources in inputs]
     ready = [k for k, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
     while ready:
-        for reader in readers[ready.pop()]:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for reader in readers[k]:
             waiting[reader] -= 1
             if waiting[reader] == 0:
-                ready.append(reader)
-    left = [k for k, w in enumerate(waiting) if w > 0]
-    if not left:
-        return None
-    visited, k = set(), left[0]
+                heapq.heappush(ready, reader)
+    if len(order) < len(graph.node):
+        cycle = _node_on_a_cycle(inputs, waiting)
+        raise ConversionError(f"the graph has a cycle through {labels[cycle]}")
+    nodes = [graph.node[k] for k in order]
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def _node_on_a_cycle(inputs: list[set[int]], waiting: list[int]) -> int:
+    """A node on a cycle, given what Kahn's algorithm left over (`waiting` > 0): every node left
+    over reads from another node left over, so walking back from one of them comes round to a
+    node already visited, which is on a cycle."""
+    visited, k = set(), next(k for k, w in enumerate(waiting) if w > 0)
     while k not in visited:
         visited.add(k)
         k = next(j for j in inputs[k] if waiting[j] > 0)
@@ -463,4 +467,4 @@ def check_model(proto: onnx.ModelProto, stored: Mapping[str, int] | None = None)
         if v.name not in producer:
             raise ConversionError(f"graph output {v.name!r} is not written by any node, nor a "
                                   "graph input or initializer")
-    _check_order(graph, labels, producer)
+    _sort_nodes(graph, labels, producer)
