@@ -34,7 +34,7 @@ non-constant W/R/B (a computed P is unrolled).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -122,6 +122,7 @@ class _Spec:
     clip: float | None
     dirs: list[_Direction]
     node: object = None  # the ONNX node, for the importers that compose activations
+    lengths: _Lengths | None = None  # sequence_lens, when the steps are masked
 
 
 def _op(ctx, op_type: str, inputs: list[str], shape, options=None, activation="NONE") -> str:
@@ -177,13 +178,62 @@ def _check_weights(ctx, shapes: dict, count: int, hidden: int, size: int, gates:
                             f"{list(expected[name])}")
 
 
-def _check_full_length(ctx, lens_name: str, steps: int) -> None:
-    """sequence_lens, when given, must be every sequence's full length (no masking)."""
-    if lens_name:
-        lens = ctx.require_const(lens_name, "sequence_lens")
-        if np.any(lens != steps):
-            raise ctx.error(f"sequence_lens {lens.tolist()} differ from the sequence length "
-                            f"{steps}; only full-length sequences convert")
+@dataclass
+class _Lengths:
+    """sequence_lens as the masked steps read it, shaped to broadcast against a state: [1, B, 1]
+    time-major, [B, 1, 1] batch-first. `values` holds constant lengths, `tensor` names run-time
+    ones (int32); `valid` caches each step's mask, which both directions read."""
+
+    shape: tuple[int, ...]
+    values: np.ndarray | None = None
+    tensor: str = ""
+    valid: dict = field(default_factory=dict)
+
+
+def _lengths(ctx, name: str, axis: int, steps: int, state: tuple[int, ...]) -> _Lengths | None:
+    """sequence_lens for the masked steps, or None when it is absent or a constant of full
+    lengths (plain steps, and the fused LSTM kernel, serve). Constant lengths must lie in
+    0..steps, as onnxruntime requires when it runs; run-time lengths are not checked: one past
+    the sequence reads as a whole sequence, a negative one as an empty one."""
+    if not name:
+        return None
+    batch = state[1 - axis]
+    if tuple(ctx.shape(name)) != (batch,):
+        raise ctx.error(f"sequence_lens has shape {list(ctx.shape(name))}; for a batch of {batch} "
+                        f"it must be [{batch}]")
+    shape = tuple(state[:2]) + (1,)
+    value = ctx.const(name)
+    if value is not None:
+        if np.any((value < 0) | (value > steps)):
+            raise ctx.error(f"sequence_lens {value.tolist()} outside 0..{steps}, the sequence length")
+        return None if np.all(value == steps) else _Lengths(shape, value.reshape(shape))
+    if ctx.dtype(name) != np.int32:
+        name = _typed(ctx, "CAST", [name], (batch,), np.int32,
+                      {"in_data_type": ctx.dtype(name), "out_data_type": np.dtype(np.int32)})
+    return _Lengths(shape, tensor=_typed(ctx, "RESHAPE", [name, ctx.constant(
+        "shape", np.array(shape, np.int32))], shape, np.int32))
+
+
+def _typed(ctx, op_type: str, inputs: list[str], shape, dtype, options=None) -> str:
+    """Appends an op with one new output of `shape` and `dtype`; returns the output's name."""
+    y = ctx.tensor(op_type.lower(), shape, dtype)
+    ctx.add_op(op_type, inputs, [y], options)
+    return y
+
+
+def _valid(ctx, lengths: _Lengths, t: int):
+    """Where step t lies within its sequence (t < length): True or False when that holds for every
+    batch entry alike (constant lengths), else a bool array (a constant, or LESS of the step
+    index and the run-time lengths). At t = 0 it says which sequences are not empty."""
+    if t not in lengths.valid:
+        if lengths.values is not None:
+            valid = t < lengths.values
+            same = bool(valid.all()) if valid.all() or not valid.any() else None
+            lengths.valid[t] = ctx.constant("valid", valid) if same is None else same
+        else:
+            lengths.valid[t] = _typed(ctx, "LESS", [ctx.constant("step", np.array(t, np.int32)),
+                                                    lengths.tensor], lengths.shape, np.bool_)
+    return lengths.valid[t]
 
 
 def _parse(node, ctx) -> _Spec:
@@ -205,12 +255,12 @@ def _parse(node, ctx) -> _Spec:
     p = _peepholes(ctx, p_name, count, hidden)
     axis = 1 if layout else 0
     steps = ctx.shape(x)[axis]
-    _check_full_length(ctx, lens_name, steps)
     acts = _activations(node, ctx, _DEFAULT_ACTIVATIONS, count)
     batch = ctx.shape(x)[1 - axis]
     seq = (steps, batch, hidden) if axis == 0 else (batch, steps, hidden)
     state = (1, batch, hidden) if axis == 0 else (batch, 1, hidden)
-    spec = _Spec(x, axis, seq, state, node.attr("clip"), [], node)
+    spec = _Spec(x, axis, seq, state, node.attr("clip"), [], node,
+                 _lengths(ctx, lens_name, axis, steps, state))
     h0s = _initial_states(ctx, h_name, spec, count)
     c0s = _initial_states(ctx, c_name, spec, count)
     for d in range(count):
@@ -323,6 +373,51 @@ def _gate(ctx, spec: _Spec, z: str, peephole, c: str | None, act: _Activation) -
     return _activate(ctx, spec, act, z)
 
 
+def _run_steps(ctx, spec: _Spec, initial: list, reverse: bool, step) -> tuple[str, list[str]]:
+    """(sequence, final states) of one direction, the steps in order (last to first when
+    `reverse`); step(t, states) emits step t and gives the states after it, the first of them
+    the hidden state, which is the step's output.
+
+    With sequence_lens (spec.lengths) each step is masked where t >= length: SELECT_V2 keeps the
+    previous states and writes 0 to the output, so a forward direction's final states are those
+    after step length - 1 and a reverse direction's steps start at length - 1 from the initial
+    states, as ONNX's reversal within each sequence's length has it (no REVERSE_SEQUENCE needed:
+    the reversed steps hold the initial states through the padding). A step no sequence reaches
+    (constant lengths) is not emitted. An empty sequence's final states are 0, as onnxruntime
+    gives them, where the masked steps would leave the initial states (_emptied)."""
+    steps = spec.seq[spec.axis]
+    states = [ctx.constant("rnn_state", s) if isinstance(s, np.ndarray) else s for s in initial]
+    zero = ctx.constant("zero", np.array(0, _F32))
+    outputs = [""] * steps
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        valid = True if spec.lengths is None else _valid(ctx, spec.lengths, t)
+        if valid is False:
+            outputs[t] = ctx.constant("padding", np.zeros(spec.state, _F32))
+            continue
+        new = step(t, states)
+        if valid is True:
+            states, outputs[t] = new, new[0]
+            continue
+        states = [_op(ctx, "SELECT_V2", [valid, n, s], spec.state) for n, s in zip(new, states)]
+        outputs[t] = _op(ctx, "SELECT_V2", [valid, new[0], zero], spec.state)
+    final = _emptied(ctx, spec, initial, states, zero)
+    if steps == 1:
+        return outputs[0], final
+    return _op(ctx, "CONCATENATION", outputs, spec.seq, {"axis": spec.axis}), final
+
+
+def _emptied(ctx, spec: _Spec, initial: list, states: list[str], zero: str) -> list[str]:
+    """The final states with 0 where a sequence is empty (length 0): SELECT_V2 on step 0's mask,
+    only where the initial state may be nonzero."""
+    nonempty = True if spec.lengths is None else _valid(ctx, spec.lengths, 0)
+    if nonempty is True:
+        return states
+    return [s if isinstance(s0, np.ndarray) and not s0.any()
+            else ctx.constant("rnn_state", np.zeros(spec.state, _F32)) if nonempty is False
+            else _op(ctx, "SELECT_V2", [nonempty, s, zero], spec.state)
+            for s0, s in zip(initial, states)]
+
+
 def _unrolled(ctx, spec: _Spec, d: _Direction, index: int):
     """(sequence, last hidden state, last cell state) of one direction, one step at a time."""
     steps, hidden = spec.seq[spec.axis], spec.state[2]
@@ -331,13 +426,12 @@ def _unrolled(ctx, spec: _Spec, d: _Direction, index: int):
              spec.seq[:2] + (4 * hidden,), {"keep_num_dims": True})
     step_shape = spec.state[:2] + (4 * hidden,)
     pieces = [xw] if steps == 1 else _split(ctx, xw, spec.axis, steps)
-    as_name = (lambda v: ctx.constant("lstm_state", v) if isinstance(v, np.ndarray) else v)
-    h, c = as_name(d.h0), as_name(d.c0)
     recurrent = ctx.constant("lstm_r", d.r.reshape(4 * hidden, hidden))
     peep = [None] * 3 if d.p is None else list(d.p)
     f_act, g_act, h_act = d.acts
-    outputs = [""] * steps
-    for t in (reversed(range(steps)) if d.reverse else range(steps)):
+
+    def step(t, states):
+        h, c = states
         rh = _op(ctx, "FULLY_CONNECTED", [h, recurrent, ""], step_shape, {"keep_num_dims": True})
         z = _split(ctx, _op(ctx, "ADD", [pieces[t], rh], step_shape), 2, 4)
         i = _gate(ctx, spec, z[0], peep[0], c, f_act)
@@ -346,10 +440,10 @@ def _unrolled(ctx, spec: _Spec, d: _Direction, index: int):
         c = _op(ctx, "ADD", [_op(ctx, "MUL", [f, c], spec.state),
                              _op(ctx, "MUL", [i, g], spec.state)], spec.state)
         o = _gate(ctx, spec, z[1], peep[1], c, f_act)
-        h = outputs[t] = _op(ctx, "MUL", [o, _activate(ctx, spec, h_act, c)], spec.state)
-    if steps == 1:
-        return h, h, c
-    return _op(ctx, "CONCATENATION", outputs, spec.seq, {"axis": spec.axis}), h, c
+        return [_op(ctx, "MUL", [o, _activate(ctx, spec, h_act, c)], spec.state), c]
+
+    sequence, (h, c) = _run_steps(ctx, spec, [d.h0, d.c0], d.reverse, step)
+    return sequence, h, c
 
 
 # --- importer -------------------------------------------------------------------------------------
@@ -370,7 +464,7 @@ def import_lstm(node, ctx):
     spec = _parse(node, ctx)
     outputs = node.outputs + [""] * (3 - len(node.outputs))
     y, y_h, y_c = outputs[:3]
-    fused = (spec.clip is None and not ctx.is_used(y_c) and all(
+    fused = (spec.lengths is None and spec.clip is None and not ctx.is_used(y_c) and all(
         [a.name for a in d.acts] == _DEFAULT_ACTIVATIONS and not isinstance(d.p, list)
         for d in spec.dirs))
     build = _fused if fused else _unrolled
@@ -422,11 +516,11 @@ def _parse_cell(node, ctx, gates: int, default_acts: list[str]) -> tuple[_Spec, 
                    hidden, size, gates)
     axis = 1 if node.attr("layout", 0) else 0
     steps, batch = ctx.shape(x)[axis], ctx.shape(x)[1 - axis]
-    _check_full_length(ctx, lens_name, steps)
     acts = _activations(node, ctx, default_acts, count)
     seq = (steps, batch, hidden) if axis == 0 else (batch, steps, hidden)
     state = (1, batch, hidden) if axis == 0 else (batch, 1, hidden)
-    spec = _Spec(x, axis, seq, state, node.attr("clip"), [], node)
+    spec = _Spec(x, axis, seq, state, node.attr("clip"), [], node,
+                 _lengths(ctx, lens_name, axis, steps, state))
     cells = [_Cell(w[d].reshape(gates, hidden, -1), r[d].reshape(gates, hidden, hidden),
                    b[d, :gates * hidden].reshape(gates, hidden), b[d, gates * hidden:].reshape(gates, hidden),
                    h0, direction == "reverse" or d == 1, acts[d])
@@ -449,16 +543,10 @@ def _recurrent(ctx, spec: _Spec, h: str, r: np.ndarray, bias: np.ndarray | None)
     return _op(ctx, "FULLY_CONNECTED", inputs, spec.state[:2] + (r.shape[0],), {"keep_num_dims": True})
 
 
-def _run_steps(ctx, spec: _Spec, cell: _Cell, step) -> tuple[str, str]:
-    """(sequence, last state) of one direction; step(t, h) gives the state after step t."""
-    steps = spec.seq[spec.axis]
-    h = ctx.constant("rnn_state", cell.h0) if isinstance(cell.h0, np.ndarray) else cell.h0
-    outputs = [""] * steps
-    for t in (reversed(range(steps)) if cell.reverse else range(steps)):
-        h = outputs[t] = step(t, h)
-    if steps == 1:
-        return h, h
-    return _op(ctx, "CONCATENATION", outputs, spec.seq, {"axis": spec.axis}), h
+def _run_cell(ctx, spec: _Spec, cell: _Cell, step) -> tuple[str, str]:
+    """(sequence, last state) of one GRU or RNN direction; step(t, h) gives the state after t."""
+    sequence, (h,) = _run_steps(ctx, spec, [cell.h0], cell.reverse, lambda t, states: [step(t, states[0])])
+    return sequence, h
 
 
 def _gru_direction(ctx, spec: _Spec, cell: _Cell, linear_before_reset: bool) -> tuple[str, str]:
@@ -492,7 +580,7 @@ def _gru_direction(ctx, spec: _Spec, cell: _Cell, linear_before_reset: bool) -> 
         keep = _op(ctx, "MUL", [z, _op(ctx, "SUB", [h, h_new], spec.state)], spec.state)
         return _op(ctx, "ADD", [h_new, keep], spec.state)
 
-    return _run_steps(ctx, spec, cell, step)
+    return _run_cell(ctx, spec, cell, step)
 
 
 def _rnn_direction(ctx, spec: _Spec, cell: _Cell) -> tuple[str, str]:
@@ -504,7 +592,7 @@ def _rnn_direction(ctx, spec: _Spec, cell: _Cell) -> tuple[str, str]:
         z = _op(ctx, "ADD", [pieces[t], _recurrent(ctx, spec, h, cell.r[0], None)], spec.state)
         return _gate(ctx, spec, z, None, None, cell.acts[0])
 
-    return _run_steps(ctx, spec, cell, step)
+    return _run_cell(ctx, spec, cell, step)
 
 
 def _import_cells(node, ctx, results) -> None:

@@ -149,7 +149,6 @@ def test_clip_and_activations_unrolled():
     ({"input_forget": 1}, "input_forget"),
     ({"activations": ["Gelu", "Tanh", "Tanh"]}, "Gelu"),
     ({"activations": ["Sigmoid", "Tanh"]}, "takes 3"),
-    ({"lens": T - 1}, "sequence_lens"),
 ])
 def test_unsupported(attrs, message):
     with pytest.raises(ConversionError, match=message):
