@@ -143,6 +143,11 @@ class Model:
         self.io_permutation: dict[str, tuple[int, ...]] = {}
         # The dynamic batch the loader set to 1 (None: the model had none, or --input-shape).
         self.dynamic_batch: DynamicBatch | None = None
+        # Dynamic dimensions beyond the batch (onnx/dynamic_dims.py: DynamicDims), set by the
+        # loader at fixed sizes; and each tensor's axes that stay resizable in the .tflite
+        # (shape_signature -1), once compared with a probe at another size.
+        self.dynamic_dims = None
+        self.dynamic_axes: dict[str, frozenset[int]] = {}
         # Weights the source model stores as integers (onnxruntime's dynamic quantization), by
         # the source node reading them: (the scale they were stored with, their largest |integer|),
         # each one value or one per output channel, so that transforms/store_integer_weights.py
@@ -185,6 +190,8 @@ class Model:
         other.inputs, other.outputs = list(self.inputs), list(self.outputs)
         other.io_permutation = dict(self.io_permutation)
         other.dynamic_batch = self.dynamic_batch  # immutable
+        other.dynamic_dims = self.dynamic_dims  # the loader's record, shared
+        other.dynamic_axes = dict(self.dynamic_axes)
         other.integer_weights = self.integer_weights  # fixed once the model is loaded
         other.requantized_weights = list(self.requantized_weights)
         other._suffix = self._suffix

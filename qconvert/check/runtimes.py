@@ -94,6 +94,24 @@ class TFLiteModel:
             self.outputs = _pair("output", outputs,
                                  _ports(details["outputs"], layouts.get("outputs", {})))
 
+    def resize(self, onnx_shapes: dict[str, tuple[int, ...]]) -> None:
+        """Gives the paired inputs other shapes (ONNX layout, by ONNX name) where the file's
+        dimensions are dynamic (resize_tensor_input), and allocates again."""
+        interpreter = self.interpreter
+        for port in self.inputs:
+            shape = tuple(onnx_shapes.get(port.onnx_name, port.onnx_shape()))
+            if port.permutation is not None:
+                shape = tuple(shape[k] for k in port.permutation)
+            if shape != port.shape:
+                interpreter.resize_tensor_input(port.index, list(shape), strict=True)
+                port.shape = shape
+        try:
+            with quiet_native_stderr():
+                interpreter.allocate_tensors()
+        except (ValueError, RuntimeError) as e:
+            raise ConversionError(f"{self.path}: LiteRT cannot run it at other sizes "
+                                  f"({onnx_shapes}): {first_line(e)}") from None
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """ONNX-layout float feeds by ONNX name -> ONNX-layout float outputs by ONNX name."""
         interpreter = self.interpreter
@@ -424,9 +442,13 @@ def _check_declared_shapes(outputs: list[OnnxValue], values: dict[str, np.ndarra
 
 
 def prepare(proto: onnx.ModelProto, tflite_path: str, samples, count: int,
-            preserve_all: bool = False) -> tuple[TFLiteModel, list[dict[str, np.ndarray]]]:
-    """The .tflite in LiteRT with its inputs paired, and the samples (`count` generated ones when
+            preserve_all: bool = False,
+            shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[TFLiteModel, list[dict[str, np.ndarray]]]:
+    """The .tflite in LiteRT with its inputs paired (resized to `shapes`, ONNX-layout input
+    shapes by name, where they are given), and the samples (`count` generated ones when
     `samples` is None)."""
     model = TFLiteModel(tflite_path, preserve_all=preserve_all)
     model.pair(inputs=onnx_values(proto))
+    if shapes:
+        model.resize(shapes)
     return model, samples if samples is not None else generated_samples(model, proto, count)

@@ -77,6 +77,9 @@ class Verification:
     reason: str | None = None  # why a model is judged by SQNR rather than exactly (run_time_quantization)
     # generated inputs whose valid values the graph does not say (input_ranges.guessed_inputs)
     guessed: list[str] = field(default_factory=list)
+    # the other input shapes the file was checked at (its dynamic dimensions resized), shown
+    # as "x [1, 3, 96, 96]"; `outputs` hold each output's worst over every size
+    other_sizes: list[str] = field(default_factory=list)
 
     @property
     def worst(self) -> OutputCheck:
@@ -120,7 +123,8 @@ class Verification:
         """`verify: worst output 'y' 41.2 dB, worst slice 'y' axis 1, index 4 22.0 dB (8 samples)`,
         for the float check `verify: float, worst output 'y' max error 2.1e-07 of its scale 1 (1.8
         ulps) (1 sample)`."""
-        count = f"({self.samples} sample{'s' if self.samples != 1 else ''})"
+        count = f"({self.samples} sample{'s' if self.samples != 1 else ''}"
+        count += f", at {len(self.other_sizes) + 1} sizes)" if self.other_sizes else ")"
         if self.guessed:
             count = (count[:-1] + f"; guessed: {', '.join(repr(n) for n in self.guessed)} drawn from "
                      f"0..9, --verify-data gives real values)")
@@ -150,6 +154,22 @@ class Verification:
         if sliced is not None:
             text += f", worst slice {sliced.name!r} {sliced.worst_slice} {_db(sliced.worst_slice_sqnr_db)}"
         return f"{text} {count}"
+
+    def merge_size(self, other: Verification, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Takes in the check of the same file at other input `shapes`: each output's worse
+        comparison (the float check's larger error, else the lower SQNR), and its verdict."""
+        def worse(a: OutputCheck, b: OutputCheck) -> OutputCheck:
+            if self.check == "float" and (a.mismatches or b.mismatches):
+                return b if (b.mismatches or 0) > (a.mismatches or 0) else a
+            if self.check == "float" and a.relative_error is not None and b.relative_error is not None:
+                return b if b.relative_error > a.relative_error else a
+            return b if b.sqnr_db < a.sqnr_db else a
+
+        others = {o.name: o for o in other.outputs}
+        self.outputs = [worse(o, others.get(o.name, o)) for o in self.outputs]
+        self.samples += other.samples
+        self.passed = self.passed and other.passed
+        self.other_sizes.append(", ".join(f"{n} [{', '.join(map(str, s))}]" for n, s in shapes.items()))
 
     def as_dict(self) -> dict:
         result = asdict(self)
@@ -297,14 +317,15 @@ def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np
 def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]] | None = None,
            count: int = 8, min_sqnr: float | None = None, data: str = "generated",
            float_check: bool = False, onnx_path: str | None = None,
-           rounding_bound: bool = False) -> Verification:
+           rounding_bound: bool = False, shapes: dict[str, tuple[int, ...]] | None = None) -> Verification:
     """Runs both models on `samples` (ONNX-layout inputs by name; None: `count` generated ones)
     and compares every output; `float_check` judges them by the float check (see the module
     docstring), `rounding_bound` (a model that arrives quantized) each float output by the error
     its own rounding explains (check/rounding_bound.py). `proto` must hold its weights, unless
     `onnx_path` is the file it was read from and reads_file(proto): onnxruntime then reads that
-    file (not with `rounding_bound`)."""
-    model, samples = prepare(proto, tflite_path, samples, count)
+    file (not with `rounding_bound`). `shapes`: the generated inputs' shapes where they are not
+    the file's (its dynamic dimensions resized)."""
+    model, samples = prepare(proto, tflite_path, samples, count, shapes=shapes)
     stacks = OutputStacks(proto)
     reference = Reference(proto, stacks.step_names, onnx_path)
     for values, outputs in run_both(proto, model, samples, reference=reference):

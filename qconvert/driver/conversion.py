@@ -25,6 +25,7 @@ from ..check.verify import Verification
 from ..errors import BelowThreshold, ConversionError, ReferenceFailed, UsageError, first_line
 from ..ir import Model
 from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
+from ..onnx.dynamic_dims import PROBE_SIZE, has_symbols, keep_dynamic
 from ..onnx.file import OnnxFile, read_onnx
 from ..onnx.loader import load, nodes_matching, stores_float16
 from ..onnx.runtime import has_qdq, quantizes_activations
@@ -47,6 +48,7 @@ from .options import Options, VerifyOptions, WeightOptions
 from .reports import (
     BatchReport,
     ConversionReport,
+    DimensionReport,
     FakeQuantReport,
     FloatOp,
     QuantizationReport,
@@ -94,6 +96,7 @@ class State:
     float_tflite: bytes | None = None  # the float model, timed next to the written one
     leading_dims: dict | None = None  # inputs whose dynamic axis 0 the loader set, and to what
     float16_weights: bool = False  # the ONNX weights are float16: stored as float16 again
+    probe_source: OnnxFile | None = None  # the model as loaded, for its dynamic dims' probes
 
 
 def convert(source: str, options: Options, *, data: bytes | None = None, output_name: str = "",
@@ -118,6 +121,7 @@ def build(source: str, options: Options, *, data: bytes | None = None, progress:
     state = load_model(state)
     state = calibrate(state)
     state = run_float_pipeline(state)
+    state = keep_dimensions_dynamic(state)
     state = keep_float_model(state)
     state = measure_layer_inputs(state)
     if before_quantizing is not None and state.steps is not None:
@@ -194,10 +198,13 @@ def start_calibration(state: State) -> State:
 
 
 def load_model(state: State) -> State:
-    """The IR model (onnx/loader.py); the parsed ONNX model goes."""
-    model = load(state.onnx_file, state.options.input.shapes)
+    """The IR model (onnx/loader.py); the parsed ONNX model goes, but for a copy when a
+    dynamic dimension is to be probed at another size."""
+    shapes = state.options.input.shapes
+    probe_source = state.onnx_file.copy() if has_symbols(state.onnx_file.proto, shapes) else None
+    model = load(state.onnx_file, shapes)
     inputs = [i for i in state.onnx_file.proto.graph.input if i.name in set(model.inputs)]
-    return replace(state, onnx_file=None, model=model,
+    return replace(state, onnx_file=None, model=model, probe_source=probe_source,
                    leading_dims=defaulted_inputs(inputs, state.options.input.shapes),
                    float16_weights=stores_float16(state.onnx_file.proto))
 
@@ -223,6 +230,27 @@ def run_float_pipeline(state: State) -> State:
     run_pipeline(state.model, io_layout=state.options.input.io_layout)
     stores_less = state.steps is not None or state.options.weights is not None
     return replace(state, float_bytes=stored_bytes(state.model) if stores_less else 0)
+
+
+def keep_dimensions_dynamic(state: State) -> State:
+    """Each dynamic dimension beyond the batch is probed: the model loaded and float-transformed
+    again with that dimension alone at another size, then compared with the model, which keeps
+    the dimensions the comparison allows resizable (onnx/dynamic_dims.py)."""
+    model, source = state.model, state.probe_source
+    if source is None or model.dynamic_dims is None:
+        return replace(state, probe_source=None)
+    symbols = list(model.dynamic_dims.sizes)
+    probes: dict[str, Model | str] = {}
+    for k, symbol in enumerate(symbols):
+        try:
+            probe = load(source if k == len(symbols) - 1 else source.copy(),
+                         state.options.input.shapes, sizes={symbol: PROBE_SIZE})
+            run_pipeline(probe, io_layout=state.options.input.io_layout)
+            probes[symbol] = probe
+        except ConversionError as e:
+            probes[symbol] = first_line(e)
+    keep_dynamic(model, probes)
+    return replace(state, probe_source=None)
 
 
 def keep_float_model(state: State) -> State:
@@ -387,8 +415,17 @@ def serialize_model(state: State, output_name: str) -> tuple[Flatbuffer, Convers
         inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
         quantization=state.quantization, weights=state.weights, notes=notes,
         batch=None if batch is None else BatchReport(batch.symbol, 1, bool(batch.tensors), note(batch)),
+        dimensions=_dimension_reports(model),
         leading_dims=dict(state.leading_dims or {}))
     return flatbuffer, report
+
+
+def _dimension_reports(model: Model) -> list[DimensionReport]:
+    dims = model.dynamic_dims
+    if dims is None:
+        return []
+    return [DimensionReport(s, size, s not in dims.fixed_because, dims.fixed_because.get(s, ""))
+            for s, size in dims.sizes.items()]
 
 
 def write_and_verify(state: State, flatbuffer: Flatbuffer, report: ConversionReport,
@@ -438,7 +475,10 @@ def verify_written(state: State, path: str,
         verify = replace(verify, rounding_bound=True)  # the model's own rounding is the gate
     onnx_path = state.source if state.reads_file else None
     try:
-        result, source = check_written(state.reference, onnx_path, path, verify, report.notes, warn=True)
+        dims = state.model.dynamic_dims
+        sizes = dims.check_shapes() if dims is not None and verify.data is None else []
+        result, source = check_written(state.reference, onnx_path, path, verify, report.notes,
+                                       warn=True, other_shapes=sizes)
     except ReferenceFailed as e:
         if not verify.float_check or verify.asked:
             raise ConversionError(f"{e} (the verification runs the model in onnxruntime; "
@@ -503,16 +543,18 @@ def _slower_because(report: ConversionReport, latency: Latency) -> str:
 
 
 def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options: VerifyOptions,
-                  notes: ConversionNotes | None = None,
-                  warn: bool = False) -> tuple[Verification, DataSource | None]:
+                  notes: ConversionNotes | None = None, warn: bool = False,
+                  other_shapes: list[dict] = ()) -> tuple[Verification, DataSource | None]:
     """Verifies the .tflite at `path` against the ONNX model `reference` and writes the
     per-tensor report if asked; with `warn`, logs a warning when an output is below WARN_BELOW_DB
     and there is no threshold. A float conversion (options.float_check) is judged by the float
     check (check/verify.py) unless the model has Q/DQ pairs on activations, whose rounding a float
     conversion drops (then by SQNR, as a quantized one). onnxruntime reads the file at
     `onnx_path` itself when it can (runtimes.reads_file); else `reference` gets its weights back.
-    Returns the verification and what its samples were read from (options.data; None:
-    generated inputs)."""
+    `other_shapes`: input shapes (ONNX layout, by name) to check the file at besides its own, on
+    generated inputs (its dynamic dimensions resized: onnx/dynamic_dims.py), each output judged
+    by its worst. Returns the verification and what its samples were read from (options.data;
+    None: generated inputs)."""
     from ..check.runtimes import reads_file
     from ..check.verify import rounding_dropped, verify
 
@@ -528,6 +570,10 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     result = verify(proto, path, samples, options.samples, options.min_sqnr,
                     data=options.data or "generated", float_check=float_check,
                     onnx_path=onnx_path if direct else None, rounding_bound=options.rounding_bound)
+    for shapes in other_shapes:
+        result.merge_size(verify(proto, path, None, options.samples, options.min_sqnr,
+                                 float_check=float_check, onnx_path=onnx_path if direct else None,
+                                 rounding_bound=options.rounding_bound, shapes=shapes), shapes)
     if options.report is not None:
         from ..check.report import build_report, write_report
 

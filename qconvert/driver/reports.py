@@ -76,6 +76,16 @@ class BatchReport:
 
 
 @dataclass
+class DimensionReport:
+    """A dynamic dimension beyond the batch (qconvert/onnx/dynamic_dims.py)."""
+
+    symbol: str  # its ONNX name, or "input:axis" when it has none
+    size: int  # the size the .tflite's shapes have (LiteRT's before resize_tensor_input)
+    resizable: bool  # shape_signature -1 wherever it is: resize_tensor_input changes it
+    fixed_because: str  # why it is not resizable ("" when it is)
+
+
+@dataclass
 class ConversionReport:
     input: str
     output: str
@@ -90,6 +100,7 @@ class ConversionReport:
     weights: WeightsReport | None = None
     verify: Verification | None = None  # the written file against onnxruntime
     batch: BatchReport | None = None  # the model's dynamic batch, set to 1
+    dimensions: list[DimensionReport] = field(default_factory=list)  # the other dynamic ones
     # other inputs' dynamic axis 0, set without --input-shape (to 1, or to the size --input-shape
     # gives the same dimension name): {input: size}
     leading_dims: dict[str, int] = field(default_factory=dict)
@@ -161,6 +172,8 @@ class ConversionReport:
             text += "; " + self.latency.summary(kind) if kind is not None else ""
         if self.batch is not None:
             text += "; " + self.batch.note
+        if self.dimensions:
+            text += "; " + _dimensions_note(self.dimensions)
         if self.leading_dims:
             text += "; dynamic axis 0 set (--input-shape to change it): " + ", ".join(
                 f"{name!r} {size}" for name, size in self.leading_dims.items())
@@ -170,6 +183,18 @@ class ConversionReport:
             text += (f"; channels-last input{'s' if len(moved) > 1 else ''} (--io-layout onnx keeps "
                      f"ONNX's): {', '.join(shown)}{', ...' if len(moved) > SHOWN_MOVED_INPUTS else ''}")
         return text
+
+
+def _dimensions_note(dimensions: list[DimensionReport]) -> str:
+    """The dynamic dimensions kept resizable, then those fixed at their size with why."""
+    kept = [d for d in dimensions if d.resizable]
+    parts = []
+    if kept:
+        parts.append("dynamic " + ", ".join(repr(d.symbol) for d in kept) + " kept resizable "
+                     f"(shape_signature -1; written at {', '.join(str(d.size) for d in kept)})")
+    parts += [f"dynamic {d.symbol!r} fixed at {d.size}: {d.fixed_because}"
+              for d in dimensions if not d.resizable]
+    return "; ".join(parts)
 
 
 def _written_kind(q: QuantizationReport) -> str | None:

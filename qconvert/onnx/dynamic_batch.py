@@ -328,6 +328,8 @@ def _batched_tensors(model: Model) -> tuple[set[str], list[Callable[[], None]], 
     for op in model.operators:
         if not any(n in batched for n in op.inputs):
             continue
+        if op.type == "SHAPE":  # a dynamic dimension's size (dynamic_dims.py): no batch axis
+            continue
         rule = _RULES.get(op.type)
         problem = "has no batch-agnostic form in qconvert" if rule is None else rule(model, op, batched)
         if not problem:

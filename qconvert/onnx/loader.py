@@ -35,7 +35,7 @@ import onnx
 import onnx.version_converter
 from onnx import helper, numpy_helper
 
-from . import control_flow, dynamic_batch, dynamic_quant, fold, node_types
+from . import control_flow, dynamic_batch, dynamic_dims, dynamic_quant, fold, node_types
 from ..errors import FOLDED_BYTES, ConversionError, UsageError
 from ..ir import DynamicBatch, Model, Operator
 from .file import OnnxFile
@@ -152,7 +152,8 @@ def _check_static(name: str, dims: list, declared: list) -> None:
 class _Graph:
     """What the loader knows about the ONNX graph: constants, shapes and dtypes by value name."""
 
-    def __init__(self, source: OnnxFile, input_shapes: dict[str, tuple[int, ...]], body: bool = False):
+    def __init__(self, source: OnnxFile, input_shapes: dict[str, tuple[int, ...]], body: bool = False,
+                 sizes: dict[str, int] | None = None):
         proto = source.proto
         self.proto = proto
         self.graph = proto.graph
@@ -166,7 +167,7 @@ class _Graph:
                        if i.name not in index.initializers and i.name not in index.producers]
         self.shapes: dict[str, tuple] = {}
         self.dtypes: dict[str, np.dtype] = {}
-        self._pin_inputs(input_shapes, body)
+        self._pin_inputs(input_shapes, body, sizes or {})
         for name, value in self.constants.items():
             self.shapes[name] = value.shape
             self.dtypes[name] = value.dtype
@@ -179,12 +180,15 @@ class _Graph:
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 
-    def _pin_inputs(self, input_shapes: dict[str, tuple[int, ...]], body: bool) -> None:
+    def _pin_inputs(self, input_shapes: dict[str, tuple[int, ...]], body: bool,
+                    sizes: dict[str, int]) -> None:
         """Each graph input's static shape (_input_dims) and dtype. A dynamic batch (axis 0 of
         every input, one name) is set to 1 unless shapes are pinned; else a dynamic axis 0 of an
         input --input-shape leaves out is set to 1 (or to the size --input-shape gives the same
-        name); any dimension named like one --input-shape pins has its size. A control-flow
-        `body`'s input shapes are those its op passes (no --input-shape is involved)."""
+        name); any dimension named like one --input-shape pins has its size; the other dynamic
+        dimensions are symbols (dynamic_dims.py) at their base size, or at `sizes`' (a probe).
+        A control-flow `body`'s input shapes are those its op passes (no --input-shape is
+        involved)."""
         unknown = set(input_shapes) - {i.name for i in self.inputs}
         if unknown and body:
             raise ConversionError(f"the body's input {sorted(unknown)[0]!r} is also one of its "
@@ -197,6 +201,10 @@ class _Graph:
         self.batch = None if input_shapes else dynamic_batch.default_batch(self.inputs)
         leading = {} if self.batch is not None else dynamic_batch.leading_sizes(self.inputs, input_shapes)
         named = dynamic_batch.pinned_names(self.inputs, input_shapes)
+        self.dynamic = None if body else dynamic_dims.symbols(self.inputs, input_shapes, named)
+        if self.dynamic is not None:
+            self.dynamic.sizes.update((s, size) for s, size in sizes.items() if s in self.dynamic.sizes)
+        places = self.dynamic.inputs if self.dynamic is not None else {}
         for i in self.inputs:
             tt = i.type.tensor_type
             if not i.type.HasField("tensor_type"):
@@ -209,12 +217,16 @@ class _Graph:
             elif i.name in leading:
                 dims = [leading[i.name]] + dims[1:]
             dims = [named.get(d, d) if isinstance(d, str) else d for d in dims]
+            for axis, symbol in places.get(i.name, {}).items():
+                dims[axis] = self.dynamic.sizes[symbol]
             if i.name in input_shapes:
                 dims = _pinned_dims(i, dims, input_shapes[i.name])
             _check_static(i.name, dims, declared)
             check_tensor_size(dims, f"input {i.name!r}")
             self.shapes[i.name] = tuple(dims)
             self.dtypes[i.name] = _np_dtype(tt.elem_type)
+            if i.name in places:
+                self.dynamic.shapes[i.name] = tuple(dims)
 
     # --- shape inference ----------------------------------------------------------------------
     def _inference_model(self, declared: bool = False) -> onnx.ModelProto:
@@ -810,15 +822,27 @@ def _settle(graph: _Graph) -> None:
 
 
 def load(source: OnnxFile | onnx.ModelProto,
-         input_shapes: dict[str, tuple[int, ...]] | None = None, body: bool = False) -> Model:
+         input_shapes: dict[str, tuple[int, ...]] | None = None, body: bool = False,
+         sizes: dict[str, int] | None = None) -> Model:
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault.
-    `input_shapes` are --input-shape's, or (`body`) those a control-flow op gives its body."""
+    `input_shapes` are --input-shape's, or (`body`) those a control-flow op gives its body;
+    `sizes` set dynamic dimensions (dynamic_dims.py) to other sizes than their base size."""
     if isinstance(source, onnx.ModelProto):
         source = OnnxFile(source)
     if not source.checked:
         check_model(source.proto, {name: where.length for name, where in source.stored.items()})
     source = upgrade_old_opset(source)
-    graph = _Graph(source, input_shapes or {}, body)
+    graph = _Graph(source, input_shapes or {}, body, sizes)
+    try:
+        return _load_graph(graph)
+    except ConversionError as e:
+        if graph.dynamic is None or sizes:  # a probe's error is the probe's reason
+            raise
+        raise ConversionError(f"{e} ({dynamic_dims.pin_advice(graph.dynamic, graph.shapes)})") from None
+
+
+def _load_graph(graph: _Graph) -> Model:
+    """The IR of the loader's graph: folded, checked, imported."""
     dynamic_quant.dequantize(graph)  # onnxruntime's quantize_dynamic ops as float ops
     probe = dynamic_batch.probe(graph) if graph.batch is not None else None
     _settle(graph)
@@ -831,6 +855,7 @@ def load(source: OnnxFile | onnx.ModelProto,
     if probe is not None:
         model.dynamic_batch = DynamicBatch(graph.batch, dynamic_batch.onnx_blocker(graph, probe, _settle))
         del probe
+    model.dynamic_dims = graph.dynamic
     importer = _Importer(graph, model)
     importer.add_inputs()
     importer.import_nodes()

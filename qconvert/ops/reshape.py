@@ -1,5 +1,6 @@
 """Ops that move data without computing: Reshape, Flatten, Squeeze, Unsqueeze (RESHAPE),
-Transpose (TRANSPOSE), and Identity/Dropout (IDENTITY, removed by transforms/remove_identity)."""
+Transpose (TRANSPOSE), and Identity/Dropout (IDENTITY, removed by transforms/remove_identity);
+TFLite's SHAPE, which a dynamic dimension's run-time sizes start from."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ tflite_op("RESHAPE", options="ReshapeOptions", evaluate=_evaluate_reshape, quant
 tflite_op("TRANSPOSE", options="TransposeOptions", evaluate=_evaluate_transpose, quant=SAME16,
           version=_transpose_version)
 tflite_op("IDENTITY", evaluate=lambda inputs, op: [inputs[0]])
+# A tensor's shape when the model runs: what a dimension left dynamic computes from
+# (onnx/dynamic_dims.py). No `evaluate`: its input's shape is the one thing folding cannot know.
+tflite_op("SHAPE", options="ShapeOptions")
 
 
 @onnx_op("Reshape", "Flatten", "Squeeze", "Unsqueeze")

@@ -365,10 +365,14 @@ class _Writer:
         shape = self._ints(b, array.shape)
         signature = None
         batch = self.model.dynamic_batch if self.model is self.main else None
+        axes = set(self.model.dynamic_axes.get(name, ())) if self.model is self.main else set()
         if batch is not None and name in batch.tensors:
+            axes.add(0)
+        if axes:
             # TensorFlow's converter marks a dynamic dimension so: -1 where the shape has its
-            # current size. LiteRT's resize_tensor_input may then change it (dynamic_batch.py).
-            signature = self._ints(b, (-1,) + tuple(array.shape[1:]))
+            # current size. LiteRT's resize_tensor_input may then change it (dynamic_batch.py,
+            # dynamic_dims.py).
+            signature = self._ints(b, tuple(-1 if k in axes else d for k, d in enumerate(array.shape)))
         name_off = b.CreateString(name)
         return self._table(b, "Tensor", [
             ("Shape", shape),

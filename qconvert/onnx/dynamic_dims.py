@@ -1,0 +1,250 @@
+"""Dynamic dimensions other than the batch (a sequence length, an image's height and width, audio
+frames): kept dynamic in the .tflite where the graph allows it, found by measuring.
+
+Each dynamic dimension of an input beyond axis 0 (axis 0 is the batch's: dynamic_batch.py) that
+--input-shape does not pin is a *symbol*: its ONNX name (dim_param), or "input:axis" when it has
+none; inputs that share a name share the symbol (`symbols`). The loader converts at BASE_SIZE for
+every symbol, the same for every model, so the bytes written depend on the model only. The
+driver then loads and float-transforms the model once more per symbol, that symbol alone at
+PROBE_SIZE, and `keep_dynamic` compares each probe with the model:
+- the same ops must read and write the same tensors with the same options (RESHAPE's new_shape
+  aside), else the symbol is fixed at BASE_SIZE, the summary saying where the graphs part;
+- each tensor's axes whose size moved with the symbol get -1 in the .tflite's shape_signature
+  (Model.dynamic_axes), so that LiteRT's resize_tensor_input changes them;
+- a constant that moved with it is the symbol's too. An integer one whose entries each move by
+  a whole multiple of the size (a Reshape's target, a Slice's end, a Resize's size: TFLite reads
+  them as tensors) is computed when the model runs, from the SHAPE of an input that carries the
+  symbol; a RESHAPE target with one moving entry gets -1 there instead, which XNNPACK keeps
+  delegated. Any other (a float table cut to the length, a mask built for it) fixes the symbol,
+  and the summary names the constant and the op reading it.
+A symbol whose model does not convert at PROBE_SIZE is fixed too, with the loader's words. The
+check then runs the file at CHECK_SIZES besides BASE_SIZE (the driver's verify stage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir import Model, Operator
+
+# Multiples of 32, so that a network that halves its size five times and concatenates skip
+# connections (a U-Net) converts at each.
+BASE_SIZE = 64
+PROBE_SIZE = 96
+# The sizes the check runs the file at besides BASE_SIZE: PROBE_SIZE for every symbol, then
+# every symbol at a size of its own (a height unlike the width).
+CHECK_SIZES = (PROBE_SIZE, 128)
+
+
+@dataclass
+class DynamicDims:
+    """The symbols the loader set (by name: the size it set), where they sit among the ONNX
+    inputs (by input: {axis: symbol}), and, once keep_dynamic has run, why a symbol was fixed at
+    its size ({symbol: reason}; the others stay resizable)."""
+
+    sizes: dict[str, int]
+    inputs: dict[str, dict[int, str]]
+    fixed_because: dict[str, str] = field(default_factory=dict)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # those inputs' at `sizes`
+
+    @property
+    def resizable(self) -> list[str]:
+        return [s for s in self.sizes if s not in self.fixed_because]
+
+    def check_shapes(self) -> list[dict[str, tuple[int, ...]]]:
+        """The ONNX input shapes the check runs the file at besides its own: one set per
+        CHECK_SIZES entry, the resizable symbols moved."""
+        resizable = self.resizable
+        sets = []
+        for k, size in enumerate(CHECK_SIZES):
+            sizes = {s: size + (32 * j if k else 0) for j, s in enumerate(resizable)}
+            sets.append({name: tuple(sizes.get(self.inputs.get(name, {}).get(axis), d)
+                                     for axis, d in enumerate(shape))
+                         for name, shape in self.shapes.items()})
+        return sets if resizable else []
+
+
+def _is_dynamic(dim) -> bool:
+    return not dim.HasField("dim_value") or dim.dim_value < 0
+
+
+def symbols(inputs, pinned: dict[str, tuple[int, ...]], named: dict[str, int]) -> DynamicDims | None:
+    """The dynamic dimensions beyond axis 0 of the ONNX `inputs` (ValueInfoProtos) that neither
+    --input-shape (`pinned`) nor a name it sizes (`named`) fixes, each at BASE_SIZE; None when
+    there are none."""
+    places: dict[str, dict[int, str]] = {}
+    for value in inputs:
+        if value.name in pinned or not value.type.HasField("tensor_type"):
+            continue
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if axis == 0 or not _is_dynamic(dim) or dim.dim_param in named:
+                continue
+            places.setdefault(value.name, {})[axis] = dim.dim_param or f"{value.name}:{axis}"
+    if not places:
+        return None
+    order = dict.fromkeys(s for axes in places.values() for s in axes.values())
+    return DynamicDims(dict.fromkeys(order, BASE_SIZE), places)
+
+
+def has_symbols(proto, pinned: dict[str, tuple[int, ...]]) -> bool:
+    """Whether the ONNX model (a ModelProto) has dynamic dimensions `symbols` would find."""
+    from .dynamic_batch import pinned_names
+
+    weights = {t.name for t in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in weights]
+    return symbols(inputs, pinned, pinned_names(inputs, pinned)) is not None
+
+
+def pin_advice(dims: DynamicDims, shapes: dict[str, tuple]) -> str:
+    """The words after a conversion error at the symbols' sizes: what was set, and the
+    --input-shape that pins each input carrying one (at those sizes: the user's to change)."""
+    pins = " ".join(f"--input-shape {name}:" + ",".join(str(d) for d in shapes[name])
+                    for name in dims.inputs)
+    return (f"with dynamic {', '.join(repr(s) for s in dims.sizes)} set to "
+            f"{', '.join(str(v) for v in dims.sizes.values())}; {pins} pins them")
+
+
+# --- the two float models compared ----------------------------------------------------------
+def keep_dynamic(model: Model, probes: dict[str, Model | str]) -> None:
+    """Compares `model` with each symbol's probe (a Model converted with that symbol at
+    PROBE_SIZE, or the reason it did not convert) and keeps the symbols the graph allows
+    resizable: their tensors' axes in model.dynamic_axes, their constants computed at run time
+    (module docstring). The others are recorded in model.dynamic_dims.fixed_because."""
+    dims = model.dynamic_dims
+    moved: dict[str, tuple[dict[str, set[int]], dict[str, np.ndarray]]] = {}
+    for symbol, probe in probes.items():
+        why = f"the model does not convert at {PROBE_SIZE} ({probe})" if isinstance(probe, str) else ""
+        if not why:
+            axes, slopes, why = _compare(model, probe)
+        if why:
+            dims.fixed_because[symbol] = why
+        else:
+            moved[symbol] = (axes, slopes)
+    for axes, _ in moved.values():
+        for name, moving in axes.items():
+            model.dynamic_axes[name] = frozenset(model.dynamic_axes.get(name, frozenset()) | moving)
+    runtime: dict[str, dict[str, np.ndarray]] = {}
+    for symbol, (_, slopes) in moved.items():
+        for name, slope in slopes.items():
+            runtime.setdefault(name, {})[symbol] = slope
+    computed = {name: by_symbol for name, by_symbol in runtime.items()
+                if not _minus_one_in_reshapes(model, name, by_symbol)}
+    needed = dict.fromkeys(symbol for by_symbol in computed.values() for symbol in by_symbol)
+    # Each size tensor goes first in the execution order, so the first made is the last of them.
+    sizes = {symbol: _size_tensor(model, moved[symbol][0]) for symbol in needed}
+    anchor = model.producer(next(iter(sizes.values()))) if sizes else None
+    for name, by_symbol in computed.items():
+        anchor = _compute_at_run_time(model, name, by_symbol, sizes, anchor)
+
+
+def _compare(model: Model, probe: Model) -> tuple[dict[str, set[int]], dict[str, np.ndarray], str]:
+    """(tensor -> its axes that moved, integer constant -> its slope per unit of size, "") or
+    (.., .., why the symbol must stay fixed)."""
+    ops, other = list(model.operators), list(probe.operators)
+    if len(ops) != len(other):
+        return {}, {}, f"at {PROBE_SIZE} the graph has {len(other)} ops, not {len(ops)}"
+    for op, twin in zip(ops, other):
+        if (op.type, op.inputs, op.outputs) != (twin.type, twin.inputs, twin.outputs):
+            return {}, {}, f"at {PROBE_SIZE} {op.type} (node {op.source}) is computed otherwise"
+        if _options(op) != _options(twin):
+            return {}, {}, f"{op.type} (node {op.source}) has options that depend on the size"
+    axes: dict[str, set[int]] = {}
+    slopes: dict[str, np.ndarray] = {}
+    step = PROBE_SIZE - BASE_SIZE
+    for name, array in model.arrays.items():
+        twin = probe.arrays.get(name)
+        if twin is None or len(twin.shape) != len(array.shape):
+            return {}, {}, f"tensor {name!r} is not the same tensor at {PROBE_SIZE}"
+        if array.is_constant:
+            if twin.data.shape != array.data.shape or not np.array_equal(twin.data, array.data):
+                slope, why = _slope(model, name, array.data, twin.data, step)
+                if why:
+                    return {}, {}, why
+                slopes[name] = slope
+            continue
+        moving = {k for k, (a, b) in enumerate(zip(array.shape, twin.shape)) if a != b}
+        if moving:
+            axes[name] = moving
+    return axes, slopes, ""
+
+
+def _options(op: Operator) -> dict:
+    return {k: v for k, v in op.options.items() if not (op.type == "RESHAPE" and k == "new_shape")}
+
+
+def _slope(model: Model, name: str, base: np.ndarray, probe: np.ndarray,
+           step: int) -> tuple[np.ndarray | None, str]:
+    """The per-unit slope of an integer constant that moves with the size, or why it cannot be
+    computed at run time."""
+    readers = ", ".join(sorted({f"{op.type} (node {op.source})" for op in model.consumers(name)}))
+    if base.dtype.kind in "iu" and base.shape == probe.shape and base.ndim <= 1:
+        difference = probe.astype(np.int64) - base.astype(np.int64)
+        if not np.any(difference % step):
+            return (difference // step).astype(base.dtype), ""
+    return None, (f"the constant {name!r} read by {readers or 'the graph output'} depends on the "
+                  "size (qconvert computes only whole multiples of it at run time)")
+
+
+def _readers(model: Model, name: str) -> list[tuple[Operator, int]]:
+    return [(op, k) for op in model.consumers(name) for k, n in enumerate(op.inputs) if n == name]
+
+
+def _set_reshape_target(model: Model, op: Operator, k: int, name: str) -> None:
+    """RESHAPE reads its target from input 1 alone: the new_shape option would say otherwise."""
+    model.set_input(op, k, name)
+    if op.type == "RESHAPE":
+        op.options.pop("new_shape", None)
+
+
+def _minus_one_in_reshapes(model: Model, name: str, slopes: dict[str, np.ndarray]) -> bool:
+    """A target read by RESHAPEs alone with one entry moving and none -1 already: -1 there, in a
+    constant of its own (True); else nothing changes (False)."""
+    base = model.constant(name)
+    moving = np.flatnonzero(sum(np.abs(s.astype(np.int64)) for s in slopes.values()))
+    readers = _readers(model, name)
+    if (len(moving) != 1 or base.ndim != 1 or np.any(base == -1)
+            or any(op.type != "RESHAPE" or k != 1 for op, k in readers)):
+        return False
+    target = base.copy()
+    target[moving[0]] = -1
+    constant = model.add_constant(name + "_dynamic", target)
+    for op, k in readers:
+        _set_reshape_target(model, op, k, constant)
+    return True
+
+
+def _size_tensor(model: Model, axes: dict[str, set[int]]) -> str:
+    """An int32 scalar holding a symbol's size when the model runs (`axes`: the tensors' axes it
+    moves): SHAPE of the first model input it moves, GATHER of that axis; put first in the
+    execution order."""
+    name = next(n for n in model.inputs if n in axes)
+    axis = min(axes[name])
+    rank = len(model.arrays[name].shape)
+    shape = model.add_array(name + "_shape", (rank,), np.int32)
+    size = model.add_array(f"{name}_size{axis}", (), np.int32)
+    first = model.insert_after(None, Operator("SHAPE", [name], [shape], {"out_type": np.int32}))
+    model.insert_after(first, Operator("GATHER", [shape, model.add_constant("axis", np.int32(axis))],
+                                       [size], {"axis": 0}))
+    return size
+
+
+def _compute_at_run_time(model: Model, name: str, slopes: dict[str, np.ndarray],
+                         sizes: dict[str, str], anchor: Operator) -> Operator:
+    """The readers of the constant `name` read it computed when the model runs: its value at
+    BASE_SIZE less each slope's share of it, plus each slope times its symbol's size (MUL, ADD
+    after `anchor`, the size tensors' last op). Returns the last op added."""
+    base = model.constant(name)
+    offset = base.astype(np.int64) - BASE_SIZE * sum(s.astype(np.int64) for s in slopes.values())
+    value = model.add_constant(name + "_offset", offset.astype(base.dtype))
+    for symbol, slope in slopes.items():
+        product = model.add_array(f"{name}_times_size", base.shape, base.dtype)
+        anchor = model.insert_after(anchor, Operator(
+            "MUL", [model.add_constant(name + "_slope", slope), sizes[symbol]], [product]))
+        total = model.add_array(name + "_run_time", base.shape, base.dtype)
+        anchor = model.insert_after(anchor, Operator("ADD", [value, product], [total]))
+        value = total
+    for op, k in _readers(model, name):
+        _set_reshape_target(model, op, k, value)
+    return anchor
