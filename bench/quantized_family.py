@@ -213,12 +213,23 @@ def converted(model: Path, held: np.ndarray, folder: Path) -> dict:
     row = {"exit": run.returncode, "stderr": run.stderr.strip().splitlines()[-1:] or [""]}
     if run.returncode != 0 or not out.exists():
         return row
-    report = json.loads(run.stdout)
-    (check,) = report["verify"]["outputs"]
-    row.update(sqnr=float(check["sqnr_db"]), bound=check.get("bound_db"),
-               agreement=check.get("top1_agreement"), size=out.stat().st_size / model.stat().st_size,
-               mix=op_mix(out), from_pairs=bool((report.get("quantization") or {}).get("from_pairs")))
+    row.update(checked(json.loads(run.stdout), out, model))
     return row
+
+
+def checked(report: dict, tflite: Path, model: Path) -> dict:
+    """A quantized row's numbers, read from qconvert's --json `report` of the conversion of `model`
+    to `tflite`: the SQNR, rounding bound and top-1 agreement of the output closest to its bound
+    (by SQNR less bound, a missing bound counting 0; one output: that output); the .tflite's size
+    over the ONNX file's; its op mix; whether the model's own QDQ pairs quantized it. Shared with
+    the zoo's quantized table (bench/zoo_quantized.py), so both read a report one way."""
+    outputs = (report.get("verify") or {}).get("outputs") or []
+    check = min(outputs, key=lambda o: float(o["sqnr_db"]) - (o.get("bound_db") or 0.0),
+                default={})
+    return dict(sqnr=float(check["sqnr_db"]) if check else None, bound=check.get("bound_db"),
+                agreement=check.get("top1_agreement"),
+                size=tflite.stat().st_size / model.stat().st_size, mix=op_mix(tflite),
+                from_pairs=bool((report.get("quantization") or {}).get("from_pairs")))
 
 
 def table(names: list[str], formats: list[Format], work: Path) -> list[str]:

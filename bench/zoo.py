@@ -18,12 +18,17 @@ project's .venv keeps its torch 2.13.0); tensorflow-cpu + tf2onnx in another (th
 protobuf pins stay apart from torch's). Models are cached as
 ZOO/<family>/<model>__<exporter>[__<format>].onnx (ZOO = ~/.cache/qconvert/zoo), with a .json
 beside each saying how it was made or why the export failed. Each file is then converted by
-`qconvert IN OUT --json` (the default float check; `--quantize --verify` for QDQ, which uses the
-model's own ranges) in a fresh process with a timeout, and classified: exact (exit 0), refused
-(exit 1, its one-line message), wrong (exit 4: the float check failed), error (exit 3), timeout.
+`qconvert IN OUT --json` (default flags: the float check; the quantized formats, qdq and
+dynint8, convert to their own quantization, checked against their rounding bound) in a fresh
+process with a timeout, and classified: exact (exit 0; converted for a quantized format), refused
+(exit 1, its one-line message), wrong (exit 4: the check failed), error (exit 3), timeout.
 
     .venv/bin/python bench/zoo.py [--only timm/resnet,hf/bert] [--exporters ts17,dynamo18]
-        [--timeout 600] [--table]   # --table: print the table of ZOO/results.json, convert nothing
+        [--formats qdq,dynint8] [--timeout 600] [--table [quantized]]
+
+--formats: convert only these formats (float for the exports themselves); every format is still
+generated. --table: print the table of ZOO/results.json, convert nothing; `--table quantized`:
+the quantized formats' table (bench/zoo_quantized.py: bound, SQNR, size, op mix).
 
 Prints the `zoo` table (per family: models, exact, refused, wrong, errors, conversion seconds and
 MB/s, peak RSS), the failures grouped by message with the models named, and writes every row to
@@ -666,15 +671,16 @@ def convert_one(key: str, exporter: str, fmt: str, timeout: float, work: Path) -
         return row
     row["onnx_mb"] = round(path.stat().st_size / MB, 3)
     dest = work / "out.tflite"
-    options = ("--quantize", "--verify") if fmt == "qdq" else ()
-    result = run_qconvert(path, dest, timeout, work, options)
+    result = run_qconvert(path, dest, timeout, work, ())  # default flags, quantized formats too
+    row["code"] = result.get("code")  # None: timed out, or the launcher failed
     row["status"], row["message"] = _status(result)
     if row["status"] == "refused" and (invalid := _onnxruntime_fails(path)):
         # A file onnxruntime cannot run either is the exporter's failure (an op that is not
         # ONNX, a QDQ scale of inf): no conversion can match a reference that does not exist.
         row["status"], row["message"] = "export failed", f"onnxruntime cannot run it: {invalid}"
     row["commit"] = _sibling("bench").qconvert_commit()  # others may commit while the zoo runs
-    if fmt == "qdq" and row["status"] == "exact":
+    quantized = _sibling("zoo_quantized")
+    if fmt in quantized.QUANTIZED and row["status"] == "exact":
         row["status"] = "converted"
     if "seconds" in result:
         row["seconds"] = round(result["seconds"], 2)
@@ -685,6 +691,8 @@ def convert_one(key: str, exporter: str, fmt: str, timeout: float, work: Path) -
         sqnr = [o["sqnr_db"] for o in outputs if isinstance(o.get("sqnr_db"), (int, float))]
         if sqnr:
             row["sqnr_db"] = round(min(sqnr), 1)
+        if fmt in quantized.QUANTIZED:
+            row.update(quantized.fields(result["report"], dest, path))
     dest.unlink(missing_ok=True)
     return row
 
@@ -696,10 +704,12 @@ def save(rows: list[dict]) -> None:
     tmp.replace(RESULTS)
 
 
-def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = False) -> list[dict]:
+def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = False,
+        formats: tuple = ()) -> list[dict]:
     """Generates (in chunks, in the zoo venv) and converts; results.json after every model.
-    resume: files whose row is exact (or, for QDQ, converted) keep it; the others are converted
-    again (a refusal fixed since, an export to retry)."""
+    resume: files whose row is exact (or, quantized, converted) keep it; the others are converted
+    again (a refusal fixed since, an export to retry). formats: convert only these ("float": the
+    exports themselves); empty: all."""
     rows = {}
     if RESULTS.exists():  # a rerun keeps the rows of files it does not redo
         rows = {(r["family"], r["model"], r["exporter"], r["format"]): r
@@ -730,6 +740,8 @@ def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = Fa
                     for exp, fmt in jobs_of(key, exporter):
                         family, model, _, _ = ARCHITECTURES[key]
                         done = rows.get((family, model, exp, fmt or "float"))
+                        if formats and (fmt or "float") not in formats:
+                            continue
                         if resume and done and done["status"] in ("exact", "converted"):
                             continue
                         print(f"zoo: convert {key} {exp} {fmt or 'float'}", file=sys.stderr,
@@ -810,8 +822,8 @@ def report(rows: list[dict]) -> str:
     lines = [f"\nArchitecture zoo (bench/zoo.py): {len(converted)} generated models over "
              f"{len(families)} families (seeded random weights; torchvision, timm, Hugging Face "
              f"transformers from small configs, Keras through tf2onnx), each converted by "
-             f"`qconvert IN OUT --json` (the "
-             f"float check; QDQ: `--quantize --verify`, the model's own ranges); "
+             f"`qconvert IN OUT --json` (default flags: the float check; QDQ and dynamic "
+             f"int8 to their own quantization, checked against their rounding bound); "
              f"{len(ok)} exact, {sum(r['status'] == 'refused' for r in rows)} refused, "
              f"{sum(r['status'] == 'wrong' for r in rows)} wrong, "
              f"{sum(r['status'] in ('error', 'timeout') for r in rows)} errors; "
@@ -837,14 +849,9 @@ def report(rows: list[dict]) -> str:
     lines.append("\nFailures by message (model@exporter[/format]):")
     for label, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"- {label} [{len(names)}]: {', '.join(names)}")
-    dyn = [r for r in rows if r["format"] == "dynint8" and "tflite_mb" in r]
-    if dyn:
-        lines.append("\nquantize_dynamic models (.tflite MB / ONNX MB): " + ", ".join(
-            f"{r['model']} {r['tflite_mb']:.2f}/{r['onnx_mb']:.2f}" for r in dyn))
-    qdq = [r for r in rows if r["format"] == "qdq" and "sqnr_db" in r]
-    if qdq:
-        lines.append("QDQ models (worst output SQNR vs onnxruntime, dB): " + ", ".join(
-            f"{r['model']} {r['sqnr_db']}" for r in qdq))
+    quantized = _sibling("zoo_quantized")
+    if any(r["format"] in quantized.QUANTIZED for r in converted):
+        lines += ["\nThe quantized formats (bench/zoo_quantized.py):\n", quantized.table(rows)]
     exports = collections.defaultdict(list)
     for r in rows:
         if r["status"] == "export failed":
@@ -1012,7 +1019,11 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma-separated families or family/model keys")
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--timeout", type=float, default=600, help="per conversion, seconds")
-    parser.add_argument("--table", action="store_true", help="print the table of results.json")
+    parser.add_argument("--formats", default="",
+                        help="comma-separated formats to convert (float, fp16, ortopt, dynint8, "
+                             "qdq); default all")
+    parser.add_argument("--table", nargs="?", const="zoo", choices=("zoo", "quantized"),
+                        help="print the table of results.json (quantized: the quantized formats')")
     parser.add_argument("--resume", action="store_true",
                         help="convert only the files results.json has no exact row for")
     parser.add_argument("--int8", action="store_true",
@@ -1027,8 +1038,12 @@ def main(argv=None) -> int:
     if root not in sys.path:  # the bench package's helpers (imported where used: the workers
         sys.path.insert(0, root)  # in the zoo venvs have neither qconvert nor the bench's needs)
     if args.table:
-        print(int8_report(json.loads(INT8_RESULTS.read_text())) if args.int8
-              else report(json.loads(RESULTS.read_text())))
+        if args.int8:
+            print(int8_report(json.loads(INT8_RESULTS.read_text())))
+        elif args.table == "quantized":
+            print(_sibling("zoo_quantized").table(json.loads(RESULTS.read_text())))
+        else:
+            print(report(json.loads(RESULTS.read_text())))
         return 0
     wanted = [w for w in args.only.split(",") if w]
     keys = [k for k in ARCHITECTURES if not wanted or k in wanted
@@ -1037,7 +1052,8 @@ def main(argv=None) -> int:
         print(int8_report(run_int8(keys, args.timeout, args.resume)))
         return 0
     exporters = [e for e in args.exporters.split(",") if e]
-    rows = run(keys, exporters, args.timeout, args.resume)
+    rows = run(keys, exporters, args.timeout, args.resume,
+               tuple(f for f in args.formats.split(",") if f))
     print(report(rows))
     return 0
 
