@@ -21,15 +21,28 @@ Outputs: Y is the sequence (reversed back for direction "reverse", concatenated 
 "bidirectional", which runs x reversed through a second op); Y_h is the last step of the
 sequence (SLICE). The fused kernel has no cell-state output, and ONNX `clip` bounds the gates'
 pre-activations while TFLite's cell_clip bounds the cell state, so a node whose Y_c is read, with
-clip, or with non-default activations is unrolled instead: one FULLY_CONNECTED for all input
-projections, then per step FULLY_CONNECTED (recurrent), SPLIT into gates and elementwise ops.
+clip, with non-default activations or with sequence_lens short of the sequence is unrolled
+instead: one FULLY_CONNECTED for all input projections, then per step FULLY_CONNECTED
+(recurrent), SPLIT into gates and elementwise ops.
+
+sequence_lens (LSTM, GRU and RNN alike, one mechanism: _run_steps): a graph input, computed at run
+time, or a constant short of the sequence masks the unrolled steps. Step t is valid where
+t < length (LESS of the step index and the int32 lengths, once per step for both directions; a
+constant mask for constant lengths); SELECT_V2 keeps the previous states where it is not and
+writes 0 to Y, so the final states are those after step length - 1 as ONNX defines them. The
+reverse direction runs its steps last to first through the same mask, which holds the initial
+states through the padding and so starts at step length - 1: ONNX's reversal within each
+sequence's length, without REVERSE_SEQUENCE (a float-only kernel). An empty sequence's Y_h and Y_c
+are 0, as onnxruntime gives them. Constant lengths outside 0..T are refused (onnxruntime refuses
+them when it runs); run-time ones are not checked (past T reads as T, below 0 as 0). The fused
+kernel cannot mask: full constant lengths keep it.
 
 Activations: every function of ONNX's `activations` list (Relu, Tanh, Sigmoid, Affine, LeakyRelu,
 ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign, Softplus), with the alpha/beta that
 `activation_alpha`/`activation_beta` give in order to the functions that take them; composed
 from TFLite ops in the unrolled cells (see _activate).
-Unsupported (error): input_forget=1, sequence_lens differing from the sequence length,
-non-constant W/R/B (a computed P is unrolled).
+Unsupported (error): input_forget=1, constant sequence_lens outside 0..T or not of the batch's
+size, non-constant W/R/B (a computed P is unrolled).
 """
 
 from __future__ import annotations
@@ -125,9 +138,9 @@ class _Spec:
     lengths: _Lengths | None = None  # sequence_lens, when the steps are masked
 
 
-def _op(ctx, op_type: str, inputs: list[str], shape, options=None, activation="NONE") -> str:
-    """Appends an op with one new float output of `shape`; returns the output's name."""
-    y = ctx.tensor(op_type.lower(), shape, _F32)
+def _op(ctx, op_type: str, inputs: list[str], shape, options=None, activation="NONE", dtype=_F32) -> str:
+    """Appends an op with one new output of `shape` (float unless `dtype`); returns its name."""
+    y = ctx.tensor(op_type.lower(), shape, dtype)
     ctx.add_op(op_type, inputs, [y], options, activation)
     return y
 
@@ -208,17 +221,10 @@ def _lengths(ctx, name: str, axis: int, steps: int, state: tuple[int, ...]) -> _
             raise ctx.error(f"sequence_lens {value.tolist()} outside 0..{steps}, the sequence length")
         return None if np.all(value == steps) else _Lengths(shape, value.reshape(shape))
     if ctx.dtype(name) != np.int32:
-        name = _typed(ctx, "CAST", [name], (batch,), np.int32,
-                      {"in_data_type": ctx.dtype(name), "out_data_type": np.dtype(np.int32)})
-    return _Lengths(shape, tensor=_typed(ctx, "RESHAPE", [name, ctx.constant(
-        "shape", np.array(shape, np.int32))], shape, np.int32))
-
-
-def _typed(ctx, op_type: str, inputs: list[str], shape, dtype, options=None) -> str:
-    """Appends an op with one new output of `shape` and `dtype`; returns the output's name."""
-    y = ctx.tensor(op_type.lower(), shape, dtype)
-    ctx.add_op(op_type, inputs, [y], options)
-    return y
+        name = _op(ctx, "CAST", [name], (batch,), {"in_data_type": ctx.dtype(name),
+                                                  "out_data_type": np.dtype(np.int32)}, dtype=np.int32)
+    shape_const = ctx.constant("shape", np.array(shape, np.int32))
+    return _Lengths(shape, tensor=_op(ctx, "RESHAPE", [name, shape_const], shape, dtype=np.int32))
 
 
 def _valid(ctx, lengths: _Lengths, t: int):
@@ -228,11 +234,11 @@ def _valid(ctx, lengths: _Lengths, t: int):
     if t not in lengths.valid:
         if lengths.values is not None:
             valid = t < lengths.values
-            same = bool(valid.all()) if valid.all() or not valid.any() else None
-            lengths.valid[t] = ctx.constant("valid", valid) if same is None else same
+            lengths.valid[t] = (bool(valid.flat[0]) if valid.all() or not valid.any()
+                                else ctx.constant("valid", valid))
         else:
-            lengths.valid[t] = _typed(ctx, "LESS", [ctx.constant("step", np.array(t, np.int32)),
-                                                    lengths.tensor], lengths.shape, np.bool_)
+            step = ctx.constant("step", np.array(t, np.int32))
+            lengths.valid[t] = _op(ctx, "LESS", [step, lengths.tensor], lengths.shape, dtype=np.bool_)
     return lengths.valid[t]
 
 
