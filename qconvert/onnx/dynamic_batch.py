@@ -282,8 +282,13 @@ def _whole_batch_rewrite(model: Model, op: Operator) -> Callable[[], None] | str
     if op.type == "RESHAPE":
         shape = _const(model, op, 1)
         out = model.arrays[op.outputs[0]].shape
-        if shape is None or shape.ndim != 1 or not out or out[0] != 1 or len(shape) != len(out):
+        target = model.arrays[op.inputs[1]] if len(op.inputs) > 1 and op.inputs[1] else None
+        if (target is None or target.dtype != np.int32 or len(target.shape) != 1
+                or target.shape[0] != len(out) or not out or out[0] != 1
+                or shape is not None and shape[0] != 1):
             return "does not keep the batch on axis 0"
+        if shape is None or np.any(shape[1:] == -1):  # a dynamic dimension's target (dynamic_dims.py)
+            return lambda: _batch_from_input(model, op)
         return lambda: _reshape_to_whole_batch(model, op, shape)
     if op.type == "SLICE":
         begin, size = _const(model, op, 1), _const(model, op, 2)
@@ -308,6 +313,36 @@ def _reshape_to_whole_batch(model: Model, op: Operator, shape: np.ndarray) -> No
     _set_constant_input(model, op, 1, np.concatenate([[-1], shape[1:]]).astype(shape.dtype))
     if "new_shape" in op.options:
         op.options["new_shape"] = [-1] + [int(d) for d in shape[1:]]
+
+
+def _batch_from_input(model: Model, op: Operator) -> None:
+    """A RESHAPE target that holds -1 already (or is computed when the model runs): its axis 0
+    becomes its input's axis 0 when the model runs, SHAPE then STRIDED_SLICE, joined to the
+    rest of the target by CONCATENATION (put before the RESHAPE)."""
+    x, target = op.inputs[0], op.inputs[1]
+    rank = model.arrays[target].shape[0]
+    shape = model.add_array(x + "_shape", (len(model.arrays[x].shape),), np.int32)
+    batch = model.add_array(x + "_batch", (1,), np.int32)
+    rest = model.constant(target)
+    ops = [Operator("SHAPE", [x], [shape], {"out_type": np.int32}), _first_entries(model, shape, batch, 0, 1)]
+    if rest is not None:
+        rest = model.add_constant(target + "_rest", rest[1:])
+    else:
+        rest = model.add_array(target + "_rest", (rank - 1,), np.int32)
+        ops.append(_first_entries(model, target, rest, 1, rank))
+    joined = model.add_array(target + "_batched", (rank,), np.int32)
+    ops.append(Operator("CONCATENATION", [batch, rest], [joined], {"axis": 0}))
+    for new in ops:
+        model.insert_before(op, new)
+    model.set_input(op, 1, joined)
+    op.options.pop("new_shape", None)
+
+
+def _first_entries(model: Model, vector: str, out: str, begin: int, end: int) -> Operator:
+    """STRIDED_SLICE of a 1-D int32 `vector`'s entries [begin, end) into `out`."""
+    return Operator("STRIDED_SLICE", [vector, model.add_constant("begin", np.array([begin], np.int32)),
+                                      model.add_constant("end", np.array([end], np.int32)),
+                                      model.add_constant("strides", np.array([1], np.int32))], [out])
 
 
 def _set_constant_input(model: Model, op: Operator, index: int, value: np.ndarray) -> None:

@@ -115,22 +115,41 @@ def keep_dynamic(model: Model, probes: dict[str, Model | str]) -> None:
     dims = model.dynamic_dims
     moved: dict[str, tuple[dict[str, set[int]], dict[str, np.ndarray]]] = {}
     for symbol, probe in probes.items():
-        why = f"the model does not convert at {PROBE_SIZE} ({probe})" if isinstance(probe, str) else ""
-        if not why:
-            axes, slopes, why = _compare(model, probe)
+        if isinstance(probe, str):
+            dims.fixed_because[symbol] = f"the model does not convert at {PROBE_SIZE} ({probe})"
+            continue
+        axes, moves, why = _compare(model, probe)
         if why:
             dims.fixed_because[symbol] = why
         else:
-            moved[symbol] = (axes, slopes)
+            moved[symbol] = (axes, moves)
+    by_constant: dict[str, dict[str, np.ndarray]] = {}
+    for symbol, (_, moves) in moved.items():
+        for name, move in moves.items():
+            by_constant.setdefault(name, {})[symbol] = move
+    targets = {name for name, by_symbol in by_constant.items() if _takes_minus_one(model, name, by_symbol)}
+    slopes: dict[str, dict[str, np.ndarray]] = {}
+    for name in by_constant.keys() - targets:
+        for symbol, move in by_constant[name].items():
+            if np.any(move % (PROBE_SIZE - BASE_SIZE)):
+                dims.fixed_because.setdefault(symbol, f"the constant {name!r} read by "
+                                              f"{_readers_text(model, name)} moves by a fraction of the size")
+            elif model.arrays[name].dtype != np.int32:
+                dims.fixed_because.setdefault(symbol, f"the constant {name!r} read by "
+                                              f"{_readers_text(model, name)} is not int32")
+            else:
+                slopes.setdefault(name, {})[symbol] = (move // (PROBE_SIZE - BASE_SIZE)).astype(np.int32)
+    for symbol in list(moved):
+        if symbol in dims.fixed_because:
+            del moved[symbol]
     for axes, _ in moved.values():
         for name, moving in axes.items():
             model.dynamic_axes[name] = frozenset(model.dynamic_axes.get(name, frozenset()) | moving)
-    runtime: dict[str, dict[str, np.ndarray]] = {}
-    for symbol, (_, slopes) in moved.items():
-        for name, slope in slopes.items():
-            runtime.setdefault(name, {})[symbol] = slope
-    computed = {name: by_symbol for name, by_symbol in runtime.items()
-                if not _minus_one_in_reshapes(model, name, by_symbol)}
+    for name in sorted(targets, key=list(by_constant).index):
+        _minus_one_in_reshapes(model, name, by_constant[name])
+    computed = {name: {s: v for s, v in by_symbol.items() if s in moved}
+                for name, by_symbol in slopes.items()}
+    computed = {name: by_symbol for name, by_symbol in computed.items() if by_symbol}
     needed = dict.fromkeys(symbol for by_symbol in computed.values() for symbol in by_symbol)
     # Each size tensor goes first in the execution order, so the first made is the last of them.
     sizes = {symbol: _size_tensor(model, moved[symbol][0]) for symbol in needed}
@@ -140,7 +159,7 @@ def keep_dynamic(model: Model, probes: dict[str, Model | str]) -> None:
 
 
 def _compare(model: Model, probe: Model) -> tuple[dict[str, set[int]], dict[str, np.ndarray], str]:
-    """(tensor -> its axes that moved, integer constant -> its slope per unit of size, "") or
+    """(tensor -> its axes that moved, integer constant -> how far each entry moved, "") or
     (.., .., why the symbol must stay fixed)."""
     ops, other = list(model.operators), list(probe.operators)
     if len(ops) != len(other):
@@ -151,40 +170,33 @@ def _compare(model: Model, probe: Model) -> tuple[dict[str, set[int]], dict[str,
         if _options(op) != _options(twin):
             return {}, {}, f"{op.type} (node {op.source}) has options that depend on the size"
     axes: dict[str, set[int]] = {}
-    slopes: dict[str, np.ndarray] = {}
-    step = PROBE_SIZE - BASE_SIZE
+    moves: dict[str, np.ndarray] = {}
     for name, array in model.arrays.items():
         twin = probe.arrays.get(name)
         if twin is None or len(twin.shape) != len(array.shape):
             return {}, {}, f"tensor {name!r} is not the same tensor at {PROBE_SIZE}"
         if array.is_constant:
-            if twin.data.shape != array.data.shape or not np.array_equal(twin.data, array.data):
-                slope, why = _slope(model, name, array.data, twin.data, step)
-                if why:
-                    return {}, {}, why
-                slopes[name] = slope
+            base, other_data = array.data, twin.data
+            if base.shape == other_data.shape and np.array_equal(base, other_data):
+                continue
+            if base.dtype.kind not in "iu" or base.shape != other_data.shape or base.ndim > 1:
+                return {}, {}, (f"the constant {name!r} read by {_readers_text(model, name)} "
+                                "depends on the size")
+            moves[name] = other_data.astype(np.int64) - base.astype(np.int64)
             continue
         moving = {k for k, (a, b) in enumerate(zip(array.shape, twin.shape)) if a != b}
         if moving:
             axes[name] = moving
-    return axes, slopes, ""
+    return axes, moves, ""
+
+
+def _readers_text(model: Model, name: str) -> str:
+    readers = sorted({f"{op.type} (node {op.source})" for op in model.consumers(name)})
+    return ", ".join(readers) or "the graph output"
 
 
 def _options(op: Operator) -> dict:
     return {k: v for k, v in op.options.items() if not (op.type == "RESHAPE" and k == "new_shape")}
-
-
-def _slope(model: Model, name: str, base: np.ndarray, probe: np.ndarray,
-           step: int) -> tuple[np.ndarray | None, str]:
-    """The per-unit slope of an integer constant that moves with the size, or why it cannot be
-    computed at run time."""
-    readers = ", ".join(sorted({f"{op.type} (node {op.source})" for op in model.consumers(name)}))
-    if base.dtype.kind in "iu" and base.shape == probe.shape and base.ndim <= 1:
-        difference = probe.astype(np.int64) - base.astype(np.int64)
-        if not np.any(difference % step):
-            return (difference // step).astype(base.dtype), ""
-    return None, (f"the constant {name!r} read by {readers or 'the graph output'} depends on the "
-                  "size (qconvert computes only whole multiples of it at run time)")
 
 
 def _readers(model: Model, name: str) -> list[tuple[Operator, int]]:
@@ -198,21 +210,23 @@ def _set_reshape_target(model: Model, op: Operator, k: int, name: str) -> None:
         op.options.pop("new_shape", None)
 
 
-def _minus_one_in_reshapes(model: Model, name: str, slopes: dict[str, np.ndarray]) -> bool:
-    """A target read by RESHAPEs alone with one entry moving and none -1 already: -1 there, in a
-    constant of its own (True); else nothing changes (False)."""
+def _takes_minus_one(model: Model, name: str, moves: dict[str, np.ndarray]) -> bool:
+    """Whether the constant `name` is a target read by RESHAPEs alone with one entry moving
+    (`moves`: by symbol) and none -1 already."""
     base = model.constant(name)
-    moving = np.flatnonzero(sum(np.abs(s.astype(np.int64)) for s in slopes.values()))
-    readers = _readers(model, name)
-    if (len(moving) != 1 or base.ndim != 1 or np.any(base == -1)
-            or any(op.type != "RESHAPE" or k != 1 for op, k in readers)):
-        return False
-    target = base.copy()
-    target[moving[0]] = -1
+    moving = np.flatnonzero(sum(np.abs(m) for m in moves.values()))
+    return (len(moving) == 1 and base.ndim == 1 and not np.any(base == -1)
+            and all(op.type == "RESHAPE" and k == 1 for op, k in _readers(model, name)))
+
+
+def _minus_one_in_reshapes(model: Model, name: str, moves: dict[str, np.ndarray]) -> None:
+    """The RESHAPEs reading the target `name` read it with -1 at its moving entry, a constant of
+    their own."""
+    target = model.constant(name).copy()
+    target[np.flatnonzero(sum(np.abs(m) for m in moves.values()))[0]] = -1
     constant = model.add_constant(name + "_dynamic", target)
-    for op, k in readers:
+    for op, k in _readers(model, name):
         _set_reshape_target(model, op, k, constant)
-    return True
 
 
 def _size_tensor(model: Model, axes: dict[str, set[int]]) -> str:
