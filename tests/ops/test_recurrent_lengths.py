@@ -218,3 +218,44 @@ def test_dynamic_quantize_lstm(tmp_path):
                 assert sqnr_db(value, got[name]) > 40, (name, lengths, sqnr_db(value, got[name]))
             else:
                 np.testing.assert_array_equal(got[name], value, err_msg=f"{name} at {lengths}")
+
+
+def _packed_module(torch, kind: str):
+    """PyTorch's packed sequences, as a tagger exports them: token ids [B, T] (0 pads), lengths
+    the count of non-padding ids, pack_padded_sequence (unsorted: the export sorts by TopK and
+    scatters back), a bidirectional batch-first `kind` (GRU, LSTM, RNN), pad_packed_sequence."""
+    from torch import nn
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(10, I)
+            self.rnn = getattr(nn, kind)(I, H, batch_first=True, bidirectional=True)
+
+        def forward(self, ids):
+            lengths = (ids != 0).sum(1)
+            packed = pack_padded_sequence(self.embedding(ids), lengths, batch_first=True,
+                                          enforce_sorted=False)
+            out, _ = self.rnn(packed)
+            return pad_packed_sequence(out, batch_first=True, total_length=T)[0]
+
+    torch.manual_seed(0)
+    return Tagger().eval()
+
+
+@pytest.mark.parametrize("kind", ["GRU", "LSTM", "RNN"])
+def test_pytorch_packed_sequences(kind, tmp_path):
+    """The issue's case end to end: a torch.onnx export of packed sequences, whose `kind` node
+    reads sequence_lens computed from the ids (Equal, Not, Cast, ReduceSum, sorted by TopK),
+    converted once and matching onnxruntime at every value set of the lengths."""
+    torch = pytest.importorskip("torch", reason="torch is the qat extra: pip install -e '.[qat]'")
+    path = tmp_path / "tagger.onnx"
+    example = torch.tensor([[1, 2, 3, 4], [5, 6, 0, 0], [7, 0, 0, 0]])
+    torch.onnx.export(_packed_module(torch, kind), (example,), str(path), input_names=["ids"],
+                      output_names=["Y"], opset_version=14, dynamo=False)
+    model = onnx.load(path)
+    node = next(n for n in model.graph.node if n.op_type == kind)
+    assert len(node.input) > 4 and node.input[4] not in {i.name for i in model.graph.initializer}
+    report = _assert_at_lengths(model, length_sets=LENGTH_SETS + [[1, T, 3]])
+    assert "SELECT_V2" in report.op_counts and FUSED not in report.op_counts, report.op_counts
