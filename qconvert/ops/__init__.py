@@ -26,6 +26,7 @@ from . import (  # noqa: F401
     lrn,
     lstm,
     max_unpool,
+    ml,
     nms,
     norms,
     onehot,

@@ -1,0 +1,259 @@
+"""The ai.onnx.ml ops (qconvert/ops/ml.py) against onnxruntime, in the forms skl2onnx and
+onnxmltools (LightGBM, XGBoost) write them: Scaler, Normalizer, Binarizer, Imputer,
+OneHotEncoder, ArrayFeatureExtractor, LinearRegressor/Classifier, a linear SVMRegressor, and
+tree ensembles (TreeEnsembleRegressor/Classifier, ai.onnx.ml 5's TreeEnsemble) at every node
+mode, with NaN tracked either way, several targets, base values and post transforms, on seeded
+inputs that include every threshold exactly; float64 inputs and outputs; one-line refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line
+
+F, D, I64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
+ML = "ai.onnx.ml"
+EXACT = {"rtol": 0, "atol": 0}
+CLOSE = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def ml_model(nodes, inputs, outputs, ml_opset=3, inits=None):
+    """A model importing ai.onnx.ml at `ml_opset` (and ai.onnx 17)."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, t, list(s)) for n, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid(ML, ml_opset)], ir_version=8)
+
+
+def one_op(op_type, x_type=F, x_shape=(6, 4), outputs=None, ml_opset=3, **attrs):
+    node = helper.make_node(op_type, ["x"], list(outputs or {"y": F}), domain=ML, name="ml", **attrs)
+    return ml_model([node], {"x": (x_type, x_shape)}, outputs or {"y": F}, ml_opset)
+
+
+def features(shape=(6, 4), seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# --- preprocessing ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x_type,dtype", [(F, np.float32), (D, np.float64), (I64, np.int64)],
+                         ids=["float", "double", "int64"])
+@pytest.mark.parametrize("per_feature", [True, False])
+def test_scaler(x_type, dtype, per_feature):
+    """StandardScaler: offset the means, scale the inverse deviations (float output)."""
+    offset, scale = ([0.5, -1.0, 2.0, 0.0], [2.0, 0.25, -1.5, 3.0]) if per_feature else ([0.5], [2.0])
+    model = one_op("Scaler", x_type, offset=offset, scale=scale)
+    x = features(seed=1) * 3
+    assert_matches_onnxruntime(model, {"x": x.astype(dtype) if x_type != I64 else np.round(x).astype(dtype)},
+                               **CLOSE)
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize("x_type,dtype", [(F, np.float32), (D, np.float64)], ids=["float", "double"])
+def test_normalizer(norm, x_type, dtype):
+    """Rows divided by their max, L1 or L2 norm; an all-zero row left as it is."""
+    x = features(seed=2).astype(dtype)
+    x[1] = 0
+    x[2] = -np.abs(x[2])
+    assert_matches_onnxruntime(one_op("Normalizer", x_type, norm=norm), {"x": x}, **CLOSE)
+
+
+def test_binarizer_at_its_threshold():
+    x = features(seed=3)
+    x[0, :2] = 0.25
+    assert_matches_onnxruntime(one_op("Binarizer", threshold=0.25), {"x": x}, **EXACT)
+
+
+@pytest.mark.parametrize("replaced", [float("nan"), 0.0, -1.0])
+@pytest.mark.parametrize("per_feature", [True, False])
+def test_imputer_floats(replaced, per_feature):
+    """SimpleImputer: NaN (or a given value) replaced by each feature's statistic."""
+    values = [1.5, -2.0, 0.0, 7.0] if per_feature else [3.25]
+    x = features(seed=4)
+    x[[0, 2, 5], [1, 3, 0]] = replaced
+    model = one_op("Imputer", imputed_value_floats=values, replaced_value_float=replaced)
+    assert_matches_onnxruntime(model, {"x": x}, **EXACT)
+
+
+def test_imputer_int64():
+    x = np.array([[1, -1, 3], [-1, 5, -1]], np.int64)
+    model = one_op("Imputer", I64, (2, 3), {"y": I64}, imputed_value_int64s=[10, 20, 30],
+                   replaced_value_int64=-1)
+    assert_matches_onnxruntime(model, {"x": x}, **EXACT)
+
+
+@pytest.mark.parametrize("x_type,x", [
+    (I64, np.array([[3, 1], [7, 2], [1, 9]], np.int64)),
+    (F, np.array([[3.0, 1.7], [7.2, -2.0], [1.0, 9.0]], np.float32)),
+    (D, np.array([[3.0, 1.0], [7.0, 2.0], [1.0, 9.0]], np.float64))], ids=["int64", "float", "double"])
+def test_one_hot_encoder(x_type, x):
+    """Categories matched per element, an unknown one all zeros, a float truncated first."""
+    model = one_op("OneHotEncoder", x_type, x.shape, cats_int64s=[1, 3, 7, 2], zeros=1)
+    assert_matches_onnxruntime(model, {"x": x}, **EXACT)
+
+
+def test_array_feature_extractor():
+    node = helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain=ML)
+    model = ml_model([node], {"x": (F, (5, 6))}, {"y": F}, inits={"i": np.array([4, 0, 4, 2], np.int64)})
+    assert_matches_onnxruntime(model, {"x": features((5, 6), seed=5)}, **EXACT)
+
+
+# --- linear models ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("targets", [1, 3])
+def test_linear_regressor(targets):
+    """LinearRegression / Ridge (onnxruntime's kernel takes float32 only)."""
+    rng = np.random.default_rng(6)
+    model = one_op("LinearRegressor", targets=targets,
+                   coefficients=rng.standard_normal(4 * targets).tolist(),
+                   intercepts=rng.standard_normal(targets).tolist())
+    assert_matches_onnxruntime(model, {"x": features(seed=7)}, **CLOSE)
+
+
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+@pytest.mark.parametrize("classes", [1, 3])
+def test_linear_classifier(post, classes):
+    """LogisticRegression / LinearSVC: one score column (binary: [1 - s, s]) or one per class."""
+    rng = np.random.default_rng(8)
+    labels = [4, 9] if classes == 1 else [2, 5, 11]
+    model = one_op("LinearClassifier", outputs={"label": I64, "scores": F}, post_transform=post,
+                   coefficients=rng.standard_normal(4 * classes).tolist(),
+                   intercepts=rng.standard_normal(classes).tolist(), classlabels_ints=labels)
+    x = features(seed=9)
+    x[0] = 0  # the score is the intercept
+    assert_matches_onnxruntime(model, {"x": x}, **CLOSE)
+
+
+@pytest.mark.parametrize("supports", [0, 3])
+def test_linear_svm_regressor(supports):
+    """LinearSVR (coefficients are the weights) and SVR(kernel='linear') (support vectors)."""
+    rng = np.random.default_rng(10)
+    attrs = {"kernel_type": "LINEAR", "kernel_params": [0.1, 0.0, 3.0], "rho": [0.75],
+             "n_supports": supports, "post_transform": "NONE"}
+    if supports:
+        attrs.update(coefficients=rng.standard_normal(supports).tolist(),
+                     support_vectors=rng.standard_normal(supports * 4).tolist())
+    else:
+        attrs.update(coefficients=rng.standard_normal(4).tolist())
+    assert_matches_onnxruntime(one_op("SVMRegressor", **attrs), {"x": features(seed=11)}, **CLOSE)
+
+
+# --- tree ensembles ---------------------------------------------------------------------------
+
+MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+
+
+def random_trees(seed, trees=3, depth=3, features_count=4, modes=("BRANCH_LEQ",), missing=False,
+                 grid=False):
+    """Trees as node lists: (tree, node, feature, threshold, mode, true, false, missing) per
+    internal node, (tree, node) per leaf in `leaves`; node ids shuffled within each tree. Grid
+    thresholds (quarters) make EQ/NEQ nodes meet inputs drawn from the same grid."""
+    rng = np.random.default_rng(seed)
+    internal, leaves = [], []
+    for t in range(trees):
+        count = 2 ** (depth + 1) - 1
+        ids = rng.permutation(count)
+        for k in range(count):
+            if k >= 2 ** depth - 1 or (k > 0 and rng.random() < 0.15 and 2 * k + 2 < count // 2):
+                leaves.append((t, int(ids[k])))
+                continue
+            threshold = float(rng.integers(-4, 5) / 4) if grid else float(rng.standard_normal())
+            internal.append((t, int(ids[k]), int(rng.integers(features_count)), threshold,
+                             str(rng.choice(modes)), int(ids[2 * k + 1]), int(ids[2 * k + 2]),
+                             int(missing and rng.random() < 0.5)))
+    reachable = _reachable(internal, leaves)
+    return [n for n in internal if (n[0], n[1]) in reachable], [l for l in leaves if l in reachable]
+
+
+def _reachable(internal, leaves):
+    """The (tree, node) pairs reachable from each tree's root (node at position 0 of the tree)."""
+    children = {(n[0], n[1]): (n[5], n[6]) for n in internal}
+    roots = {}
+    for n in internal:
+        roots.setdefault(n[0], n[1])
+    seen, pending = set(), [(t, r) for t, r in roots.items()]
+    while pending:
+        key = pending.pop()
+        seen.add(key)
+        pending += [(key[0], c) for c in children.get(key, ())]
+    return seen
+
+
+def tree_attrs(internal, leaves, prefix, weights, doubles=False):
+    """ai.onnx.ml 1/3 attributes: nodes_* over internal nodes and leaves, tree by tree, `prefix`_* weights
+    [(tree, node, id, weight)]; thresholds and weights as double tensors with `doubles`."""
+    nodes = internal + [(t, n, 0, 0.0, "LEAF", 0, 0, 0) for t, n in leaves]
+    nodes.sort(key=lambda n: n[0])  # each tree's nodes together, its root first (as exporters write)
+    attrs = {"nodes_treeids": [n[0] for n in nodes], "nodes_nodeids": [n[1] for n in nodes],
+             "nodes_featureids": [n[2] for n in nodes], "nodes_modes": [n[4] for n in nodes],
+             "nodes_truenodeids": [n[5] for n in nodes], "nodes_falsenodeids": [n[6] for n in nodes],
+             "nodes_missing_value_tracks_true": [n[7] for n in nodes],
+             f"{prefix}_treeids": [w[0] for w in weights], f"{prefix}_nodeids": [w[1] for w in weights],
+             f"{prefix}_ids": [w[2] for w in weights]}
+    values, leaf_weights = [n[3] for n in nodes], [w[3] for w in weights]
+    if doubles:
+        attrs["nodes_values_as_tensor"] = numpy_helper.from_array(np.array(values, np.float64))
+        attrs[f"{prefix}_weights_as_tensor"] = numpy_helper.from_array(np.array(leaf_weights, np.float64))
+    else:
+        attrs["nodes_values"], attrs[f"{prefix}_weights"] = values, leaf_weights
+    return attrs
+
+
+def at_thresholds(internal, rows=24, seed=0, features_count=4, grid=False, nan=True, dtype=np.float32):
+    """Seeded inputs with every threshold of `internal` met exactly somewhere, NaN in some."""
+    rng = np.random.default_rng(seed)
+    x = (rng.integers(-5, 6, (rows, features_count)) / 4 if grid
+         else rng.standard_normal((rows, features_count))).astype(np.float64)
+    for k, node in enumerate(internal):
+        x[k % rows, node[2]] = node[3]
+    if nan:
+        x[rng.integers(rows, size=4), rng.integers(features_count, size=4)] = np.nan
+    return x.astype(dtype)
+
+
+def leaf_weights(leaves, targets, seed, every=True):
+    """[(tree, node, target, weight)]: each leaf a weight for every target (or one of them)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t, n in leaves:
+        for k in (range(targets) if every else [int(rng.integers(targets))]):
+            out.append((t, n, k, float(np.round(rng.standard_normal(), 3))))
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("missing", [False, True])
+def test_tree_regressor_modes(mode, missing):
+    grid = mode in ("BRANCH_EQ", "BRANCH_NEQ")
+    internal, leaves = random_trees(12, modes=(mode, "BRANCH_LEQ"), missing=missing, grid=grid)
+    attrs = tree_attrs(internal, leaves, "target", leaf_weights(leaves, 1, 13))
+    model = one_op("TreeEnsembleRegressor", x_shape=(24, 4), n_targets=1, **attrs)
+    assert_matches_onnxruntime(model, {"x": at_thresholds(internal, grid=grid)}, **CLOSE)
+
+
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE"])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX"])
+def test_tree_regressor_targets(aggregate, post):
+    """A random forest / gradient boosting regressor of 3 targets, base values, every mode."""
+    internal, leaves = random_trees(14, trees=5, depth=4, modes=MODES[:4], missing=True)
+    attrs = tree_attrs(internal, leaves, "target", leaf_weights(leaves, 3, 15, every=False))
+    model = one_op("TreeEnsembleRegressor", x_shape=(24, 4), n_targets=3, aggregate_function=aggregate,
+                   post_transform=post, base_values=[0.5, -1.0, 2.0], **attrs)
+    assert_matches_onnxruntime(model, {"x": at_thresholds(internal)}, **CLOSE)
+
+
+def test_tree_regressor_double_thresholds():
+    """skl2onnx on float64: thresholds and weights as double tensors (ai.onnx.ml 3), float64 in;
+    inputs at the double thresholds' float32 neighbours (float32 values decide exactly)."""
+    internal, leaves = random_trees(16, trees=2, depth=4, modes=("BRANCH_LEQ", "BRANCH_LT"))
+    attrs = tree_attrs(internal, leaves, "target", leaf_weights(leaves, 1, 17), doubles=True)
+    model = one_op("TreeEnsembleRegressor", D, (24, 4), n_targets=1, **attrs)
+    x = at_thresholds(internal, dtype=np.float64)
+    near = np.float32(x)  # each threshold's float32 rounding, and its neighbours
+    for offset in (-1, 0, 1):
+        shifted = np.nextafter(near, np.float32(np.inf) * offset) if offset else near
+        assert_matches_onnxruntime(model, {"x": shifted.astype(np.float64)}, **CLOSE)
