@@ -264,29 +264,6 @@ def test_batch_stays_1_where_the_graph_does_not_allow_resizing(tmp_path, name):
                                run_onnxruntime(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
 
 
-# name: (input shapes, fragments of the error)
-STILL_ERRORS = {
-    "other_axis": ({"x": ["N", "T"]}, ["input 'x'", "dynamic dimension 'T'", "axis 1", "shape [N,T]",
-                                       "--input-shape x:1,1"]),
-    "only_other_axis": ({"x": [1, "T"]}, ["dynamic dimension 'T'", "axis 1"]),
-    "leading_and_other": ({"x": ["N", 3], "z": ["M", "T"]}, ["input 'z'", "dynamic dimension 'T'", "axis 1"]),
-}
-
-
-@pytest.mark.parametrize("name", list(STILL_ERRORS))
-def test_other_dynamic_dimensions_are_still_an_error(tmp_path, name):
-    shapes, fragments = STILL_ERRORS[name]
-    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
-    nodes = [helper.make_node("Relu", [n], [n + "_y"]) for n in shapes]
-    outputs = [helper.make_tensor_value_info(n + "_y", TensorProto.FLOAT, None) for n in shapes]
-    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    with pytest.raises(ConversionError) as error:
-        convert("m.onnx", data=model.SerializeToString())
-    for fragment in fragments:
-        assert fragment in str(error.value), str(error.value)
-
-
 def _relu_each(shapes: dict) -> onnx.ModelProto:
     """Relu of each input {name: dims} (None: an unnamed dynamic dimension)."""
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]

@@ -113,7 +113,7 @@ def keep_dynamic(model: Model, probes: dict[str, Model | str]) -> None:
     resizable: their tensors' axes in model.dynamic_axes, their constants computed at run time
     (module docstring). The others are recorded in model.dynamic_dims.fixed_because."""
     dims = model.dynamic_dims
-    moved: dict[str, tuple[dict[str, set[int]], dict[str, np.ndarray]]] = {}
+    moved: dict[str, tuple[dict[str, dict[int, int]], dict[str, np.ndarray]]] = {}
     for symbol, probe in probes.items():
         if isinstance(probe, str):
             dims.fixed_because[symbol] = f"the model does not convert at {PROBE_SIZE} ({probe})"
@@ -128,39 +128,29 @@ def keep_dynamic(model: Model, probes: dict[str, Model | str]) -> None:
         for name, move in moves.items():
             by_constant.setdefault(name, {})[symbol] = move
     targets = {name for name, by_symbol in by_constant.items() if _takes_minus_one(model, name, by_symbol)}
-    slopes: dict[str, dict[str, np.ndarray]] = {}
-    for name in by_constant.keys() - targets:
-        for symbol, move in by_constant[name].items():
-            if np.any(move % (PROBE_SIZE - BASE_SIZE)):
-                dims.fixed_because.setdefault(symbol, f"the constant {name!r} read by "
-                                              f"{_readers_text(model, name)} moves by a fraction of the size")
-            elif model.arrays[name].dtype != np.int32:
-                dims.fixed_because.setdefault(symbol, f"the constant {name!r} read by "
-                                              f"{_readers_text(model, name)} is not int32")
+    plans = []
+    for name in [n for n in by_constant if n not in targets]:
+        for op, k in _readers(model, name):
+            plan, why = _run_time_plan(model, name, op, by_constant[name], moved)
+            if why:
+                for symbol in by_constant[name]:
+                    dims.fixed_because.setdefault(symbol, why)
             else:
-                slopes.setdefault(name, {})[symbol] = (move // (PROBE_SIZE - BASE_SIZE)).astype(np.int32)
-    for symbol in list(moved):
-        if symbol in dims.fixed_because:
-            del moved[symbol]
+                plans.append((op, k, *plan))
+    for symbol in [s for s in moved if s in dims.fixed_because]:
+        del moved[symbol]
     for axes, _ in moved.values():
         for name, moving in axes.items():
-            model.dynamic_axes[name] = frozenset(model.dynamic_axes.get(name, frozenset()) | moving)
-    for name in sorted(targets, key=list(by_constant).index):
+            model.dynamic_axes[name] = frozenset(model.dynamic_axes.get(name, frozenset()) | set(moving))
+    for name in [n for n in by_constant if n in targets]:
         _minus_one_in_reshapes(model, name, by_constant[name])
-    computed = {name: {s: v for s, v in by_symbol.items() if s in moved}
-                for name, by_symbol in slopes.items()}
-    computed = {name: by_symbol for name, by_symbol in computed.items() if by_symbol}
-    needed = dict.fromkeys(symbol for by_symbol in computed.values() for symbol in by_symbol)
-    # Each size tensor goes first in the execution order, so the first made is the last of them.
-    sizes = {symbol: _size_tensor(model, moved[symbol][0]) for symbol in needed}
-    anchor = model.producer(next(iter(sizes.values()))) if sizes else None
-    for name, by_symbol in computed.items():
-        anchor = _compute_at_run_time(model, name, by_symbol, sizes, anchor)
+    for op, k, offset, terms in plans:
+        _compute_before(model, op, k, offset, terms)
 
 
-def _compare(model: Model, probe: Model) -> tuple[dict[str, set[int]], dict[str, np.ndarray], str]:
-    """(tensor -> its axes that moved, integer constant -> how far each entry moved, "") or
-    (.., .., why the symbol must stay fixed)."""
+def _compare(model: Model, probe: Model) -> tuple[dict[str, dict[int, int]], dict[str, np.ndarray], str]:
+    """(tensor -> {axis that moved: its size in the probe}, integer constant -> how far each
+    entry moved, "") or (.., .., why the symbol must stay fixed)."""
     ops, other = list(model.operators), list(probe.operators)
     if len(ops) != len(other):
         return {}, {}, f"at {PROBE_SIZE} the graph has {len(other)} ops, not {len(ops)}"
@@ -169,7 +159,7 @@ def _compare(model: Model, probe: Model) -> tuple[dict[str, set[int]], dict[str,
             return {}, {}, f"at {PROBE_SIZE} {op.type} (node {op.source}) is computed otherwise"
         if _options(op) != _options(twin):
             return {}, {}, f"{op.type} (node {op.source}) has options that depend on the size"
-    axes: dict[str, set[int]] = {}
+    axes: dict[str, dict[int, int]] = {}
     moves: dict[str, np.ndarray] = {}
     for name, array in model.arrays.items():
         twin = probe.arrays.get(name)
@@ -184,7 +174,7 @@ def _compare(model: Model, probe: Model) -> tuple[dict[str, set[int]], dict[str,
                                 "depends on the size")
             moves[name] = other_data.astype(np.int64) - base.astype(np.int64)
             continue
-        moving = {k for k, (a, b) in enumerate(zip(array.shape, twin.shape)) if a != b}
+        moving = {k: b for k, (a, b) in enumerate(zip(array.shape, twin.shape)) if a != b}
         if moving:
             axes[name] = moving
     return axes, moves, ""
@@ -229,36 +219,47 @@ def _minus_one_in_reshapes(model: Model, name: str, moves: dict[str, np.ndarray]
         _set_reshape_target(model, op, k, constant)
 
 
-def _size_tensor(model: Model, axes: dict[str, set[int]]) -> str:
-    """An int32 scalar holding a symbol's size when the model runs (`axes`: the tensors' axes it
-    moves): SHAPE of the first model input it moves, GATHER of that axis; put first in the
-    execution order."""
-    name = next(n for n in model.inputs if n in axes)
-    axis = min(axes[name])
-    rank = len(model.arrays[name].shape)
-    shape = model.add_array(name + "_shape", (rank,), np.int32)
-    size = model.add_array(f"{name}_size{axis}", (), np.int32)
-    first = model.insert_after(None, Operator("SHAPE", [name], [shape], {"out_type": np.int32}))
-    model.insert_after(first, Operator("GATHER", [shape, model.add_constant("axis", np.int32(axis))],
-                                       [size], {"axis": 0}))
-    return size
-
-
-def _compute_at_run_time(model: Model, name: str, slopes: dict[str, np.ndarray],
-                         sizes: dict[str, str], anchor: Operator) -> Operator:
-    """The readers of the constant `name` read it computed when the model runs: its value at
-    BASE_SIZE less each slope's share of it, plus each slope times its symbol's size (MUL, ADD
-    after `anchor`, the size tensors' last op). Returns the last op added."""
+def _run_time_plan(model: Model, name: str, op: Operator, moves: dict[str, np.ndarray],
+                   moved: dict) -> tuple[tuple | None, str]:
+    """How `op` computes the integer constant `name` when the model runs: ((its value less the
+    terms' share at the converted sizes, {(tensor, axis): slope per unit of that axis}), "") or
+    (None, why it cannot). Each moving entry follows an axis of one of op's inputs that moved
+    with the same symbol by a whole multiple of it (a Resize's size twice its input's height),
+    else of a model input: the nearest tensor keeps the arithmetic exact at any size (a stride's
+    rounding lies between the model input and op)."""
     base = model.constant(name)
-    offset = base.astype(np.int64) - BASE_SIZE * sum(s.astype(np.int64) for s in slopes.values())
-    value = model.add_constant(name + "_offset", offset.astype(base.dtype))
-    for symbol, slope in slopes.items():
-        product = model.add_array(f"{name}_times_size", base.shape, base.dtype)
-        anchor = model.insert_after(anchor, Operator(
-            "MUL", [model.add_constant(name + "_slope", slope), sizes[symbol]], [product]))
-        total = model.add_array(name + "_run_time", base.shape, base.dtype)
-        anchor = model.insert_after(anchor, Operator("ADD", [value, product], [total]))
+    if base.dtype != np.int32 or base.ndim > 1:
+        return None, f"the constant {name!r} read by {op.type} (node {op.source}) depends on the size"
+    candidates = [t for t in op.inputs if t and not model.arrays[t].is_constant] + list(model.inputs)
+    terms: dict[tuple[str, int], np.ndarray] = {}
+    for symbol, move in moves.items():
+        axes = moved[symbol][0]
+        for i in np.flatnonzero(move):
+            source = next(((t, a) for t in candidates for a, size in axes.get(t, {}).items()
+                           if move[i] % (size - model.arrays[t].shape[a]) == 0), None)
+            if source is None:
+                return None, (f"the constant {name!r} read by {op.type} (node {op.source}) moves "
+                              f"with {symbol!r} unlike any dimension of its inputs")
+            step = axes[source[0]][source[1]] - model.arrays[source[0]].shape[source[1]]
+            terms.setdefault(source, np.zeros(base.shape, np.int64)).flat[i] = move[i] // step
+    offset = base.astype(np.int64) - sum(slope * model.arrays[t].shape[a] for (t, a), slope in terms.items())
+    return (offset.astype(np.int32), {k: v.astype(np.int32) for k, v in terms.items()}), ""
+
+
+def _compute_before(model: Model, op: Operator, k: int, offset: np.ndarray,
+                    terms: dict[tuple[str, int], np.ndarray]) -> None:
+    """Input k of `op` computed right before it: `offset` plus each slope times its tensor's
+    axis when the model runs (SHAPE, GATHER, MUL, ADD)."""
+    value = model.add_constant(op.inputs[k] + "_offset", offset)
+    for (tensor, axis), slope in terms.items():
+        shape = model.add_array(tensor + "_shape", (len(model.arrays[tensor].shape),), np.int32)
+        size = model.add_array(f"{tensor}_size{axis}", (), np.int32)
+        product = model.add_array(op.inputs[k] + "_term", offset.shape, np.int32)
+        total = model.add_array(op.inputs[k] + "_run_time", offset.shape, np.int32)
+        for new in (Operator("SHAPE", [tensor], [shape], {"out_type": np.int32}),
+                    Operator("GATHER", [shape, model.add_constant("axis", np.int32(axis))], [size], {"axis": 0}),
+                    Operator("MUL", [model.add_constant("slope", slope), size], [product]),
+                    Operator("ADD", [value, product], [total])):
+            model.insert_before(op, new)
         value = total
-    for op, k in _readers(model, name):
-        _set_reshape_target(model, op, k, value)
-    return anchor
+    _set_reshape_target(model, op, k, value)

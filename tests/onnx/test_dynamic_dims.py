@@ -1,0 +1,175 @@
+"""Dynamic dimensions beyond the batch (qconvert/onnx/dynamic_dims.py): kept resizable where the
+graph allows, the file run in LiteRT at sizes it was not converted at (odd ones, a height unlike
+the width) against onnxruntime; fixed at their size, the summary saying why, where it does not;
+an error naming --input-shape where the model does not convert at the base size."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.harness import run_onnxruntime
+from tests.test_dynamic_batch import _activation_signatures, _convert_cli, _run
+
+RNG = np.random.default_rng(0)
+
+
+def _weight(name, *shape):
+    return numpy_helper.from_array((RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+
+
+def _ints(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def _model(nodes, shape, inits=(), opset=17, name="x"):
+    x = helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], list(inits)),
+                             opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _segmenter():
+    """Conv (stride 2), Relu, Conv, then Resize by scales back up: the Resize's size is an
+    integer constant moving with H and W, computed when the model runs."""
+    return _model([helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]),
+                   helper.make_node("Relu", ["a"], ["b"]),
+                   helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]),
+                   helper.make_node("Resize", ["c", "", "s"], ["y"], mode="nearest")],
+                  ["N", 3, "H", "W"], [_weight("w1", 8, 3, 3, 3), _weight("w2", 4, 8, 3, 3),
+                                       numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")])
+
+
+def _frames():
+    """Conv1d with stride 2 over dynamic frames, then the mean over them: the lifted convs'
+    reshapes hold the frames (-1) and the batch (from SHAPE)."""
+    return _model([helper.make_node("Conv", ["x", "w1"], ["a"], pads=[2, 2]),
+                   helper.make_node("Relu", ["a"], ["b"]),
+                   helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1], strides=[2]),
+                   helper.make_node("ReduceMean", ["c"], ["y"], axes=[2], keepdims=0)],
+                  ["N", 8, "T"], [_weight("w1", 16, 8, 5), _weight("w2", 16, 16, 3)], opset=13)
+
+
+def _heads():
+    """Attention's reshapes as exporters write them: [1, S, 32] to [1, S, 4, 8] by a shape that
+    Shape, Gather and Concat build, heads transposed, multiplied, and back."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["s"], axis=0),
+             helper.make_node("Unsqueeze", ["s", "zero"], ["s1"]),
+             helper.make_node("Concat", ["batch", "s1", "heads"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["r"], ["tk"], perm=[0, 2, 3, 1]),
+             helper.make_node("MatMul", ["t", "tk"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "t"], ["o"]),
+             helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+             helper.make_node("Concat", ["batch", "s1", "width"], ["back"], axis=0),
+             helper.make_node("Reshape", ["ot", "back"], ["y"])]
+    inits = [_ints("one", 1), _ints("zero", [0]), _ints("batch", [1]), _ints("heads", [4, 8]),
+             _ints("width", [32])]
+    return _model(nodes, [1, "S", 32], inits)
+
+
+def _expanded():
+    """A constant expanded to the input's shape: folded, a float constant as long as the
+    sequence."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Expand", ["bias", "shape"], ["wide"]),
+             helper.make_node("Add", ["x", "wide"], ["y"])]
+    bias = numpy_helper.from_array(RNG.standard_normal((1, 1, 32)).astype(np.float32), "bias")
+    return _model(nodes, [1, "S", 32], [bias])
+
+
+def _positions():
+    """A table cut to the sequence (Gather of Range(0, S)) and added: a float constant that
+    depends on the length."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["s"], axis=0),
+             helper.make_node("Range", ["zero", "s", "step"], ["ids"]),
+             helper.make_node("Gather", ["table", "ids"], ["pos"], axis=0),
+             helper.make_node("Add", ["x", "pos"], ["y"])]
+    inits = [_ints("one", 1), _ints("zero", 0), _ints("step", 1),
+             numpy_helper.from_array(RNG.standard_normal((512, 16)).astype(np.float32), "table")]
+    return _model(nodes, [1, "S", 16], inits)
+
+
+def _relu(shape):
+    return _model([helper.make_node("Relu", ["x"], ["y"])], shape)
+
+
+# name: (model, the resizable symbols, ONNX input shapes run beside the converted one)
+RESIZABLE = {
+    "segmenter": (_segmenter, ["H", "W"], [(1, 3, 96, 160), (2, 3, 40, 72), (1, 3, 33, 17)]),
+    "frames": (_frames, ["T"], [(1, 8, 77), (3, 8, 20), (1, 8, 2)]),
+    "heads": (_heads, ["S"], [(1, 1, 32), (1, 13, 32), (1, 200, 32)]),
+    "unnamed_axis": (lambda: _relu([1, None, 5]), ["x:1"], [(1, 3, 5), (1, 300, 5)]),
+    "named_beside_batch": (lambda: _relu(["N", "T", 3]), ["T"], [(2, 9, 3), (1, 1, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", list(RESIZABLE))
+def test_dynamic_dimensions_stay_resizable_and_match_at_other_sizes(tmp_path, name):
+    build, symbols, shapes = RESIZABLE[name]
+    model = build()
+    data, report, summary = _convert_cli(model, tmp_path)
+    assert [d["symbol"] for d in report["dimensions"] if d["resizable"]] == symbols, report["dimensions"]
+    assert all(d["size"] == 64 for d in report["dimensions"])
+    assert "kept resizable" in summary and report["verify"]["other_sizes"]
+    signature = {n: s for n, _, s in _activation_signatures(data)}["x"]
+    assert -1 in signature
+    for shape in shapes:
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        expected = run_onnxruntime(model, {"x": x})["y"]
+        for resolver in ("xnnpack", "builtin"):
+            np.testing.assert_allclose(_run(data, report, {"x": x}, resolver)["y"], expected,
+                                       rtol=1e-4, atol=1e-5, err_msg=f"{shape} {resolver}")
+
+
+# name: (model, the fixed symbol, words of its reason)
+FIXED = {
+    "positions": (_positions, "S", "the constant 'pos' read by ADD"),
+    "expanded": (_expanded, "S", "the constant 'wide' read by ADD"),
+    "flattened": (lambda: _model([helper.make_node("Flatten", ["x"], ["f"]),
+                                  helper.make_node("Gemm", ["f", "w"], ["y"], transB=1)],
+                                 [1, 2, "H"], [_weight("w", 3, 128)]),
+                  "H", "the model does not convert at 96"),
+}
+
+
+@pytest.mark.parametrize("name", list(FIXED))
+def test_a_dimension_the_graph_fixes_stays_at_its_size_and_says_why(tmp_path, name):
+    build, symbol, words = FIXED[name]
+    model = build()
+    data, report, summary = _convert_cli(model, tmp_path)
+    fixed = {d["symbol"]: d for d in report["dimensions"] if not d["resizable"]}
+    assert words in fixed[symbol]["fixed_because"], fixed
+    assert f"dynamic {symbol!r} fixed at 64: " in summary
+    assert all(-1 not in s[1:] for _, _, s in _activation_signatures(data))
+    shape = [d.dim_value or 64 for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(_run(data, report, {"x": x}, "builtin")["y"],
+                               run_onnxruntime(model, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_that_does_not_convert_at_the_base_size_names_the_input_shape_to_pin(tmp_path):
+    """A Gemm whose weight wants 10 features after a dynamic one: at 64 it cannot convert."""
+    model = _model([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], [1, "F"],
+                   [_weight("w", 3, 10)])
+    onnx.save(model, tmp_path / "m.onnx")
+    from click.testing import CliRunner
+
+    from qconvert.cli import cli
+
+    result = CliRunner().invoke(cli, [str(tmp_path / "m.onnx"), str(tmp_path / "m.tflite")])
+    assert result.exit_code == 1 and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert "with dynamic 'F' set to 64; --input-shape x:1,64 pins them" in result.stderr
+    assert not (tmp_path / "m.tflite").exists()
+
+
+def test_input_shape_pins_a_dynamic_dimension(tmp_path):
+    data, report, summary = _convert_cli(_segmenter(), tmp_path, "--input-shape", "x:1,3,32,48")
+    assert report["dimensions"] == [] and "dynamic" not in summary.split("batch")[0]
+    assert [i["shape"] for i in report["inputs"]] == [[1, 32, 48, 3]]
