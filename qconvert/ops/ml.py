@@ -48,7 +48,9 @@ _MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BR
 _CANONICAL = {"BRANCH_LEQ": ("LESS_EQUAL", False), "BRANCH_GT": ("LESS_EQUAL", True),
               "BRANCH_LT": ("LESS", False), "BRANCH_GTE": ("LESS", True),
               "BRANCH_EQ": ("EQUAL", False), "BRANCH_NEQ": ("EQUAL", True)}
-_POST = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")  # TreeEnsemble's integer codes
+_POST = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
+# TreeEnsemble's post_transform codes as onnxruntime reads them (its enum's order: 1 LOGISTIC,
+# 2 SOFTMAX; the spec says 1 SOFTMAX, 2 LOGISTIC): the converted model computes what it runs.
 _AGGREGATE = ("AVERAGE", "SUM", "MIN", "MAX")
 
 
@@ -91,12 +93,9 @@ def _floats(ctx, node, name: str, default=None) -> np.ndarray | None:
     return None if value is None else np.asarray(value, np.float64).reshape(-1)
 
 
-def _labels(ctx, node, output: str) -> np.ndarray | None:
-    """The int64 class labels, or None; string labels are refused when the label is read."""
-    if node.attr("classlabels_strings") and output:
-        raise ctx.error("its class labels are strings, which TFLite's kernels cannot compute: "
-                        "export the classifier with integer labels (scikit-learn: fit on label "
-                        "indices) or read only its probabilities")
+def _labels(node) -> np.ndarray:
+    """The int64 class labels (string labels, which the loader refuses where the label tensor
+    exists, by their indices)."""
     ints = node.attr("classlabels_int64s", node.attr("classlabels_ints"))
     count = len(node.attr("classlabels_strings") or ints or [])
     return np.asarray(ints, np.int64) if ints else np.arange(count, dtype=np.int64)
@@ -354,7 +353,7 @@ def import_linear_classifier(node, ctx):
     [1 - logistic(s), logistic(s)]; onnxruntime applies no SOFTMAX there)."""
     post = _check_post(ctx, _text(node.attr("post_transform", "NONE")))
     label_out, score_out = used_output(ctx, node, 0), used_output(ctx, node, 1)
-    labels = _labels(ctx, node, label_out)
+    labels = _labels(node)
     x = _matrix(ctx, node.inputs[0])
     intercepts = np.asarray(node.attr("intercepts") or [], np.float32)
     classes = intercepts.size
@@ -776,26 +775,23 @@ def _broadcast_columns(ctx, columns: list[str], rows: int, hint: str) -> str:
 
 def _two_classes(ctx, node, forest, order, hot, labels, base, post) -> None:
     """onnxruntime's two-class aggregation (TreeAggregatorClassifier), its per-row choices fixed
-    here because every row scores each class or none does: the pair of scores is a linear map
-    of the sums (folded into the leaf table), the label the sign (or > 0.5 for a one-class model
-    of positive weights) of the positive score, the probabilities the post transform of the pair
-    or, with one score p, [1 - p, p] / [logistic(-p), logistic(p)] / [-p, p]."""
+    here because every row scores each class or none does: the pair of sums (base_values[0]
+    added to class 0's), the label by the sign (> 0.5 for one class of positive weights) of the
+    positive score, the probabilities the post transform of the pair or, with class 0's score p
+    alone, [1 - p, p] / [logistic(-p), logistic(p)] / [-p, p]."""
     class_ids = set(node.attr("class_ids") or [])
     one_class = len(class_ids) == 1
     positive = all(w >= 0 for w in _floats(ctx, node, "class_weights", []))
-    if base.size > 2:
-        raise ctx.error(f"it has {base.size} base values for 2 classes")
+    if base.size > 1:
+        raise ctx.error(f"it has {base.size} base values for 2 classes: onnxruntime's two-class "
+                        "rule for them is undocumented (it drops base_values[0]); not converted")
     carried = [_carried(ctx, forest, order, hot, k, 0) for k in (0, 1)]
     if any(c is not True and c is not False for c in carried):
         raise ctx.error("two classes whose weights only some leaves carry: onnxruntime's output "
                         "changes form from row to row there, which is not converted")
     h0, h1 = carried
-    b = np.concatenate([base, np.zeros(2 - base.size)])
-    linear, bias = np.eye(2), np.array([b[0] if base.size else 0.0, b[1] if base.size == 2 else 0.0])
-    if base.size == 2 and h1:
-        linear, bias = np.array([[-1.0, 1.0], [0.0, 0.0]]), np.array([-b[1], b[1]])
-    table = _leaf_table(forest, order, 1) @ linear
-    pair = _leaf_sums(ctx, hot, order, table, bias, node.name + "_pair")
+    b = np.concatenate([base, np.zeros(1 - base.size)])
+    pair = _leaf_sums(ctx, hot, order, _leaf_table(forest, order, 1), [b[0], 0.0], node.name + "_pair")
     rows = ctx.shape(pair)[0]
     if not h0 and not h1:
         raise ctx.error("no leaf carries a class weight")
@@ -842,7 +838,7 @@ def import_tree_ensemble_classifier(node, ctx):
     """The GEMM form of the trees (_leaf_hot); more than two classes: _multiclass, two:
     _two_classes (onnxruntime's binary rules)."""
     post = _check_post(ctx, _text(node.attr("post_transform", "NONE")))
-    labels = _labels(ctx, node, used_output(ctx, node, 0))
+    labels = _labels(node)
     if labels.size < 2:
         raise ctx.error(f"it has {labels.size} class labels; a classifier has at least 2")
     forest = _forest_v3(ctx, node, "class", labels.size)

@@ -257,3 +257,174 @@ def test_tree_regressor_double_thresholds():
     for offset in (-1, 0, 1):
         shifted = np.nextafter(near, np.float32(np.inf) * offset) if offset else near
         assert_matches_onnxruntime(model, {"x": shifted.astype(np.float64)}, **CLOSE)
+
+
+def classifier(internal, leaves, weights, labels, x_type=F, rows=24, **attrs):
+    tree = tree_attrs(internal, leaves, "class", weights)
+    return one_op("TreeEnsembleClassifier", x_type, (rows, 4), {"label": I64, "probabilities": F},
+                  classlabels_int64s=labels, **tree, **attrs)
+
+
+def per_tree_class(leaves, classes, seed):
+    """LightGBM / XGBoost multiclass: tree t carries class t % classes at every leaf."""
+    rng = np.random.default_rng(seed)
+    return [(t, n, t % classes, float(np.round(rng.standard_normal(), 3))) for t, n in leaves]
+
+
+def probabilities(leaves, classes, seed):
+    """scikit-learn's trees: every leaf the class frequencies (they sum to 1)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t, n in leaves:
+        p = rng.dirichlet(np.ones(classes))
+        out += [(t, n, k, float(np.float32(p[k]))) for k in range(classes)]
+    return out
+
+
+@pytest.mark.parametrize("form", ["sklearn_forest", "lightgbm", "xgboost", "sparse"])
+@pytest.mark.parametrize("labels", [[0, 1, 2], [5, -3, 40, 7]], ids=["three", "four_labels"])
+def test_tree_classifier_multiclass(form, labels):
+    """A random forest (class frequencies, NONE), LightGBM (a tree per class, SOFTMAX), XGBoost
+    (base values, SOFTMAX) and leaves carrying one class each (a class unscored in some rows is
+    never the label)."""
+    classes = len(labels)
+    internal, leaves = random_trees(20, trees=2 * classes, depth=3, modes=MODES[:4], missing=True)
+    attrs = {}
+    if form == "sklearn_forest":
+        weights = probabilities(leaves, classes, 21)
+    elif form == "sparse":
+        weights = leaf_weights(leaves, classes, 21, every=False)
+    else:
+        weights = per_tree_class(leaves, classes, 21)
+        attrs["post_transform"] = "SOFTMAX"
+        if form == "xgboost":
+            attrs["base_values"] = [0.5] * classes
+    model = classifier(internal, leaves, weights, labels, **attrs)
+    assert_matches_onnxruntime(model, {"x": at_thresholds(internal)}, **CLOSE)
+
+
+@pytest.mark.parametrize("form", ["lightgbm", "xgboost", "sklearn_gbm", "sklearn_tree",
+                                  "positive_class_1"])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC"])
+def test_tree_classifier_two_classes(form, post):
+    """Binary forms: one class's raw scores (LightGBM, XGBoost with its base score, scikit-learn's
+    gradient boosting with its prior), both classes' frequencies (a decision tree: onnxruntime
+    labels 1 where class 1 has any weight), class 1 with positive weights (> 0.5 picks it)."""
+    internal, leaves = random_trees(22, trees=3, depth=3, modes=MODES[:4], missing=True)
+    attrs, labels = {"post_transform": post}, [0, 1]
+    if form == "sklearn_tree":
+        weights = probabilities(leaves, 2, 23)
+    elif form == "positive_class_1":
+        weights = [(t, n, 1, abs(w) / 3) for t, n, _, w in leaf_weights(leaves, 1, 23)]
+        labels = [10, 20]
+    else:
+        weights = leaf_weights(leaves, 1, 23)
+    if form in ("xgboost", "sklearn_gbm"):
+        attrs["base_values"] = [-0.25]
+    model = classifier(internal, leaves, weights, labels, **attrs)
+    assert_matches_onnxruntime(model, {"x": at_thresholds(internal)}, **CLOSE)
+
+
+def tree_ensemble_v5(internal, leaves, weights, targets, dtype=np.float32, **attrs):
+    """ai.onnx.ml 5's TreeEnsemble from the same trees: nodes and leaves by index, a child a
+    node or (nodes_*leafs) a leaf, modes as uint8 codes, splits and weights as tensors."""
+    node_at = {(n[0], n[1]): i for i, n in enumerate(internal)}
+    leaf_at = {leaf: i for i, leaf in enumerate(leaves)}
+    weight_of = {(t, n): (k, w) for t, n, k, w in weights}
+
+    def child(tree, node):
+        return (0, node_at[(tree, node)]) if (tree, node) in node_at else (1, leaf_at[(tree, node)])
+
+    trues = [child(n[0], n[5]) for n in internal]
+    falses = [child(n[0], n[6]) for n in internal]
+    roots = []
+    for i, n in enumerate(internal):
+        if not roots or internal[roots[-1]][0] != n[0]:
+            roots.append(i)
+    tensor = lambda values, t: numpy_helper.from_array(np.asarray(values, t))  # noqa: E731
+    return one_op("TreeEnsemble", D if dtype == np.float64 else F, (24, 4),
+                  {"y": D if dtype == np.float64 else F}, ml_opset=5, n_targets=targets,
+                  tree_roots=roots, nodes_featureids=[n[2] for n in internal],
+                  nodes_splits=tensor([n[3] for n in internal], dtype),
+                  nodes_modes=tensor([MODES.index(n[4]) for n in internal], np.uint8),
+                  nodes_truenodeids=[c[1] for c in trues], nodes_trueleafs=[c[0] for c in trues],
+                  nodes_falsenodeids=[c[1] for c in falses], nodes_falseleafs=[c[0] for c in falses],
+                  nodes_missing_value_tracks_true=[n[7] for n in internal],
+                  leaf_targetids=[weight_of[leaf][0] for leaf in leaves],
+                  leaf_weights=tensor([weight_of[leaf][1] for leaf in leaves], dtype), **attrs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float", "double"])
+@pytest.mark.parametrize("targets,post,aggregate", [(1, 0, 1), (2, 0, 1), (3, 2, 1), (3, 1, 0)],
+                         ids=["one_target", "two_targets", "logistic", "softmax_average"])
+def test_tree_ensemble_opset5(dtype, targets, post, aggregate):
+    """LightGBM through onnxmltools' newer converter: TreeEnsemble (ai.onnx.ml 5), float64 in and
+    out with double splits, every mode but EQ/NEQ, NaN tracked either way."""
+    internal, leaves = random_trees(30, trees=4, depth=3, modes=MODES[:4], missing=True)
+    internal.sort(key=lambda n: n[0])
+    internal = _root_first(internal)
+    weights = leaf_weights(leaves, targets, 31, every=False)
+    model = tree_ensemble_v5(internal, leaves, weights, targets, dtype, post_transform=post,
+                             aggregate_function=aggregate)
+    x = at_thresholds(internal, dtype=dtype)
+    assert_matches_onnxruntime(model, {"x": x.astype(np.float32).astype(dtype)}, **CLOSE)
+
+
+def _root_first(internal):
+    """Each tree's nodes with its root (the node no other one points to) first."""
+    out = []
+    for t in dict.fromkeys(n[0] for n in internal):
+        nodes = [n for n in internal if n[0] == t]
+        pointed = {c for n in nodes for c in (n[5], n[6])}
+        out += sorted(nodes, key=lambda n: n[1] in pointed)
+    return out
+
+
+def test_scaler_into_linear_regressor_in_float64():
+    """StandardScaler + LinearRegression on float64 data: the input cast at the edge, float out."""
+    nodes = [helper.make_node("Scaler", ["x"], ["s"], domain=ML, offset=[1.0, -2.0, 0.5, 0.0],
+                              scale=[0.5, 2.0, 1.0, 4.0]),
+             helper.make_node("LinearRegressor", ["s"], ["y"], domain=ML,
+                              coefficients=[0.25, -1.0, 2.0, 0.5], intercepts=[1.5])]
+    model = ml_model(nodes, {"x": (D, (6, 4))}, {"y": F})
+    assert_matches_onnxruntime(model, {"x": features(seed=32, dtype=np.float64)}, **CLOSE)
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+def test_zipmap_is_refused():
+    internal, leaves = random_trees(40, trees=1, depth=2)
+    tree = classifier(internal, leaves, probabilities(leaves, 3, 41), [0, 1, 2])
+    zipmap = helper.make_node("ZipMap", ["probabilities"], ["z"], domain=ML, classlabels_int64s=[0, 1, 2])
+    tree.graph.node.append(zipmap)
+    map_type = helper.make_map_type_proto(I64, helper.make_tensor_type_proto(F, []))
+    tree.graph.output.append(helper.make_value_info("z", helper.make_sequence_type_proto(map_type)))
+    assert_refused_in_one_line(tree, "ZipMap.*zipmap")
+
+
+def test_string_labels_are_refused():
+    """A string label tensor (classlabels_strings) is refused by the loader, naming it."""
+    internal, leaves = random_trees(42, trees=1, depth=2)
+    attrs = tree_attrs(internal, leaves, "class", probabilities(leaves, 2, 43))
+    model = one_op("TreeEnsembleClassifier", outputs={"label": TensorProto.STRING, "p": F},
+                   x_shape=(4, 4), classlabels_strings=["no", "yes"], **attrs)
+    assert_refused_in_one_line(model, "'label'.*dtype object", "ml")
+
+
+def test_two_base_values_of_two_classes_are_refused():
+    internal, leaves = random_trees(44, trees=1, depth=2)
+    model = classifier(internal, leaves, leaf_weights(leaves, 1, 45), [0, 1], base_values=[0.25, 0.25])
+    assert_refused_in_one_line(model, "2 base values for 2 classes", "ml")
+
+
+@pytest.mark.parametrize("op,attrs,match", [
+    ("LinearRegressor", {"coefficients": [1.0] * 4, "post_transform": "PROBIT"}, "PROBIT"),
+    ("SVMRegressor", {"kernel_type": "RBF", "kernel_params": [0.1, 0.0, 3.0], "coefficients": [1.0],
+                      "support_vectors": [0.0] * 4, "n_supports": 1, "rho": [0.0]}, "RBF"),
+    ("OneHotEncoder", {"cats_strings": ["a", "b"]}, "strings"),
+    ("TreeEnsembleRegressor", {"aggregate_function": "MAX", "n_targets": 1,
+                               **tree_attrs([(0, 0, 0, 0.5, "BRANCH_LEQ", 1, 2, 0)], [(0, 1), (0, 2)],
+                                            "target", [(0, 1, 0, 1.0), (0, 2, 0, 2.0)])}, "MAX")],
+    ids=["probit", "rbf", "string_categories", "max_aggregate"])
+def test_refusals(op, attrs, match):
+    assert_refused_in_one_line(one_op(op, **attrs), match, "ml")
