@@ -113,7 +113,8 @@ _COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
 
 
 def length_bounds(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
-    """{integer graph input compared with the positions of a dimension: that dimension's size}.
+    """{integer graph input compared with the positions of a dimension, or read as a recurrent
+    node's sequence_lens: that dimension's size, its X's time steps}.
     The positions are a Range whose limit is a dimension of a graph input (Gather of its Shape,
     through casts and reshapes), whose size `shapes` (the inputs' static shapes) gives: a length
     that masks a sequence (`Range(0, S) < length`) is drawn in [1, S], where a wide draw would
@@ -123,11 +124,25 @@ def length_bounds(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]]) ->
     bounds = {}
     for value in graph.input:
         for node, slot in _reads(readers, value.name):
+            size = None
             if node.op_type in _COMPARISONS and len(node.input) == 2:
                 size = _range_size(producers, node.input[1 - slot], shapes)
-                if size:
-                    bounds[value.name] = min(bounds.get(value.name, size), size)
+            elif node.op_type in _RECURRENT and slot == 4:
+                size = _time_steps(node, shapes)
+            if size:
+                bounds[value.name] = min(bounds.get(value.name, size), size)
     return bounds
+
+
+_RECURRENT = ("LSTM", "GRU", "RNN")
+
+
+def _time_steps(node: onnx.NodeProto, shapes: dict) -> int | None:
+    """The time steps of a recurrent node's X when it is a graph input (its sequence_lens are
+    drawn within them: onnxruntime refuses a longer one)."""
+    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+    dims = shapes.get(node.input[0])
+    return int(dims[layout]) if dims and len(dims) == 3 and int(dims[layout]) > 0 else None
 
 
 def _range_size(producers: dict, name: str, shapes: dict) -> int | None:
@@ -175,9 +190,11 @@ def pair_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
     return spans
 
 
-def guessed_inputs(graph: onnx.GraphProto) -> set[str]:
+def guessed_inputs(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]]) -> set[str]:
     """The integer graph inputs whose valid values the graph does not say: neither ids of a table
-    (id_bounds) nor values that only meet arithmetic (value_inputs)."""
+    (id_bounds), lengths of a dimension (length_bounds: `shapes`, the inputs' static shapes) nor
+    values that only meet arithmetic (value_inputs)."""
     integers = {v.name for v in graph.input if v.type.tensor_type.elem_type
                 and helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).kind in "iu"}
-    return integers - set(id_bounds(graph)) - value_inputs(graph)
+    return (integers - set(id_bounds(graph)) - set(length_bounds(graph, shapes))
+            - value_inputs(graph))

@@ -334,7 +334,7 @@ def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.
     if data == "generated":
         from .input_ranges import guessed_inputs
 
-        guessed = guessed_inputs(proto.graph)
+        guessed = guessed_inputs(proto.graph, {p.onnx_name: p.onnx_shape() for p in model.inputs})
         result.guessed = [p.onnx_name for p in model.inputs if p.onnx_name in guessed]
     if rounding_bound:
         from .rounding_bound import rounding_bounds
