@@ -27,6 +27,7 @@ from . import (  # noqa: F401
     lstm,
     max_unpool,
     ml,
+    ml_trees,
     nms,
     norms,
     onehot,
