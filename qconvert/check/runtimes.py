@@ -441,6 +441,24 @@ def _check_declared_shapes(outputs: list[OnnxValue], values: dict[str, np.ndarra
                 "--no-verify")
 
 
+def fitted_samples(samples: list[dict[str, np.ndarray]],
+                   shapes: dict[str, tuple[int, ...]]) -> list[dict[str, np.ndarray]]:
+    """The samples at other input shapes (ONNX layout, by name): each axis cut to the new size,
+    or repeated from its start to reach it, so that the values are the data's own (a file
+    checked at sizes its data was not recorded at)."""
+    fitted = []
+    for sample in samples:
+        sample = dict(sample)
+        for name, shape in shapes.items():
+            value = sample[name]
+            for axis, size in enumerate(shape):
+                if value.shape[axis] != size:
+                    value = np.take(value, np.arange(size), axis=axis, mode="wrap")
+            sample[name] = value
+        fitted.append(sample)
+    return fitted
+
+
 def prepare(proto: onnx.ModelProto, tflite_path: str, samples, count: int,
             preserve_all: bool = False,
             shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[TFLiteModel, list[dict[str, np.ndarray]]]:

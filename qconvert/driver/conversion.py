@@ -476,7 +476,7 @@ def verify_written(state: State, path: str,
     onnx_path = state.source if state.reads_file else None
     try:
         dims = state.model.dynamic_dims
-        sizes = dims.check_shapes() if dims is not None and verify.data is None else []
+        sizes = dims.check_shapes() if dims is not None else []
         result, source = check_written(state.reference, onnx_path, path, verify, report.notes,
                                        warn=True, other_shapes=sizes)
     except ReferenceFailed as e:
@@ -551,11 +551,11 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     check (check/verify.py) unless the model has Q/DQ pairs on activations, whose rounding a float
     conversion drops (then by SQNR, as a quantized one). onnxruntime reads the file at
     `onnx_path` itself when it can (runtimes.reads_file); else `reference` gets its weights back.
-    `other_shapes`: input shapes (ONNX layout, by name) to check the file at besides its own, on
-    generated inputs (its dynamic dimensions resized: onnx/dynamic_dims.py), each output judged
-    by its worst. Returns the verification and what its samples were read from (options.data;
+    `other_shapes`: input shapes (ONNX layout, by name) to check the file at besides its own (its
+    dynamic dimensions resized: onnx/dynamic_dims.py), on generated inputs or the samples fitted
+    to them (runtimes.fitted_samples), each output judged by its worst. Returns the verification and what its samples were read from (options.data;
     None: generated inputs)."""
-    from ..check.runtimes import reads_file
+    from ..check.runtimes import fitted_samples, reads_file
     from ..check.verify import rounding_dropped, verify
 
     proto = reference.proto
@@ -571,8 +571,10 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
                     data=options.data or "generated", float_check=float_check,
                     onnx_path=onnx_path if direct else None, rounding_bound=options.rounding_bound)
     for shapes in other_shapes:
-        result.merge_size(verify(proto, path, None, options.samples, options.min_sqnr,
-                                 float_check=float_check, onnx_path=onnx_path if direct else None,
+        fitted = None if samples is None else fitted_samples(samples, shapes)
+        result.merge_size(verify(proto, path, fitted, options.samples, options.min_sqnr,
+                                 data=options.data or "generated", float_check=float_check,
+                                 onnx_path=onnx_path if direct else None,
                                  rounding_bound=options.rounding_bound, shapes=shapes), shapes)
     if options.report is not None:
         from ..check.report import build_report, write_report
