@@ -10,11 +10,14 @@ constant path matrix (BATCH_MATMUL, one block per tree) equal a leaf's count of 
 exactly at the leaf reached (EQUAL: a one-hot of leaves); the one-hot times the leaf values
 (FULLY_CONNECTED) is the per-target sum, then the base values and the post transform.
 
-float64 inputs and outputs are cast at the graph's edges (the loader computes float64 as
-float32). A float64 threshold is rounded to float32 in the direction that keeps every decision
-on a float32 value exact (x <= t is x <= the largest float32 not above t; x == t for a t float32
-cannot hold is false): a float64 input that float32 holds is decided as onnxruntime decides it,
-another one as its float32 rounding (within half a float32 step of a threshold it may differ).
+A float64 graph input read by a tree ensemble is compared exactly, as onnxruntime compares it
+in double: its bits BITCAST to int64 and mirrored for negative values are keys in the order of
+the values, compared with the thresholds' keys (LESS_EQUAL, LESS, EQUAL on int64; NaN keys lie
+beyond infinity's). Any other input is float32 inside (a float64 one computed by the graph, or
+cast at its edge) and compared in float32 with each float64 threshold rounded in the direction
+that keeps every decision on a float32 value exact (x <= t as x <= the largest float32 not above
+t; x == t as never when float32 cannot hold t). The outputs leave as the graph declares them
+(float64 cast at the edge).
 
 Refused in one line: the PROBIT post transform, MIN/MAX aggregation and BRANCH_MEMBER nodes
 (not converted yet), two classes with two base values, and two-class ensembles whose leaves
@@ -30,7 +33,7 @@ from .gemm import fully_connected
 from .layout import reshape, transpose
 from .ml import (ML, POST_TRANSFORMS, check_post, class_labels, complement, float_attr, label_of,
                  matrix, post_transform, rows_of, sign_label, text, write_into)
-from .registry import onnx_op, onnx_types
+from .registry import onnx_op, onnx_types, tflite_op
 
 _MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ",
           "BRANCH_MEMBER")
@@ -39,6 +42,8 @@ _CANONICAL = {"BRANCH_LEQ": ("LESS_EQUAL", False), "BRANCH_GT": ("LESS_EQUAL", T
               "BRANCH_LT": ("LESS", False), "BRANCH_GTE": ("LESS", True),
               "BRANCH_EQ": ("EQUAL", False), "BRANCH_NEQ": ("EQUAL", True)}
 _AGGREGATE = ("AVERAGE", "SUM", "MIN", "MAX")
+# BITCAST float64 -> int64 (the exact comparison of a float64 input, _double_keys); op_version.cc: 1.
+tflite_op("BITCAST", evaluate=lambda inputs, op: [inputs[0].view(np.int64)])
 
 
 class _Forest:
@@ -190,20 +195,24 @@ def _float32_thresholds(values: np.ndarray, kinds: list[str]) -> np.ndarray:
 
 def _decisions(ctx, x: str, forest: _Forest, slots: np.ndarray, hint: str) -> str:
     """[N, S] float 0/1: the canonical comparison of each slot's node (slots: node indices, -1
-    for padding), NaN features decided as missing_value_tracks_true (or NEQ) says."""
-    rows, width = ctx.shape(x)[0], slots.size
+    for padding), NaN features decided as missing_value_tracks_true (or NEQ) says. A float64
+    graph input is compared exactly, as ordered int64 keys of its bits (_double_keys); any other
+    input in float32 against thresholds rounded for it (_float32_thresholds)."""
     real = np.maximum(slots, 0)
     modes = [forest.mode[i] if s >= 0 else "BRANCH_LEQ" for i, s in zip(real, slots)]
     kinds = [_CANONICAL[m][0] for m in modes]
-    values = _float32_thresholds(np.asarray(forest.threshold)[real], kinds)
     features = np.asarray(forest.feature, np.int64)[real]
     if features.size and (features.min() < 0 or features.max() >= ctx.shape(x)[1]):
         raise ctx.error(f"a node reads feature {int(features.max())}, outside the input's "
                         f"{ctx.shape(x)[1]} features")
-    shape = (rows, width)
-    picked = emit(ctx, "GATHER", [x, ctx.constant("features", features.astype(np.int32))],
-                  hint + "_features", shape, options={"axis": 1, "batch_dims": 0})
-    thresholds = ctx.constant("thresholds", values)
+    shape = (ctx.shape(x)[0], slots.size)
+    double = _double_source(ctx, x)
+    source = _double_keys(ctx, double, hint) if double else x
+    picked = emit(ctx, "GATHER", [source, ctx.constant("features", features.astype(np.int32))],
+                  hint + "_features", shape, ctx.dtype(source), {"axis": 1, "batch_dims": 0})
+    values = np.asarray(forest.threshold)[real]
+    thresholds = (ctx.model.add_constant("threshold_keys", _keys(values)) if double
+                  else ctx.constant("thresholds", _float32_thresholds(values, kinds)))
     decided = None
     for kind in dict.fromkeys(kinds):
         result = emit(ctx, kind, [picked, thresholds], f"{hint}_{kind.lower()}", shape, np.bool_)
@@ -214,11 +223,55 @@ def _decisions(ctx, x: str, forest: _Forest, slots: np.ndarray, hint: str) -> st
     # NaN goes to the true child where it tracks true (NEQ: NaN != t is true), in canonical terms.
     nan_true = np.array([(forest.missing[i] or m == "BRANCH_NEQ") != _CANONICAL[m][1]
                          for i, m in zip(real, modes)])
-    missing = emit(ctx, "NOT_EQUAL", [picked, picked], hint + "_nan", shape, np.bool_)
-    decided = emit(ctx, "SELECT_V2", [missing, ctx.constant("nan_decisions", nan_true), decided],
+    decided = emit(ctx, "SELECT_V2", [_is_nan(ctx, picked, bool(double)),
+                                      ctx.constant("nan_decisions", nan_true), decided],
                    hint + "_decisions", shape, np.bool_)
     return emit(ctx, "CAST", [decided], hint + "_decisions_float", shape, FLOAT,
                 {"in_data_type": np.dtype(np.bool_), "out_data_type": FLOAT})
+
+
+_INT64_MIN = np.iinfo(np.int64).min
+_INF_KEY = int(np.array(np.inf).view(np.int64))  # the key of +inf; NaN keys lie beyond +-it
+
+
+def _keys(values: np.ndarray) -> np.ndarray:
+    """float64 values as int64 keys in the same order (IEEE bits, negatives mirrored: -0 and 0
+    are one key); a NaN threshold the lowest key, which no comparison with x reaches."""
+    values = np.asarray(values, np.float64)
+    bits = values.view(np.int64)
+    keys = np.where(bits < 0, _INT64_MIN - bits, bits)
+    return np.where(np.isnan(values), _INT64_MIN, keys).astype(np.int64)
+
+
+def _double_source(ctx, x: str) -> str | None:
+    """The float64 graph input `x` is the loader's float32 CAST of, or None."""
+    producer = ctx.model.producer(x)
+    if producer is None or producer.type != "CAST" or producer.source != f"input {producer.inputs[0]}":
+        return None
+    return producer.inputs[0] if np.dtype(ctx.dtype(producer.inputs[0])) == np.float64 else None
+
+
+def _double_keys(ctx, x64: str, hint: str) -> str:
+    """_keys in the graph: BITCAST to int64, then INT64_MIN - bits where the sign bit is set."""
+    shape, wide = ctx.shape(x64), np.dtype(np.int64)
+    bits = emit(ctx, "BITCAST", [x64], hint + "_bits", shape, wide)
+    negative = emit(ctx, "LESS", [bits, ctx.model.add_constant("zero", np.zeros((), wide))],
+                    hint + "_negative", shape, np.bool_)
+    mirrored = emit(ctx, "SUB", [ctx.model.add_constant("int64_min", np.array(_INT64_MIN)), bits],
+                    hint + "_mirrored", shape, wide)
+    return emit(ctx, "SELECT_V2", [negative, mirrored, bits], hint + "_keys", shape, wide)
+
+
+def _is_nan(ctx, picked: str, keys: bool) -> str:
+    """Where `picked` is NaN: x != x, or for keys beyond +-inf's."""
+    shape = ctx.shape(picked)
+    if not keys:
+        return emit(ctx, "NOT_EQUAL", [picked, picked], picked + "_nan", shape, np.bool_)
+    above = emit(ctx, "GREATER", [picked, ctx.model.add_constant("inf_key", np.array(_INF_KEY))],
+                 picked + "_above_inf", shape, np.bool_)
+    below = emit(ctx, "LESS", [picked, ctx.model.add_constant("minus_inf_key", np.array(-_INF_KEY))],
+                 picked + "_below_inf", shape, np.bool_)
+    return emit(ctx, "LOGICAL_OR", [above, below], picked + "_nan", shape, np.bool_)
 
 
 def _leaf_hot(ctx, x: str, forest: _Forest, hint: str) -> tuple[str, list]:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from qconvert.tflite import reader
 from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line
 
 F, D, I64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
@@ -246,17 +247,21 @@ def test_tree_regressor_targets(aggregate, post):
     assert_matches_onnxruntime(model, {"x": at_thresholds(internal)}, **CLOSE)
 
 
-def test_tree_regressor_double_thresholds():
-    """skl2onnx on float64: thresholds and weights as double tensors (ai.onnx.ml 3), float64 in;
-    inputs at the double thresholds' float32 neighbours (float32 values decide exactly)."""
-    internal, leaves = random_trees(16, trees=2, depth=4, modes=("BRANCH_LEQ", "BRANCH_LT"))
-    attrs = tree_attrs(internal, leaves, "target", leaf_weights(leaves, 1, 17), doubles=True)
+@pytest.mark.parametrize("doubles", [True, False], ids=["double_tensors", "float_attributes"])
+def test_tree_regressor_float64_input_is_compared_exactly(doubles):
+    """skl2onnx on float64 data: a float64 input, thresholds as double tensors (ai.onnx.ml 3) or
+    floats; onnxruntime compares in double. Inputs at each threshold and one float64 step either
+    side of it (float32 cannot tell them apart), -0.0, 0.0, +-inf and NaN."""
+    internal, leaves = random_trees(16, trees=2, depth=4, modes=MODES[:4], missing=True)
+    internal = [n[:3] + (0.0 if k == 0 else n[3],) + n[4:] for k, n in enumerate(internal)]
+    attrs = tree_attrs(internal, leaves, "target", leaf_weights(leaves, 1, 17), doubles=doubles)
     model = one_op("TreeEnsembleRegressor", D, (24, 4), n_targets=1, **attrs)
     x = at_thresholds(internal, dtype=np.float64)
-    near = np.float32(x)  # each threshold's float32 rounding, and its neighbours
-    for offset in (-1, 0, 1):
-        shifted = np.nextafter(near, np.float32(np.inf) * offset) if offset else near
-        assert_matches_onnxruntime(model, {"x": shifted.astype(np.float64)}, **CLOSE)
+    x[-3:, 0], x[-4, 1:] = [-0.0, np.inf, -np.inf], 0.0
+    for step in (-np.inf, None, np.inf):
+        shifted = x if step is None else np.nextafter(x, step)
+        flatbuffer, _ = assert_matches_onnxruntime(model, {"x": shifted}, **CLOSE)
+    assert ("BITCAST", 1) in reader.read(flatbuffer).ops  # compared as int64 keys
 
 
 def classifier(internal, leaves, weights, labels, x_type=F, rows=24, **attrs):
@@ -358,16 +363,20 @@ def tree_ensemble_v5(internal, leaves, weights, targets, dtype=np.float32, **att
 @pytest.mark.parametrize("targets,post,aggregate", [(1, 0, 1), (2, 0, 1), (3, 2, 1), (3, 1, 0)],
                          ids=["one_target", "two_targets", "logistic", "softmax_average"])
 def test_tree_ensemble_opset5(dtype, targets, post, aggregate):
-    """LightGBM through onnxmltools' newer converter: TreeEnsemble (ai.onnx.ml 5), float64 in and
-    out with double splits, every mode but EQ/NEQ, NaN tracked either way."""
+    """LightGBM through onnxmltools' newer converter: TreeEnsemble (ai.onnx.ml 5), float32 or
+    float64 in and out with splits of that type, every mode but EQ/NEQ, NaN tracked either way;
+    float64 inputs at each split and a float64 step either side of it."""
     internal, leaves = random_trees(30, trees=4, depth=3, modes=MODES[:4], missing=True)
     internal.sort(key=lambda n: n[0])
     internal = _root_first(internal)
     weights = leaf_weights(leaves, targets, 31, every=False)
     model = tree_ensemble_v5(internal, leaves, weights, targets, dtype, post_transform=post,
                              aggregate_function=aggregate)
-    x = at_thresholds(internal, dtype=dtype)
-    assert_matches_onnxruntime(model, {"x": x.astype(np.float32).astype(dtype)}, **CLOSE)
+    x = at_thresholds(internal, dtype=dtype)  # float64: the double splits exactly
+    assert_matches_onnxruntime(model, {"x": x}, **CLOSE)
+    if dtype == np.float64:  # a float64 step either side of each split
+        assert_matches_onnxruntime(model, {"x": np.nextafter(x, np.inf)}, **CLOSE)
+        assert_matches_onnxruntime(model, {"x": np.nextafter(x, -np.inf)}, **CLOSE)
 
 
 def _root_first(internal):
