@@ -66,11 +66,16 @@ def shared_constant_model() -> onnx.ModelProto:
 
 
 def dynamic_model() -> onnx.ModelProto:
-    """A Conv whose input batch is the symbolic 'N' and width 'W': the batch alone would default
-    to 1 (tests/test_dynamic_batch.py), the width keeps the model from converting unpinned."""
+    """A Conv whose input batch is the symbolic 'N' and width 'W', flattened into a Gemm made for
+    width 8: the batch alone would default to 1 (tests/test_dynamic_batch.py); the width, at the
+    64 a dynamic dimension converts at (tests/onnx/test_dynamic_dims.py), keeps the model from
+    converting unpinned."""
     rng = np.random.default_rng(2)
-    nodes = [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])]
-    inits = [numpy_helper.from_array(_f32(rng, 4, 3, 3, 3), "W")]
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Flatten", ["c"], ["f"]),
+             helper.make_node("Gemm", ["f", "G"], ["y"], transB=1)]
+    inits = [numpy_helper.from_array(_f32(rng, 4, 3, 3, 3), "W"),
+             numpy_helper.from_array(_f32(rng, 5, 4 * 8 * 8) / 16, "G")]
     return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, "W"])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 
@@ -107,7 +112,7 @@ BAD_CASES = {
     "unsupported_ops": (["{m}/unsupported.onnx", "{out}"], None, 1,
                         ["my_builtin", "my_custom", "com.example.Frobnicate"]),
     "dynamic_dim": (["{m}/dynamic.onnx", "{out}"], None, 1,
-                    ["'x'", "axis 3", "'W'", "shape [N,3,8,W]", "--input-shape x:1,3,8,1"]),
+                    ["(Gemm)", "with dynamic 'W' set to 64", "--input-shape x:1,3,8,64 pins them"]),
     "unknown_input": (["{m}/dynamic.onnx", "{out}", "--input-shape", "y:2,3,8,8"], None, 1,
                       ["'y'", "not a model input", "inputs: x"]),
     "shape_not_int": (["{m}/conv.onnx", "{out}", "--input-shape", "x:1,a,8,8"], None, 2,
