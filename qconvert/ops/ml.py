@@ -261,27 +261,71 @@ def import_one_hot_encoder(node, ctx):
     ctx.add_op("CAST", [hits], [y], {"in_data_type": np.dtype(np.bool_), "out_data_type": FLOAT})
 
 
-@onnx_types(ML + "ArrayFeatureExtractor", values=True)
-def _extractor_types(shapes, dtypes, attrs, values):
-    count = np.asarray(values[1]).size if values[1] is not None else None
-    if count is None:
-        return [None]
-    return [(tuple(shapes[0][:-1]) + (count,), dtypes[0])]
+@onnx_types(ML + "ArrayFeatureExtractor")
+def _extractor_types(shapes, dtypes, attrs):
+    return [(tuple(shapes[0][:-1]) + (int(np.prod(shapes[1], dtype=np.int64)),), dtypes[0])]
 
 
 @onnx_op(ML + "ArrayFeatureExtractor")
 def import_array_feature_extractor(node, ctx):
-    """y = x[..., indices] (indices constant, from 0 to C - 1): GATHER along the last axis."""
-    x, y = node.inputs[:2], node.outputs[0]
-    x, indices = x
+    """y = x[..., indices] along the last axis: GATHER (constant indices checked within
+    [0, C - 1]; run-time ones must be, as onnxruntime fails the run on others)."""
+    x, indices = node.inputs[:2]
     columns = ctx.shape(x)[-1]
-    value = ctx.require_const(indices, "its indices")
-    value = np.asarray(value, np.int64).reshape(-1)
-    if value.size and (value.min() < 0 or value.max() >= columns):
-        raise ctx.error(f"indices {value.tolist()} are outside [0, {columns - 1}] (onnxruntime "
-                        "fails the run)")
-    ctx.add_op("GATHER", [x, ctx.constant("indices", value.astype(np.int32))], [y],
-               {"axis": ctx.rank(x) - 1, "batch_dims": 0})
+    value = ctx.const(indices)
+    if value is not None:
+        value = np.asarray(value, np.int64).reshape(-1)
+        if value.size and (value.min() < 0 or value.max() >= columns):
+            raise ctx.error(f"indices {value.tolist()} are outside [0, {columns - 1}] (onnxruntime "
+                            "fails the run)")
+        indices = ctx.constant("indices", value.astype(np.int32))
+    elif ctx.rank(indices) != 1:
+        indices = reshape(ctx, indices, (int(np.prod(ctx.shape(indices))),))
+    ctx.add_op("GATHER", [x, indices], node.outputs[:1], {"axis": ctx.rank(x) - 1, "batch_dims": 0})
+
+
+def _encoder_table(node, kind: str):
+    """LabelEncoder's keys or values (kind "keys" / "values"), from its tensor (ai.onnx.ml 4) or
+    its typed lists; None when they are strings."""
+    tensor = node.attr(f"{kind}_tensor")
+    if tensor is not None:
+        tensor = np.asarray(tensor).reshape(-1)
+        return None if tensor.dtype.kind in "OSU" else tensor
+    for suffix, dtype in (("int64s", np.int64), ("floats", np.float32)):
+        if node.attr(f"{kind}_{suffix}") is not None:
+            return np.asarray(node.attr(f"{kind}_{suffix}"), dtype)
+    return None
+
+
+@onnx_op(ML + "LabelEncoder")
+def import_label_encoder(node, ctx):
+    """y = values[k] where x equals keys[k] (the first such k), else the default: EQUAL against
+    the keys, ARG_MAX of the matches, GATHER from the values followed by the default. Numeric
+    keys and values (string ones are tensors the loader refuses)."""
+    x, y = node.inputs[0], node.outputs[0]
+    keys, values = _encoder_table(node, "keys"), _encoder_table(node, "values")
+    if keys is None or values is None or keys.size != values.size or not keys.size:
+        raise ctx.error("its keys and values are not numbers of equal count")
+    if keys.dtype.kind == "f" and np.isnan(keys).any():
+        raise ctx.error("a NaN key is not converted yet (EQUAL never matches NaN)")
+    default = node.attr("default_tensor")
+    if default is None:
+        default = node.attr("default_int64", -1) if values.dtype.kind in "iu" else \
+            node.attr("default_float", -0.0)
+    table = np.append(values, np.asarray(default, values.dtype).reshape(-1)[:1])
+    shape = tuple(ctx.shape(x))
+    column = reshape(ctx, x, shape + (1,))
+    matches = emit(ctx, "EQUAL", [column, ctx.constant("keys", keys.astype(ctx.dtype(x)))],
+                   y + "_matches", shape + (keys.size,), np.bool_)
+    as_int = emit(ctx, "CAST", [matches], y + "_matches_int", shape + (keys.size,), INT,
+                  {"in_data_type": np.dtype(np.bool_), "out_data_type": INT})
+    axis = ctx.constant("axis", np.array([len(shape)], np.int32))
+    first = emit(ctx, "ARG_MAX", [as_int, axis], y + "_first", shape, INT, {"output_type": INT})
+    found = emit(ctx, "REDUCE_ANY", [matches, axis], y + "_found", shape, np.bool_,
+                 {"keep_dims": False})
+    index = emit(ctx, "SELECT_V2", [found, first, ctx.constant("default", np.array(keys.size, np.int32))],
+                 y + "_index", shape, INT)
+    ctx.add_op("GATHER", [ctx.constant("values", table), index], [y], {"axis": 0, "batch_dims": 0})
 
 
 # --- linear models ----------------------------------------------------------------------------

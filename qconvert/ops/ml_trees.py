@@ -19,8 +19,11 @@ that keeps every decision on a float32 value exact (x <= t as x <= the largest f
 t; x == t as never when float32 cannot hold t). The outputs leave as the graph declares them
 (float64 cast at the edge).
 
-Refused in one line: the PROBIT post transform, MIN/MAX aggregation and BRANCH_MEMBER nodes
-(not converted yet), two classes with two base values, and two-class ensembles whose leaves
+BRANCH_MEMBER nodes (ai.onnx.ml 5) test x against their set of values: EQUAL against the sets
+padded with a value nothing equals, REDUCE_ANY (the spec's membership; onnxruntime takes integer
+members only and, on an x between integers, answers otherwise: 1.25 is in {1} there).
+
+Refused in one line: the PROBIT post transform, MIN/MAX aggregation (not converted yet), two classes with two base values, and two-class ensembles whose leaves
 carry a class's weight in some paths only (onnxruntime's output then changes form per row).
 """
 
@@ -40,7 +43,8 @@ _MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BR
 # Each mode as (the comparison emitted, whether the children swap): GT is not LEQ, GTE not LT.
 _CANONICAL = {"BRANCH_LEQ": ("LESS_EQUAL", False), "BRANCH_GT": ("LESS_EQUAL", True),
               "BRANCH_LT": ("LESS", False), "BRANCH_GTE": ("LESS", True),
-              "BRANCH_EQ": ("EQUAL", False), "BRANCH_NEQ": ("EQUAL", True)}
+              "BRANCH_EQ": ("EQUAL", False), "BRANCH_NEQ": ("EQUAL", True),
+              "BRANCH_MEMBER": ("MEMBER", False)}
 _AGGREGATE = ("AVERAGE", "SUM", "MIN", "MAX")
 # BITCAST float64 -> int64 (the exact comparison of a float64 input, _double_keys); op_version.cc: 1.
 tflite_op("BITCAST", evaluate=lambda inputs, op: [inputs[0].view(np.int64)])
@@ -54,9 +58,14 @@ class _Forest:
     def __init__(self, targets: int):
         self.targets = targets
         self.feature, self.threshold, self.mode, self.missing = [], [], [], []
+        self.members: dict[int, np.ndarray] = {}  # a BRANCH_MEMBER node's set of values
         self.trees: list[list[tuple[list, np.ndarray, np.ndarray]]] = []
 
-    def add_node(self, feature: int, threshold: float, mode: str, missing: bool) -> int:
+    def add_node(self, feature: int, threshold, mode: str, missing: bool) -> int:
+        """A node; a BRANCH_MEMBER node's threshold is its set of values."""
+        if mode == "BRANCH_MEMBER":
+            self.members[len(self.feature)] = np.asarray(threshold, np.float64)
+            threshold = 0.0
         self.feature.append(int(feature))
         self.threshold.append(float(threshold))
         self.mode.append(mode)
@@ -154,8 +163,7 @@ def _forest_v5(ctx, node) -> _Forest:
     missing = node.attr("nodes_missing_value_tracks_true") or [0] * splits.size
     leaf_targets = node.attr("leaf_targetids") or []
     leaf_weights = np.asarray(node.attr("leaf_weights"), np.float64).reshape(-1)
-    if node.attr("membership_values") is not None:
-        raise ctx.error("BRANCH_MEMBER nodes (membership_values) are not converted yet")
+    sets = _membership_sets(ctx, node, modes)
     forest = _Forest(targets)
 
     def branch(ref):
@@ -163,7 +171,7 @@ def _forest_v5(ctx, node) -> _Forest:
         if is_leaf:
             return None
         mode = _MODES[modes[i]] if 0 <= modes[i] < len(_MODES) else str(modes[i])
-        return (features[i], splits[i], mode, missing[i],
+        return (features[i], sets.get(i, splits[i]), mode, missing[i],
                 (bool(true_leafs[i]), int(true_ids[i])), (bool(false_leafs[i]), int(false_ids[i])))
 
     def leaf(ref):
@@ -177,6 +185,24 @@ def _forest_v5(ctx, node) -> _Forest:
     for root in node.attr("tree_roots") or []:
         forest.walk(ctx, (False, int(root)), branch, leaf)
     return forest
+
+
+def _membership_sets(ctx, node, modes: np.ndarray) -> dict[int, np.ndarray]:
+    """Each BRANCH_MEMBER node's values: membership_values split at its NaNs, in node order."""
+    values = node.attr("membership_values")
+    members = [i for i, m in enumerate(modes) if m == _MODES.index("BRANCH_MEMBER")]
+    if not members:
+        return {}
+    values = np.asarray(values if values is not None else [], np.float64).reshape(-1)
+    cuts = np.flatnonzero(np.isnan(values))
+    sets = np.split(values, cuts)
+    sets = [sets[0]] + [part[1:] for part in sets[1:]]  # each part after the first opens on a NaN
+    if sets and not sets[-1].size and len(sets) == len(members) + 1:
+        sets = sets[:-1]  # a trailing NaN
+    if len(sets) != len(members):
+        raise ctx.error(f"membership_values holds {len(sets)} sets for {len(members)} "
+                        "BRANCH_MEMBER nodes")
+    return dict(zip(members, sets))
 
 
 def _float32_thresholds(values: np.ndarray, kinds: list[str]) -> np.ndarray:
@@ -215,7 +241,8 @@ def _decisions(ctx, x: str, forest: _Forest, slots: np.ndarray, hint: str) -> st
                   else ctx.constant("thresholds", _float32_thresholds(values, kinds)))
     decided = None
     for kind in dict.fromkeys(kinds):
-        result = emit(ctx, kind, [picked, thresholds], f"{hint}_{kind.lower()}", shape, np.bool_)
+        result = (_membership(ctx, picked, forest, slots, bool(double), hint) if kind == "MEMBER" else
+                  emit(ctx, kind, [picked, thresholds], f"{hint}_{kind.lower()}", shape, np.bool_))
         if decided is not None:
             mask = ctx.constant("kind", np.asarray(kinds) == kind)
             result = emit(ctx, "SELECT_V2", [mask, result, decided], hint + "_decided", shape, np.bool_)
@@ -228,6 +255,24 @@ def _decisions(ctx, x: str, forest: _Forest, slots: np.ndarray, hint: str) -> st
                    hint + "_decisions", shape, np.bool_)
     return emit(ctx, "CAST", [decided], hint + "_decisions_float", shape, FLOAT,
                 {"in_data_type": np.dtype(np.bool_), "out_data_type": FLOAT})
+
+
+def _membership(ctx, picked: str, forest: _Forest, slots: np.ndarray, keys: bool, hint: str) -> str:
+    """[N, S] x in the slot's set (BRANCH_MEMBER; other slots' sets are empty): EQUAL against
+    the sets padded with a value nothing equals, REDUCE_ANY."""
+    width = max(s.size for s in forest.members.values())
+    table = np.full((slots.size, width), np.nan)
+    for j, m in enumerate(slots):
+        if m in forest.members:
+            table[j, :forest.members[m].size] = forest.members[m]
+    table = (ctx.model.add_constant("member_keys", _keys(table)) if keys else
+             ctx.constant("members", _float32_thresholds(table.reshape(-1), ["EQUAL"] * table.size)
+                          .reshape(table.shape)))
+    shape = ctx.shape(picked)
+    column = reshape(ctx, picked, tuple(shape) + (1,))
+    hits = emit(ctx, "EQUAL", [column, table], hint + "_member_hits", tuple(shape) + (width,), np.bool_)
+    return emit(ctx, "REDUCE_ANY", [hits, ctx.constant("axis", np.array([2], np.int32))],
+                hint + "_member", shape, np.bool_, {"keep_dims": False})
 
 
 _INT64_MIN = np.iinfo(np.int64).min

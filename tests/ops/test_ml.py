@@ -103,6 +103,38 @@ def test_array_feature_extractor():
     assert_matches_onnxruntime(model, {"x": features((5, 6), seed=5)}, **EXACT)
 
 
+def test_array_feature_extractor_run_time_indices():
+    node = helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain=ML)
+    model = ml_model([node], {"x": (F, (5, 6)), "i": (I64, (3,))}, {"y": F})
+    feeds = {"x": features((5, 6), seed=5), "i": np.array([5, 1, 1], np.int64)}
+    assert_matches_onnxruntime(model, feeds, **EXACT)
+
+
+@pytest.mark.parametrize("keys,values,default,x", [
+    ([3, -1, 7], [10, 20, 30], {"default_int64": -5}, np.array([[3, 7, 0], [-1, 3, 8]], np.int64)),
+    ([3, -1, 7], [0.5, 1.5, -2.0], {"default_float": 9.0}, np.array([[3, 7, 0], [-1, 3, 8]], np.int64)),
+    ([0.5, 2.0], [1, 2], {}, np.array([0.5, 2.0, 1.0, -0.5], np.float32)),
+    ([0.5, 2.0], [4.0, 8.0], {}, np.array([[0.5], [3.0]], np.float32))],
+    ids=["int_int", "int_float", "float_int", "float_float"])
+def test_label_encoder_numbers(keys, values, default, x):
+    """LabelEncoder on numbers (ai.onnx.ml 2 lists): the first matching key's value, else the
+    default (-1 / -0.0 when not given)."""
+    def typed(kind, v):
+        return {f"{kind}_int64s" if isinstance(v[0], int) else f"{kind}_floats": v}
+    out = I64 if isinstance(values[0], int) else F
+    model = one_op("LabelEncoder", I64 if x.dtype == np.int64 else F, x.shape, {"y": out}, ml_opset=2,
+                   **typed("keys", keys), **typed("values", values), **default)
+    assert_matches_onnxruntime(model, {"x": x}, **EXACT)
+
+
+def test_label_encoder_tensors():
+    """ai.onnx.ml 4: keys, values and the default as tensors."""
+    tensor = lambda v: numpy_helper.from_array(np.asarray(v))  # noqa: E731
+    model = one_op("LabelEncoder", I64, (2, 3), {"y": I64}, ml_opset=4, keys_tensor=tensor([4, 5, 6]),
+                   values_tensor=tensor([-4, -5, -6]), default_tensor=tensor([0]))
+    assert_matches_onnxruntime(model, {"x": np.array([[4, 6, 9], [5, 5, 4]], np.int64)}, **EXACT)
+
+
 # --- linear models ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("targets", [1, 3])
@@ -387,6 +419,30 @@ def _root_first(internal):
         pointed = {c for n in nodes for c in (n[5], n[6])}
         out += sorted(nodes, key=lambda n: n[1] in pointed)
     return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float", "double"])
+def test_tree_ensemble_set_membership(dtype):
+    """BRANCH_MEMBER (a categorical split, as LightGBM's): x in the node's set of values, on
+    integer inputs (category codes). onnxruntime takes integer members only, and on a value
+    between integers it does not test membership as the spec says (1.25 is in {1, -1} there)."""
+    internal, leaves = random_trees(34, trees=3, depth=3, modes=("BRANCH_LEQ", "BRANCH_LT"), grid=True)
+    internal = _root_first(sorted(internal, key=lambda n: n[0]))
+    member = [k for k in range(len(internal)) if k % 3 == 0]
+    sets = [[-1.0, 1.0], [0.0], [1.0, 2.0, -2.0]]  # onnxruntime takes integer members only
+    values = []
+    for j, k in enumerate(member):
+        values += sets[j % 3] + [np.nan]
+    model = tree_ensemble_v5(internal, leaves, leaf_weights(leaves, 1, 35), 1, dtype,
+                             membership_values=numpy_helper.from_array(np.array(values, dtype)))
+    modes = numpy_helper.to_array(next(a.t for a in model.graph.node[0].attribute if a.name == "nodes_modes"))
+    modes = modes.copy()
+    modes[member] = 6
+    for a in model.graph.node[0].attribute:
+        if a.name == "nodes_modes":
+            a.t.CopyFrom(numpy_helper.from_array(modes.astype(np.uint8)))
+    x = np.round(at_thresholds(internal, grid=True, dtype=dtype))
+    assert_matches_onnxruntime(model, {"x": x}, **CLOSE)
 
 
 def test_scaler_into_linear_regressor_in_float64():
