@@ -92,7 +92,7 @@ class TFLiteModel:
             self.inputs = _pair("input", inputs, _ports(details["inputs"], layouts.get("inputs", {})))
         if outputs is not None:
             self.outputs = _pair("output", outputs,
-                                 _ports(details["outputs"], layouts.get("outputs", {})))
+                                 _ports(details["outputs"], layouts.get("outputs", {}), signature=True))
 
     def resize(self, onnx_shapes: dict[str, tuple[int, ...]]) -> None:
         """Gives the paired inputs other shapes (ONNX layout, by ONNX name) where the file's
@@ -165,7 +165,9 @@ def _from_file(value: np.ndarray, port: Port) -> np.ndarray:
     return value
 
 
-def _ports(details: dict[str, dict], layouts: dict[str, list[int]]) -> list[Port]:
+def _ports(details: dict[str, dict], layouts: dict[str, list[int]], signature: bool = False) -> list[Port]:
+    """The file's inputs or outputs; with `signature`, their shapes as shape_signature gives them
+    (-1 where the interpreter resizes them: an output whose size the values decide)."""
     ports = []
     for name, d in details.items():
         params = d.get("quantization_parameters", {})
@@ -175,7 +177,8 @@ def _ports(details: dict[str, dict], layouts: dict[str, list[int]]) -> list[Port
         if len(scales) and dtype.kind in "iu":
             quantization = (float(scales[0]), int(params["zero_points"][0]))
         perm = layouts.get(name)
-        ports.append(Port(name, name, int(d["index"]), dtype, tuple(int(x) for x in d["shape"]),
+        shape = d["shape_signature"] if signature and len(d.get("shape_signature", ())) else d["shape"]
+        ports.append(Port(name, name, int(d["index"]), dtype, tuple(int(x) for x in shape),
                           quantization, tuple(perm) if perm else None))
     return ports
 
@@ -214,7 +217,8 @@ def _shown(shape: tuple | None) -> str:
 def _permutation(onnx_shape: tuple | None, tflite_shape: tuple[int, ...]) -> tuple[int, ...] | None:
     """The axes of the ONNX tensor in the .tflite tensor's order that the shapes allow: identity
     first, then channels-last, then the first that fits (None: none). Symbolic ONNX dims (also
-    0 and -1), and an ONNX shape the model does not give, fit anything."""
+    0 and -1), a .tflite dimension its shape_signature leaves dynamic (-1), and an ONNX shape the
+    model does not give, fit anything."""
     rank = len(tflite_shape)
     if onnx_shape is None:
         return tuple(range(rank))
@@ -222,7 +226,7 @@ def _permutation(onnx_shape: tuple | None, tflite_shape: tuple[int, ...]) -> tup
         return None
 
     def fits(perm) -> bool:  # 0 and -1 (Paddle's exports) are dynamic too
-        return all(not isinstance(onnx_shape[p], int) or onnx_shape[p] <= 0
+        return all(not isinstance(onnx_shape[p], int) or onnx_shape[p] <= 0 or tflite_shape[k] < 0
                    or onnx_shape[p] == tflite_shape[k] for k, p in enumerate(perm))
 
     candidates = [tuple(range(rank))]

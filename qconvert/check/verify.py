@@ -290,7 +290,7 @@ class OutputStacks:
         operands = step_values(self.proto, self.rules, fetched)
         half = computes_in_float16(self.proto)
         ulp = FLOAT16_EPS if half else FLOAT32_EPS
-        checks = [check_output(name, np.stack(self.expected[name]), np.stack(self.actual[name]),
+        checks = [check_output(name, *_stacked(self.expected[name], self.actual[name]),
                                self.rules.get(name), operands.get(name), ulp)
                   for name in self.names]
         result = Verification(checks, samples, min_sqnr, data=data,
@@ -299,6 +299,19 @@ class OutputStacks:
                               reason=None if float_check else run_time_quantization(self.proto))
         result.passed = (min_sqnr is None or not result.below(min_sqnr)) and not result.float_failures()
         return result
+
+
+def _stacked(expected: list[np.ndarray], actual: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """One output's samples stacked; an output whose shape changes from sample to sample (its
+    size decided by the values, or the file checked at several sizes) as every sample's values
+    end to end. A sample where the .tflite's shape is not onnxruntime's compares as NaN: it
+    fails, as it must."""
+    if all(np.shape(e) == np.shape(expected[0]) == np.shape(a) for e, a in zip(expected, actual)):
+        return np.stack(expected), np.stack(actual)
+    fitted = [np.ravel(a) if np.shape(a) == np.shape(e) else np.full(np.size(e), np.nan)
+              for e, a in zip(expected, actual)]
+    return (np.concatenate([np.ravel(e) for e in expected]).astype(np.float64),
+            np.concatenate(fitted).astype(np.float64))
 
 
 def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]],

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ConversionError
 from ..ir import Model, Operator
 
 # Multiples of 32, so that a network that halves its size five times and concatenates skip
@@ -48,6 +49,9 @@ class DynamicDims:
     inputs: dict[str, dict[int, str]]
     fixed_because: dict[str, str] = field(default_factory=dict)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # those inputs' at `sizes`
+    # symbols of dimensions the values decide (NonZero's count: loader._run_time_size), which
+    # must stay resizable
+    value_dependent: set[str] = field(default_factory=set)
 
     @property
     def resizable(self) -> list[str]:
@@ -56,7 +60,8 @@ class DynamicDims:
     def check_shapes(self) -> list[dict[str, tuple[int, ...]]]:
         """The ONNX input shapes the check runs the file at besides its own: one set per
         CHECK_SIZES entry, the resizable symbols moved."""
-        resizable = self.resizable
+        placed = {s for axes in self.inputs.values() for s in axes.values()}
+        resizable = [s for s in self.resizable if s in placed]
         sets = []
         for k, size in enumerate(CHECK_SIZES):
             sizes = {s: size + (32 * j if k else 0) for j, s in enumerate(resizable)}
@@ -92,9 +97,12 @@ def has_symbols(proto, pinned: dict[str, tuple[int, ...]]) -> bool:
     """Whether the ONNX model (a ModelProto) has dynamic dimensions `symbols` would find."""
     from .dynamic_batch import pinned_names
 
+    from ..ops.registry import RUN_TIME_SIZED, op_key
+
     weights = {t.name for t in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in weights]
-    return symbols(inputs, pinned, pinned_names(inputs, pinned)) is not None
+    return (symbols(inputs, pinned, pinned_names(inputs, pinned)) is not None
+            or any(op_key(node) in RUN_TIME_SIZED for node in proto.graph.node))
 
 
 def pin_advice(dims: DynamicDims, shapes: dict[str, tuple]) -> str:
@@ -139,6 +147,9 @@ def keep_dynamic(model: Model, probes: dict[str, Model | str]) -> None:
                 plans.append((op, k, *plan))
     for symbol in [s for s in moved if s in dims.fixed_because]:
         del moved[symbol]
+    for symbol in sorted(dims.value_dependent & set(dims.fixed_because)):
+        raise ConversionError(f"{symbol}: its size is known only when the model runs, and the "
+                              f"graph cannot follow it ({dims.fixed_because[symbol]})")
     for axes, _ in moved.values():
         for name, moving in axes.items():
             model.dynamic_axes[name] = frozenset(model.dynamic_axes.get(name, frozenset()) | set(moving))

@@ -167,7 +167,8 @@ class _Graph:
                        if i.name not in index.initializers and i.name not in index.producers]
         self.shapes: dict[str, tuple] = {}
         self.dtypes: dict[str, np.dtype] = {}
-        self._pin_inputs(input_shapes, body, sizes or {})
+        self.body, self.probe_sizes = body, sizes or {}
+        self._pin_inputs(input_shapes, body, self.probe_sizes)
         for name, value in self.constants.items():
             self.shapes[name] = value.shape
             self.dtypes[name] = value.dtype
@@ -179,6 +180,16 @@ class _Graph:
         self.simulated_counts: dict[int, int | None] = {}
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
+
+    def _run_time_size(self, node: onnx.NodeProto, axis: int) -> int:
+        """The size of a dimension of `node`'s output that its values decide (NonZero's count):
+        a symbol of its own (dynamic_dims.py), "node[axis]", at its base size or a probe's."""
+        symbol = f"{self.names[id(node)]}[{axis}]"
+        if self.dynamic is None:
+            self.dynamic = dynamic_dims.DynamicDims({}, {})
+        self.dynamic.sizes.setdefault(symbol, self.probe_sizes.get(symbol, dynamic_dims.BASE_SIZE))
+        self.dynamic.value_dependent.add(symbol)
+        return self.dynamic.sizes[symbol]
 
     def _pin_inputs(self, input_shapes: dict[str, tuple[int, ...]], body: bool,
                     sizes: dict[str, int]) -> None:
@@ -307,7 +318,7 @@ class _Graph:
             if value is None:
                 kept.append(node)
                 folded |= node_types.infer_node(node, self.shapes, self.dtypes, self.constants,
-                                                self.opsets)
+                                                self.opsets, None if self.body else self._run_time_size)
                 continue
             for name, v in zip(node.output, value):
                 v = np.asarray(v)
@@ -836,7 +847,7 @@ def load(source: OnnxFile | onnx.ModelProto,
     try:
         return _load_graph(graph)
     except ConversionError as e:
-        if graph.dynamic is None or sizes:  # a probe's error is the probe's reason
+        if graph.dynamic is None or sizes or not graph.dynamic.inputs:  # a probe's: its reason
             raise
         raise ConversionError(f"{e} ({dynamic_dims.pin_advice(graph.dynamic, graph.shapes)})") from None
 

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..ops.registry import OUTPUT_TYPES, VALUE_TYPED, op_key
+from ..ops.registry import OUTPUT_TYPES, RUN_TIME, VALUE_TYPED, op_key
 
 # Constants up to this size are shown to shape inference as data (Reshape's shape), here and in the
 # loader's whole-graph inference; bigger ones as typed inputs, so that inference does not copy the
@@ -26,10 +26,12 @@ _GRAPHS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def infer_node(node: onnx.NodeProto, shapes: dict, dtypes: dict, constants: dict,
-               opsets: dict) -> bool:
+               opsets: dict, run_time_size=None) -> bool:
     """Adds to `shapes` and `dtypes` the static types of the outputs of `node` that they lack,
     when every input's type is known; returns whether it added any. Nothing for a node whose
-    types cannot be told (the whole-graph inference, or the importer, says why)."""
+    types cannot be told (the whole-graph inference, or the importer, says why).
+    `run_time_size(node, axis)` gives a dimension the values decide (RUN_TIME) its size; without
+    it such an output stays unknown."""
     if all(not o or o in shapes for o in node.output) or any(n and n not in shapes for n in node.input):
         return False
     key = op_key(node)
@@ -47,6 +49,11 @@ def infer_node(node: onnx.NodeProto, shapes: dict, dtypes: dict, constants: dict
         found = _onnx_types(node, shapes, dtypes, constants, opsets)
     added = False
     for name, types in zip(node.output, found):
+        if types is not None and RUN_TIME in types[0]:
+            if run_time_size is None:
+                continue
+            types = (tuple(run_time_size(node, k) if d == RUN_TIME else d
+                           for k, d in enumerate(types[0])), types[1])
         if name and types is not None and name not in shapes and all(d >= 0 for d in types[0]):
             shapes[name], dtypes[name] = tuple(int(d) for d in types[0]), np.dtype(types[1])
             added = True

@@ -1,6 +1,9 @@
-"""Compress with a constant condition: GATHER of the positions the condition selects (along
-`axis`, or of the flattened input without one). A condition computed at run time stays refused:
-the output's length would be data-dependent, which a static TFLite graph cannot hold.
+"""Selections. Compress with a constant condition: GATHER of the positions the condition selects
+(along `axis`, or of the flattened input without one); a condition computed at run time stays
+refused. NonZero: TFLite's WHERE (the coordinates of the true elements, [count, rank] int64, in
+row-major order as ONNX's), of x != 0 unless x is bool, transposed to ONNX's [rank, count]; the
+count is known only when the model runs: the loader sizes it as a dynamic dimension
+(registry.RUN_TIME, onnx/dynamic_dims.py) and the interpreter resizes what follows.
 
 onnx's shape inference leaves the output's length unknown even for a constant condition: the
 output types below count the condition's selected positions (the loader's per-node types)."""
@@ -10,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import reshape
-from .registry import onnx_op, onnx_types
+from .registry import RUN_TIME, onnx_op, onnx_types, tflite_op
 
 
 @onnx_types("Compress", values=True)
@@ -50,3 +53,33 @@ def import_compress(node, ctx):
     if ctx.shape(y) != expected:
         raise ctx.error(f"the output's shape {list(ctx.shape(y))} is not {list(expected)}")
     ctx.add_op("GATHER", [x, ctx.constant("positions", positions)], [y], {"axis": axis, "batch_dims": 0})
+
+
+tflite_op("WHERE", options="WhereOptions")
+
+
+@onnx_types("NonZero", run_time=True)
+def _non_zero_types(shapes, dtypes, attrs):
+    return [((len(shapes[0]), RUN_TIME), np.int64)]
+
+
+@onnx_op("NonZero")
+def import_non_zero(node, ctx):
+    x, y = node.inputs[0], node.outputs[0]
+    rank = ctx.rank(x)
+    if rank == 0:
+        raise ctx.error("of a scalar: give it rank 1 (Reshape to [1])")
+    count = ctx.shape(y)[1]
+    condition = x
+    if ctx.dtype(x) != np.bool_:
+        condition = ctx.tensor(x + "_nonzero", ctx.shape(x), np.bool_)
+        zero = ctx.constant("zero", np.zeros((), ctx.dtype(x)))
+        ctx.add_op("NOT_EQUAL", [x, zero], [condition])
+    coordinates = ctx.tensor(y + "_where", (count, rank), np.int64)
+    ctx.add_op("WHERE", [condition], [coordinates])
+    rows = ctx.tensor(y + "_rows", (rank, count), np.int64)
+    ctx.add_op("TRANSPOSE", [coordinates, ctx.constant("perm", np.array([1, 0], np.int32))], [rows])
+    if ctx.dtype(y) == np.int64:
+        ctx.add_op("IDENTITY", [rows], [y])
+    else:
+        ctx.add_op("CAST", [rows], [y], {"in_data_type": np.int64, "out_data_type": ctx.dtype(y)})

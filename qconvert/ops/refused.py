@@ -26,7 +26,6 @@ NOT_ONNX = ("not an ONNX operator: the exporter left a TensorFlow op in the grap
 
 REFUSED: dict[str, str] = {
     "Erfc": NOT_ONNX, "StatefulPartitionedCall": NOT_ONNX, "PartitionedCall": NOT_ONNX,
-    "NonZero": DATA_DEPENDENT,
     "Unique": DATA_DEPENDENT,
     **dict.fromkeys(RANDOM_OPS, RANDOM),
     "RegexFullMatch": STRINGS, "StringConcat": STRINGS, "StringNormalizer": STRINGS,

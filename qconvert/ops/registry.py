@@ -158,6 +158,11 @@ ONNX_IMPORTERS: dict[str, Callable] = {}
 # the others). qconvert/onnx/node_types.py uses them.
 OUTPUT_TYPES: dict[str, Callable] = {}
 VALUE_TYPED: set[str] = set()
+# A dimension an OUTPUT_TYPES function returns in place of a size that the values decide (NonZero's
+# count): the loader sets it, as it sets a dynamic input dimension (onnx/dynamic_dims.py), and
+# the .tflite resizes it when it runs. RUN_TIME_SIZED: the op keys whose types may return it.
+RUN_TIME = "run time"
+RUN_TIME_SIZED: set[str] = set()
 
 
 def op_key(node) -> str:
@@ -166,15 +171,18 @@ def op_key(node) -> str:
     return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
 
 
-def onnx_types(*keys: str, values: bool = False):
+def onnx_types(*keys: str, values: bool = False, run_time: bool = False):
     """Registers the decorated function as the output types of the given op keys (given the
-    constant inputs' values too with `values`)."""
+    constant inputs' values too with `values`; dimensions RUN_TIME may be returned with
+    `run_time`)."""
 
     def register(fn: Callable) -> Callable:
         for key in keys:
             OUTPUT_TYPES[key] = fn
             if values:
                 VALUE_TYPED.add(key)
+            if run_time:
+                RUN_TIME_SIZED.add(key)
         return fn
 
     return register
