@@ -236,25 +236,44 @@ def _run_time_plan(model: Model, name: str, op: Operator, moves: dict[str, np.nd
     terms' share at the converted sizes, {(tensor, axis): slope per unit of that axis}), "") or
     (None, why it cannot). Each moving entry follows an axis of one of op's inputs that moved
     with the same symbol by a whole multiple of it (a Resize's size twice its input's height),
-    else of a model input: the nearest tensor keeps the arithmetic exact at any size (a stride's
-    rounding lies between the model input and op)."""
+    else of a model input, else of any tensor written before op, nearest first (a Shape's
+    value): the nearest tensor keeps the arithmetic exact at any size (a stride's rounding lies
+    between the model input and op)."""
     base = model.constant(name)
     if base.dtype != np.int32 or base.ndim > 1:
         return None, f"the constant {name!r} read by {op.type} (node {op.source}) depends on the size"
-    candidates = [t for t in op.inputs if t and not model.arrays[t].is_constant] + list(model.inputs)
+    near = [t for t in op.inputs if t and not model.arrays[t].is_constant] + list(model.inputs)
     terms: dict[tuple[str, int], np.ndarray] = {}
     for symbol, move in moves.items():
         axes = moved[symbol][0]
         for i in np.flatnonzero(move):
-            source = next(((t, a) for t in candidates for a, size in axes.get(t, {}).items()
-                           if move[i] % (size - model.arrays[t].shape[a]) == 0), None)
+            source = _source(model, near, axes, int(move[i]))
+            if source is None:
+                source = _source(model, _written_before(model, op), axes, int(move[i]))
             if source is None:
                 return None, (f"the constant {name!r} read by {op.type} (node {op.source}) moves "
-                              f"with {symbol!r} unlike any dimension of its inputs")
+                              f"with {symbol!r} unlike any tensor before it")
             step = axes[source[0]][source[1]] - model.arrays[source[0]].shape[source[1]]
             terms.setdefault(source, np.zeros(base.shape, np.int64)).flat[i] = move[i] // step
     offset = base.astype(np.int64) - sum(slope * model.arrays[t].shape[a] for (t, a), slope in terms.items())
     return (offset.astype(np.int32), {k: v.astype(np.int32) for k, v in terms.items()}), ""
+
+
+def _source(model: Model, candidates, axes: dict[str, dict[int, int]], move: int):
+    """The first (tensor, axis) among `candidates` whose size moved (`axes`) by a whole divisor
+    of `move`, or None."""
+    return next(((t, a) for t in candidates for a, size in axes.get(t, {}).items()
+                 if move % (size - model.arrays[t].shape[a]) == 0), None)
+
+
+def _written_before(model: Model, op: Operator) -> list[str]:
+    """The tensors the ops before `op` write, nearest first."""
+    earlier: list[str] = []
+    for other in model.operators:
+        if other is op:
+            break
+        earlier.append(other.outputs)
+    return [name for outputs in reversed(earlier) for name in outputs]
 
 
 def _compute_before(model: Model, op: Operator, k: int, offset: np.ndarray,

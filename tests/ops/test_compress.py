@@ -50,3 +50,50 @@ def test_compress_in_the_middle_of_a_graph():
     model = make_model(nodes, {"x": (F, (3, 5, 2))}, {"y": F},
                        {"c": np.array([1, 0, 1, 1, 0], np.bool_)}, opset=13)
     assert_matches_onnxruntime(model, io_layout="onnx")
+
+
+# --- NonZero: WHERE, its count resized when the model runs ------------------------------------
+def _non_zero(x_type, shape, after=()):
+    """y = NonZero(x), then `after` reading y."""
+    outputs = {"y": TensorProto.INT64, **{n.output[0]: t for n, t in after}}
+    return make_model([helper.make_node("NonZero", ["x"], ["y"]), *(n for n, _ in after)],
+                      {"x": (x_type, shape)}, outputs, opset=13)
+
+
+def _feeds(x_type, shape, seed):
+    """Inputs with some zeros, none, and all: the count moves from run to run."""
+    rng = np.random.default_rng(seed)
+    values = [rng.integers(-1, 2, shape), np.zeros(shape), np.ones(shape)]
+    dtype = {TensorProto.FLOAT: np.float32, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_}[x_type]
+    return [{"x": v.astype(dtype)} for v in values]
+
+
+@pytest.mark.parametrize("x_type", [TensorProto.FLOAT, TensorProto.INT32, TensorProto.BOOL])
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4), (1, 2, 3, 2)])
+def test_non_zero_matches_at_every_count(x_type, shape):
+    """One file for every input: the count of its nonzero values (some, none, all) decides the
+    output's length when the model runs."""
+    model = _non_zero(x_type, shape)
+    flatbuffer, report = None, None
+    for feeds in _feeds(x_type, shape, seed=len(shape)):
+        flatbuffer, report = assert_matches_onnxruntime(model, feeds, rtol=0, atol=0)
+
+
+def test_non_zero_feeds_a_gather_and_a_count():
+    """NonZero's coordinates gather the values they point at (GatherND of the transpose) and
+    are counted (Shape, Gather, Cast): the ops after it resize with the count."""
+    after = [(helper.make_node("Transpose", ["y"], ["coordinates"]), TensorProto.INT64),
+             (helper.make_node("GatherND", ["x", "coordinates"], ["picked"]), F),
+             (helper.make_node("Shape", ["y"], ["shape"]), TensorProto.INT64)]
+    model = _non_zero(F, (4, 6), after)
+    for feeds in _feeds(F, (4, 6), seed=3):
+        assert_matches_onnxruntime(model, feeds, rtol=0, atol=0)
+
+
+def test_a_non_zero_count_the_graph_cannot_follow_is_refused():
+    """The count added to a 64-long constant: it would hold for one count only."""
+    after = [(helper.make_node("Cast", ["y"], ["yf"], to=F), F),
+             (helper.make_node("Add", ["yf", "c"], ["z"]), F)]
+    model = _non_zero(F, (3, 5), after)
+    model.graph.initializer.append(helper.make_tensor("c", F, [64], np.ones(64).tolist()))
+    assert_refused_in_one_line(model, "its size is known only when the model runs")
