@@ -6,9 +6,13 @@ the two-class outputs vague and onnxruntime's choices are kept).
   or root of squares, a zero norm left as it is), Binarizer (GREATER, CAST), Imputer (SELECT_V2
   where x equals the replaced value, or is NaN when that is NaN), OneHotEncoder (EQUAL against
   the integer categories, CAST), ArrayFeatureExtractor (GATHER along the last axis).
-- LinearRegressor, LinearClassifier, SVMRegressor with a linear kernel (the support vectors
-  folded into one weight row): FULLY_CONNECTED, then the post transform and, for classifiers,
-  the label (ARG_MAX and a GATHER of the labels; one score column: its sign picks the label).
+- LabelEncoder on numbers (EQUAL against the keys, ARG_MAX, GATHER of the values).
+- LinearRegressor, LinearClassifier: FULLY_CONNECTED, then the post transform and, for
+  classifiers, the label (ARG_MAX and a GATHER of the labels; one score column: its sign).
+- SVMRegressor and SVMClassifier (SVR, NuSVR, OneClassSVM, SVC, NuSVC; every kernel: LINEAR,
+  POLY, RBF, SIGMOID): the kernel values against the support vectors (_kernel), times the
+  coefficients (FULLY_CONNECTED); a classifier's one-against-one decisions vote (a second
+  FULLY_CONNECTED of the wins), the label the class of most votes.
 - The tree ensembles: ml_trees.py.
 
 float64 inputs and outputs are cast at the graph's edges (the loader computes float64 as
@@ -16,7 +20,8 @@ float32); int64 and int32 features are cast to float, as onnxruntime casts them.
 
 Refused in one line: string categories (TFLite's kernels compute on numbers; a string label
 tensor the loader refuses), ZipMap (a sequence of maps; refused.py), the PROBIT post transform
-(no inverse error function in TFLite), non-linear SVM kernels and a one-class SVM.
+(no inverse error function in TFLite), an SVC's probability estimates (libsvm's pairwise
+coupling, an iterative solve per row).
 """
 
 from __future__ import annotations
@@ -344,14 +349,14 @@ def import_linear_regressor(node, ctx):
                         f"{text(node.attr('post_transform'))!r} is not defined")
     x = matrix(ctx, node.inputs[0])
     targets = int(node.attr("targets", 1))
-    weights = _weights(ctx, node.attr("coefficients"), targets, ctx.shape(x)[1])
+    weights = weights_of(ctx, node.attr("coefficients"), targets, ctx.shape(x)[1])
     bias = np.asarray(node.attr("intercepts") or np.zeros(targets), np.float32)
     out = ctx.tensor(node.outputs[0] + "_2d", (ctx.shape(x)[0], targets), FLOAT)
     fully_connected(ctx, x, weights, bias.reshape(-1), out)
     write_into(ctx, out, node.outputs[0])
 
 
-def _weights(ctx, coefficients, rows: int, features: int) -> np.ndarray:
+def weights_of(ctx, coefficients, rows: int, features: int) -> np.ndarray:
     coefficients = np.asarray(coefficients or [], np.float32)
     if coefficients.size != rows * features:
         raise ctx.error(f"it has {coefficients.size} coefficients for {rows} rows of {features} "
@@ -380,7 +385,7 @@ def import_linear_classifier(node, ctx):
     x = matrix(ctx, node.inputs[0])
     intercepts = np.asarray(node.attr("intercepts") or [], np.float32)
     classes = intercepts.size
-    weights = _weights(ctx, node.attr("coefficients"), classes, ctx.shape(x)[1])
+    weights = weights_of(ctx, node.attr("coefficients"), classes, ctx.shape(x)[1])
     rows = ctx.shape(x)[0]
     scores = ctx.tensor(node.name + "_scores", (rows, classes), FLOAT)
     fully_connected(ctx, x, weights, intercepts, scores)
@@ -414,31 +419,193 @@ def _svm_regressor_types(shapes, dtypes, attrs):
     return [((rows_of(shapes[0]), 1), np.float32)]
 
 
+def _kernel(ctx, node, x: str, vectors: np.ndarray, hint: str) -> str:
+    """[N, V] kernel values of the rows of x against the vectors, as onnxruntime's SVMs compute
+    them: LINEAR <x, v> (FULLY_CONNECTED), POLY (gamma <x, v> + coef0) ^ degree, SIGMOID
+    tanh(gamma <x, v> + coef0), RBF exp(-gamma |x - v|^2) (SQUARED_DIFFERENCE summed per vector,
+    not the expanded form, whose cancellation onnxruntime does not have)."""
+    kernel = text(node.attr("kernel_type", "LINEAR"))
+    gamma, coef0, degree = (list(node.attr("kernel_params") or []) + [0.0] * 3)[:3]
+    rows, count = ctx.shape(x)[0], vectors.shape[0]
+    shape = (rows, count)
+    if kernel == "RBF":
+        wide = reshape(ctx, x, (rows, 1, ctx.shape(x)[1]))
+        squares = emit(ctx, "SQUARED_DIFFERENCE", [wide, ctx.constant("vectors", vectors[None].astype(np.float32))],
+                       hint + "_squares", (rows, count, vectors.shape[1]))
+        distance = emit(ctx, "SUM", [squares, ctx.constant("axis", np.array([2], np.int32))],
+                        hint + "_distance", shape, options={"keep_dims": False})
+        scaled = emit(ctx, "MUL", [distance, ctx.constant("gamma", np.array(-gamma, np.float32))],
+                      hint + "_scaled", shape)
+        return emit(ctx, "EXP", [scaled], hint + "_kernel", shape)
+    if kernel not in ("LINEAR", "POLY", "SIGMOID"):
+        raise ctx.error(f"kernel_type {kernel!r} is not LINEAR, POLY, RBF or SIGMOID")
+    dots = ctx.tensor(hint + "_dots", shape, FLOAT)
+    fully_connected(ctx, x, vectors.astype(np.float32), None, dots)
+    if kernel == "LINEAR":
+        return dots
+    scaled = emit(ctx, "MUL", [dots, ctx.constant("gamma", np.array(gamma, np.float32))], hint + "_scaled", shape)
+    shifted = emit(ctx, "ADD", [scaled, ctx.constant("coef0", np.array(coef0, np.float32))], hint + "_shifted", shape)
+    if kernel == "SIGMOID":
+        return emit(ctx, "TANH", [shifted], hint + "_kernel", shape)
+    return emit(ctx, "POW", [shifted, ctx.constant("degree", np.array(degree, np.float32))], hint + "_kernel", shape)
+
+
+def _support_vectors(ctx, node, count: int, features: int) -> np.ndarray:
+    vectors = np.asarray(node.attr("support_vectors") or [], np.float32)
+    if vectors.size != count * features:
+        raise ctx.error(f"{vectors.size} support vector values are not {count} vectors of {features} "
+                        "features")
+    return vectors.reshape(count, features)
+
+
 @onnx_op(ML + "SVMRegressor")
 def import_svm_regressor(node, ctx):
-    """A LINEAR kernel: y = sum_i coef_i <sv_i, x> + rho = x @ (coef @ SV) + rho, one
-    FULLY_CONNECTED row (no support vectors: the coefficients are the weights themselves)."""
-    kernel = text(node.attr("kernel_type", "LINEAR"))
-    if kernel != "LINEAR":
-        raise ctx.error(f"kernel_type {kernel} is not converted: only a LINEAR kernel folds into "
-                        "one weight matrix (an RBF, POLY or SIGMOID kernel needs every support "
-                        "vector at run time)")
-    if node.attr("one_class", 0):
-        raise ctx.error("a one-class SVM (one_class=1) is not converted yet")
-    check_post(ctx, text(node.attr("post_transform", "NONE")))
+    """SVR / NuSVR (support vectors): the kernel values (_kernel) times the coefficients plus
+    rho, FULLY_CONNECTED; LinearSVR's form (no support vectors): x @ coefficients + rho. A
+    one-class SVM's output is 1 where that is > 0, else -1 (SELECT_V2)."""
     x = matrix(ctx, node.inputs[0])
     features = ctx.shape(x)[1]
-    coefficients = np.asarray(node.attr("coefficients") or [], np.float64)
-    count = int(node.attr("n_supports", 0))
-    if count:
-        vectors = np.asarray(node.attr("support_vectors") or [], np.float64)
-        if vectors.size != count * features or coefficients.size != count:
-            raise ctx.error(f"{count} support vectors of {features} features do not fit "
-                            f"{vectors.size} values and {coefficients.size} coefficients")
-        row = coefficients @ vectors.reshape(count, features)
-    else:
-        row = _weights(ctx, coefficients.tolist(), 1, features)[0]
+    coefficients = np.asarray(node.attr("coefficients") or [], np.float32)
     rho = np.asarray(node.attr("rho") or [0.0], np.float32).reshape(-1)[:1]
+    count = int(node.attr("n_supports", 0))
     out = ctx.tensor(node.outputs[0] + "_2d", (ctx.shape(x)[0], 1), FLOAT)
-    fully_connected(ctx, x, row.reshape(1, features).astype(np.float32), rho, out)
+    if count:
+        if coefficients.size != count:
+            raise ctx.error(f"it has {coefficients.size} coefficients for {count} support vectors")
+        kernels = _kernel(ctx, node, x, _support_vectors(ctx, node, count, features), node.name)
+        fully_connected(ctx, kernels, coefficients.reshape(1, count), rho, out)
+    else:
+        fully_connected(ctx, x, weights_of(ctx, coefficients.tolist(), 1, features), rho, out)
+    if node.attr("one_class", 0):
+        above = emit(ctx, "GREATER", [out, ctx.constant("zero", np.zeros((), np.float32))],
+                     out + "_inlier", ctx.shape(out), np.bool_)
+        out = emit(ctx, "SELECT_V2", [above, ctx.constant("inlier", np.ones((), np.float32)),
+                                      ctx.constant("outlier", -np.ones((), np.float32))],
+                   out + "_class", ctx.shape(out))
     write_into(ctx, out, node.outputs[0])
+
+
+def _svm_pairs(classes: int) -> list[tuple[int, int]]:
+    """libsvm's one-against-one classifiers, in its order: (i, j) for i < j."""
+    return [(i, j) for i in range(classes - 1) for j in range(i + 1, classes)]
+
+
+@onnx_types(ML + "SVMClassifier")
+def _svm_classifier_types(shapes, dtypes, attrs):
+    classes = len(attrs.get("classlabels_ints") or attrs.get("classlabels_strings") or [])
+    pairs = len(_svm_pairs(classes))
+    one_against_one = sum(attrs.get("vectors_per_class") or []) > 0 and not attrs.get("prob_a")
+    width = (pairs if classes > 2 else 2) if one_against_one else classes
+    label = None if attrs.get("classlabels_strings") else ((rows_of(shapes[0]),), np.int64)
+    return [label, ((rows_of(shapes[0]), width), np.float32)]
+
+
+@onnx_op(ML + "SVMClassifier")
+def import_svm_classifier(node, ctx):
+    """SVC / NuSVC (support vectors; probability=False): each pair's decision from the kernel
+    values (_kernel, then FULLY_CONNECTED), the label the class of most votes (the first of
+    equal counts), the scores the decisions (two classes: [-d, d]; LOGISTIC: [1 - s, s] of
+    s = logistic(d)). The linear form (no support vectors): scores x @ coefficients + rho[0],
+    as LinearClassifier's, the label as onnxruntime picks it (_svm_linear_label)."""
+    post = check_post(ctx, text(node.attr("post_transform", "NONE")))
+    labels = class_labels(node)
+    if labels.size < 2:
+        raise ctx.error(f"it has {labels.size} class labels; a classifier has at least 2")
+    x = matrix(ctx, node.inputs[0])
+    per_class = [int(v) for v in node.attr("vectors_per_class") or []]
+    if sum(per_class) == 0:
+        _svm_linear(ctx, node, x, labels, post)
+        return
+    if node.attr("prob_a"):
+        raise ctx.error("probability estimates (prob_a, prob_b: libsvm's pairwise coupling, an "
+                        "iterative solve per row) are not converted; export with probability=False")
+    if len(per_class) != labels.size:
+        raise ctx.error(f"vectors_per_class has {len(per_class)} counts for {labels.size} classes")
+    decisions = _svm_decisions(ctx, node, x, per_class)
+    label_out, score_out = used_output(ctx, node, 0), used_output(ctx, node, 1)
+    if label_out:
+        label_of(ctx, _svm_votes(ctx, decisions, labels.size), labels, label_out)
+    if score_out and labels.size > 2:
+        write_into(ctx, post_transform(ctx, decisions, post, decisions), score_out)
+    elif score_out:
+        if post == "LOGISTIC":
+            write_into(ctx, complement(ctx, post_transform(ctx, decisions, post, decisions)), score_out)
+        elif post == "NONE":
+            negated = emit(ctx, "NEG", [decisions], decisions + "_neg", ctx.shape(decisions))
+            write_into(ctx, emit(ctx, "CONCATENATION", [negated, decisions], decisions + "_pair",
+                                 (ctx.shape(decisions)[0], 2), options={"axis": 1}), score_out)
+        else:
+            write_into(ctx, complement(ctx, decisions), score_out)
+
+
+def _svm_decisions(ctx, node, x: str, per_class: list[int]) -> str:
+    """[N, pairs] one-against-one decisions: the kernel values times each pair's coefficients
+    (class i's vectors weighted by row j - 1, class j's by row i) plus rho."""
+    count, classes = sum(per_class), len(per_class)
+    vectors = _support_vectors(ctx, node, count, ctx.shape(x)[1])
+    coefficients = np.asarray(node.attr("coefficients") or [], np.float64)
+    if coefficients.size < (classes - 1) * count:
+        raise ctx.error(f"it has {coefficients.size} coefficients for {classes - 1} rows of {count}")
+    coefficients = coefficients[:(classes - 1) * count].reshape(classes - 1, count)
+    starts = np.concatenate([[0], np.cumsum(per_class)])
+    pairs = _svm_pairs(classes)
+    weights = np.zeros((len(pairs), count))
+    for p, (i, j) in enumerate(pairs):
+        weights[p, starts[i]:starts[i + 1]] = coefficients[j - 1, starts[i]:starts[i + 1]]
+        weights[p, starts[j]:starts[j + 1]] = coefficients[i, starts[j]:starts[j + 1]]
+    rho = np.asarray(node.attr("rho") or [], np.float32)
+    if rho.size < len(pairs):
+        raise ctx.error(f"it has {rho.size} rho values for {len(pairs)} class pairs")
+    kernels = _kernel(ctx, node, x, vectors, node.name)
+    decisions = ctx.tensor(node.name + "_decisions", (ctx.shape(x)[0], len(pairs)), FLOAT)
+    fully_connected(ctx, kernels, weights.astype(np.float32), rho[:len(pairs)], decisions)
+    return decisions
+
+
+def _svm_votes(ctx, decisions: str, classes: int) -> str:
+    """[N, classes] votes: each pair's decision > 0 votes for i, else for j (FULLY_CONNECTED of
+    the wins with +1 / -1 per pair, j's votes as the bias)."""
+    pairs = _svm_pairs(classes)
+    table, bias = np.zeros((classes, len(pairs)), np.float32), np.zeros(classes, np.float32)
+    for p, (i, j) in enumerate(pairs):
+        table[i, p], table[j, p] = 1.0, -1.0
+        bias[j] += 1.0
+    wins = emit(ctx, "GREATER", [decisions, ctx.constant("zero", np.zeros((), np.float32))],
+                decisions + "_wins", ctx.shape(decisions), np.bool_)
+    wins = emit(ctx, "CAST", [wins], decisions + "_wins_float", ctx.shape(decisions), FLOAT,
+                {"in_data_type": np.dtype(np.bool_), "out_data_type": FLOAT})
+    votes = ctx.tensor(decisions + "_votes", (ctx.shape(decisions)[0], classes), FLOAT)
+    fully_connected(ctx, wins, table, bias, votes)
+    return votes
+
+
+def _svm_linear(ctx, node, x: str, labels: np.ndarray, post: str) -> None:
+    """The liblinear form: scores = x @ coefficients.T + rho[0], the post transform; the label
+    that of the highest score, but with two classes the second where the highest score is
+    >= 0.5 (coefficients all >= 0) or > 0 (others), unless prob_a is given."""
+    classes, features = labels.size, ctx.shape(x)[1]
+    coefficients = np.asarray(node.attr("coefficients") or [], np.float32)
+    weights = weights_of(ctx, coefficients.tolist(), classes, features)
+    rho = float((node.attr("rho") or [0.0])[0])
+    scores = ctx.tensor(node.name + "_scores", (ctx.shape(x)[0], classes), FLOAT)
+    fully_connected(ctx, x, weights, np.full(classes, rho, np.float32), scores)
+    label_out, score_out = used_output(ctx, node, 0), used_output(ctx, node, 1)
+    if label_out and classes == 2 and not node.attr("prob_a"):
+        positive = bool(np.all(coefficients >= 0))
+        peak = emit(ctx, "REDUCE_MAX", [scores, ctx.constant("axis", np.array([1], np.int32))],
+                    scores + "_max", (ctx.shape(x)[0], 1), options={"keep_dims": True})
+        index = emit(ctx, "ARG_MAX", [scores, ctx.constant("axis", np.array([1], np.int32))],
+                     scores + "_index", (ctx.shape(x)[0],), INT, {"output_type": INT})
+        comparison = "GREATER_EQUAL" if positive else "GREATER"
+        second = emit(ctx, comparison, [reshape(ctx, peak, (ctx.shape(x)[0],)),
+                                        ctx.constant("threshold", np.array(0.5 if positive else 0.0, np.float32))],
+                      scores + "_second", (ctx.shape(x)[0],), np.bool_)
+        chosen = emit(ctx, "SELECT_V2", [second, ctx.constant("one", np.array(1, np.int32)), index],
+                      scores + "_chosen", (ctx.shape(x)[0],), INT)
+        picked = emit(ctx, "GATHER", [ctx.constant("labels", labels), chosen], label_out + "_label",
+                      (ctx.shape(x)[0],), INT, {"axis": 0, "batch_dims": 0})
+        write_into(ctx, picked, label_out)
+    elif label_out:
+        label_of(ctx, scores, labels, label_out)
+    if score_out:
+        write_into(ctx, post_transform(ctx, scores, post, scores), score_out)

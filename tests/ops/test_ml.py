@@ -1,6 +1,7 @@
 """The ai.onnx.ml ops (qconvert/ops/ml.py) against onnxruntime, in the forms skl2onnx and
 onnxmltools (LightGBM, XGBoost) write them: Scaler, Normalizer, Binarizer, Imputer,
-OneHotEncoder, ArrayFeatureExtractor, LinearRegressor/Classifier, a linear SVMRegressor, and
+OneHotEncoder, ArrayFeatureExtractor, LabelEncoder, LinearRegressor/Classifier, SVMRegressor and
+SVMClassifier at every kernel, and
 tree ensembles (TreeEnsembleRegressor/Classifier, ai.onnx.ml 5's TreeEnsemble) at every node
 mode, with NaN tracked either way, several targets, base values and post transforms, on seeded
 inputs that include every threshold exactly; float64 inputs and outputs; one-line refusals."""
@@ -161,18 +162,63 @@ def test_linear_classifier(post, classes):
     assert_matches_onnxruntime(model, {"x": x}, **CLOSE)
 
 
-@pytest.mark.parametrize("supports", [0, 3])
-def test_linear_svm_regressor(supports):
-    """LinearSVR (coefficients are the weights) and SVR(kernel='linear') (support vectors)."""
+@pytest.mark.parametrize("kernel", ["LINEAR", "POLY", "RBF", "SIGMOID"])
+@pytest.mark.parametrize("one_class", [0, 1])
+def test_svm_regressor(kernel, one_class):
+    """SVR / NuSVR / OneClassSVM: kernel values against the support vectors, coefficients, rho."""
     rng = np.random.default_rng(10)
-    attrs = {"kernel_type": "LINEAR", "kernel_params": [0.1, 0.0, 3.0], "rho": [0.75],
-             "n_supports": supports, "post_transform": "NONE"}
-    if supports:
-        attrs.update(coefficients=rng.standard_normal(supports).tolist(),
-                     support_vectors=rng.standard_normal(supports * 4).tolist())
-    else:
-        attrs.update(coefficients=rng.standard_normal(4).tolist())
-    assert_matches_onnxruntime(one_op("SVMRegressor", **attrs), {"x": features(seed=11)}, **CLOSE)
+    model = one_op("SVMRegressor", kernel_type=kernel, kernel_params=[0.3, 0.5, 3.0], rho=[0.75],
+                   n_supports=5, coefficients=rng.standard_normal(5).tolist(), post_transform="NONE",
+                   support_vectors=rng.standard_normal(5 * 4).tolist(), one_class=one_class)
+    assert_matches_onnxruntime(model, {"x": features(seed=11)}, **CLOSE)
+
+
+def test_linear_svm_regressor_without_support_vectors():
+    """LinearSVR's older form: the coefficients are the weights."""
+    model = one_op("SVMRegressor", kernel_type="LINEAR", kernel_params=[0.0, 0.0, 0.0], rho=[0.25],
+                   n_supports=0, coefficients=[0.5, -1.0, 2.0, 0.0])
+    assert_matches_onnxruntime(model, {"x": features(seed=12)}, **CLOSE)
+
+
+def svm_classifier(classes, kernel, post, per_class=(2, 3, 1, 2)):
+    rng = np.random.default_rng(13)
+    per_class = list(per_class[:classes])
+    count, pairs = sum(per_class), classes * (classes - 1) // 2
+    return one_op("SVMClassifier", x_shape=(16, 4), outputs={"label": I64, "scores": F}, kernel_type=kernel,
+                  kernel_params=[0.3, 0.5, 2.0], vectors_per_class=per_class,
+                  support_vectors=rng.standard_normal(count * 4).tolist(),
+                  coefficients=rng.standard_normal((classes - 1) * count).tolist(),
+                  rho=rng.standard_normal(pairs).tolist(), classlabels_ints=list(range(3, 3 + classes)),
+                  post_transform=post)
+
+
+@pytest.mark.parametrize("kernel", ["LINEAR", "POLY", "RBF", "SIGMOID"])
+@pytest.mark.parametrize("classes", [2, 3, 4])
+def test_svm_classifier(kernel, classes):
+    """SVC / NuSVC (probability=False): one-against-one decisions, the label by votes."""
+    assert_matches_onnxruntime(svm_classifier(classes, kernel, "NONE"), {"x": features((16, 4), 14)},
+                               **CLOSE)
+
+
+@pytest.mark.parametrize("post", ["LOGISTIC", "SOFTMAX"])
+@pytest.mark.parametrize("classes", [2, 3])
+def test_svm_classifier_post_transforms(post, classes):
+    assert_matches_onnxruntime(svm_classifier(classes, "RBF", post), {"x": features((16, 4), 15)},
+                               **CLOSE)
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("positive", [False, True])
+def test_svm_classifier_linear_form(classes, positive):
+    """The liblinear form (no support vectors): scores x @ coefficients + rho[0]; two classes
+    take the second label where the top score is > 0 (>= 0.5 for positive coefficients)."""
+    rng = np.random.default_rng(16)
+    coefficients = rng.standard_normal(classes * 4)
+    coefficients = np.abs(coefficients) if positive else coefficients
+    model = one_op("SVMClassifier", x_shape=(16, 4), outputs={"label": I64, "scores": F}, kernel_type="LINEAR",
+                   coefficients=(coefficients / 4).tolist(), rho=[-0.2], kernel_params=[0.0, 0.0, 0.0],
+                   classlabels_ints=list(range(5, 5 + classes)))
+    assert_matches_onnxruntime(model, {"x": features((16, 4), 17)}, **CLOSE)
 
 
 # --- tree ensembles ---------------------------------------------------------------------------
@@ -476,6 +522,13 @@ def test_string_labels_are_refused():
     assert_refused_in_one_line(model, "'label'.*dtype object", "ml")
 
 
+def test_svc_probabilities_are_refused():
+    model = svm_classifier(3, "RBF", "NONE")
+    model.graph.node[0].attribute.extend([helper.make_attribute("prob_a", [1.0, 0.5, 2.0]),
+                                          helper.make_attribute("prob_b", [0.0, 0.1, -0.1])])
+    assert_refused_in_one_line(model, "probability=False", "ml")
+
+
 def test_two_base_values_of_two_classes_are_refused():
     internal, leaves = random_trees(44, trees=1, depth=2)
     model = classifier(internal, leaves, leaf_weights(leaves, 1, 45), [0, 1], base_values=[0.25, 0.25])
@@ -484,12 +537,10 @@ def test_two_base_values_of_two_classes_are_refused():
 
 @pytest.mark.parametrize("op,attrs,match", [
     ("LinearRegressor", {"coefficients": [1.0] * 4, "post_transform": "PROBIT"}, "PROBIT"),
-    ("SVMRegressor", {"kernel_type": "RBF", "kernel_params": [0.1, 0.0, 3.0], "coefficients": [1.0],
-                      "support_vectors": [0.0] * 4, "n_supports": 1, "rho": [0.0]}, "RBF"),
     ("OneHotEncoder", {"cats_strings": ["a", "b"]}, "strings"),
     ("TreeEnsembleRegressor", {"aggregate_function": "MAX", "n_targets": 1,
                                **tree_attrs([(0, 0, 0, 0.5, "BRANCH_LEQ", 1, 2, 0)], [(0, 1), (0, 2)],
                                             "target", [(0, 1, 0, 1.0), (0, 2, 0, 2.0)])}, "MAX")],
-    ids=["probit", "rbf", "string_categories", "max_aggregate"])
+    ids=["probit", "string_categories", "max_aggregate"])
 def test_refusals(op, attrs, match):
     assert_refused_in_one_line(one_op(op, **attrs), match, "ml")
