@@ -168,6 +168,16 @@ def _range_size(producers: dict, name: str, shapes: dict) -> int | None:
     return int(dims[k]) if -len(dims) <= k < len(dims) and int(dims[k]) > 0 else None
 
 
+def box_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
+    """{float graph input read as NonMaxSuppression's boxes: [0, 1]}: boxes of a positive size
+    in either of its formats (a standard normal draw gives center-format boxes negative widths,
+    on which onnxruntime's and TFLite's IoU differ: no detector makes them)."""
+    readers = uses_of(graph.node)
+    return {value.name: (0.0, 1.0) for value in graph.input
+            if any(node.op_type == "NonMaxSuppression" and slot == 0
+                   for node, slot in _reads(readers, value.name))}
+
+
 def pair_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
     """{float graph input read by a QuantizeLinear with one constant scale and zero point: the span
     of its integer grid, [(qmin - zp) * scale, (qmax - zp) * scale]}."""

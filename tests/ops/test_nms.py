@@ -1,37 +1,114 @@
-"""NonMaxSuppression (qconvert/ops/nms.py) is refused in one line: its output's length is known
-only at run time, which TFLite's fixed-size NON_MAX_SUPPRESSION_V4/V5 cannot return; and the
-refused model does run in onnxruntime (the refusal is not of a broken model)."""
+"""NonMaxSuppression (qconvert/ops/nms.py) against onnxruntime: one NON_MAX_SUPPRESSION_V4 per
+batch and class compacted into ONNX's [num_selected, 3] rows, their count resized when the model
+runs. Both box formats (corners in either diagonal, centers), batches and classes, thresholds
+given or not, a maximum beyond the boxes, a postprocess that gathers the selected boxes; each on
+inputs where the selection differs (few boxes kept, many, none); the refusals in one line."""
+
+from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
-from tests.harness import assert_refused_in_one_line, make_model, run_onnxruntime
+from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line, make_model
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def nms_model(declared=None):
-    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "max", "iou", "threshold"],
-                            ["selected"], name="nms")
-    model = make_model([node], {"boxes": (F, (1, 6, 4)), "scores": (F, (1, 1, 6))}, {"selected": I64},
-                       {"max": np.array([3], np.int64), "iou": np.array([0.5], np.float32),
-                        "threshold": np.array([0.0], np.float32)}, opset=11)
-    if declared is not None:
-        model.graph.output[0].CopyFrom(helper.make_tensor_value_info("selected", I64, declared))
-    return model
+def nms_model(batches=1, classes=1, boxes=6, maximum=3, iou=0.5, threshold=0.0, center=0, after=()):
+    """NonMaxSuppression of graph inputs boxes [B, N, 4], scores [B, C, N]; None leaves an
+    optional input out."""
+    inputs = ["boxes", "scores"]
+    inits = {}
+    for name, value, dtype in (("max", maximum, np.int64), ("iou", iou, np.float32),
+                               ("threshold", threshold, np.float32)):
+        if value is None:
+            inputs.append("")
+        else:
+            inputs.append(name)
+            inits[name] = np.array([value], dtype)
+    while inputs[-1] == "":
+        inputs.pop()
+    node = helper.make_node("NonMaxSuppression", inputs, ["selected"], name="nms", center_point_box=center)
+    outputs = {"selected": I64, **{n.output[0]: t for n, t in after}}
+    return make_model([node, *(n for n, _ in after)],
+                      {"boxes": (F, (batches, boxes, 4)), "scores": (F, (batches, classes, boxes))},
+                      outputs, inits, opset=11)
 
 
-def feeds():
-    rng = np.random.default_rng(3)
-    corners = rng.uniform(0, 1, (1, 6, 2)).astype(np.float32)
-    return {"boxes": np.concatenate([corners, corners + 0.3], axis=-1),
-            "scores": rng.uniform(0, 1, (1, 1, 6)).astype(np.float32)}
+def feeds(model, seed, center=0, spread=1.0):
+    """Boxes of a positive size, some overlapping (`spread` smaller: more of them), corners in
+    either diagonal order; scores uniform."""
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    scores_shape = [d.dim_value for d in model.graph.input[1].type.tensor_type.shape.dim]
+    rng = np.random.default_rng(seed)
+    at = rng.uniform(0, spread, shape[:2] + [2])
+    size = rng.uniform(0.05, 0.4, shape[:2] + [2])
+    if center:
+        boxes = np.concatenate([at, size], -1)
+    else:
+        flip = rng.random(shape[:2] + [1]) < 0.5
+        boxes = np.where(flip, np.concatenate([at + size, at], -1), np.concatenate([at, at + size], -1))
+    return {"boxes": boxes.astype(np.float32),
+            "scores": rng.uniform(0, 1, scores_shape).astype(np.float32)}
 
 
-def test_nms_is_refused_as_data_dependent():
-    assert run_onnxruntime(nms_model(), feeds())["selected"].shape[1] == 3
-    assert_refused_in_one_line(nms_model(), "'selected'.*no static shape.*run time")
+CASES = {
+    "one_class": dict(),
+    "classes_and_batches": dict(batches=2, classes=3, boxes=20, maximum=5, iou=0.4, threshold=0.3),
+    "centers": dict(batches=2, classes=2, boxes=12, maximum=4, center=1),
+    "maximum_beyond_the_boxes": dict(boxes=5, maximum=100, iou=0.3),
+    "no_score_threshold": dict(classes=2, boxes=10, maximum=4, threshold=None),
+    "no_thresholds": dict(classes=2, boxes=10, maximum=4, iou=None),
+    "iou_one": dict(boxes=10, maximum=10, iou=1.0),
+    "iou_zero": dict(classes=2, boxes=10, maximum=6, iou=0.0),
+}
 
 
-def test_nms_with_a_declared_static_output_is_refused_naming_the_tflite_limit():
-    assert_refused_in_one_line(nms_model(declared=[3, 3]), "NON_MAX_SUPPRESSION_V4/V5", node="nms")
+@pytest.mark.parametrize("name", list(CASES))
+def test_nms_matches_onnxruntime_at_every_count(name):
+    """One file for every input: crowded boxes (many suppressed), spread ones (many kept)."""
+    spec = CASES[name]
+    model = nms_model(**spec)
+    for seed, spread in ((0, 1.0), (1, 0.2), (2, 3.0)):
+        assert_matches_onnxruntime(model, feeds(model, seed, spec.get("center", 0), spread), rtol=0, atol=0)
+
+
+def test_nms_with_a_high_threshold_selects_none():
+    model = nms_model(classes=2, boxes=8, threshold=0.99)
+    assert_matches_onnxruntime(model, feeds(model, 3), rtol=0, atol=0)
+
+
+def test_nms_postprocess_gathers_the_selected_boxes():
+    """A detector's postprocess: the box column of the selected rows gathers their boxes."""
+    after = [(helper.make_node("Gather", ["selected", "two"], ["index"], axis=1), I64),
+             (helper.make_node("Gather", ["flat", "index"], ["kept"], axis=0), F),
+             (helper.make_node("Squeeze", ["boxes"], ["flat"], axes=[0]), F)]
+    model = nms_model(boxes=16, maximum=6, iou=0.3, after=after)
+    model.graph.initializer.append(helper.make_tensor("two", I64, [], [2]))
+    for seed in range(3):
+        assert_matches_onnxruntime(model, feeds(model, seed, spread=0.5), rtol=0, atol=0)
+
+
+def test_nms_with_a_zero_maximum_selects_nothing():
+    model = nms_model(maximum=0)
+    flatbuffer, _ = assert_matches_onnxruntime(model, feeds(model, 0), rtol=0, atol=0)
+
+
+def test_nms_refusals_are_one_line():
+    assert_refused_in_one_line(nms_model(maximum=None, iou=None, threshold=None),
+                               "has no max_output_boxes_per_class", node="nms")
+    assert_refused_in_one_line(nms_model(iou=1.5), "iou_threshold 1.5 is outside", node="nms")
+    model = nms_model()
+    model.graph.initializer.pop(0)  # max becomes a graph input
+    model.graph.input.append(helper.make_tensor_value_info("max", I64, [1]))
+    assert_refused_in_one_line(model, "max_output_boxes_per_class", node="nms")
+
+
+def test_nms_agrees_where_an_iou_equals_the_threshold():
+    """Boxes 0 and 3 overlap with an IoU of exactly 1/3 (in float32): onnxruntime keeps box 3 at
+    that threshold (it drops an IoU above it), TFLite's kernel alone would drop it."""
+    model = nms_model(boxes=4, maximum=4, iou=float(np.float32(1 / 3)), threshold=None)
+    boxes = np.array([[[0, 0, 1, 1], [2, 2, 3, 3], [0, 0, 1, 1.2], [0.5, 0, 1.5, 1]]], np.float32)
+    scores = np.array([[[0.9, 0.8, 0.7, 0.6]]], np.float32)
+    assert_matches_onnxruntime(model, {"boxes": boxes, "scores": scores}, rtol=0, atol=0)
