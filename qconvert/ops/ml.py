@@ -6,7 +6,8 @@ the two-class outputs vague and onnxruntime's choices are kept).
   or root of squares, a zero norm left as it is), Binarizer (GREATER, CAST), Imputer (SELECT_V2
   where x equals the replaced value, or is NaN when that is NaN), OneHotEncoder (EQUAL against
   the integer categories, CAST), ArrayFeatureExtractor (GATHER along the last axis).
-- LabelEncoder on numbers (EQUAL against the keys, ARG_MAX, GATHER of the values).
+- LabelEncoder on numbers (EQUAL against the keys, ARG_MAX, GATHER of the values),
+  FeatureVectorizer (CONCATENATION).
 - LinearRegressor, LinearClassifier: FULLY_CONNECTED, then the post transform and, for
   classifiers, the label (ARG_MAX and a GATHER of the labels; one score column: its sign).
 - SVMRegressor and SVMClassifier (SVR, NuSVR, OneClassSVM, SVC, NuSVC; every kernel: LINEAR,
@@ -331,6 +332,28 @@ def import_label_encoder(node, ctx):
     index = emit(ctx, "SELECT_V2", [found, first, ctx.constant("default", np.array(keys.size, np.int32))],
                  y + "_index", shape, INT)
     ctx.add_op("GATHER", [ctx.constant("values", table), index], [y], {"axis": 0, "batch_dims": 0})
+
+
+@onnx_types(ML + "FeatureVectorizer")
+def _vectorizer_types(shapes, dtypes, attrs):
+    return [((rows_of(shapes[0]), int(sum(attrs.get("inputdimensions") or []))), np.float32)]
+
+
+@onnx_op(ML + "FeatureVectorizer")
+def import_feature_vectorizer(node, ctx):
+    """The inputs' features side by side, as floats: CONCATENATION along the features (each
+    input as wide as its inputdimensions entry says)."""
+    widths = [int(w) for w in node.attr("inputdimensions") or []]
+    columns = [matrix(ctx, name) for name in node.inputs]
+    if len(widths) != len(columns):
+        raise ctx.error(f"inputdimensions has {len(widths)} entries for {len(columns)} inputs")
+    for name, width in zip(columns, widths):
+        if ctx.shape(name)[1] != width:
+            raise ctx.error(f"an input of {ctx.shape(name)[1]} features is declared {width} wide "
+                            "(onnxruntime truncates or pads it); not converted yet")
+    joined = emit(ctx, "CONCATENATION", columns, node.outputs[0] + "_joined",
+                  (ctx.shape(columns[0])[0], sum(widths)), options={"axis": 1})
+    write_into(ctx, joined, node.outputs[0])
 
 
 # --- linear models ----------------------------------------------------------------------------

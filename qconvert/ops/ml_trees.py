@@ -23,7 +23,10 @@ BRANCH_MEMBER nodes (ai.onnx.ml 5) test x against their set of values: EQUAL aga
 padded with a value nothing equals, REDUCE_ANY (the spec's membership; onnxruntime takes integer
 members only and, on an x between integers, answers otherwise: 1.25 is in {1} there).
 
-Refused in one line: the PROBIT post transform, MIN/MAX aggregation (not converted yet), two classes with two base values, and two-class ensembles whose leaves
+MIN and MAX aggregation reduce the trees' reached weights (REDUCE_MIN / REDUCE_MAX over the trees
+that carry the target).
+
+Refused in one line: the PROBIT post transform, two classes with two base values, and two-class ensembles whose leaves
 carry a class's weight in some paths only (onnxruntime's output then changes form per row).
 """
 
@@ -369,9 +372,7 @@ def _leaf_table(forest: _Forest, order: list, field: int) -> np.ndarray:
 
 
 def _aggregate(ctx, forest: _Forest, aggregate: str) -> float:
-    """The factor of the summed leaf weights: 1 (SUM) or 1 / trees (AVERAGE)."""
-    if aggregate in ("MIN", "MAX"):
-        raise ctx.error(f"aggregate_function {aggregate} is not converted yet (SUM and AVERAGE are)")
+    """The factor of the summed leaf weights: 1 (SUM) or 1 / trees (AVERAGE); MIN and MAX: 1."""
     if aggregate not in _AGGREGATE:
         raise ctx.error(f"aggregate_function {aggregate!r} is not one of {', '.join(_AGGREGATE)}")
     if not forest.trees:
@@ -391,11 +392,50 @@ def _regression(ctx, node, forest: _Forest, aggregate: str, post: str, base) -> 
         bias = base.reshape(-1)[:targets] if base.size == targets else np.zeros(targets)
     else:
         bias = np.zeros(targets)
+    if aggregate in ("MIN", "MAX"):
+        extreme = _extreme(ctx, hot, forest, order, aggregate, bias, node.name)
+        write_into(ctx, extreme if targets == 1 else post_transform(ctx, extreme, post, extreme),
+                   node.outputs[0])
+        return
     sums = _leaf_sums(ctx, hot, order, _leaf_table(forest, order, 1) * factor, bias, node.name + "_sums")
     if targets > 1:  # a target no reached leaf carries is 0, its base value not added
         sums = _scored_only(ctx, sums, [_carried(ctx, forest, order, hot, k, 0) for k in range(targets)],
                             0.0, node.name)
     write_into(ctx, sums if targets == 1 else post_transform(ctx, sums, post, sums), node.outputs[0])
+
+
+def _extreme(ctx, hot: str, forest: _Forest, order: list, aggregate: str, bias, hint: str) -> str:
+    """MIN / MAX aggregation: each tree's reached weight per target (the one-hot times the
+    weights, summed over the tree's leaves), the trees that carry the target reduced by
+    REDUCE_MIN / REDUCE_MAX, plus the base value; a target no tree carries is 0 (onnxruntime
+    adds no base value there, as with SUM)."""
+    rows, trees, targets = ctx.shape(hot)[0], len(forest.trees), forest.targets
+    width = len(order) // trees
+    per_tree = reshape(ctx, hot, (rows, trees, width, 1))
+    shape = (rows, trees, targets)
+
+    def reached(field: int, name: str) -> str:
+        table = _leaf_table(forest, order, field).reshape(1, trees, width, targets)
+        products = emit(ctx, "MUL", [per_tree, ctx.constant(name, table.astype(np.float32))],
+                        f"{hint}_{name}_products", (rows, trees, width, targets))
+        return emit(ctx, "SUM", [products, ctx.constant("axis", np.array([2], np.int32))],
+                    f"{hint}_{name}_reached", shape, options={"keep_dims": False})
+
+    values, carried = reached(1, "weights"), reached(2, "carried")
+    carries = emit(ctx, "GREATER", [carried, ctx.constant("half", np.array(0.5, np.float32))],
+                   hint + "_carries", shape, np.bool_)
+    fill = np.inf if aggregate == "MIN" else -np.inf
+    masked = emit(ctx, "SELECT_V2", [carries, values, ctx.constant("fill", np.array(fill, np.float32))],
+                  hint + "_masked", shape)
+    axis = ctx.constant("axis", np.array([1], np.int32))
+    extreme = emit(ctx, "REDUCE_MIN" if aggregate == "MIN" else "REDUCE_MAX", [masked, axis],
+                   hint + "_extreme", (rows, targets), options={"keep_dims": False})
+    scored = emit(ctx, "REDUCE_ANY", [carries, axis], hint + "_scored", (rows, targets), np.bool_,
+                  {"keep_dims": False})
+    based = emit(ctx, "ADD", [extreme, ctx.constant("base", np.asarray(bias, np.float32))],
+                 hint + "_based", (rows, targets))
+    zero = ctx.constant("zero", np.zeros((), np.float32))
+    return emit(ctx, "SELECT_V2", [scored, based, zero], hint + "_aggregated", (rows, targets))
 
 
 def _scored_only(ctx, scores: str, carried: list, fill: float, hint: str) -> str:

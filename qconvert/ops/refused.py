@@ -53,6 +53,9 @@ REFUSED: dict[str, str] = {
     "CumProd": "TFLite has no cumulative product (exp of a cumulative sum of logs is not exact)",
     "Det": "TFLite has no determinant kernel",
     "DeformConv": "TFLite has no deformable convolution (its sampling offsets are data)",
+    "ai.onnx.ml.CategoryMapper": STRINGS,
+    "ai.onnx.ml.DictVectorizer": "its input is a map, which a TFLite tensor cannot hold",
+    "ai.onnx.ml.CastMap": "its input is a map, which a TFLite tensor cannot hold",
     "ai.onnx.ml.ZipMap": ("its output is a sequence of maps, which a TFLite tensor cannot hold: export "
                           "without it (skl2onnx: options={'zipmap': False}; onnxmltools: "
                           "zipmap=False) for the probabilities as a [N, classes] tensor"),

@@ -304,6 +304,18 @@ def leaf_weights(leaves, targets, seed, every=True):
     return out
 
 
+@pytest.mark.parametrize("aggregate", ["SUM", "MIN", "MAX"])
+@pytest.mark.parametrize("base", [[], [0.5]])
+def test_tree_regressor_one_target(aggregate, base):
+    internal, leaves = random_trees(18, trees=4, depth=3, modes=MODES[:4], missing=True)
+    attrs = tree_attrs(internal, leaves, "target", leaf_weights(leaves, 1, 19))
+    if base:
+        attrs["base_values"] = base
+    model = one_op("TreeEnsembleRegressor", x_shape=(24, 4), n_targets=1, aggregate_function=aggregate,
+                   **attrs)
+    assert_matches_onnxruntime(model, {"x": at_thresholds(internal)}, **CLOSE)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("missing", [False, True])
 def test_tree_regressor_modes(mode, missing):
@@ -314,7 +326,7 @@ def test_tree_regressor_modes(mode, missing):
     assert_matches_onnxruntime(model, {"x": at_thresholds(internal, grid=grid)}, **CLOSE)
 
 
-@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE"])
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
 @pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX"])
 def test_tree_regressor_targets(aggregate, post):
     """A random forest / gradient boosting regressor of 3 targets, base values, every mode."""
@@ -438,8 +450,8 @@ def tree_ensemble_v5(internal, leaves, weights, targets, dtype=np.float32, **att
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float", "double"])
-@pytest.mark.parametrize("targets,post,aggregate", [(1, 0, 1), (2, 0, 1), (3, 2, 1), (3, 1, 0)],
-                         ids=["one_target", "two_targets", "logistic", "softmax_average"])
+@pytest.mark.parametrize("targets,post,aggregate", [(1, 0, 1), (2, 0, 1), (3, 2, 1), (3, 1, 0), (2, 0, 3)],
+                         ids=["one_target", "two_targets", "softmax", "logistic_average", "max"])
 def test_tree_ensemble_opset5(dtype, targets, post, aggregate):
     """LightGBM through onnxmltools' newer converter: TreeEnsemble (ai.onnx.ml 5), float32 or
     float64 in and out with splits of that type, every mode but EQ/NEQ, NaN tracked either way;
@@ -538,9 +550,17 @@ def test_two_base_values_of_two_classes_are_refused():
 @pytest.mark.parametrize("op,attrs,match", [
     ("LinearRegressor", {"coefficients": [1.0] * 4, "post_transform": "PROBIT"}, "PROBIT"),
     ("OneHotEncoder", {"cats_strings": ["a", "b"]}, "strings"),
-    ("TreeEnsembleRegressor", {"aggregate_function": "MAX", "n_targets": 1,
+    ("TreeEnsembleRegressor", {"post_transform": "PROBIT", "n_targets": 2,
                                **tree_attrs([(0, 0, 0, 0.5, "BRANCH_LEQ", 1, 2, 0)], [(0, 1), (0, 2)],
-                                            "target", [(0, 1, 0, 1.0), (0, 2, 0, 2.0)])}, "MAX")],
-    ids=["probit", "string_categories", "max_aggregate"])
+                                            "target", [(0, 1, 0, 1.0), (0, 2, 1, 2.0)])}, "PROBIT")],
+    ids=["probit", "string_categories", "tree_probit"])
 def test_refusals(op, attrs, match):
     assert_refused_in_one_line(one_op(op, **attrs), match, "ml")
+
+
+def test_feature_vectorizer():
+    """Inputs side by side as floats (onnxmltools joins feature groups so)."""
+    node = helper.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain=ML, inputdimensions=[3, 2])
+    model = ml_model([node], {"a": (I64, (4, 3)), "b": (I64, (4, 2))}, {"y": F})
+    feeds = {"a": np.arange(12, dtype=np.int64).reshape(4, 3) - 5, "b": np.arange(8, dtype=np.int64).reshape(4, 2) - 3}
+    assert_matches_onnxruntime(model, feeds, **EXACT)
