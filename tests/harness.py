@@ -132,7 +132,8 @@ def run_tflite(flatbuffer: bytes, report, feeds: dict[str, np.ndarray],
         value = np.asarray(feeds[info.name])
         if info.layout_permutation:
             value = np.transpose(value, info.layout_permutation)
-        args[info.name] = np.ascontiguousarray(value.astype(info.dtype))
+        # np.require, not np.ascontiguousarray: that makes a scalar one-dimensional.
+        args[info.name] = np.require(value.astype(info.dtype), requirements="C")
     results = runner(**args)
     outputs = {}
     for info in report.outputs:

@@ -2,9 +2,9 @@
 
 loader._Graph.fold_constants computes them whenever their inputs are constant (and Shape/Size of
 any tensor, since every shape is static), so these importers normally never run. Shape, Size and
-EyeLike only depend on their input's static shape, so they still become constants here; Range and
-ConstantOfShape with a computed input would have a data-dependent output shape, which a static
-TFLite graph cannot express.
+EyeLike only depend on their input's static shape, so they still become constants here; a Range
+of computed operands is TFLite's RANGE, its length set when the model runs (registry.RUN_TIME);
+ConstantOfShape with a computed input stays refused.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numpy as np
 from onnx import helper
 
 from ..errors import FOLDED_BYTES
-from .registry import onnx_op
+from .layout import reshape
+from .registry import RUN_TIME, onnx_op, onnx_types, tflite_op
 
 
 @onnx_op("Shape")
@@ -48,11 +49,28 @@ def import_constant(node, ctx):
     raise ctx.error("only numeric Constant values are supported (string/sparse are not)")
 
 
+tflite_op("RANGE", options="RangeOptions")
+
+
+@onnx_types("Range", values=True, run_time=True)
+def _range_types(shapes, dtypes, attrs, values):
+    """A Range of computed operands: its length is known when it runs (RUN_TIME)."""
+    return [((RUN_TIME,), dtypes[0])]
+
+
 @onnx_op("Range")
 def import_range(node, ctx):
-    raise ctx.error("Range's start, limit or delta is computed at run time, so its output's length "
-                    "follows from values and TFLite needs it known: make them constants, or compute "
-                    "them from constants and input shapes only (the loader folds those)")
+    """Operands computed at run time (constant ones are folded): TFLite's RANGE, whose length
+    the interpreter sets when it runs; scalars of one dtype (int64 computes as int32)."""
+    names = node.inputs[:3]
+    if any(ctx.shape(n) not in ((), (1,)) for n in names):
+        raise ctx.error("start, limit and delta must be scalars")
+    scalars = []
+    for name in names:
+        if ctx.shape(name) == (1,):
+            name = reshape(ctx, name, ())
+        scalars.append(name)
+    ctx.add_op("RANGE", scalars, node.outputs[:1])
 
 
 @onnx_op("ConstantOfShape")
