@@ -50,12 +50,17 @@ vocoder-like conv net trained here, quantized by onnxruntime (static QDQ in four
 with int8 and uint8 weights), each converted with default flags: exit code, rounding bound, SQNR,
 argmax agreement, size against the ONNX file, int8 / hybrid / float ops.
 
+Dynamic-dimensions table (dynamic_shapes.py): five small torch models exported with dynamic
+sizes, each converted with its dimensions resizable and pinned at a size S, float and int8:
+XNNPACK's delegated ops after resize_tensor_input, the latency at S of both files, the dynamic
+file's error against onnxruntime at three sizes.
+
 QAT table (qat_digits.py), one row: the model class of tests/qat/ where post-training int8 loses
 accuracy, trained here; float, post-training int8 and QAT int8 (qconvert.qat, converted without
 calibration) accuracy in LiteRT, agreement with the fake-quant torch model, the int8 file size.
 
     .venv/bin/python bench/bench.py [--models resnet50,squeezenet]
-        [--tables float,int8,weights,scaling,trained,qat,quantized,zoo] [--int8-samples 100] [--held-out 20]
+        [--tables float,int8,weights,scaling,trained,qat,quantized,dynamic,zoo] [--int8-samples 100] [--held-out 20]
         [--no-peer] [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer]
         [--trained-models yolov8-shapes,ppocr-rec] [--corpus-models ppocrv3-rec,magika]
         [--corpus-calibration 16] [--corpus-held-out 4] [--out DIR] [--target-profile FILE]
@@ -89,10 +94,11 @@ import onnx
 from qconvert.calibration.data import model_input_specs
 
 if __package__:
-    from . import (corpus, int8, models, qat_digits, quantized_family, runners, scaling, target_profile,
-                   trained, weights, zoo)
+    from . import (corpus, dynamic_shapes, int8, models, qat_digits, quantized_family, runners, scaling,
+                   target_profile, trained, weights, zoo)
 else:  # run as a script: bench/ is on sys.path
     import corpus
+    import dynamic_shapes
     import int8
     import models
     import qat_digits
@@ -109,7 +115,7 @@ COLUMNS = ["model", "convert (s)", "verified (s)", "verify share", "peak RSS (MB
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
 LIGHT_TABLES = ("float", "int8", "weights")  # the tables of the --models
-TABLES = LIGHT_TABLES + ("scaling", "trained", "qat", "quantized", "corpus", "zoo")
+TABLES = LIGHT_TABLES + ("scaling", "trained", "qat", "quantized", "dynamic", "corpus", "zoo")
 # Not by default: the corpus (17-24 min here) and the zoo (about an hour, `make zoo`).
 DEFAULT_TABLES = tuple(t for t in TABLES if t not in ("corpus", "zoo"))
 
@@ -392,6 +398,9 @@ def main(argv=None) -> int:
             print("bench: models that arrive quantized ...", file=sys.stderr, flush=True)
             family_lines = quantized_family.table(list(quantized_family.DATA), quantized_family.FORMATS,
                                                   out_dir / "quantized-family")
+        if "dynamic" in args.tables:
+            dynamic_rows = dynamic_shapes.rows(list(dynamic_shapes.SPECS), list(dynamic_shapes.PRECISIONS),
+                                               out_dir / "dynamic")
         if "corpus" in args.tables:
             corpus_rows = corpus.bench_corpus(out_dir, args)
         if "zoo" in args.tables:
@@ -435,6 +444,9 @@ def main(argv=None) -> int:
         print("\nModels that arrive quantized (quantized_family.py): trained here, quantized by onnxruntime, "
               "converted with default flags, verified on 8 held-out samples\n")
         print("\n".join(family_lines))
+    if "dynamic" in args.tables:
+        print(dynamic_shapes.header())
+        print(dynamic_shapes.markdown(dynamic_rows))
     if "corpus" in args.tables:
         print(corpus.header(args))
         print(markdown_table(corpus_rows[0], corpus.COLUMNS))
