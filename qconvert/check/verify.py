@@ -80,6 +80,8 @@ class Verification:
     # the other input shapes the file was checked at (its dynamic dimensions resized), shown
     # as "x [1, 3, 96, 96]"; `outputs` hold each output's worst over every size
     other_sizes: list[str] = field(default_factory=list)
+    # the random nodes whose draws were fed to both sides (check/random_draws.py), "RandomNormal 'n'"
+    fed_draws: list[str] = field(default_factory=list)
 
     @property
     def worst(self) -> OutputCheck:
@@ -128,6 +130,8 @@ class Verification:
         if self.guessed:
             count = (count[:-1] + f"; guessed: {', '.join(repr(n) for n in self.guessed)} drawn from "
                      f"0..9, --verify-data gives real values)")
+        if self.fed_draws:
+            count = count[:-1] + f"; random ops' draws fed to both sides: {', '.join(self.fed_draws)})"
         if self.check == "float":
             failures = self.float_failures()
             if failures:
@@ -175,6 +179,8 @@ class Verification:
         result = asdict(self)
         if result["reason"] is None:
             del result["reason"]  # only a model judged by SQNR for a reason has one
+        if not result["fed_draws"]:
+            del result["fed_draws"]  # only a model with random ops has them
         result["outputs"] = [{k: json_number(v) for k, v in o.items()} for o in result["outputs"]]
         return result
 

@@ -553,17 +553,20 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     `onnx_path` itself when it can (runtimes.reads_file); else `reference` gets its weights back.
     `other_shapes`: input shapes (ONNX layout, by name) to check the file at besides its own (its
     dynamic dimensions resized: onnx/dynamic_dims.py), on generated inputs or the samples fitted
-    to them (runtimes.fitted_samples), each output judged by its worst. Returns the verification and what its samples were read from (options.data;
-    None: generated inputs)."""
+    to them (runtimes.fitted_samples), each output judged by its worst. A model with random ops
+    is checked with their draws fed to both sides (check/random_draws.py). Returns the
+    verification and what its samples were read from (options.data; None: generated inputs)."""
+    from ..check.random_draws import fed_draws, random_nodes
     from ..check.runtimes import fitted_samples, reads_file
     from ..check.verify import rounding_dropped, verify
 
     proto = reference.proto
     float_check = options.float_check and not rounding_dropped(proto)
     direct = (onnx_path is not None and options.report is None and not options.rounding_bound
-              and reads_file(proto))
+              and reads_file(proto) and not random_nodes(proto.graph))
     if not direct:
         reference.restore_weights()
+    verify = fed_draws(verify, proto, path)  # random ops: their draws fed to both sides
     data = (None if options.data is None else
             calibration_set(options.data, proto, options.samples, options.decoding))
     samples = None if data is None else list(data)

@@ -34,6 +34,7 @@ from . import (  # noqa: F401
     pad,
     pool,
     quantize,
+    random,
     reduce,
     reshape,
     resize,
