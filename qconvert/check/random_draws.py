@@ -38,6 +38,9 @@ from ..tflite import schema_generated as S
 from ..tflite.reader import builtin_code, op_name
 
 DRAWS_SEED = 1  # the generator of the fed draws
+# The distribution each random op's kernel draws (ops/random.py's DRAWING_OPS).
+_KINDS = {"RandomNormal": "normal", "RandomNormalLike": "normal", "RandomUniform": "uniform",
+          "RandomUniformLike": "uniform", "Bernoulli": "uniform", "Multinomial": "classes"}
 
 
 def random_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
@@ -121,20 +124,26 @@ def _drawing_kernels(data: bytes) -> list[_Kernel]:
 
 def _paired(nodes: list[onnx.NodeProto], kernels: list[_Kernel]) -> list[tuple[onnx.NodeProto, _Kernel]]:
     """Each random node's kernel: the one whose tensor is its draw_name or its output (ir.py's
-    naming contract: a typed twin too); ConversionError when one has none (a node in a
-    control-flow body, or a kernel a transformation renamed)."""
+    naming contract: a typed twin too; the loader's "_value" twin of a graph output), else the
+    next unpaired kernel of its distribution in the file's order (the loader imports nodes in
+    order); ConversionError when one has none (a node in a control-flow body)."""
     outputs = {n.output[0]: n for n in nodes}
-    by_output = {}
+    by_output: dict[str, _Kernel] = {}
     for kernel in kernels:
-        base = kernel.name[:-len("/draw")] if kernel.name.endswith("/draw") else kernel.name
-        found = counterpart(base, set(outputs), {})
-        if found is not None and found[1] is None:
+        base = kernel.name.removesuffix("/draw")
+        found = counterpart(base, set(outputs), {}) or counterpart(base.removesuffix("_value"), set(outputs), {})
+        if found is not None and found[1] is None and found[0] not in by_output:
             by_output[found[0]] = kernel
-    missing = [y for y in outputs if y not in by_output]
-    if missing:
-        raise ConversionError(f"verify: the random node {outputs[missing[0]].name!r} "
-                              f"({outputs[missing[0]].op_type}) has no random kernel in the .tflite "
-                              "that the check can feed its draws to; --no-verify writes it unchecked")
+    unpaired = [k for k in kernels if k not in by_output.values()]
+    for y, node in outputs.items():
+        kernel = by_output.get(y) or next((k for k in unpaired if k.kind == _KINDS[node.op_type]), None)
+        if kernel is None:
+            raise ConversionError(f"verify: the random node {node.name!r} ({node.op_type}) has no "
+                                  "random kernel in the .tflite that the check can feed its draws "
+                                  "to; --no-verify writes it unchecked")
+        by_output[y] = kernel
+        if kernel in unpaired:
+            unpaired.remove(kernel)
     return [(n, by_output[n.output[0]]) for n in nodes]
 
 

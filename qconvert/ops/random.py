@@ -34,8 +34,9 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+from onnx import helper
 
-from .registry import onnx_op, tflite_op
+from .registry import onnx_op, onnx_types, tflite_op
 
 # The ONNX ops this family imports (the loader never folds them, control flow never hoists them).
 RANDOM_OPS = ("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
@@ -130,6 +131,15 @@ def import_random_uniform(node, ctx):
     if not high >= low:
         raise ctx.error(f"its high {high:g} is below its low {low:g}")
     _affine(ctx, node, "RANDOM_UNIFORM", float(np.float32(high) - np.float32(low)), low)
+
+
+@onnx_types("Bernoulli")
+def _bernoulli_types(shapes, dtypes, attrs):
+    """p's shape, in `dtype` or p's type (onnx infers none: Bernoulli is a function op)."""
+    if shapes[0] is None:
+        return [None]
+    dtype = attrs.get("dtype")
+    return [(tuple(shapes[0]), dtypes[0] if dtype is None else helper.tensor_dtype_to_np_dtype(dtype))]
 
 
 @onnx_op("Bernoulli")
