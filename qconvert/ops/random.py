@@ -167,9 +167,10 @@ def import_multinomial(node, ctx):
     if len(shape) != 2 or ctx.dtype(logits) != np.float32:
         raise ctx.error(f"its input {logits!r} is {ctx.dtype(logits)} of shape {list(shape)}; "
                         "TFLite's MULTINOMIAL takes float [batch, classes] logits")
-    if shape[1] < 1 or count < 1:
-        raise ctx.error(f"{shape[1]} classes and sample_size {count}: TFLite's MULTINOMIAL "
-                        "needs at least one of each")
+    if shape[1] < 1:
+        raise ctx.error(f"its input {logits!r} has no classes to draw from (shape {list(shape)})")
+    if count < 1:
+        raise ctx.error(f"sample_size {count} draws nothing: an empty output has no TFLite tensor")
     if ctx.dtype(y) not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise ctx.error(f"its output type {ctx.dtype(y)} is not int32 or int64")
     if ctx.shape(y) != (shape[0], count):

@@ -19,7 +19,7 @@ from ai_edge_litert.interpreter import Interpreter
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
-from qconvert.cli import cli
+from qconvert.cli import cli, verify_cli
 from tests.harness import assert_refused_in_one_line, make_model, run_onnxruntime
 
 F, D, I32, I64, B = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64,
@@ -167,3 +167,119 @@ def test_multinomial_classes_index_a_table(tmp_path):
                         helper.make_node("Gather", ["table", "c"], ["y"], axis=0)],
                        {"logits": (F, (2, 5))}, {"y": F}, {"table": table})
     _converted(tmp_path, model)
+
+
+# --- a VITS-style voice: noise scaled by an input --------------------------------------------------
+def _vits_style(length) -> onnx.ModelProto:
+    """Piper/VITS's sampling: text features x [1, 16, T] and scales [noise_scale, length_scale,
+    noise_scale_w] (Piper's inputs); the prior's mean and log-std by 1-D convs, z = m + eps *
+    exp(logs) * noise_scale with eps = RandomNormalLike(m); the duration predictor's noise
+    RandomNormalLike(d) * noise_scale_w; a decoder conv and Tanh for the audio."""
+    rng = np.random.default_rng(0)
+    weights = {"w_m": rng.standard_normal((8, 16, 1)), "w_logs": 0.1 * rng.standard_normal((8, 16, 1)),
+               "w_d": rng.standard_normal((2, 16, 1)), "w_dec": 0.3 * rng.standard_normal((1, 8, 3)),
+               "i0": np.array(0, np.int64), "i2": np.array(2, np.int64)}
+    weights = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in weights.items()}
+    nodes = [helper.make_node("Conv", ["x", "w_m"], ["m"]), helper.make_node("Conv", ["x", "w_logs"], ["logs"]),
+             helper.make_node("Gather", ["scales", "i0"], ["noise_scale"]),
+             helper.make_node("Gather", ["scales", "i2"], ["noise_scale_w"]),
+             helper.make_node("RandomNormalLike", ["m"], ["eps"]),
+             helper.make_node("Exp", ["logs"], ["std"]), helper.make_node("Mul", ["eps", "std"], ["e1"]),
+             helper.make_node("Mul", ["e1", "noise_scale"], ["e2"]), helper.make_node("Add", ["m", "e2"], ["z"]),
+             helper.make_node("Conv", ["z", "w_dec"], ["dec"], pads=[1, 1]),
+             helper.make_node("Tanh", ["dec"], ["audio"]),
+             helper.make_node("Conv", ["x", "w_d"], ["d"]),
+             helper.make_node("RandomNormalLike", ["d"], ["eps_w"]),
+             helper.make_node("Mul", ["eps_w", "noise_scale_w"], ["dn"]), helper.make_node("Add", ["d", "dn"], ["dw"]),
+             helper.make_node("ReduceMean", ["dw"], ["durations"], keepdims=0, axes=[1])]
+    return make_model(nodes, {"x": (F, (1, 16, length)), "scales": (F, (3,))},
+                      {"audio": F, "durations": F}, weights)
+
+
+@pytest.mark.parametrize("length", [32, "T"])
+def test_a_vits_style_voice_is_checked_with_its_draws_fed(tmp_path, length):
+    """The default check passes (exit 0), says how it handled the randomness; with a dynamic
+    length T, at every size it checks."""
+    data, report, stderr = _converted(tmp_path, _vits_style(length))
+    assert "RandomNormalLike 'eps', RandomNormalLike 'eps_w'" in stderr
+    assert report["op_counts"]["RANDOM_STANDARD_NORMAL"] == 2
+    assert len(report["verify"]["other_sizes"]) == (0 if length == 32 else 2)
+    from qconvert.tflite.reader import read
+
+    assert read(data).op_counts["RANDOM_STANDARD_NORMAL"] == 2  # the written file draws
+
+
+@pytest.mark.parametrize("length", [32, "T"])
+def test_a_noise_scale_of_zero_gives_onnxruntimes_output(tmp_path, length):
+    """The written file itself, its kernels drawing, against onnxruntime's own random run: with
+    the noise scales at zero the draws drop out and the outputs agree; at one they differ from
+    run to run (each invoke continues the sequence)."""
+    model = _vits_style(length)
+    data, report, _ = _converted(tmp_path, model)
+    x = np.random.default_rng(1).standard_normal((1, 16, 32 if length == 32 else 48)).astype(np.float32)
+    still = {"x": x, "scales": np.array([0.0, 1.0, 0.0], np.float32)}
+    runner = Interpreter(model_content=data, num_threads=1).get_signature_runner()
+    layout = {i["name"]: i["layout_permutation"] for i in report["inputs"]}
+    feeds = {k: v.transpose(layout[k]) if layout[k] else v for k, v in still.items()}
+    got, want = runner(**feeds), run_onnxruntime(model, still)
+    for name in ("audio", "durations"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    noisy = {**feeds, "scales": np.ones(3, np.float32)}
+    first, second = runner(**noisy)["audio"], runner(**noisy)["audio"]
+    assert not np.allclose(first, second) and not np.allclose(first, got["audio"])
+
+
+def test_two_conversions_write_the_same_bytes(tmp_path):
+    """No seed in the model: the file's seeds are fixed all the same (ops/random.py)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, _, _ = _converted(tmp_path / "a", _vits_style(32))
+    second, _, _ = _converted(tmp_path / "b", _vits_style(32))
+    assert first == second
+
+
+def test_seeds_follow_onnx(tmp_path):
+    """Two nodes of one seed draw the same values (ONNX: the same seed, the same sequence); a node
+    of another seed, or of none, others; every fresh interpreter draws the file's sequence again."""
+    nodes = [helper.make_node("RandomUniform", [], [name], shape=[4, 64], **attrs)
+             for name, attrs in (("a", {"seed": 2.0}), ("b", {"seed": 2.0}), ("c", {"seed": 3.0}),
+                                 ("d", {}), ("e", {}))]
+    model = make_model(nodes, {}, dict.fromkeys("abcde", F))
+    data, _, _ = _converted(tmp_path, model)
+    once, again = _draws(data, {}, 2), _draws(data, {}, 2)
+    assert np.array_equal(once["a"], once["b"]) and np.array_equal(once["a"], again["a"])
+    assert not np.array_equal(once["a"][0], once["a"][1])  # each invoke draws on
+    for x, y in (("a", "c"), ("a", "d"), ("d", "e")):
+        assert not np.allclose(once[x], once[y]), (x, y)
+
+
+def test_qconvert_verify_feeds_the_draws_too(tmp_path):
+    _converted(tmp_path, _vits_style(32))
+    result = CliRunner().invoke(verify_cli, [str(tmp_path / "m.onnx"), str(tmp_path / "m.tflite")])
+    assert result.exit_code == 0, result.output
+    assert "random ops' draws fed to both sides: RandomNormalLike 'eps'" in result.stderr
+
+
+def test_a_wrong_conversion_of_the_draws_fails_the_check(tmp_path, monkeypatch):
+    """The check compares what follows the draw: a mean off by 0.01 is a failed float check."""
+    from qconvert.ops import random as random_ops
+
+    affine = random_ops._affine
+    monkeypatch.setattr(random_ops, "_affine", lambda ctx, node, kernel, scale, offset:
+                        affine(ctx, node, kernel, scale, offset + 0.01))
+    model = make_model([helper.make_node("RandomNormalLike", ["x"], ["n"], mean=1.0),
+                        helper.make_node("Add", ["x", "n"], ["y"])], {"x": (F, (2, 8))}, {"y": F})
+    onnx.save(model, tmp_path / "m.onnx")
+    result = CliRunner().invoke(cli, [str(tmp_path / "m.onnx"), str(tmp_path / "m.tflite")])
+    assert result.exit_code == 4, result.output
+    assert "does not match onnxruntime" in result.stderr
+
+
+@pytest.mark.parametrize("node,shape,match", [
+    (helper.make_node("RandomUniform", [], ["y"], shape=[2], low=1.0, high=0.5), None, "below its low"),
+    (helper.make_node("Multinomial", ["x"], ["y"], sample_size=0), (2, 3), "draws nothing"),
+    (helper.make_node("Multinomial", ["x"], ["y"], sample_size=2), (2, 0), "no classes")])
+def test_what_tflite_cannot_draw_is_refused(node, shape, match):
+    inputs = {"x": (F, shape)} if node.input else {}
+    output = I32 if node.op_type == "Multinomial" else F
+    assert_refused_in_one_line(make_model([node], inputs, {"y": output}), match)
