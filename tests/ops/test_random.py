@@ -87,6 +87,17 @@ def test_random_normal_like(tmp_path, x_shape, attrs):
     _assert_moments(y, attrs.get("mean", 0.0), attrs.get("scale", 1.0))
 
 
+def test_random_normal_like_of_float16(tmp_path):
+    """A float16 model's noise: drawn and scaled in float32, the output float16."""
+    model = make_model([helper.make_node("RandomNormalLike", ["x"], ["n"], scale=0.5),
+                        helper.make_node("Add", ["x", "n"], ["y"])],
+                       {"x": (TensorProto.FLOAT16, (4, 64))}, {"y": TensorProto.FLOAT16})
+    data, _, _ = _converted(tmp_path, model)
+    y = _draws(data, {"x": np.zeros((4, 64), np.float16)}, 80)["y"]
+    assert y.dtype == np.float16
+    _assert_moments(y, 0.0, 0.5)
+
+
 # --- RandomUniform, RandomUniformLike -----------------------------------------------------------
 @pytest.mark.parametrize("shape,low,high,dtype,seed", [
     ((2, 3), 0.0, 1.0, F, None), ((5, 7), -1.0, 3.0, F, 2.0), ((4, 2, 6), 2.0, 2.5, D, None),
