@@ -23,6 +23,7 @@ invokes).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
@@ -76,9 +77,22 @@ class FedDraws:
         """verify(...) of the check-only models on `samples` (None: `count` generated as for the
         written file) with the draws added; `proto`, `path` and `onnx_path` are the written
         model's, which the check-only ones stand for."""
-        from .runtimes import Reference, prepare
+        from .runtimes import prepare
 
         _, samples = prepare(proto, path, samples, count, shapes=shapes)
+        fed, draw_shapes = self.fed(proto, samples)
+        with self.written() as variant:
+            result = verify(self.proto, variant, fed, count, *args, onnx_path=None,
+                            shapes={**(shapes or {}), **draw_shapes}, **kwargs)
+        result.guessed = [g for g in result.guessed if g not in draw_shapes]
+        result.fed_draws = list(self.described)
+        return result
+
+    def fed(self, proto: onnx.ModelProto, samples: list[dict]) -> tuple[list[dict], dict]:
+        """(the samples with the draws added, the draws' shapes by input name): shapes as
+        onnxruntime gives the random outputs on the first sample; makes self.proto."""
+        from .runtimes import Reference
+
         outputs = [n.output[0] for n, _ in self.pairs]
         values = Reference(proto, outputs).run(samples[0])
         draw_shapes = {draw_name(y): tuple(np.shape(values[y])) for y in outputs}
@@ -88,15 +102,40 @@ class FedDraws:
         rng = np.random.default_rng(DRAWS_SEED)
         fed = [{**s, **{draw_name(n.output[0]): _draws(rng, k, draw_shapes[draw_name(n.output[0])])
                         for n, k in self.pairs}} for s in samples]
+        return fed, draw_shapes
+
+    @contextlib.contextmanager
+    def written(self):
+        """The path of the check-only .tflite, in a directory gone afterwards."""
         with tempfile.TemporaryDirectory(prefix="qconvert-draws-") as folder:
             variant = os.path.join(folder, "draws_fed.tflite")
             with open(variant, "wb") as f:
                 f.write(self.tflite)
-            result = verify(self.proto, variant, fed, count, *args, onnx_path=None,
-                            shapes={**(shapes or {}), **draw_shapes}, **kwargs)
-        result.guessed = [g for g in result.guessed if g not in draw_shapes]
-        result.fed_draws = list(self.described)
-        return result
+            yield variant
+
+
+def fed_compare(compare, proto: onnx.ModelProto, samples: list[dict], session):
+    """The precision planner's check(path, n) (driver/conversion.py _planned): compare(proto,
+    path, samples[:n], session) (check/verify.py's), with the draws fed to both sides when the
+    model draws: the same draws, check-only ONNX model and recorded onnxruntime session for
+    every candidate file, each candidate's own check-only copy."""
+    nodes = random_nodes(proto.graph)
+    if not nodes:
+        return lambda path, n: compare(proto, path, samples[:n], session)
+    shared: dict = {}
+
+    def check(path: str, n: int):
+        from .runtimes import RecordedReference, Reference
+
+        draws = FedDraws(proto, path, nodes)
+        if not shared:
+            shared["samples"], _ = draws.fed(proto, samples)
+            shared["proto"] = draws.proto
+            shared["session"] = RecordedReference(Reference(draws.proto))
+        with draws.written() as variant:
+            return compare(shared["proto"], variant, shared["samples"][:n], shared["session"])
+
+    return check
 
 
 class _Kernel:

@@ -363,6 +363,7 @@ def _warn_unquantized(quantization: QuantizationReport, plan) -> None:
 
 def _planned(state: State):
     """The planner's model and plan (plan/planner.py), on the plan's samples."""
+    from ..check.random_draws import fed_compare  # (random ops: their draws fed to both sides)
     from ..check.runtimes import RecordedReference, Reference
     from ..check.verify import compare
     from ..plan.planner import DECISION_SAMPLES, plan_precision
@@ -378,7 +379,7 @@ def _planned(state: State):
     session = RecordedReference(Reference(reference.proto))  # one onnxruntime run for all the plans
     return plan_precision(state.model, state.steps, reference.proto, samples, options.target_sqnr,
                           request.target, _write_candidate,
-                          lambda path, n: compare(reference.proto, path, samples[:n], session),
+                          fed_compare(compare, reference.proto, samples, session),
                           options.metric, min(options.samples, len(samples)))
 
 

@@ -38,7 +38,7 @@ def _converted(tmp_path, model: onnx.ModelProto, *flags: str) -> tuple[bytes, di
     randoms = [n.output[0] for n in model.graph.node if n.op_type.startswith(("Random", "Bern", "Multi"))]
     fed = report["verify"]["fed_draws"]
     assert [name.split()[-1].strip("'") for name in fed] == randoms, fed
-    assert report["verify"]["passed"] and report["verify"]["check"] == "float"
+    assert report["verify"]["passed"] and (report["verify"]["check"] == "float" or "--quantize" in flags)
     assert "random ops' draws fed to both sides" in result.stderr, result.stderr
     return out.read_bytes(), report, result.stderr
 
@@ -294,3 +294,16 @@ def test_what_tflite_cannot_draw_is_refused(node, shape, match):
     inputs = {"x": (F, shape)} if node.input else {}
     output = I32 if node.op_type == "Multinomial" else F
     assert_refused_in_one_line(make_model([node], inputs, {"y": output}), match)
+
+
+def test_int8_keeps_the_kernels_float_and_plans_with_the_draws_fed(tmp_path):
+    """--quantize: the random kernels stay float (TFLite has no int8 one); the precision plan's
+    measurements and the check feed the draws, so the plan is judged on the graph, not on two
+    generators' differences."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "cal.npz", x=rng.standard_normal((16, 1, 16, 32)).astype(np.float32),
+             scales=np.tile(np.array([0.667, 1.0, 0.8], np.float32), (16, 1)))
+    _, report, stderr = _converted(tmp_path, _vits_style(32), "--quantize", "--calibration",
+                                   str(tmp_path / "cal.npz"))
+    assert "plan: all int8" in stderr and "2 RANDOM_STANDARD_NORMAL" in stderr, stderr
+    assert report["verify"]["check"] == "sqnr" and report["verify"]["outputs"][0]["sqnr_db"] > 20
