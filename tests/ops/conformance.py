@@ -17,6 +17,11 @@ from qconvert.ops.registry import ONNX_IMPORTERS
 # Cases of supported ops that cannot convert, with the reason (checked: they must keep failing).
 EXPECTED_FAILURES: dict[str, str] = {}
 EXPECTED_FAILURES["test_range_bfloat16_type_positive_delta"] = "bfloat16 has no TFLite tensor type"
+for _case in ("", "_double", "_seed"):  # (qconvert/ops/random.py; guide: Random ops)
+    for _form in ("", "_expanded"):
+        EXPECTED_FAILURES[f"test_bernoulli{_case}{_form}"] = (
+            "the expected outputs are onnxruntime's random draws, which another generator cannot "
+            "repeat (the default check feeds the draws to both sides instead: guide, Random ops)")
 EXPECTED_FAILURES["test_resize_downsample_scales_linear_align_corners"] = (
     "the ONNX spec and onnxruntime place the samples differently for this scale")
 for _crop in ("crop", "pad", "crop_and_pad", "crop_axes_chw", "crop_axes_hwc", "crop_negative_axes_hwc"):
