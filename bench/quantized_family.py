@@ -223,10 +223,11 @@ def checked(report: dict, tflite: Path, model: Path) -> dict:
     (by SQNR less bound, a missing bound counting 0; one output: that output); the .tflite's size
     over the ONNX file's; its op mix; whether the model's own QDQ pairs quantized it. Shared with
     the zoo's quantized table (bench/zoo_quantized.py), so both read a report one way."""
-    outputs = (report.get("verify") or {}).get("outputs") or []
-    check = min(outputs, key=lambda o: float(o["sqnr_db"]) - (o.get("bound_db") or 0.0),
-                default={})
-    return dict(sqnr=float(check["sqnr_db"]) if check else None, bound=check.get("bound_db"),
+    outputs = [dict(o, sqnr_db=float(o["sqnr_db"]),  # JSON writes an infinity as "inf"
+                    bound_db=None if o.get("bound_db") is None else float(o["bound_db"]))
+               for o in (report.get("verify") or {}).get("outputs") or []]
+    check = min(outputs, key=lambda o: o["sqnr_db"] - (o["bound_db"] or 0.0), default={})
+    return dict(sqnr=check.get("sqnr_db"), bound=check.get("bound_db"),
                 agreement=check.get("top1_agreement"),
                 size=tflite.stat().st_size / model.stat().st_size, mix=op_mix(tflite),
                 from_pairs=bool((report.get("quantization") or {}).get("from_pairs")))

@@ -15,6 +15,7 @@ below its rounding bound (the conversion itself exits 4 only below the bound les
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 # The formats of the zoo that arrive quantized (zoo.FORMATS).
@@ -58,7 +59,8 @@ def _cells(row: dict) -> list[str]:
     name = f"{row['family'].split('/')[0]}/{row['model']}"  # tv/resnet18, hf/bert
     if row.get("code") != 0:
         code = "timeout" if row.get("code") is None else str(row["code"])
-        message = row.get("message", "")[:90].replace("|", "\\|")
+        message = re.sub(r"^verify: | \(--no-verify writes it anyway\)$", "",
+                         row.get("message", ""))[:90].replace("|", "\\|")
         return [name, row["format"], code, "", "", "", message]
     bound = "-" if row["bound_db"] is None else f"{row['bound_db']:.1f}"
     sqnr = "-" if row["sqnr_db"] is None else f"{float(row['sqnr_db']):.1f}"
@@ -77,8 +79,8 @@ def table(rows: list[dict]) -> str:
     found = [(r, problem(r)) for r in mine if problem(r)]
     lines += ["", f"{len(ok)} of {len(mine)} exit 0; {len(found)} findings"
               + (":" if found else ".")]
-    lines += [f"- {r['family'].split('/')[0]}/{r['model']} {r['format']} ({r['file']}): {why}"
-              for r, why in found]
+    lines += [f"- {r['family'].split('/')[0]}/{r['model']} {r['format']} "
+              f"({r.get('file', '-')}): {why}" for r, why in found]
     failed = [r for r in rows if r["format"] in QUANTIZED and r["status"] == "export failed"]
     if failed:
         lines.append("\nNot counted: the export failed, or onnxruntime cannot run the file either:")
