@@ -11,6 +11,7 @@ bytes; a wrong conversion fails the check."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import onnx
@@ -307,3 +308,38 @@ def test_int8_keeps_the_kernels_float_and_plans_with_the_draws_fed(tmp_path):
                                    str(tmp_path / "cal.npz"))
     assert "plan: all int8" in stderr and "2 RANDOM_STANDARD_NORMAL" in stderr, stderr
     assert report["verify"]["check"] == "sqnr" and report["verify"]["outputs"][0]["sqnr_db"] > 20
+
+
+def test_a_torch_exported_voice(tmp_path):
+    """torch.onnx.export's RandomNormalLike (torch.randn_like, its dtype spelled out) in a small
+    VITS-shaped voice: text convs, the prior sampled with the scales input's noise scales, a
+    decoder with a transposed conv; its length T dynamic, checked at every size."""
+    torch = pytest.importorskip("torch")
+
+    class Voice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.proj = torch.nn.Conv1d(16, 16, 3, padding=1), torch.nn.Conv1d(16, 16, 1)
+            self.dp = torch.nn.Conv1d(16, 2, 1)
+            self.dec = torch.nn.Sequential(torch.nn.Conv1d(8, 8, 5, padding=2), torch.nn.LeakyReLU(0.1),
+                                           torch.nn.ConvTranspose1d(8, 4, 4, stride=2, padding=1),
+                                           torch.nn.Tanh())
+
+        def forward(self, x, scales):
+            h = torch.relu(self.enc(x))
+            m, logs = self.proj(h).split(8, dim=1)
+            z = m + torch.randn_like(m) * torch.exp(logs) * scales[0]
+            w = self.dp(h) + torch.randn_like(h[:, :2]) * scales[2]
+            return self.dec(z), w.sum(1)
+
+    torch.manual_seed(0)
+    path = tmp_path / "voice.onnx"
+    with warnings.catch_warnings():  # (the TorchScript exporter's deprecation: no onnxscript here)
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Voice().eval(), (torch.randn(1, 16, 40), torch.tensor([0.667, 1.0, 0.8])),
+                          str(path), input_names=["x", "scales"], output_names=["audio", "w"],
+                          dynamo=False, opset_version=17,
+                          dynamic_axes={"x": {2: "T"}, "audio": {2: "T2"}, "w": {1: "T"}})
+    _, report, _ = _converted(tmp_path, onnx.load(path))
+    assert len(report["verify"]["other_sizes"]) == 2
+    assert report["op_counts"]["RANDOM_STANDARD_NORMAL"] == 2
