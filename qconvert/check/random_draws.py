@@ -45,8 +45,29 @@ _KINDS = {"RandomNormal": "normal", "RandomNormalLike": "normal", "RandomUniform
 
 
 def random_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """The graph's random nodes (ai.onnx's RANDOM_OPS), in order."""
-    return [n for n in graph.node if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")]
+    """The graph's random nodes (ai.onnx's RANDOM_OPS) whose output a graph output depends on
+    (the loader drops the others: no kernel draws for them), in order."""
+    producers = {o: n for n in graph.node for o in n.output if o}
+    needed, pending = set(), [o.name for o in graph.output]
+    while pending:
+        name = pending.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        node = producers.get(name)
+        pending.extend(i for i in (_read_by(node) if node is not None else ()) if i)
+    return [n for n in graph.node if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")
+            and n.output[0] in needed]
+
+
+def _read_by(node: onnx.NodeProto) -> list[str]:
+    """The tensors a node reads: its inputs, and what its control-flow bodies read (from outer
+    scope too)."""
+    names = list(node.input)
+    for attr in node.attribute:
+        for body in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+            names += [name for inner in body.node for name in _read_by(inner)]
+    return names
 
 
 def fed_draws(verify, proto: onnx.ModelProto, path: str):

@@ -343,3 +343,13 @@ def test_a_torch_exported_voice(tmp_path):
     _, report, _ = _converted(tmp_path, onnx.load(path))
     assert len(report["verify"]["other_sizes"]) == 2
     assert report["op_counts"]["RANDOM_STANDARD_NORMAL"] == 2
+
+
+def test_a_random_node_no_output_reads_is_left_out(tmp_path):
+    """The loader drops it, the file draws nothing, and the check has nothing to feed."""
+    model = make_model([helper.make_node("RandomNormalLike", ["x"], ["n"]), helper.make_node("Relu", ["x"], ["y"])],
+                       {"x": (F, (2, 8))}, {"y": F})
+    onnx.save(model, tmp_path / "m.onnx")
+    result = CliRunner().invoke(cli, [str(tmp_path / "m.onnx"), str(tmp_path / "m.tflite")])
+    assert result.exit_code == 0, result.output
+    assert "draws" not in result.stderr
