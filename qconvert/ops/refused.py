@@ -8,11 +8,9 @@ from __future__ import annotations
 
 DATA_DEPENDENT = ("its output's shape depends on the values it reads, which a static TFLite graph "
                   "cannot hold")
-# Ops whose value is not a function of their inputs: never folded, never simulated, refused.
-# The random ops convert (ops/random.py); named here for the loader, which never folds them.
+# The random ops, whose value is not a function of their inputs, convert (ops/random.py); named
+# here for the loader and control flow, which never fold or hoist them.
 from .random import RANDOM_OPS  # noqa: E402,F401
-# Not a refusal any more: tests/ops/conformance.py counts ops refused for it as not applicable.
-RANDOM = "it draws random numbers"
 STRINGS = "it computes on strings, which TFLite's builtin kernels do not"
 SEQUENCES = "ONNX sequences have no TFLite counterpart (TFLite has tensors only)"
 TRAINING = "a training loss: qconvert converts inference graphs"

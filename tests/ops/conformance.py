@@ -200,13 +200,13 @@ def _summarize(reasons) -> str:
 def op_states() -> list[tuple[str, int, str, str]]:
     """(op, the opset that introduced it, state, reason) for every ai.onnx op onnx knows and every
     other domain's op qconvert imports: state "converted", "refused" (with why, ops/refused.py) or
-    "not applicable" (no float inference graph computes it: strings, random numbers, training
-    losses, optional values, image decoding)."""
+    "not applicable" (no float inference graph computes it: strings, training losses, optional
+    values, image decoding)."""
     import onnx.defs
 
     from qconvert.ops import refused
 
-    not_applicable = {refused.RANDOM, refused.STRINGS, refused.TRAINING}
+    not_applicable = {refused.STRINGS, refused.TRAINING}
     first: dict[str, int] = {}
     for schema in onnx.defs.get_all_schemas_with_history():
         if schema.domain in ("", "ai.onnx") and not schema.deprecated:
