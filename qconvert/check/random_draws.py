@@ -13,6 +13,8 @@ for draw. The check takes the randomness out instead, one mechanism for every ra
   output given such a draw: RandomNormal(Like) mean + scale * z, RandomUniform(Like)
   low + (high - low) * u, Bernoulli u < p, Multinomial the drawn classes, each cast to the node's
   output type; z, u and the classes are the same graph input.
+- The written file itself runs too (the first sample, drawing), so that a file LiteRT cannot run
+  fails the check as any other would.
 - Both get the same draws on every sample, seeded: standard normal z, uniform u in [0, 1), classes
   uniform below the logits' count; their shapes are the node outputs' in onnxruntime on the
   sample (so a draw that follows a dynamic dimension is sized with it).
@@ -97,10 +99,12 @@ class FedDraws:
                shapes: dict | None = None, onnx_path=None, **kwargs):
         """verify(...) of the check-only models on `samples` (None: `count` generated as for the
         written file) with the draws added; `proto`, `path` and `onnx_path` are the written
-        model's, which the check-only ones stand for."""
+        model's, which the check-only ones stand for. The written file itself runs the first
+        sample in LiteRT, drawing (ConversionError when it cannot)."""
         from .runtimes import prepare
 
-        _, samples = prepare(proto, path, samples, count, shapes=shapes)
+        written, samples = prepare(proto, path, samples, count, shapes=shapes)
+        written.run(samples[0])
         fed, draw_shapes = self.fed(proto, samples)
         with self.written() as variant:
             result = verify(self.proto, variant, fed, count, *args, onnx_path=None,
