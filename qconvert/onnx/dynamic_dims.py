@@ -246,6 +246,7 @@ def _run_time_plan(model: Model, name: str, op: Operator, moves: dict[str, np.nd
     terms: dict[tuple[str, int], np.ndarray] = {}
     for symbol, move in moves.items():
         axes = moved[symbol][0]
+        move = np.ravel(move)
         for i in np.flatnonzero(move):
             source = _source(model, near, axes, int(move[i]))
             if source is None:

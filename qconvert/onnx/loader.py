@@ -547,10 +547,12 @@ def check_activation_dtype(dtype: np.dtype, what: str) -> None:
 # Where a node reads an int64 constant whose values int32 cannot hold, saturating them to int32's
 # range computes the same result as ONNX: Slice's starts, ends and steps (clamped to the dimension
 # anyway), a Loop's trip count (no TFLite loop runs 2^31 times), Trilu's k (beyond any dimension
-# either way); and, since the other operands hold int32 values inside, a Clip/Max bound below
+# either way), NonMaxSuppression's max_output_boxes_per_class (at most the boxes there are:
+# torchvision writes INT64_MAX); and, since the other operands hold int32 values inside, a Clip/Max bound below
 # int32's minimum or a Clip/Min bound above its maximum. Slots by op: ("low"/"high": values must
 # all lie on that side of the int32 range; "any": every value).
 _SATURATES = {"Slice": {1: "any", 2: "any", 4: "any"}, "Loop": {0: "any"}, "Trilu": {1: "any"},
+              "NonMaxSuppression": {2: "high"},
               "Clip": {1: "low", 2: "high"}, "Max": "low", "Min": "high"}
 
 
