@@ -409,13 +409,16 @@ class Model:
         """Removes an op whose single output equals its first input, rewiring its readers.
 
         When the output is a graph output, the input is renamed to the output instead (possible
-        unless the input is itself a graph input, graph output or constant). Returns whether the
-        op could be removed.
+        unless the input is itself a graph input, graph output or constant). An input without a
+        calibrated range takes the output's (a model's QDQ pair on an Identity's output). Returns
+        whether the op could be removed.
         """
         src, dst = op.inputs[0], op.outputs[0]
         if self.arrays[dst].is_variable or self.arrays[src].is_variable:
             return False
         if dst not in self.outputs:
+            if self.arrays[src].minmax is None:  # the same values: the readers keep dst's range
+                self.arrays[src].minmax = self.arrays[dst].minmax
             self.remove_operator(op)
             self.rename_uses(dst, src)
             return True
