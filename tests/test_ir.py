@@ -140,3 +140,17 @@ def test_data_to_change_in_place_only_when_nothing_else_holds_it():
     assert model.data_to_change_in_place(viewed) is None
     del view
     assert model.data_to_change_in_place(viewed) is not None
+
+
+def test_bypass_gives_an_input_without_a_range_the_outputs():
+    """IDENTITY(x) -> t0 with a range on t0 only (a model's QDQ pair on an Identity's output):
+    its readers read x, which must keep that range, or they lose their int8 kernel."""
+    from qconvert.ir import MinMax
+
+    model, (a, b, c) = chain()
+    model.arrays["t1"].minmax = MinMax(-1.0, 2.0, "qdq")
+    b.type = "IDENTITY"
+    assert model.bypass(b) and model.arrays["t0"].minmax == MinMax(-1.0, 2.0, "qdq")
+    model.arrays["t0"].minmax = MinMax(0.0, 1.0, "calibration")
+    c.type = "IDENTITY"  # t2, a graph output: t0 takes its name; nothing else moves
+    model.check_invariants()

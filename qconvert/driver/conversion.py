@@ -30,7 +30,14 @@ from ..onnx.file import OnnxFile, read_onnx
 from ..onnx.loader import load, nodes_matching, stores_float16
 from ..onnx.runtime import has_qdq, quantizes_activations
 from ..plan.planner import HYBRID
-from ..qdq.importer import QdqRanges, apply_qdq_ranges, changed_params, strip_qdq, with_model_precision
+from ..qdq.importer import (
+    QdqRanges,
+    apply_qdq_ranges,
+    changed_params,
+    strip_qdq,
+    unusable_pairs_bypassed,
+    with_model_precision,
+)
 from ..targets import Target, cost
 from ..targets import unsupported as target_unsupported
 from ..tflite.writer import Flatbuffer, serialize, stored_bytes
@@ -162,6 +169,8 @@ def import_qdq(state: State) -> State:
         if steps is not None and request.calibration is not None and state.reference is None and paired:
             state = replace(state, reference=state.onnx_file.copy())  # calibrated with its pairs
         qdq = strip_qdq(proto, clip=steps is None)
+        if state.reference is not None:  # what the .tflite computes in float, the reference does
+            unusable_pairs_bypassed(state.reference.proto)
     if (steps is not None and request.calibration is None and steps.default_range is None
             and not (qdq and qdq.activations)):
         raise UsageError("--quantize needs --calibration PATH (or --default-range MIN,MAX for a "

@@ -568,3 +568,35 @@ def changed_params(model: Model, found: QdqRanges) -> list[str]:
                         f"{why}: its range [{low:.6g}, {high:.6g}] becomes [{new_low:.6g}, "
                         f"{new_high:.6g}], its step {want_scale:.3g} -> {scale:.3g}")
     return warnings
+
+
+def unusable_pairs_bypassed(proto: onnx.ModelProto) -> int:
+    """Takes out of `proto` (the reference onnxruntime runs) the activation pairs that the import
+    keeps float for want of a usable scale (_unusable_pair: onnxruntime's quantizer gives a
+    causal mask at the float minimum a scale of inf), their readers reading the unrounded tensor:
+    onnxruntime computes NaN or zeros through such a pair, and the .tflite computes the tensor in
+    float, so the reference must too. Returns how many pairs went."""
+    g = GraphIndex(proto.graph)
+    renamed: dict[str, str] = {}
+    for node in proto.graph.node:
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+            continue
+        quantize = g.producers.get(node.input[0])
+        if quantize is None or quantize.op_type != "QuantizeLinear" or g.constant(quantize.input[0]) is not None:
+            continue
+        scale = g.constant(node.input[1]) if len(node.input) > 1 else None
+        if scale is not None and not _usable(scale):
+            renamed[node.output[0]] = quantize.input[0]
+    if not renamed:
+        return 0
+    outputs = {o.name for o in proto.graph.output}
+    for node in proto.graph.node:
+        node.input[:] = [renamed.get(n, n) if n not in outputs else n for n in node.input]
+        if node.op_type == "DequantizeLinear" and node.output[0] in renamed:
+            if node.output[0] in outputs:  # a graph output keeps its name: Identity of the float tensor
+                node.op_type, node.input[:] = "Identity", [renamed[node.output[0]]]
+                del node.attribute[:]
+    kept = [n for n in proto.graph.node if not (n.op_type == "DequantizeLinear" and n.output[0] in renamed)]
+    del proto.graph.node[:]
+    proto.graph.node.extend(kept)
+    return len(renamed)

@@ -366,10 +366,8 @@ def test_a_table_moved_twice_and_read_by_two_dqs_converts():
     np.testing.assert_array_equal(run_tflite(flatbuffer, report, feeds)["y"], run_onnxruntime(model, feeds)["y"])
 
 
-def test_a_pair_whose_scale_is_infinite_leaves_its_tensor_float(caplog):
-    """quantize_static calibrates an additive attention mask at the float minimum to scale inf:
-    that tensor stays float (under --quantize, one warning naming the node), its neighbours keep
-    their pairs; the float and the int8 model run and track the model's own arithmetic."""
+def _mask_model() -> onnx.ModelProto:
+    """y = Softmax(QDQ(x) + QDQ(mask * FLT_MAX)), the mask's pair at scale inf."""
     float_min = np.finfo(np.float32).min
     nodes = [helper.make_node("Mul", ["mask", "big"], ["m"]),
              helper.make_node("QuantizeLinear", ["m", "inf", "zp"], ["mq"]),
@@ -386,7 +384,14 @@ def test_a_pair_whose_scale_is_infinite_leaves_its_tensor_float(caplog):
          numpy_helper.from_array(np.array(np.inf, np.float32), "inf"),
          numpy_helper.from_array(np.array(0.05, np.float32), "s"),
          numpy_helper.from_array(np.array(0, np.int8), "zp")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_pair_whose_scale_is_infinite_leaves_its_tensor_float(caplog):
+    """quantize_static calibrates an additive attention mask at the float minimum to scale inf:
+    that tensor stays float (under --quantize, one warning naming the node), its neighbours keep
+    their pairs; the float and the int8 model run and track the model's own arithmetic."""
+    model = _mask_model()
     x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(2, 6)
     mask = np.array([[0, 0, 0, 0, -1, -1], [0, 0, 0, -1, -1, -1]], np.float32)
     masked = np.where(mask < 0, -np.inf, np.round(x / 0.05) * 0.05)
@@ -399,6 +404,37 @@ def test_a_pair_whose_scale_is_infinite_leaves_its_tensor_float(caplog):
         np.testing.assert_allclose(got, expected, atol=0.02)
         assert ("node 'mask_dq' (DequantizeLinear): scale inf" in caplog.text) == bool(options)
         caplog.clear()
+
+
+def test_the_check_of_a_pair_without_a_usable_scale_runs_it_float(tmp_path):
+    """The same mask model converted by default (int8 from its pairs): onnxruntime's run through
+    the scale-inf pair is not the model (NaN, or the mask lost: GPT-2's, Llama's and CLIP's QDQ
+    exports failed their gate so, at 10.6, 1.7 and -2.6 dB, while the .tflite was 22-31 dB from
+    the float model), so the reference computes that tensor in float as the .tflite does: the
+    pair is taken out of it (unusable_pairs_bypassed) and the default check passes."""
+    import json
+
+    from click.testing import CliRunner
+
+    from qconvert.cli import cli
+    from qconvert.qdq.importer import unusable_pairs_bypassed
+
+    model = _mask_model()
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    assert unusable_pairs_bypassed(reference) == 1
+    assert not any(n.name == "mask_dq" for n in reference.graph.node)
+    feeds = {"x": np.linspace(-3, 3, 12, dtype=np.float32).reshape(2, 6),
+             "mask": np.array([[0, 0, 0, 0, -1, -1], [0, 0, 0, -1, -1, -1]], np.float32)}
+    assert not np.all(np.isfinite(run_onnxruntime(model, feeds)["y"]))  # through the pair: NaN
+    taken_out = run_onnxruntime(reference, feeds)["y"]
+    np.testing.assert_allclose(taken_out.sum(-1), 1, rtol=1e-6)
+    assert np.all(taken_out[feeds["mask"] < 0] == 0)  # the mask works
+    onnx.save(model, tmp_path / "m.onnx")
+    run = CliRunner().invoke(cli, [str(tmp_path / "m.onnx"), str(tmp_path / "m.tflite"), "--json"])
+    assert run.exit_code == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["verify"]["passed"] and report["quantization"]["from_pairs"]
 
 
 def test_calibration_sees_the_values_the_pairs_clip(tmp_path):
