@@ -25,7 +25,7 @@ from ..check.verify import Verification
 from ..errors import BelowThreshold, ConversionError, ReferenceFailed, UsageError, first_line
 from ..ir import Model
 from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
-from ..onnx.dynamic_dims import PROBE_SIZE, has_symbols, keep_dynamic
+from ..onnx.dynamic_dims import has_symbols, keep_dynamic, symbols_of
 from ..onnx.file import OnnxFile, read_onnx
 from ..onnx.loader import load, nodes_matching, stores_float16
 from ..onnx.runtime import has_qdq, quantizes_activations
@@ -211,7 +211,7 @@ def load_model(state: State) -> State:
     dynamic dimension is to be probed at another size."""
     shapes = state.options.input.shapes
     probe_source = state.onnx_file.copy() if has_symbols(state.onnx_file.proto, shapes) else None
-    model = load(state.onnx_file, shapes)
+    model = load(state.onnx_file, shapes, sizes=_sample_sizes(state))
     inputs = [i for i in state.onnx_file.proto.graph.input if i.name in set(model.inputs)]
     return replace(state, onnx_file=None, model=model, probe_source=probe_source,
                    leading_dims=defaulted_inputs(inputs, state.options.input.shapes),
@@ -241,6 +241,20 @@ def run_float_pipeline(state: State) -> State:
     return replace(state, float_bytes=stored_bytes(state.model) if stores_less else 0)
 
 
+def _sample_sizes(state: State) -> dict[str, int]:
+    """The sizes the calibration samples give the dynamic dimensions (dynamic_dims.py): the model
+    is converted, and its int8 ranges measured, at the size of the user's data."""
+    if not state.samples or state.onnx_file is None:
+        return {}
+    sample = next(iter(state.samples))
+    proto = state.onnx_file.proto
+    dims = symbols_of(proto, state.options.input.shapes)
+    if dims is None:
+        return {}
+    return {symbol: int(np.shape(sample[name])[axis]) for name, axes in dims.inputs.items()
+            if name in sample for axis, symbol in axes.items() if axis < np.ndim(sample[name])}
+
+
 def keep_dimensions_dynamic(state: State) -> State:
     """Each dynamic dimension beyond the batch is probed: the model loaded and float-transformed
     again with that dimension alone at another size, then compared with the model, which keeps
@@ -248,16 +262,17 @@ def keep_dimensions_dynamic(state: State) -> State:
     model, source = state.model, state.probe_source
     if source is None or model.dynamic_dims is None:
         return replace(state, probe_source=None)
-    symbols = list(model.dynamic_dims.sizes)
-    probes: dict[str, Model | str] = {}
-    for k, symbol in enumerate(symbols):
+    groups = model.dynamic_dims.probe_groups()
+    probes: dict[tuple[str, ...], Model | str] = {}
+    for k, group in enumerate(groups):
+        sizes = {**model.dynamic_dims.sizes, **model.dynamic_dims.probe_sizes(group)}
         try:
-            probe = load(source if k == len(symbols) - 1 else source.copy(),
-                         state.options.input.shapes, sizes={symbol: PROBE_SIZE})
+            probe = load(source if k == len(groups) - 1 else source.copy(),
+                         state.options.input.shapes, sizes=sizes, probe=True)
             run_pipeline(probe, io_layout=state.options.input.io_layout)
-            probes[symbol] = probe
+            probes[group] = probe
         except ConversionError as e:
-            probes[symbol] = first_line(e)
+            probes[group] = first_line(e)
     keep_dynamic(model, probes)
     return replace(state, probe_source=None)
 

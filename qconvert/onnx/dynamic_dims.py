@@ -3,12 +3,15 @@ frames): kept dynamic in the .tflite where the graph allows it, found by measuri
 
 Each dynamic dimension of an input beyond axis 0 (axis 0 is the batch's: dynamic_batch.py) that
 --input-shape does not pin is a *symbol*: its ONNX name (dim_param), or "input:axis" when it has
-none; inputs that share a name share the symbol (`symbols`). The loader converts at BASE_SIZE for
-every symbol, the same for every model, so the bytes written depend on the model only. The
-driver then loads and float-transforms the model once more per symbol, that symbol alone at
-PROBE_SIZE, and `keep_dynamic` compares each probe with the model:
+none; inputs that share a name share the symbol (`symbols`). So is a dimension whose size the
+values decide (NonZero's count: registry.RUN_TIME, sized by loader._run_time_size). The loader
+converts at BASE_SIZE for every symbol, the same for every model, so the bytes written depend on
+the model only (or at the size the calibration samples have, which are the user's data). The
+driver then loads and float-transforms the model once more per probe group
+(DynamicDims.probe_groups: each input symbol alone, the value-decided ones together) with its
+symbols PROBE_STEP larger, and `keep_dynamic` compares each probe with the model:
 - the same ops must read and write the same tensors with the same options (RESHAPE's new_shape
-  aside), else the symbol is fixed at BASE_SIZE, the summary saying where the graphs part;
+  aside), else the symbol is fixed at its size, the summary saying where the graphs part;
 - each tensor's axes whose size moved with the symbol get -1 in the .tflite's shape_signature
   (Model.dynamic_axes), so that LiteRT's resize_tensor_input changes them;
 - a constant that moved with it is the symbol's too. An integer one whose entries each move by
@@ -17,8 +20,9 @@ PROBE_SIZE, and `keep_dynamic` compares each probe with the model:
   symbol; a RESHAPE target with one moving entry gets -1 there instead, which XNNPACK keeps
   delegated. Any other (a float table cut to the length, a mask built for it) fixes the symbol,
   and the summary names the constant and the op reading it.
-A symbol whose model does not convert at PROBE_SIZE is fixed too, with the loader's words. The
-check then runs the file at CHECK_SIZES besides BASE_SIZE (the driver's verify stage).
+A symbol whose model does not convert at its probe's size is fixed too, with the loader's words;
+a value-decided one cannot be fixed: its model is refused. The check then runs the file at
+CHECK_SIZES besides its own (the driver's verify stage).
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from ..ir import Model, Operator
 # Multiples of 32, so that a network that halves its size five times and concatenates skip
 # connections (a U-Net) converts at each.
 BASE_SIZE = 64
-PROBE_SIZE = 96
-# The sizes the check runs the file at besides BASE_SIZE: PROBE_SIZE for every symbol, then
-# every symbol at a size of its own (a height unlike the width).
-CHECK_SIZES = (PROBE_SIZE, 128)
+# A probe sets its symbols this much above their size (64 -> 96).
+PROBE_STEP = 32
+# The sizes the check runs the file at besides its own: 96 for every symbol, then every symbol at
+# a size of its own (128, 160, ...: a height unlike the width).
+CHECK_SIZES = (96, 128)
 
 
 @dataclass
@@ -56,6 +61,17 @@ class DynamicDims:
     @property
     def resizable(self) -> list[str]:
         return [s for s in self.sizes if s not in self.fixed_because]
+
+    def probe_groups(self) -> list[tuple[str, ...]]:
+        """The symbols probed together: each input dimension alone (its own slopes), the
+        dimensions the values decide all at once (two NonZero of one mask count the same, and
+        moved apart their graph would not convert)."""
+        placed = [s for s in self.sizes if s not in self.value_dependent]
+        valued = tuple(s for s in self.sizes if s in self.value_dependent)
+        return [(s,) for s in placed] + ([valued] if valued else [])
+
+    def probe_sizes(self, group: tuple[str, ...]) -> dict[str, int]:
+        return {s: self.sizes[s] + PROBE_STEP for s in group}
 
     def check_shapes(self) -> list[dict[str, tuple[int, ...]]]:
         """The ONNX input shapes the check runs the file at besides its own: one set per
@@ -93,15 +109,21 @@ def symbols(inputs, pinned: dict[str, tuple[int, ...]], named: dict[str, int]) -
     return DynamicDims(dict.fromkeys(order, BASE_SIZE), places)
 
 
-def has_symbols(proto, pinned: dict[str, tuple[int, ...]]) -> bool:
-    """Whether the ONNX model (a ModelProto) has dynamic dimensions `symbols` would find."""
+def symbols_of(proto, pinned: dict[str, tuple[int, ...]]) -> DynamicDims | None:
+    """`symbols` of the ONNX model's (a ModelProto's) inputs."""
     from .dynamic_batch import pinned_names
-
-    from ..ops.registry import RUN_TIME_SIZED, op_key
 
     weights = {t.name for t in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in weights]
-    return (symbols(inputs, pinned, pinned_names(inputs, pinned)) is not None
+    return symbols(inputs, pinned, pinned_names(inputs, pinned))
+
+
+def has_symbols(proto, pinned: dict[str, tuple[int, ...]]) -> bool:
+    """Whether the ONNX model (a ModelProto) has dynamic dimensions to probe: its inputs'
+    (`symbols`), or an op's whose values decide a size (registry.RUN_TIME_SIZED)."""
+    from ..ops.registry import RUN_TIME_SIZED, op_key
+
+    return (symbols_of(proto, pinned) is not None
             or any(op_key(node) in RUN_TIME_SIZED for node in proto.graph.node))
 
 
@@ -115,41 +137,41 @@ def pin_advice(dims: DynamicDims, shapes: dict[str, tuple]) -> str:
 
 
 # --- the two float models compared ----------------------------------------------------------
-def keep_dynamic(model: Model, probes: dict[str, Model | str]) -> None:
-    """Compares `model` with each symbol's probe (a Model converted with that symbol at
-    PROBE_SIZE, or the reason it did not convert) and keeps the symbols the graph allows
-    resizable: their tensors' axes in model.dynamic_axes, their constants computed at run time
-    (module docstring). The others are recorded in model.dynamic_dims.fixed_because."""
+def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str]) -> None:
+    """Compares `model` with each probe (a Model converted with a group of symbols PROBE_STEP
+    above their sizes, by DynamicDims.probe_groups, or the reason it did not convert) and keeps
+    the symbols the graph allows resizable: their tensors' axes in model.dynamic_axes, their
+    constants computed at run time (module docstring). The others are recorded in
+    model.dynamic_dims.fixed_because; a dimension the values decide that cannot stay resizable
+    is a ConversionError."""
     dims = model.dynamic_dims
-    moved: dict[str, tuple[dict[str, dict[int, int]], dict[str, np.ndarray]]] = {}
-    for symbol, probe in probes.items():
+    moved: dict[tuple, tuple[dict[str, dict[int, int]], dict[str, np.ndarray]]] = {}
+    why: dict[tuple, str] = {}
+    for group, probe in probes.items():
+        at = ", ".join(str(v) for v in dims.probe_sizes(group).values())
         if isinstance(probe, str):
-            dims.fixed_because[symbol] = f"the model does not convert at {PROBE_SIZE} ({probe})"
+            why[group] = f"the model does not convert at {at} ({probe})"
             continue
-        axes, moves, why = _compare(model, probe)
-        if why:
-            dims.fixed_because[symbol] = why
-        else:
-            moved[symbol] = (axes, moves)
-    by_constant: dict[str, dict[str, np.ndarray]] = {}
-    for symbol, (_, moves) in moved.items():
+        axes, moves, why[group] = _compare(model, probe, at)
+        if not why[group]:
+            moved[group] = (axes, moves)
+    by_constant: dict[str, dict[tuple, np.ndarray]] = {}
+    for group, (_, moves) in moved.items():
         for name, move in moves.items():
-            by_constant.setdefault(name, {})[symbol] = move
-    targets = {name for name, by_symbol in by_constant.items() if _takes_minus_one(model, name, by_symbol)}
+            by_constant.setdefault(name, {})[group] = move
+    targets = {name for name, by_group in by_constant.items() if _takes_minus_one(model, name, by_group)}
     plans = []
     for name in [n for n in by_constant if n not in targets]:
         for op, k in _readers(model, name):
-            plan, why = _run_time_plan(model, name, op, by_constant[name], moved)
-            if why:
-                for symbol in by_constant[name]:
-                    dims.fixed_because.setdefault(symbol, why)
+            plan, reason = _run_time_plan(model, name, op, by_constant[name], moved)
+            if reason:
+                for group in by_constant[name]:
+                    why[group] = why[group] or reason
             else:
                 plans.append((op, k, *plan))
-    for symbol in [s for s in moved if s in dims.fixed_because]:
-        del moved[symbol]
-    for symbol in sorted(dims.value_dependent & set(dims.fixed_because)):
-        raise ConversionError(f"{symbol}: its size is known only when the model runs, and the "
-                              f"graph cannot follow it ({dims.fixed_because[symbol]})")
+    _record_fixed(dims, why)
+    for group in [g for g in moved if why[g]]:
+        del moved[group]
     for axes, _ in moved.values():
         for name, moving in axes.items():
             model.dynamic_axes[name] = frozenset(model.dynamic_axes.get(name, frozenset()) | set(moving))
@@ -159,15 +181,25 @@ def keep_dynamic(model: Model, probes: dict[str, Model | str]) -> None:
         _compute_before(model, op, k, offset, terms)
 
 
-def _compare(model: Model, probe: Model) -> tuple[dict[str, dict[int, int]], dict[str, np.ndarray], str]:
+def _record_fixed(dims: DynamicDims, why: dict[tuple, str]) -> None:
+    """Each symbol of a group with a reason is fixed; one the values decide cannot be."""
+    for group, reason in why.items():
+        for symbol in group if reason else ():
+            if symbol in dims.value_dependent:
+                raise ConversionError(f"{symbol}: its size is known only when the model runs, and "
+                                      f"the graph cannot follow it ({reason})")
+            dims.fixed_because[symbol] = reason
+
+
+def _compare(model: Model, probe: Model, at: str) -> tuple[dict[str, dict[int, int]], dict[str, np.ndarray], str]:
     """(tensor -> {axis that moved: its size in the probe}, integer constant -> how far each
-    entry moved, "") or (.., .., why the symbol must stay fixed)."""
+    entry moved, "") or (.., .., why the symbols must stay fixed); `at` names the probe's sizes."""
     ops, other = list(model.operators), list(probe.operators)
     if len(ops) != len(other):
-        return {}, {}, f"at {PROBE_SIZE} the graph has {len(other)} ops, not {len(ops)}"
+        return {}, {}, f"at {at} the graph has {len(other)} ops, not {len(ops)}"
     for op, twin in zip(ops, other):
         if (op.type, op.inputs, op.outputs) != (twin.type, twin.inputs, twin.outputs):
-            return {}, {}, f"at {PROBE_SIZE} {op.type} (node {op.source}) is computed otherwise"
+            return {}, {}, f"at {at} {op.type} (node {op.source}) is computed otherwise"
         if _options(op) != _options(twin):
             return {}, {}, f"{op.type} (node {op.source}) has options that depend on the size"
     axes: dict[str, dict[int, int]] = {}
@@ -175,7 +207,7 @@ def _compare(model: Model, probe: Model) -> tuple[dict[str, dict[int, int]], dic
     for name, array in model.arrays.items():
         twin = probe.arrays.get(name)
         if twin is None or len(twin.shape) != len(array.shape):
-            return {}, {}, f"tensor {name!r} is not the same tensor at {PROBE_SIZE}"
+            return {}, {}, f"tensor {name!r} is not the same tensor at {at}"
         if array.is_constant:
             base, other_data = array.data, twin.data
             if base.shape == other_data.shape and np.array_equal(base, other_data):
@@ -244,8 +276,8 @@ def _run_time_plan(model: Model, name: str, op: Operator, moves: dict[str, np.nd
         return None, f"the constant {name!r} read by {op.type} (node {op.source}) depends on the size"
     near = [t for t in op.inputs if t and not model.arrays[t].is_constant] + list(model.inputs)
     terms: dict[tuple[str, int], np.ndarray] = {}
-    for symbol, move in moves.items():
-        axes = moved[symbol][0]
+    for group, move in moves.items():
+        axes = moved[group][0]
         move = np.ravel(move)
         for i in np.flatnonzero(move):
             source = _source(model, near, axes, int(move[i]))
@@ -253,7 +285,7 @@ def _run_time_plan(model: Model, name: str, op: Operator, moves: dict[str, np.nd
                 source = _source(model, _written_before(model, op), axes, int(move[i]))
             if source is None:
                 return None, (f"the constant {name!r} read by {op.type} (node {op.source}) moves "
-                              f"with {symbol!r} unlike any tensor before it")
+                              f"with {', '.join(map(repr, group))} unlike any tensor before it")
             step = axes[source[0]][source[1]] - model.arrays[source[0]].shape[source[1]]
             terms.setdefault(source, np.zeros(base.shape, np.int64)).flat[i] = move[i] // step
     offset = base.astype(np.int64) - sum(slope * model.arrays[t].shape[a] for (t, a), slope in terms.items())

@@ -836,10 +836,11 @@ def _settle(graph: _Graph) -> None:
 
 def load(source: OnnxFile | onnx.ModelProto,
          input_shapes: dict[str, tuple[int, ...]] | None = None, body: bool = False,
-         sizes: dict[str, int] | None = None) -> Model:
+         sizes: dict[str, int] | None = None, probe: bool = False) -> Model:
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault.
     `input_shapes` are --input-shape's, or (`body`) those a control-flow op gives its body;
-    `sizes` set dynamic dimensions (dynamic_dims.py) to other sizes than their base size."""
+    `sizes` set dynamic dimensions (dynamic_dims.py) to other sizes than their base size, as the
+    calibration data or (`probe`) the dimensions' probe ask."""
     if isinstance(source, onnx.ModelProto):
         source = OnnxFile(source)
     if not source.checked:
@@ -849,7 +850,7 @@ def load(source: OnnxFile | onnx.ModelProto,
     try:
         return _load_graph(graph)
     except ConversionError as e:
-        if graph.dynamic is None or sizes or not graph.dynamic.inputs:  # a probe's: its reason
+        if graph.dynamic is None or probe or not graph.dynamic.inputs:  # a probe's: its reason
             raise
         raise ConversionError(f"{e} ({dynamic_dims.pin_advice(graph.dynamic, graph.shapes)})") from None
 

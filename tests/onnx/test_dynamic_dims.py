@@ -192,3 +192,19 @@ def test_int8_keeps_the_dimensions_resizable(tmp_path):
         actual = _run(data, report, {"x": x}, "xnnpack")["y"]
         sqnr = 10 * np.log10(np.sum(expected ** 2) / np.sum((actual - expected) ** 2))
         assert sqnr > 30, (shape, sqnr)
+
+
+def test_calibration_samples_give_the_dimensions_their_size(tmp_path):
+    """Calibrated on 48x80 samples, the segmenter is written (and its ranges measured) at 48x80,
+    still resizable, and right at 64x64."""
+    model = _segmenter()
+    calibration = tmp_path / "cal.npz"
+    np.savez(calibration, x=np.random.default_rng(5).standard_normal((4, 1, 3, 48, 80)).astype(np.float32))
+    data, report, _ = _convert_cli(model, tmp_path, "--quantize", "--calibration", str(calibration))
+    assert {d["symbol"]: (d["size"], d["resizable"]) for d in report["dimensions"]} == {
+        "H": (48, True), "W": (80, True)}
+    assert report["inputs"][0]["shape"] == [1, 48, 80, 3]
+    x = np.random.default_rng(6).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    expected = run_onnxruntime(model, {"x": x})["y"]
+    actual = _run(data, report, {"x": x}, "xnnpack")["y"]
+    assert 10 * np.log10(np.sum(expected ** 2) / np.sum((actual - expected) ** 2)) > 30
