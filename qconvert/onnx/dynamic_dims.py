@@ -17,8 +17,8 @@ symbols PROBE_STEP larger, and `keep_dynamic` compares each probe with the model
 - a constant that moved with it is the symbol's too. An integer one whose entries each move by
   a whole multiple of the size (a Reshape's target, a Slice's end, a Resize's size: TFLite reads
   them as tensors) is computed when the model runs, from the SHAPE of an input that carries the
-  symbol; a RESHAPE target with one moving entry gets -1 there instead, which XNNPACK keeps
-  delegated. Any other (a float table cut to the length, a mask built for it) fixes the symbol,
+  symbol; a RESHAPE target with one moving entry, or a SLICE size running to the end of its
+  axis, gets -1 there instead, which XNNPACK keeps delegated. Any other (a float table cut to the length, a mask built for it) fixes the symbol,
   and the summary names the constant and the op reading it.
 A symbol whose model does not convert at its probe's size is fixed too, with the loader's words;
 a value-decided one cannot be fixed: its model is refused. The check then runs the file at
@@ -243,23 +243,51 @@ def _set_reshape_target(model: Model, op: Operator, k: int, name: str) -> None:
         op.options.pop("new_shape", None)
 
 
-def _takes_minus_one(model: Model, name: str, moves: dict[str, np.ndarray]) -> bool:
-    """Whether the constant `name` is a target read by RESHAPEs alone with one entry moving
-    (`moves`: by symbol) and none -1 already."""
+def _takes_minus_one(model: Model, name: str, moves: dict[tuple, np.ndarray]) -> bool:
+    """Whether every reader of the integer constant `name` reads -1 at its moving entries
+    (`moves`: by probe group) as the whole of what moved, which XNNPACK keeps delegated and
+    which holds at any size: a RESHAPE target with one entry moving and none -1 already, or a
+    SLICE size that runs to the end of its axis from a fixed begin."""
     base = model.constant(name)
-    moving = np.flatnonzero(sum(np.abs(m) for m in moves.values()))
-    return (len(moving) == 1 and base.ndim == 1 and not np.any(base == -1)
-            and all(op.type == "RESHAPE" and k == 1 for op, k in _readers(model, name)))
+    moving = np.flatnonzero(sum(np.abs(np.ravel(m)) for m in moves.values()))
+    if base.ndim != 1 or not len(moving):
+        return False
+    for op, k in _readers(model, name):
+        if op.type == "RESHAPE" and k == 1:
+            if len(moving) != 1 or np.any(base == -1):
+                return False
+        elif op.type == "SLICE" and k == 2:
+            begin, shape = model.constant(op.inputs[1]), model.arrays[op.inputs[0]].shape
+            if begin is None or any(base[i] + begin[i] != shape[i] for i in moving):
+                return False
+        else:
+            return False
+    return True
 
 
-def _minus_one_in_reshapes(model: Model, name: str, moves: dict[str, np.ndarray]) -> None:
-    """The RESHAPEs reading the target `name` read it with -1 at its moving entry, a constant of
-    their own."""
+def _minus_one_in_reshapes(model: Model, name: str, moves: dict[tuple, np.ndarray]) -> None:
+    """The readers of `name` (RESHAPE targets, SLICE sizes: _takes_minus_one) read it with -1 at
+    its moving entries, a constant of their own."""
     target = model.constant(name).copy()
-    target[np.flatnonzero(sum(np.abs(m) for m in moves.values()))[0]] = -1
+    moving = np.flatnonzero(sum(np.abs(np.ravel(m)) for m in moves.values()))
+    target[moving] = -1
     constant = model.add_constant(name + "_dynamic", target)
     for op, k in _readers(model, name):
-        _set_reshape_target(model, op, k, constant)
+        if op.type == "SLICE":
+            _strided_to_the_end(model, op, moving)
+        else:
+            _set_reshape_target(model, op, k, constant)
+
+
+def _strided_to_the_end(model: Model, op: Operator, moving: np.ndarray) -> None:
+    """A SLICE whose `moving` axes run to their end becomes STRIDED_SLICE with those axes' end
+    masked: the same at any size, and XNNPACK delegates it (not a SLICE of size -1)."""
+    begin = model.constant(op.inputs[1]).astype(np.int32)
+    end = begin + model.constant(op.inputs[2]).astype(np.int32)
+    op.type = "STRIDED_SLICE"
+    model.set_inputs(op, [op.inputs[0], op.inputs[1], model.add_constant("end", end),
+                          model.add_constant("strides", np.ones_like(end))])
+    op.options = {"end_mask": int(sum(1 << int(a) for a in moving))}
 
 
 def _run_time_plan(model: Model, name: str, op: Operator, moves: dict[str, np.ndarray],

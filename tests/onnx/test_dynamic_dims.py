@@ -83,6 +83,16 @@ def _expanded():
     return _model(nodes, [1, "S", 32], [bias])
 
 
+def _chunks():
+    """q, k = x[..., 0:8], x[..., 8:16] (a fused projection's chunks) multiplied: each SLICE's
+    size holds the sequence, which -1 ("to the end") keeps at any length."""
+    nodes = [helper.make_node("Slice", ["x", "s0", "e0", "axes"], ["q"]),
+             helper.make_node("Slice", ["x", "s1", "e1", "axes"], ["k"]),
+             helper.make_node("Mul", ["q", "k"], ["y"])]
+    inits = [_ints("s0", [0]), _ints("e0", [8]), _ints("s1", [8]), _ints("e1", [16]), _ints("axes", [2])]
+    return _model(nodes, [1, "S", 16], inits)
+
+
 def _positions():
     """A table cut to the sequence (Gather of Range(0, S)) and added: a float constant that
     depends on the length."""
@@ -105,6 +115,7 @@ RESIZABLE = {
     "segmenter": (_segmenter, ["H", "W"], [(1, 3, 96, 160), (2, 3, 40, 72), (1, 3, 33, 17)]),
     "frames": (_frames, ["T"], [(1, 8, 77), (3, 8, 20), (1, 8, 2)]),
     "heads": (_heads, ["S"], [(1, 1, 32), (1, 13, 32), (1, 200, 32)]),
+    "chunks": (_chunks, ["S"], [(1, 1, 16), (1, 37, 16)]),
     "unnamed_axis": (lambda: _relu([1, None, 5]), ["x:1"], [(1, 3, 5), (1, 300, 5)]),
     "named_beside_batch": (lambda: _relu(["N", "T", 3]), ["T"], [(2, 9, 3), (1, 1, 3)]),
 }
@@ -208,3 +219,20 @@ def test_calibration_samples_give_the_dimensions_their_size(tmp_path):
     expected = run_onnxruntime(model, {"x": x})["y"]
     actual = _run(data, report, {"x": x}, "xnnpack")["y"]
     assert 10 * np.log10(np.sum(expected ** 2) / np.sum((actual - expected) ** 2)) > 30
+
+
+def test_a_slice_to_the_end_of_a_moving_axis_takes_minus_one(tmp_path):
+    """The chunks' SLICEs run to the end of the sequence: STRIDED_SLICE with that axis's end
+    masked, no SHAPE arithmetic, every op delegated to XNNPACK at another length (a SLICE of
+    size -1 is not)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    data, report, _ = _convert_cli(_chunks(), tmp_path)
+    assert "SHAPE" not in report["op_counts"], report["op_counts"]
+    interpreter = Interpreter(model_content=data, num_threads=1)
+    interpreter.resize_tensor_input(interpreter.get_input_details()[0]["index"], [1, 21, 16])
+    interpreter.allocate_tensors()
+    from qconvert.check.inspect_tflite import interpreter_partitions
+
+    partitions, total = interpreter_partitions(interpreter)
+    assert sum(map(len, partitions)) == total == 3, (partitions, total)
