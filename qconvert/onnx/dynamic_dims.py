@@ -159,11 +159,14 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str]) -> No
     for group, (_, moves) in moved.items():
         for name, move in moves.items():
             by_constant.setdefault(name, {})[group] = move
-    targets = {name for name, by_group in by_constant.items() if _takes_minus_one(model, name, by_group)}
+    spreads = {name for name, by_group in by_constant.items()
+               if any(isinstance(m, Spread) for m in by_group.values())}
+    targets = {name for name, by_group in by_constant.items()
+               if name not in spreads and _takes_minus_one(model, name, by_group)}
     plans = []
     for name in [n for n in by_constant if n not in targets]:
         for op, k in _readers(model, name):
-            plan, reason = _run_time_plan(model, name, op, by_constant[name], moved)
+            plan, reason = _plan(model, name, op, by_constant[name], moved)
             if reason:
                 for group in by_constant[name]:
                     why[group] = why[group] or reason
@@ -177,8 +180,11 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str]) -> No
             model.dynamic_axes[name] = frozenset(model.dynamic_axes.get(name, frozenset()) | set(moving))
     for name in [n for n in by_constant if n in targets]:
         _minus_one_in_reshapes(model, name, by_constant[name])
-    for op, k, offset, terms in plans:
-        _compute_before(model, op, k, offset, terms)
+    for op, k, offset, terms, small in plans:
+        value = _compute_before(model, op, k, offset, terms)
+        if small is not None:  # the computed value is the shape `small` is broadcast to
+            value = _broadcast_before(model, op, k, small, value)
+        _set_reshape_target(model, op, k, value)
 
 
 def _record_fixed(dims: DynamicDims, why: dict[tuple, str]) -> None:
@@ -212,6 +218,10 @@ def _compare(model: Model, probe: Model, at: str) -> tuple[dict[str, dict[int, i
             base, other_data = array.data, twin.data
             if base.shape == other_data.shape and np.array_equal(base, other_data):
                 continue
+            spread = _spread(base, other_data)
+            if spread is not None:
+                moves[name] = Spread(spread, np.subtract(other_data.shape, base.shape))
+                continue
             if base.dtype.kind not in "iu" or base.shape != other_data.shape or base.ndim > 1:
                 return {}, {}, (f"the constant {name!r} read by {_readers_text(model, name)} "
                                 "depends on the size")
@@ -221,6 +231,32 @@ def _compare(model: Model, probe: Model, at: str) -> tuple[dict[str, dict[int, i
         if moving:
             axes[name] = moving
     return axes, moves, ""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A constant that is one smaller array broadcast along the axes that moved (a scalar filled
+    to a length, a row repeated down a sequence: what folding a ConstantOfShape or an Expand to a
+    computed shape leaves): `small`, and how far each axis of its shape moved."""
+
+    small: np.ndarray
+    shape_move: np.ndarray
+
+
+def _spread(base: np.ndarray, probe: np.ndarray) -> np.ndarray | None:
+    """The smaller array both constants broadcast from (size 1 along the axes whose length
+    differs), or None."""
+    if base.ndim != probe.ndim or base.shape == probe.shape:
+        return None
+    moving = tuple(k for k, (a, b) in enumerate(zip(base.shape, probe.shape)) if a != b)
+    if min(base.shape[k] for k in moving) == 0:
+        return None
+    small = np.take(base, [0], axis=moving[0]) if len(moving) == 1 else base[
+        tuple(slice(0, 1) if k in moving else slice(None) for k in range(base.ndim))]
+    if (np.array_equal(np.broadcast_to(small, base.shape), base)
+            and np.array_equal(np.broadcast_to(small, probe.shape), probe)):
+        return np.ascontiguousarray(small)
+    return None
 
 
 def _readers_text(model: Model, name: str) -> str:
@@ -290,18 +326,33 @@ def _strided_to_the_end(model: Model, op: Operator, moving: np.ndarray) -> None:
     op.options = {"end_mask": int(sum(1 << int(a) for a in moving))}
 
 
-def _run_time_plan(model: Model, name: str, op: Operator, moves: dict[str, np.ndarray],
-                   moved: dict) -> tuple[tuple | None, str]:
-    """How `op` computes the integer constant `name` when the model runs: ((its value less the
-    terms' share at the converted sizes, {(tensor, axis): slope per unit of that axis}), "") or
+def _plan(model: Model, name: str, op: Operator, moves: dict, moved: dict) -> tuple[tuple | None, str]:
+    """How `op` reads the constant `name` computed when the model runs: ((offset, terms, the
+    smaller array broadcast to that shape or None), "") or (None, why it cannot): an integer
+    constant computed itself (_run_time_plan), a Spread its shape."""
+    base = model.constant(name)
+    label = f"the constant {name!r} read by {op.type} (node {op.source})"
+    if any(isinstance(m, Spread) for m in moves.values()):
+        if not all(isinstance(m, Spread) for m in moves.values()):
+            return None, f"{label} depends on the size"
+        shape = np.array(base.shape, np.int32)
+        plan, why = _run_time_plan(model, shape, label, op, {g: m.shape_move for g, m in moves.items()}, moved)
+        return (None if why else (*plan, next(iter(moves.values())).small)), why
+    plan, why = _run_time_plan(model, base, label, op, moves, moved)
+    return (None if why else (*plan, None)), why
+
+
+def _run_time_plan(model: Model, base: np.ndarray, label: str, op: Operator,
+                   moves: dict[tuple, np.ndarray], moved: dict) -> tuple[tuple | None, str]:
+    """How `op` computes an integer constant (`base`, its value) when the model runs: ((its value
+    less the terms' share at the converted sizes, {(tensor, axis): slope per unit of that axis}), "") or
     (None, why it cannot). Each moving entry follows an axis of one of op's inputs that moved
     with the same symbol by a whole multiple of it (a Resize's size twice its input's height),
     else of a model input, else of any tensor written before op, nearest first (a Shape's
     value): the nearest tensor keeps the arithmetic exact at any size (a stride's rounding lies
     between the model input and op)."""
-    base = model.constant(name)
     if base.dtype != np.int32 or base.ndim > 1:
-        return None, f"the constant {name!r} read by {op.type} (node {op.source}) depends on the size"
+        return None, f"{label} depends on the size"
     near = [t for t in op.inputs if t and not model.arrays[t].is_constant] + list(model.inputs)
     terms: dict[tuple[str, int], np.ndarray] = {}
     for group, move in moves.items():
@@ -312,8 +363,8 @@ def _run_time_plan(model: Model, name: str, op: Operator, moves: dict[str, np.nd
             if source is None:
                 source = _source(model, _written_before(model, op), axes, int(move[i]))
             if source is None:
-                return None, (f"the constant {name!r} read by {op.type} (node {op.source}) moves "
-                              f"with {', '.join(map(repr, group))} unlike any tensor before it")
+                return None, (f"{label} moves with {', '.join(map(repr, group))} unlike any "
+                              "tensor before it")
             step = axes[source[0]][source[1]] - model.arrays[source[0]].shape[source[1]]
             terms.setdefault(source, np.zeros(base.shape, np.int64)).flat[i] = move[i] // step
     offset = base.astype(np.int64) - sum(slope * model.arrays[t].shape[a] for (t, a), slope in terms.items())
@@ -338,9 +389,9 @@ def _written_before(model: Model, op: Operator) -> list[str]:
 
 
 def _compute_before(model: Model, op: Operator, k: int, offset: np.ndarray,
-                    terms: dict[tuple[str, int], np.ndarray]) -> None:
-    """Input k of `op` computed right before it: `offset` plus each slope times its tensor's
-    axis when the model runs (SHAPE, GATHER, MUL, ADD)."""
+                    terms: dict[tuple[str, int], np.ndarray]) -> str:
+    """An int32 tensor computed right before `op` (for its input k): `offset` plus each slope
+    times its tensor's axis when the model runs (SHAPE, GATHER, MUL, ADD)."""
     value = model.add_constant(op.inputs[k] + "_offset", offset)
     for (tensor, axis), slope in terms.items():
         shape = model.add_array(tensor + "_shape", (len(model.arrays[tensor].shape),), np.int32)
@@ -353,4 +404,12 @@ def _compute_before(model: Model, op: Operator, k: int, offset: np.ndarray,
                     Operator("ADD", [value, product], [total])):
             model.insert_before(op, new)
         value = total
-    _set_reshape_target(model, op, k, value)
+    return value
+
+
+def _broadcast_before(model: Model, op: Operator, k: int, small: np.ndarray, shape: str) -> str:
+    """BROADCAST_TO of the constant `small` to the computed `shape`, right before `op`."""
+    out = model.add_array(op.inputs[k] + "_spread", model.arrays[op.inputs[k]].shape, small.dtype)
+    model.insert_before(op, Operator("BROADCAST_TO", [model.add_constant(op.inputs[k] + "_small", small),
+                                                      shape], [out]))
+    return out

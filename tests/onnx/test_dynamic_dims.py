@@ -75,7 +75,7 @@ def _heads():
 
 def _expanded():
     """A constant expanded to the input's shape: folded, a float constant as long as the
-    sequence."""
+    sequence, one row repeated (a Spread): BROADCAST_TO of the row to the computed shape."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]),
              helper.make_node("Expand", ["bias", "shape"], ["wide"]),
              helper.make_node("Add", ["x", "wide"], ["y"])]
@@ -116,6 +116,7 @@ RESIZABLE = {
     "frames": (_frames, ["T"], [(1, 8, 77), (3, 8, 20), (1, 8, 2)]),
     "heads": (_heads, ["S"], [(1, 1, 32), (1, 13, 32), (1, 200, 32)]),
     "chunks": (_chunks, ["S"], [(1, 1, 16), (1, 37, 16)]),
+    "expanded": (_expanded, ["S"], [(1, 1, 32), (1, 29, 32)]),
     "unnamed_axis": (lambda: _relu([1, None, 5]), ["x:1"], [(1, 3, 5), (1, 300, 5)]),
     "named_beside_batch": (lambda: _relu(["N", "T", 3]), ["T"], [(2, 9, 3), (1, 1, 3)]),
 }
@@ -142,7 +143,6 @@ def test_dynamic_dimensions_stay_resizable_and_match_at_other_sizes(tmp_path, na
 # name: (model, the fixed symbol, words of its reason)
 FIXED = {
     "positions": (_positions, "S", "the constant 'pos' read by ADD"),
-    "expanded": (_expanded, "S", "the constant 'wide' read by ADD"),
     "flattened": (lambda: _model([helper.make_node("Flatten", ["x"], ["f"]),
                                   helper.make_node("Gemm", ["f", "w"], ["y"], transB=1)],
                                  [1, 2, "H"], [_weight("w", 3, 128)]),

@@ -97,3 +97,18 @@ def test_a_non_zero_count_the_graph_cannot_follow_is_refused():
     model = _non_zero(F, (3, 5), after)
     model.graph.initializer.append(helper.make_tensor("c", F, [64], np.ones(64).tolist()))
     assert_refused_in_one_line(model, "its size is known only when the model runs")
+
+
+def test_a_constant_as_long_as_the_count_is_filled_when_the_model_runs():
+    """A label for every selected value (torchvision's full_like(scores, label)): ConstantOfShape
+    of the selection's Shape, folded to a constant at the count the loader set; it is a filled
+    constant (BROADCAST_TO of its value to the run-time shape), so it follows the count."""
+    value = helper.make_tensor("v", F, [1], [3.0])
+    after = [(helper.make_node("Transpose", ["y"], ["coordinates"]), TensorProto.INT64),
+             (helper.make_node("GatherND", ["x", "coordinates"], ["picked"]), F),
+             (helper.make_node("Shape", ["picked"], ["count"]), TensorProto.INT64),
+             (helper.make_node("ConstantOfShape", ["count"], ["labels"], value=value), F),
+             (helper.make_node("Add", ["picked", "labels"], ["labelled"]), F)]
+    model = _non_zero(F, (4, 6), after)
+    for feeds in _feeds(F, (4, 6), seed=5):
+        assert_matches_onnxruntime(model, feeds, rtol=0, atol=0)
