@@ -115,7 +115,8 @@ def quantize_steps(options: QuantizeOptions) -> list[tuple[str, Step]]:
         ("restore_float_weights", restore_float_weights),  # a dynamic int8 model's, from run_pipeline
         ("keep_requested_float", partial(keep_requested_float, keep_float=options.keep_float)),
         ("divide_as_multiply", divide_as_multiply),
-        ("affine_to_depthwise", affine_to_depthwise),
+        ("affine_to_depthwise", partial(affine_to_depthwise,
+                                        ranges_needed=options.default_range is None)),
         ("prelu_to_leaky_relu", prelu_to_leaky_relu),
         ("keep_mixed_concatenation_float", partial(keep_mixed_concatenation_float,
                                                    float_outputs=options.io_type == "float")),

@@ -8,7 +8,9 @@ MUL read elsewhere, a MUL with its own activation, an ADD kept float, and a scal
 are left alone. End to end, a BatchNormalization behind a Relu (which keeps it from folding into
 the conv) and a Relu after it convert with --quantize to a DEPTHWISE_CONV_2D whose int8 weights
 have one scale per channel (a MUL and an ADD, the MUL's constant with one scale, without the
-step); both files match onnxruntime within 2 output steps."""
+step); both files match onnxruntime within 2 output steps. A QDQ model's exact GELU (onnxruntime
+runs its Erf in float: no pair inside) converted by default keeps the Erf polynomial's MUL and ADD
+float, not a float DEPTHWISE_CONV_2D, its convs int8, within 2 output steps of onnxruntime."""
 
 import numpy as np
 import pytest
@@ -114,3 +116,92 @@ def test_onnx_batchnorm_after_relu_is_one_int8_depthwise_with_per_channel_scales
     summary = read(flatbuffer)
     mul = next(op for op in summary.operators if op.name == "MUL")
     assert [len(summary.tensors[i].scales) for i in mul.inputs] == [1, 1]
+
+
+def gelu_cnn() -> "onnx.ModelProto":
+    """Conv 1x1 -> the exact GELU as exporters write it (Div, Erf, Add, Mul, Mul) -> Conv 1x1,
+    quantized by onnxruntime's quantize_static to QDQ (per-channel int8 weights): its Erf has no
+    pair on either side (onnxruntime runs Erf in float), as in the zoo's ConvNeXt blocks."""
+    import math
+
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(0)
+    weights = {"w1": rng.standard_normal((8, 3, 1, 1)) * 0.8, "b1": rng.standard_normal(8) * 0.1,
+               "w2": rng.standard_normal((4, 8, 1, 1)) * 0.4, "b2": rng.standard_normal(4) * 0.1,
+               "sqrt2": np.array(math.sqrt(2)), "one": np.array(1.0), "half": np.array(0.5)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+             helper.make_node("Div", ["c1", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["c1", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["g"]),
+             helper.make_node("Conv", ["g", "w2", "b2"], ["y"])]
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 3, 6, 6])],
+                              [helper.make_tensor_value_info("y", F, [1, 4, 6, 6])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.samples = iter({"x": s} for s in GELU_SAMPLES[:16])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as folder:
+        onnx.save(model, Path(folder) / "float.onnx")
+        quantize_static(str(Path(folder) / "float.onnx"), str(Path(folder) / "qdq.onnx"), Reader(),
+                        quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+        return onnx.load(Path(folder) / "qdq.onnx")
+
+
+GELU_SAMPLES = np.random.default_rng(1).uniform(-2, 2, (20, 1, 3, 6, 6)).astype(np.float32)
+
+
+def _convert_by_default(model, folder):
+    """`qconvert IN OUT --json` with default flags: (the file's bytes, its --json report with
+    the inputs and outputs as attributes, as tests.harness.run_tflite reads them)."""
+    import json
+    from types import SimpleNamespace
+
+    import onnx
+    from click.testing import CliRunner
+
+    from qconvert.cli import cli
+
+    onnx.save(model, folder / "m.onnx")
+    run = CliRunner().invoke(cli, [str(folder / "m.onnx"), str(folder / "m.tflite"), "--json"])
+    assert run.exit_code == 0, run.stderr
+    report = json.loads(run.stdout)
+    ios = {key: [SimpleNamespace(dtype=np.dtype(io["dtype"]), name=io["name"],
+                                 layout_permutation=io.get("layout_permutation")) for io in report[key]]
+           for key in ("inputs", "outputs")}
+    return (folder / "m.tflite").read_bytes(), report, SimpleNamespace(**ios)
+
+
+def test_a_qdq_erf_s_float_polynomial_stays_mul_and_add_and_matches_onnxruntime(tmp_path):
+    """Converted by default (int8 from the pairs), the Erf's polynomial steps (a MUL and an ADD
+    by scalars on an NHWC map, tensors without a range) stay a float MUL and ADD: a
+    DEPTHWISE_CONV_2D would have stayed float too, its scalar spread over the channels as float32
+    weights, and counted as a weighted op left float. The convs are int8, the file within 2
+    output steps of onnxruntime's QDQ run."""
+    from tests.harness import output_steps, run_onnxruntime, run_tflite
+
+    model = gelu_cnn()
+    flatbuffer, report, ios = _convert_by_default(model, tmp_path)
+    assert report["quantization"]["from_pairs"] and report["verify"]["passed"]
+    assert "DEPTHWISE_CONV_2D" not in report["op_counts"], report["op_counts"]
+    floats = {f["op"] for f in report["quantization"]["float_ops"]}
+    assert {"MUL", "ADD"} <= floats and not floats & {"CONV_2D", "DEPTHWISE_CONV_2D"}, floats
+    summary = read(flatbuffer)
+    convs = [op for op in summary.operators if op.name == "CONV_2D"]
+    assert len(convs) == 2 and all(summary.tensors[op.inputs[1]].dtype == "INT8" for op in convs)
+    step = output_steps(flatbuffer)["y"]
+    for sample in GELU_SAMPLES[16:]:  # inputs the quantizer did not see
+        want = run_onnxruntime(model, {"x": sample})["y"]
+        got = run_tflite(flatbuffer, ios, {"x": sample})["y"]
+        np.testing.assert_allclose(got, want, rtol=0, atol=2 * step * (1 + 1e-6))
