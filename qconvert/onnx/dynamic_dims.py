@@ -17,9 +17,13 @@ symbols PROBE_STEP larger, and `keep_dynamic` compares each probe with the model
 - a constant that moved with it is the symbol's too. An integer one whose entries each move by
   a whole multiple of the size (a Reshape's target, a Slice's end, a Resize's size: TFLite reads
   them as tensors) is computed when the model runs, from the SHAPE of an input that carries the
-  symbol; a RESHAPE target with one moving entry, or a SLICE size running to the end of its
-  axis, gets -1 there instead, which XNNPACK keeps delegated. Any other (a float table cut to the length, a mask built for it) fixes the symbol,
-  and the summary names the constant and the op reading it.
+  symbol (from its reader's own inputs first); a RESHAPE target with one moving entry gets -1
+  there instead, and a SLICE running to the end of a moving axis becomes STRIDED_SLICE with
+  that end masked, which XNNPACK keeps delegated. A constant of another dtype is rebuilt from
+  one that does not move (Shaped): one smaller array broadcast to its shape (a value filled to
+  a length), or the first rows of one of the model's initializers (a position table cut to the
+  length). Any other (a table computed from the length) fixes the symbol, and the summary
+  names the constant and the op reading it.
 A symbol whose model does not convert at its probe's size is fixed too, with the loader's words;
 a value-decided one cannot be fixed: its model is refused. The check then runs the file at
 CHECK_SIZES besides its own (the driver's verify stage).
@@ -137,11 +141,12 @@ def pin_advice(dims: DynamicDims, shapes: dict[str, tuple]) -> str:
 
 
 # --- the two float models compared ----------------------------------------------------------
-def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str]) -> None:
+def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], tables=None) -> None:
     """Compares `model` with each probe (a Model converted with a group of symbols PROBE_STEP
     above their sizes, by DynamicDims.probe_groups, or the reason it did not convert) and keeps
     the symbols the graph allows resizable: their tensors' axes in model.dynamic_axes, their
-    constants computed at run time (module docstring). The others are recorded in
+    constants computed at run time (module docstring), a table cut to the size from the whole
+    table among `tables` (the source model's initializers). The others are recorded in
     model.dynamic_dims.fixed_because; a dimension the values decide that cannot stay resizable
     is a ConversionError."""
     dims = model.dynamic_dims
@@ -159,8 +164,12 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str]) -> No
     for group, (_, moves) in moved.items():
         for name, move in moves.items():
             by_constant.setdefault(name, {})[group] = move
+    for name, by_group in by_constant.items():
+        for group, move in by_group.items():
+            if isinstance(move, Shaped) and move.cut:
+                by_group[group] = _whole_table(move, tables) or move
     spreads = {name for name, by_group in by_constant.items()
-               if any(isinstance(m, Spread) for m in by_group.values())}
+               if any(isinstance(m, Shaped) for m in by_group.values())}
     targets = {name for name, by_group in by_constant.items()
                if name not in spreads and _takes_minus_one(model, name, by_group)}
     plans = []
@@ -180,10 +189,10 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str]) -> No
             model.dynamic_axes[name] = frozenset(model.dynamic_axes.get(name, frozenset()) | set(moving))
     for name in [n for n in by_constant if n in targets]:
         _minus_one_in_reshapes(model, name, by_constant[name])
-    for op, k, offset, terms, small in plans:
+    for op, k, offset, terms, shaped in plans:
         value = _compute_before(model, op, k, offset, terms)
-        if small is not None:  # the computed value is the shape `small` is broadcast to
-            value = _broadcast_before(model, op, k, small, value)
+        if shaped is not None:  # the computed value is the shape to build
+            value = _shaped_before(model, op, k, shaped, value)
         _set_reshape_target(model, op, k, value)
 
 
@@ -218,9 +227,9 @@ def _compare(model: Model, probe: Model, at: str) -> tuple[dict[str, dict[int, i
             base, other_data = array.data, twin.data
             if base.shape == other_data.shape and np.array_equal(base, other_data):
                 continue
-            spread = _spread(base, other_data)
-            if spread is not None:
-                moves[name] = Spread(spread, np.subtract(other_data.shape, base.shape))
+            shaped = _shaped(base, other_data)
+            if shaped is not None:
+                moves[name] = shaped
                 continue
             if base.dtype.kind not in "iu" or base.shape != other_data.shape or base.ndim > 1:
                 return {}, {}, (f"the constant {name!r} read by {_readers_text(model, name)} "
@@ -234,28 +243,63 @@ def _compare(model: Model, probe: Model, at: str) -> tuple[dict[str, dict[int, i
 
 
 @dataclass(frozen=True)
-class Spread:
-    """A constant that is one smaller array broadcast along the axes that moved (a scalar filled
-    to a length, a row repeated down a sequence: what folding a ConstantOfShape or an Expand to a
-    computed shape leaves): `small`, and how far each axis of its shape moved."""
+class Shaped:
+    """A float (or any) constant whose shape moved, rebuilt when the model runs from a constant
+    that does not move: `source` broadcast to its shape (a scalar filled to a length, a row
+    repeated down a sequence: a folded ConstantOfShape or Expand to a computed shape), or with
+    `cut`, `source` cut to its shape (a table's first rows: a position embedding gathered by
+    Range(0, S), `source` the whole table once `tables` found it). `shape_move`: how far each
+    axis of its shape moved."""
 
-    small: np.ndarray
+    source: np.ndarray
     shape_move: np.ndarray
+    cut: bool = False
 
 
-def _spread(base: np.ndarray, probe: np.ndarray) -> np.ndarray | None:
-    """The smaller array both constants broadcast from (size 1 along the axes whose length
-    differs), or None."""
+def _shaped(base: np.ndarray, probe: np.ndarray) -> Shaped | None:
+    """How a constant that moved from `base` to `probe` is rebuilt (Shaped), or None."""
     if base.ndim != probe.ndim or base.shape == probe.shape:
         return None
     moving = tuple(k for k, (a, b) in enumerate(zip(base.shape, probe.shape)) if a != b)
-    if min(base.shape[k] for k in moving) == 0:
+    move = np.subtract(probe.shape, base.shape)
+    if min(base.shape[k] for k in moving) > 0:
+        small = base[tuple(slice(0, 1) if k in moving else slice(None) for k in range(base.ndim))]
+        if (np.array_equal(np.broadcast_to(small, base.shape), base)
+                and np.array_equal(np.broadcast_to(small, probe.shape), probe)):
+            return Shaped(np.ascontiguousarray(small), move)
+    if np.all(move >= 0) and np.array_equal(probe[tuple(slice(0, d) for d in base.shape)], base):
+        return Shaped(probe, move, cut=True)
+    return None
+
+
+def _one_source(base: np.ndarray, shaped: list) -> Shaped | None:
+    """The one Shaped that rebuilds `base` for every probe group that moved it: a table cut by
+    one group alone, or the array broadcast along every group's moving axes; None otherwise."""
+    if not all(isinstance(m, Shaped) for m in shaped):
         return None
-    small = np.take(base, [0], axis=moving[0]) if len(moving) == 1 else base[
-        tuple(slice(0, 1) if k in moving else slice(None) for k in range(base.ndim))]
-    if (np.array_equal(np.broadcast_to(small, base.shape), base)
-            and np.array_equal(np.broadcast_to(small, probe.shape), probe)):
-        return np.ascontiguousarray(small)
+    if len(shaped) == 1:
+        return shaped[0]
+    if any(m.cut for m in shaped):
+        return None
+    moving = {k for m in shaped for k in np.flatnonzero(m.shape_move)}
+    small = base[tuple(slice(0, 1) if k in moving else slice(None) for k in range(base.ndim))]
+    if not np.array_equal(np.broadcast_to(small, base.shape), base):
+        return None
+    return Shaped(np.ascontiguousarray(small), sum(m.shape_move for m in shaped))
+
+
+def _whole_table(shaped: Shaped, tables) -> Shaped | None:
+    """A cut Shaped with its source the whole table it was cut from: the first of `tables()`
+    (arrays; None: none known) that, given leading axes of size 1, has the source as its first
+    entries along the moving axes; None when none has."""
+    source = shaped.source
+    for table in tables() if tables is not None else ():
+        if table.ndim > source.ndim or table.dtype != source.dtype:
+            continue
+        table = table.reshape((1,) * (source.ndim - table.ndim) + table.shape)
+        if all(t >= s if m else t == s for t, s, m in zip(table.shape, source.shape, shaped.shape_move)) \
+                and np.array_equal(table[tuple(slice(0, d) for d in source.shape)], source):
+            return Shaped(table, shaped.shape_move, cut=True)
     return None
 
 
@@ -329,15 +373,18 @@ def _strided_to_the_end(model: Model, op: Operator, moving: np.ndarray) -> None:
 def _plan(model: Model, name: str, op: Operator, moves: dict, moved: dict) -> tuple[tuple | None, str]:
     """How `op` reads the constant `name` computed when the model runs: ((offset, terms, the
     smaller array broadcast to that shape or None), "") or (None, why it cannot): an integer
-    constant computed itself (_run_time_plan), a Spread its shape."""
+    constant computed itself (_run_time_plan), a Shaped its shape."""
     base = model.constant(name)
     label = f"the constant {name!r} read by {op.type} (node {op.source})"
-    if any(isinstance(m, Spread) for m in moves.values()):
-        if not all(isinstance(m, Spread) for m in moves.values()):
+    if any(isinstance(m, Shaped) for m in moves.values()):
+        shaped = _one_source(base, list(moves.values()))
+        if shaped is None:
             return None, f"{label} depends on the size"
+        if shaped.cut and shaped.source.shape == tuple(np.add(base.shape, shaped.shape_move)):
+            return None, f"{label} is a table cut to the size, whose whole table qconvert did not find"
         shape = np.array(base.shape, np.int32)
         plan, why = _run_time_plan(model, shape, label, op, {g: m.shape_move for g, m in moves.items()}, moved)
-        return (None if why else (*plan, next(iter(moves.values())).small)), why
+        return (None if why else (*plan, shaped)), why
     plan, why = _run_time_plan(model, base, label, op, moves, moved)
     return (None if why else (*plan, None)), why
 
@@ -407,9 +454,16 @@ def _compute_before(model: Model, op: Operator, k: int, offset: np.ndarray,
     return value
 
 
-def _broadcast_before(model: Model, op: Operator, k: int, small: np.ndarray, shape: str) -> str:
-    """BROADCAST_TO of the constant `small` to the computed `shape`, right before `op`."""
-    out = model.add_array(op.inputs[k] + "_spread", model.arrays[op.inputs[k]].shape, small.dtype)
-    model.insert_before(op, Operator("BROADCAST_TO", [model.add_constant(op.inputs[k] + "_small", small),
-                                                      shape], [out]))
+def _shaped_before(model: Model, op: Operator, k: int, shaped: Shaped, shape: str) -> str:
+    """Input k of `op` built right before it at the computed `shape`: BROADCAST_TO of the
+    smaller array, or SLICE of the whole table from its start."""
+    source = model.add_constant(op.inputs[k] + "_source", shaped.source)
+    out = model.add_array(op.inputs[k] + "_shaped", model.arrays[op.inputs[k]].shape, shaped.source.dtype)
+    if shaped.cut:
+        begin = model.add_constant("begin", np.zeros(shaped.source.ndim, np.int32))
+        model.insert_before(op, Operator("SLICE", [source, begin, shape], [out]))
+    else:
+        model.insert_before(op, Operator("BROADCAST_TO", [source, shape], [out]))
+    # resizable where it moved: a delegate that took it for static would fail to resize
+    model.dynamic_axes[out] = frozenset(int(a) for a in np.flatnonzero(shaped.shape_move))
     return out

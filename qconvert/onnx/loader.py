@@ -85,6 +85,18 @@ def _np_dtype(elem_type: int) -> np.dtype:
             f"tensor type {type_name(elem_type)} is not supported") from None
 
 
+def float_tables(source: OnnxFile):
+    """The float32 initializers of rank 2 or more of `source`, read one at a time (the tables a
+    dynamic dimension's constant may have been cut from: dynamic_dims.keep_dynamic); the proto
+    keeps its bytes."""
+    for t in source.proto.graph.initializer:
+        if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) >= 2:
+            if t.name in source.stored:
+                yield source.read_stored(t, np.dtype("<f4"))
+            else:
+                yield numpy_helper.to_array(t)
+
+
 def _tensor_to_array(t: onnx.TensorProto, source: OnnxFile) -> np.ndarray:
     """Reads an initializer without a second copy of raw data (from the file when its bytes were
     left there), then frees the proto's bytes."""

@@ -94,8 +94,9 @@ def _chunks():
 
 
 def _positions():
-    """A table cut to the sequence (Gather of Range(0, S)) and added: a float constant that
-    depends on the length."""
+    """A position table cut to the sequence (Gather of Range(0, S)) and added: folded, a float
+    constant as long as the sequence, the first rows of an initializer: SLICE of that table to
+    the length computed when the model runs."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]),
              helper.make_node("Gather", ["shape", "one"], ["s"], axis=0),
              helper.make_node("Range", ["zero", "s", "step"], ["ids"]),
@@ -103,6 +104,22 @@ def _positions():
              helper.make_node("Add", ["x", "pos"], ["y"])]
     inits = [_ints("one", 1), _ints("zero", 0), _ints("step", 1),
              numpy_helper.from_array(RNG.standard_normal((512, 16)).astype(np.float32), "table")]
+    return _model(nodes, [1, "S", 16], inits)
+
+
+def _sinusoid():
+    """A sinusoidal position code computed from Range(0, S): folded at each size into a table
+    that no initializer holds whole."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["s"], axis=0),
+             helper.make_node("Range", ["zero", "s", "step"], ["ids"]),
+             helper.make_node("Cast", ["ids"], ["t"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["t", "last"], ["column"]),
+             helper.make_node("Mul", ["column", "freq"], ["angles"]),
+             helper.make_node("Sin", ["angles"], ["code"]),
+             helper.make_node("Add", ["x", "code"], ["y"])]
+    inits = [_ints("one", 1), _ints("zero", 0), _ints("step", 1), _ints("last", [1]),
+             numpy_helper.from_array(np.linspace(0.01, 1, 16).astype(np.float32), "freq")]
     return _model(nodes, [1, "S", 16], inits)
 
 
@@ -117,6 +134,7 @@ RESIZABLE = {
     "heads": (_heads, ["S"], [(1, 1, 32), (1, 13, 32), (1, 200, 32)]),
     "chunks": (_chunks, ["S"], [(1, 1, 16), (1, 37, 16)]),
     "expanded": (_expanded, ["S"], [(1, 1, 32), (1, 29, 32)]),
+    "positions": (_positions, ["S"], [(1, 1, 16), (1, 300, 16), (1, 512, 16)]),
     "unnamed_axis": (lambda: _relu([1, None, 5]), ["x:1"], [(1, 3, 5), (1, 300, 5)]),
     "named_beside_batch": (lambda: _relu(["N", "T", 3]), ["T"], [(2, 9, 3), (1, 1, 3)]),
 }
@@ -142,7 +160,7 @@ def test_dynamic_dimensions_stay_resizable_and_match_at_other_sizes(tmp_path, na
 
 # name: (model, the fixed symbol, words of its reason)
 FIXED = {
-    "positions": (_positions, "S", "the constant 'pos' read by ADD"),
+    "sinusoid": (_sinusoid, "S", "is a table cut to the size, whose whole table qconvert did not find"),
     "flattened": (lambda: _model([helper.make_node("Flatten", ["x"], ["f"]),
                                   helper.make_node("Gemm", ["f", "w"], ["y"], transB=1)],
                                  [1, 2, "H"], [_weight("w", 3, 128)]),
