@@ -27,7 +27,7 @@ from ..ir import Model
 from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
 from ..onnx.dynamic_dims import has_symbols, keep_dynamic, symbols_of
 from ..onnx.file import OnnxFile, read_onnx
-from ..onnx.loader import float_tables, load, nodes_matching, stores_float16
+from ..onnx.loader import load, nodes_matching, stores_float16, tables
 from ..onnx.runtime import has_qdq, quantizes_activations
 from ..plan.planner import HYBRID
 from ..qdq.importer import (
@@ -263,7 +263,7 @@ def keep_dimensions_dynamic(state: State) -> State:
     if source is None or model.dynamic_dims is None:
         return replace(state, probe_source=None)
     groups = model.dynamic_dims.probe_groups()
-    tables = source.copy()  # the loads free their copy's weights; a cut table is looked up here
+    table_source = source.copy()  # the loads free their copy's weights; cut tables are found here
     probes: dict[tuple[str, ...], Model | str] = {}
     for k, group in enumerate(groups):
         sizes = {**model.dynamic_dims.sizes, **model.dynamic_dims.probe_sizes(group)}
@@ -274,7 +274,7 @@ def keep_dimensions_dynamic(state: State) -> State:
             probes[group] = probe
         except ConversionError as e:
             probes[group] = first_line(e)
-    keep_dynamic(model, probes, lambda: float_tables(tables))
+    keep_dynamic(model, probes, lambda: tables(table_source))
     return replace(state, probe_source=None)
 
 

@@ -247,13 +247,19 @@ class Shaped:
     """A float (or any) constant whose shape moved, rebuilt when the model runs from a constant
     that does not move: `source` broadcast to its shape (a scalar filled to a length, a row
     repeated down a sequence: a folded ConstantOfShape or Expand to a computed shape), or with
-    `cut`, `source` cut to its shape (a table's first rows: a position embedding gathered by
-    Range(0, S), `source` the whole table once `tables` found it). `shape_move`: how far each
-    axis of its shape moved."""
+    kind "cut", `source` cut to its shape (a table's first rows: a position embedding gathered by
+    Range(0, S), `source` the whole table once `tables` found it), or with kind "range" a vector
+    of positions start + step * i (an arange to the length), `source` [start, step].
+    `shape_move`: how far each axis of its shape moved."""
 
     source: np.ndarray
     shape_move: np.ndarray
-    cut: bool = False
+    kind: str = "broadcast"  # or "cut" (`source` a table), "range" (`source` [start, step])
+    offset: np.ndarray | None = None  # "cut": added to the cut (a merged embedding's other term)
+
+    @property
+    def cut(self) -> bool:
+        return self.kind == "cut"
 
 
 def _shaped(base: np.ndarray, probe: np.ndarray) -> Shaped | None:
@@ -268,7 +274,21 @@ def _shaped(base: np.ndarray, probe: np.ndarray) -> Shaped | None:
                 and np.array_equal(np.broadcast_to(small, probe.shape), probe)):
             return Shaped(np.ascontiguousarray(small), move)
     if np.all(move >= 0) and np.array_equal(probe[tuple(slice(0, d) for d in base.shape)], base):
-        return Shaped(probe, move, cut=True)
+        return _progression(base, probe, move) or Shaped(probe, move, kind="cut")
+    return None
+
+
+def _progression(base: np.ndarray, probe: np.ndarray, move: np.ndarray) -> Shaped | None:
+    """An integer vector (any other axes of size 1) of positions start + step * i at both sizes:
+    RANGE when the model runs; None otherwise."""
+    if base.dtype.kind not in "iu" or base.size < 2 or max(base.shape) != base.size \
+            or np.count_nonzero(move) != 1:
+        return None
+    flat, longer = base.ravel().astype(np.int64), probe.ravel().astype(np.int64)
+    start, step = flat[0], flat[1] - flat[0]
+    if np.array_equal(flat, start + step * np.arange(flat.size)) and \
+            np.array_equal(longer, start + step * np.arange(longer.size)):
+        return Shaped(np.array([start, step], base.dtype), move, kind="range")
     return None
 
 
@@ -279,7 +299,7 @@ def _one_source(base: np.ndarray, shaped: list) -> Shaped | None:
         return None
     if len(shaped) == 1:
         return shaped[0]
-    if any(m.cut for m in shaped):
+    if any(m.kind != "broadcast" for m in shaped):
         return None
     moving = {k for m in shaped for k in np.flatnonzero(m.shape_move)}
     small = base[tuple(slice(0, 1) if k in moving else slice(None) for k in range(base.ndim))]
@@ -291,16 +311,36 @@ def _one_source(base: np.ndarray, shaped: list) -> Shaped | None:
 def _whole_table(shaped: Shaped, tables) -> Shaped | None:
     """A cut Shaped with its source the whole table it was cut from: the first of `tables()`
     (arrays; None: none known) that, given leading axes of size 1, has the source as its first
-    entries along the moving axes; None when none has."""
+    entries along the moving axes, but for an array the same along them (`offset`: a token-type
+    row that the float pipeline merged into a position table, found within a few rounding steps:
+    the merged sum rounded once where the model rounds twice); None when none has."""
     source = shaped.source
+    moving = tuple(int(k) for k in np.flatnonzero(shaped.shape_move))
     for table in tables() if tables is not None else ():
-        if table.ndim > source.ndim or table.dtype != source.dtype:
+        if table.ndim > source.ndim or table.dtype.kind != source.dtype.kind:
             continue
         table = table.reshape((1,) * (source.ndim - table.ndim) + table.shape)
-        if all(t >= s if m else t == s for t, s, m in zip(table.shape, source.shape, shaped.shape_move)) \
-                and np.array_equal(table[tuple(slice(0, d) for d in source.shape)], source):
-            return Shaped(table, shaped.shape_move, cut=True)
+        if not all(t >= s if k in moving else t == s for k, (t, s) in enumerate(zip(table.shape, source.shape))):
+            continue
+        if table.dtype != source.dtype:  # int64 ids narrowed to int32 inside the graph
+            if np.any(table != table.astype(source.dtype)):
+                continue
+            table = table.astype(source.dtype)
+        cut = table[tuple(slice(0, d) for d in source.shape)]
+        offset = (source - cut)[tuple(slice(0, 1) if k in moving else slice(None) for k in range(source.ndim))]
+        # the same sum, but for rounding: (p + t) - p need not be t to the last bit
+        if _same(cut + offset, source):
+            return Shaped(table, shaped.shape_move, kind="cut",
+                          offset=np.ascontiguousarray(offset) if np.any(offset) else None)
     return None
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal, floats within a few rounding steps of their largest magnitude."""
+    if a.dtype.kind != "f":
+        return bool(np.array_equal(a, b))
+    scale = float(np.max(np.abs(b))) if b.size else 0.0
+    return bool(np.all(np.abs(a - b) <= 4 * np.finfo(np.float32).eps * scale))
 
 
 def _readers_text(model: Model, name: str) -> str:
@@ -457,13 +497,40 @@ def _compute_before(model: Model, op: Operator, k: int, offset: np.ndarray,
 def _shaped_before(model: Model, op: Operator, k: int, shaped: Shaped, shape: str) -> str:
     """Input k of `op` built right before it at the computed `shape`: BROADCAST_TO of the
     smaller array, or SLICE of the whole table from its start."""
-    source = model.add_constant(op.inputs[k] + "_source", shaped.source)
+    source = "" if shaped.kind == "range" else model.add_constant(op.inputs[k] + "_source", shaped.source)
     out = model.add_array(op.inputs[k] + "_shaped", model.arrays[op.inputs[k]].shape, shaped.source.dtype)
-    if shaped.cut:
+    if shaped.kind == "range":
+        _range_before(model, op, shaped, shape, out)
+    elif shaped.cut:
         begin = model.add_constant("begin", np.zeros(shaped.source.ndim, np.int32))
-        model.insert_before(op, Operator("SLICE", [source, begin, shape], [out]))
+        cut = out if shaped.offset is None else model.add_array_like(out + "_cut", model.arrays[out].shape, out)
+        model.insert_before(op, Operator("SLICE", [source, begin, shape], [cut]))
+        if shaped.offset is not None:
+            model.dynamic_axes[cut] = frozenset(int(a) for a in np.flatnonzero(shaped.shape_move))
+            model.insert_before(op, Operator("ADD", [cut, model.add_constant("offset", shaped.offset)], [out]))
     else:
         model.insert_before(op, Operator("BROADCAST_TO", [source, shape], [out]))
     # resizable where it moved: a delegate that took it for static would fail to resize
     model.dynamic_axes[out] = frozenset(int(a) for a in np.flatnonzero(shaped.shape_move))
     return out
+
+
+def _range_before(model: Model, op: Operator, shaped: Shaped, shape: str, out: str) -> None:
+    """`out` = start + step * i for i below the moving axis's computed length (RANGE of the
+    length's entry of `shape`, start, limit and step int32 scalars), reshaped to its rank."""
+    axis = int(np.flatnonzero(shaped.shape_move)[0])
+    start, step = (int(v) for v in shaped.source)
+    length = model.add_array(out + "_length", (), np.int32)
+    limit = model.add_array(out + "_limit", (), np.int32)
+    positions = model.add_array(out + "_positions", (max(model.arrays[out].shape),), np.int32)
+    target = [1] * len(model.arrays[out].shape)
+    target[axis] = -1
+    for new in (Operator("GATHER", [shape, model.add_constant("axis", np.int32(axis))], [length], {"axis": 0}),
+                Operator("MUL", [length, model.add_constant("step", np.int32(step))], [limit]),
+                Operator("ADD", [limit, model.add_constant("start", np.int32(start))], [limit + "_end"]),
+                Operator("RANGE", [model.add_constant("start", np.int32(start)), limit + "_end",
+                                   model.add_constant("step", np.int32(step))], [positions]),
+                Operator("RESHAPE", [positions, model.add_constant("shape", np.array(target, np.int32))], [out])):
+        if new.type == "ADD":
+            model.add_named_array(limit + "_end", (), np.int32)
+        model.insert_before(op, new)

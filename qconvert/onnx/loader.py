@@ -85,14 +85,17 @@ def _np_dtype(elem_type: int) -> np.dtype:
             f"tensor type {type_name(elem_type)} is not supported") from None
 
 
-def float_tables(source: OnnxFile):
-    """The float32 initializers of rank 2 or more of `source`, read one at a time (the tables a
-    dynamic dimension's constant may have been cut from: dynamic_dims.keep_dynamic); the proto
-    keeps its bytes."""
+_TABLE_TYPES = {onnx.TensorProto.FLOAT: "<f4", onnx.TensorProto.INT64: "<i8", onnx.TensorProto.INT32: "<i4"}
+
+
+def tables(source: OnnxFile):
+    """The float32, int64 and int32 initializers of `source` that are not scalars, read one at a
+    time (the tables a dynamic dimension's constant may have been cut from: a position
+    embedding, a buffer of position ids; dynamic_dims.keep_dynamic); the proto keeps its bytes."""
     for t in source.proto.graph.initializer:
-        if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) >= 2:
+        if t.data_type in _TABLE_TYPES and len(t.dims) >= 1:
             if t.name in source.stored:
-                yield source.read_stored(t, np.dtype("<f4"))
+                yield source.read_stored(t, np.dtype(_TABLE_TYPES[t.data_type]))
             else:
                 yield numpy_helper.to_array(t)
 

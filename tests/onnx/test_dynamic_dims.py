@@ -107,6 +107,27 @@ def _positions():
     return _model(nodes, [1, "S", 16], inits)
 
 
+def _merged_positions():
+    """x + table[:S] + row (BERT's word + position + token-type embeddings): the float pipeline
+    merges the two constants into one, the table's first rows plus a row."""
+    base = _positions()
+    base.graph.node[-1].output[0] = "with_positions"
+    base.graph.node.append(helper.make_node("Add", ["with_positions", "row"], ["y"]))
+    base.graph.initializer.append(numpy_helper.from_array(RNG.standard_normal((1, 16)).astype(np.float32), "row"))
+    return base
+
+
+def _arange_gather():
+    """Gather of x's rows at Range(0, S) + 0 along the sequence (an attention mask's index
+    arithmetic): folded, an integer vector 0..S-1: RANGE when the model runs."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["s"], axis=0),
+             helper.make_node("Range", ["zero", "s", "step"], ["ids"]),
+             helper.make_node("Gather", ["x", "ids"], ["y"], axis=1)]
+    inits = [_ints("one", 1), _ints("zero", 0), _ints("step", 1)]
+    return _model(nodes, [1, "S", 8], inits)
+
+
 def _sinusoid():
     """A sinusoidal position code computed from Range(0, S): folded at each size into a table
     that no initializer holds whole."""
@@ -135,6 +156,8 @@ RESIZABLE = {
     "chunks": (_chunks, ["S"], [(1, 1, 16), (1, 37, 16)]),
     "expanded": (_expanded, ["S"], [(1, 1, 32), (1, 29, 32)]),
     "positions": (_positions, ["S"], [(1, 1, 16), (1, 300, 16), (1, 512, 16)]),
+    "merged_positions": (_merged_positions, ["S"], [(1, 3, 16), (1, 200, 16)]),
+    "arange_gather": (_arange_gather, ["S"], [(1, 2, 8), (1, 77, 8)]),
     "unnamed_axis": (lambda: _relu([1, None, 5]), ["x:1"], [(1, 3, 5), (1, 300, 5)]),
     "named_beside_batch": (lambda: _relu(["N", "T", 3]), ["T"], [(2, 9, 3), (1, 1, 3)]),
 }
