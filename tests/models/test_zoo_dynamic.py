@@ -45,7 +45,7 @@ def test_rows_are_resizable_fixed_or_failed():
 
 def test_table_cells_and_grouped_reasons():
     text = zoo_dynamic.markdown([_row(), _row("gpt2", sizes=(1e-7, 1e-3, 1e-7))])
-    assert ("| hf/bert | batch, sequence | - | passed at 3 sizes | S=7: yes 1.0e-07 | "
+    assert ("| hf/bert | batch, sequence | - | - | passed at 3 sizes | S=7: yes 1.0e-07 | "
             "S=16: yes 2.0e-07 | S=33: yes 3.0e-07 | 0 | 150 | 4.0 |") in text
     assert "S=16: **no** 1.0e-03" in text
     assert "**2 models: 1 resizable and exact at every size" in text and "1 failed" in text
