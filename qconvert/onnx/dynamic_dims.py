@@ -171,11 +171,11 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], table
     spreads = {name for name, by_group in by_constant.items()
                if any(isinstance(m, Shaped) for m in by_group.values())}
     targets = {name for name, by_group in by_constant.items()
-               if name not in spreads and _takes_minus_one(model, name, by_group)}
-    plans = []
+               if name not in spreads and _takes_minus_one(model, name, by_group, moved)}
+    plans, sources = [], _own_axes(moved)
     for name in [n for n in by_constant if n not in targets]:
         for op, k in _readers(model, name):
-            plan, reason = _plan(model, name, op, by_constant[name], moved)
+            plan, reason = _plan(model, name, op, by_constant[name], sources)
             if reason:
                 for group in by_constant[name]:
                     why[group] = why[group] or reason
@@ -194,6 +194,20 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], table
         if shaped is not None:  # the computed value is the shape to build
             value = _shaped_before(model, op, k, shaped, value)
         _set_reshape_target(model, op, k, value)
+
+
+def _own_axes(moved: dict) -> dict:
+    """`moved` with each group's axes only those that moved in no other group's probe: a size
+    follows the axis of one group (a flattened H x W moves with both, and a height computed
+    from it would be right only while the width stays put)."""
+    owners: dict[tuple[str, int], int] = {}
+    for axes, _ in moved.values():
+        for name, moving in axes.items():
+            for axis in moving:
+                owners[(name, axis)] = owners.get((name, axis), 0) + 1
+    return {group: ({name: {a: size for a, size in moving.items() if owners[(name, a)] == 1}
+                     for name, moving in axes.items()}, moves)
+            for group, (axes, moves) in moved.items()}
 
 
 def _record_fixed(dims: DynamicDims, why: dict[tuple, str]) -> None:
@@ -363,11 +377,12 @@ def _set_reshape_target(model: Model, op: Operator, k: int, name: str) -> None:
         op.options.pop("new_shape", None)
 
 
-def _takes_minus_one(model: Model, name: str, moves: dict[tuple, np.ndarray]) -> bool:
-    """Whether every reader of the integer constant `name` reads -1 at its moving entries
-    (`moves`: by probe group) as the whole of what moved, which XNNPACK keeps delegated and
-    which holds at any size: a RESHAPE target with one entry moving and none -1 already, or a
-    SLICE size that runs to the end of its axis from a fixed begin."""
+def _takes_minus_one(model: Model, name: str, moves: dict[tuple, np.ndarray], moved: dict) -> bool:
+    """Whether every reader of the integer constant `name` can read what moved (`moves`: by
+    probe group) so that it holds at any size, which XNNPACK keeps delegated: a RESHAPE target
+    with one entry moving and none -1 already (-1 there), or a SLICE whose moving sizes follow
+    their input axes one for one, ending a fixed distance from the axis's end (STRIDED_SLICE
+    with an end counted from the end)."""
     base = model.constant(name)
     moving = np.flatnonzero(sum(np.abs(np.ravel(m)) for m in moves.values()))
     if base.ndim != 1 or not len(moving):
@@ -376,38 +391,55 @@ def _takes_minus_one(model: Model, name: str, moves: dict[tuple, np.ndarray]) ->
         if op.type == "RESHAPE" and k == 1:
             if len(moving) != 1 or np.any(base == -1):
                 return False
-        elif op.type == "SLICE" and k == 2:
-            begin, shape = model.constant(op.inputs[1]), model.arrays[op.inputs[0]].shape
-            if begin is None or any(base[i] + begin[i] != shape[i] for i in moving):
-                return False
-        else:
+        elif not (op.type == "SLICE" and k == 2 and _follows_its_axes(model, op, moves, moved, moving)):
+            return False
+    return True
+
+
+def _follows_its_axes(model: Model, op: Operator, moves: dict, moved: dict, moving) -> bool:
+    """A SLICE whose constant begin does not move and whose size entries `moving` moved as far
+    as the same axes of its input did, in every probe group."""
+    begin, x = model.constant(op.inputs[1]), op.inputs[0]
+    if begin is None or begin.ndim != 1 or op.inputs[1] in {n for m in moved.values() for n in m[1]}:
+        return False
+    shape = model.arrays[x].shape
+    for group, move in moves.items():
+        axes = moved[group][0].get(x, {})
+        if any(int(np.ravel(move)[i]) != axes.get(int(i), shape[i]) - shape[i] for i in moving):
             return False
     return True
 
 
 def _minus_one_in_reshapes(model: Model, name: str, moves: dict[tuple, np.ndarray]) -> None:
-    """The readers of `name` (RESHAPE targets, SLICE sizes: _takes_minus_one) read it with -1 at
-    its moving entries, a constant of their own."""
+    """The readers of `name` (_takes_minus_one) take what moved at any size: a RESHAPE target
+    -1 at its moving entry, a SLICE as STRIDED_SLICE ending as far from the end."""
     target = model.constant(name).copy()
     moving = np.flatnonzero(sum(np.abs(np.ravel(m)) for m in moves.values()))
     target[moving] = -1
     constant = model.add_constant(name + "_dynamic", target)
     for op, k in _readers(model, name):
         if op.type == "SLICE":
-            _strided_to_the_end(model, op, moving)
+            _strided_from_the_end(model, op, moving)
         else:
             _set_reshape_target(model, op, k, constant)
 
 
-def _strided_to_the_end(model: Model, op: Operator, moving: np.ndarray) -> None:
-    """A SLICE whose `moving` axes run to their end becomes STRIDED_SLICE with those axes' end
-    masked: the same at any size, and XNNPACK delegates it (not a SLICE of size -1)."""
+def _strided_from_the_end(model: Model, op: Operator, moving: np.ndarray) -> None:
+    """A SLICE whose `moving` axes end a fixed distance from their end becomes STRIDED_SLICE:
+    those axes' end masked (distance 0) or negative (counted from the end), the same at any
+    size, and delegated to XNNPACK (a SLICE of computed or -1 size is not)."""
     begin = model.constant(op.inputs[1]).astype(np.int32)
     end = begin + model.constant(op.inputs[2]).astype(np.int32)
+    shape = model.arrays[op.inputs[0]].shape
+    mask = 0
+    for axis in (int(a) for a in moving):
+        end[axis] -= shape[axis]  # the distance from the end, as a negative index
+        if end[axis] == 0:
+            mask |= 1 << axis
     op.type = "STRIDED_SLICE"
     model.set_inputs(op, [op.inputs[0], op.inputs[1], model.add_constant("end", end),
                           model.add_constant("strides", np.ones_like(end))])
-    op.options = {"end_mask": int(sum(1 << int(a) for a in moving))}
+    op.options = {"end_mask": mask}
 
 
 def _plan(model: Model, name: str, op: Operator, moves: dict, moved: dict) -> tuple[tuple | None, str]:

@@ -128,6 +128,32 @@ def _arange_gather():
     return _model(nodes, [1, "S", 8], inits)
 
 
+def _flattened_and_back():
+    """[1, 4, H, W] flattened to [1, 4, H*W] and back by targets built from its Shape (SegFormer's
+    depthwise conv between attention blocks): the flattened axis moves with both H and W, so the
+    height and width of the target back must follow H and W themselves."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "two"], ["h"], axis=0),
+             helper.make_node("Gather", ["shape", "three"], ["w"], axis=0),
+             helper.make_node("Mul", ["h", "w"], ["hw"]),
+             helper.make_node("Concat", ["head", "hw"], ["flat_shape"], axis=0),
+             helper.make_node("Reshape", ["x", "flat_shape"], ["flat"]),
+             helper.make_node("Relu", ["flat"], ["r"]),
+             helper.make_node("Concat", ["head", "h", "w"], ["back_shape"], axis=0),
+             helper.make_node("Reshape", ["r", "back_shape"], ["y"])]
+    inits = [_ints("two", [2]), _ints("three", [3]), _ints("head", [1, 4])]
+    return _model(nodes, [1, 4, "H", "W"], inits)
+
+
+def _trimmed():
+    """x[:, :, :-1] over dynamic frames beside a dynamic batch (Wav2Vec2's positional conv
+    padding): a SLICE ending one before the end, STRIDED_SLICE with end -1: frames and batch
+    both resizable."""
+    nodes = [helper.make_node("Slice", ["x", "start", "end", "axes"], ["t"]),
+             helper.make_node("Relu", ["t"], ["y"])]
+    return _model(nodes, ["N", 3, "T"], [_ints("start", [0]), _ints("end", [-1]), _ints("axes", [2])])
+
+
 def _sinusoid():
     """A sinusoidal position code computed from Range(0, S): folded at each size into a table
     that no initializer holds whole."""
@@ -158,6 +184,8 @@ RESIZABLE = {
     "positions": (_positions, ["S"], [(1, 1, 16), (1, 300, 16), (1, 512, 16)]),
     "merged_positions": (_merged_positions, ["S"], [(1, 3, 16), (1, 200, 16)]),
     "arange_gather": (_arange_gather, ["S"], [(1, 2, 8), (1, 77, 8)]),
+    "flattened_and_back": (_flattened_and_back, ["H", "W"], [(1, 4, 96, 64), (1, 4, 31, 17)]),
+    "trimmed": (_trimmed, ["T"], [(2, 3, 40), (3, 3, 2)]),
     "unnamed_axis": (lambda: _relu([1, None, 5]), ["x:1"], [(1, 3, 5), (1, 300, 5)]),
     "named_beside_batch": (lambda: _relu(["N", "T", 3]), ["T"], [(2, 9, 3), (1, 1, 3)]),
 }
@@ -277,3 +305,8 @@ def test_a_slice_to_the_end_of_a_moving_axis_takes_minus_one(tmp_path):
 
     partitions, total = interpreter_partitions(interpreter)
     assert sum(map(len, partitions)) == total == 3, (partitions, total)
+
+
+def test_a_slice_ending_before_the_end_keeps_the_batch_resizable(tmp_path):
+    _, report, _ = _convert_cli(_trimmed(), tmp_path)
+    assert report["batch"]["resizable"], report["batch"]
