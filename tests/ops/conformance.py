@@ -27,22 +27,15 @@ EXPECTED_FAILURES["test_resize_downsample_scales_linear_align_corners"] = (
 for _crop in ("crop", "pad", "crop_and_pad", "crop_axes_chw", "crop_axes_hwc", "crop_negative_axes_hwc"):
     EXPECTED_FAILURES[f"test_center_crop_pad_{_crop}_expanded"] = (
         "the pads and slice starts are computed from the `shape` graph input at run time")
-for _window in ("blackman", "hamming", "hann"):
-    for _variant in ("", "_symmetric"):
-        EXPECTED_FAILURES[f"test_{_window}window{_variant}_expanded"] = (
-            "the window size is a graph input, so Range's output shape is data-dependent")
-
 
 EXPECTED_FAILURES["test_scan_sum"] = (
     "opset 8 Scan: onnx's version converter (to opset 9) drops its batch axis")
-EXPECTED_FAILURES["test_scan9_scalar"] = "LiteRT's signature runner returns a scalar output as shape [1]"
-EXPECTED_FAILURES["test_einsum_scalar"] = "LiteRT's signature runner returns a scalar output as shape [1]"
 for _nms in ("center_point_box_format", "flipped_coordinates", "identical_boxes",
              "iou_threshold_boundary", "limit_output_size", "single_box", "suppress_by_IOU",
              "suppress_by_IOU_and_scores", "two_batches", "two_classes"):
     EXPECTED_FAILURES[f"test_nonmaxsuppression_{_nms}"] = (
-        "the number of selected boxes is known at run time only; TFLite's NON_MAX_SUPPRESSION_V4/V5 "
-        "write a fixed max_output_size")
+        "max_output_boxes_per_class is a graph input here; TFLite's NON_MAX_SUPPRESSION_V4 fixes "
+        "its output size when the model is built")
 for _affine in ("2d", "2d_align_corners", "3d", "3d_align_corners"):
     EXPECTED_FAILURES[f"test_affine_grid_{_affine}_expanded"] = (
         "the grid's shape is computed from the `size` graph input at run time")
