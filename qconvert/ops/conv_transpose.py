@@ -1,5 +1,6 @@
 """ConvTranspose (1D and 2D, groups, dilations, pads/output_padding/output_shape/auto_pad) as
-TRANSPOSE_CONV.
+TRANSPOSE_CONV; one whose kernel is its stride, unpadded (a U-Net's 2x2 stride-2 upsampling), as a
+1x1 CONV_2D then DEPTH_TO_SPACE (_blocks: sized from its input, which a dynamic size needs).
 
 ONNX W [I, O/g, kh, kw] becomes TFLite's [O, kh, kw, I] at import. Dilation is folded into the
 weights (zeros between the taps give the same scatter), since TRANSPOSE_CONV has none. Weights or a
@@ -151,6 +152,8 @@ def import_conv_transpose(node, ctx):
     options = {"padding": padding, "stride_h": strides[0], "stride_w": strides[1]}
     if w is None or (b_name and bias is None):
         _computed_transpose_conv(ctx, x_nhwc, w_name, w, b_name, bias, group, options, conv_out, y)
+    elif group == 1 and _blocks(kernel, strides, dilations, begins, in_spatial, out_spatial):
+        _as_blocks(ctx, x_nhwc, w, bias, w_name, b_name or y + "_bias", conv_out)
     elif group == 1:
         _transpose_conv(ctx, x_nhwc, w, bias, w_name, b_name or y + "_bias", conv_out, options)
     else:
@@ -287,6 +290,34 @@ def _transpose_conv(ctx, x_nhwc, w, bias, w_hint, b_hint, out, options):
     if bias is not None:
         inputs.append(ctx.constant(b_hint, np.asarray(bias, np.float32)))
     ctx.add_op("TRANSPOSE_CONV", inputs, [out], options)
+
+
+def _blocks(kernel, strides, dilations, begins, in_spatial, out_spatial) -> bool:
+    """Whether each input pixel writes its own kernel-sized block of the output and nothing else
+    (kernel = stride, no dilation, no padding, the whole result): then it is a 1x1 CONV_2D to
+    kh*kw*O channels laid out as blocks (_as_blocks), which TFLite's and XNNPACK's kernels size
+    from the input alone, where TRANSPOSE_CONV reads a constant output shape (a dynamic height
+    then needs it computed, which XNNPACK does not take)."""
+    return (list(kernel) == list(strides) and all(d == 1 for d in dilations)
+            and not any(begins) and (kernel[0] == kernel[1] or kernel[0] == 1)
+            and list(out_spatial) == [i * k for i, k in zip(in_spatial, kernel)])
+
+
+def _as_blocks(ctx, x_nhwc, w, bias, w_hint, b_hint, out):
+    """y[h*kh + a, w*kw + b, o] = sum_c x[h, w, c] W[c, o, a, b] (+ bias[o]): CONV_2D 1x1 with
+    output channel (a*kw + b)*O + o, then DEPTH_TO_SPACE (TFLite's depth-column-row order), or
+    for a unit kernel height (a lifted 1-D transposed conv) a RESHAPE of [W, kw*O] to [W*kw, O]."""
+    channels, out_channels, kh, kw = w.shape
+    weights = np.ascontiguousarray(np.transpose(w, (2, 3, 1, 0)).reshape(kh * kw * out_channels, 1, 1, channels))
+    batch, height, width, _ = ctx.shape(x_nhwc)
+    blocks = ctx.tensor(out + "_blocks", (batch, height, width, kh * kw * out_channels), ctx.dtype(out))
+    bias = np.zeros(out_channels, np.float32) if bias is None else np.asarray(bias, np.float32)
+    inputs = [x_nhwc, ctx.constant(w_hint, weights), ctx.constant(b_hint, np.tile(bias, kh * kw))]
+    ctx.add_op("CONV_2D", inputs, [blocks], {"padding": "VALID", "stride_h": 1, "stride_w": 1})
+    if kh == kw:
+        ctx.add_op("DEPTH_TO_SPACE", [blocks], [out], {"block_size": kh})
+    else:
+        reshape(ctx, blocks, ctx.shape(out), out)
 
 
 def _grouped(ctx, x_nhwc, w, bias, group, options, out, w_name, y):

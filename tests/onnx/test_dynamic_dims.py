@@ -154,6 +154,15 @@ def _trimmed():
     return _model(nodes, ["N", 3, "T"], [_ints("start", [0]), _ints("end", [-1]), _ints("axes", [2])])
 
 
+def _upsampled():
+    """A U-Net's step: Conv stride 2, ConvTranspose 2x2 stride 2 back, concatenated with the
+    input: the transposed conv is blocks (CONV_2D, DEPTH_TO_SPACE), sized from its input."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["d"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("ConvTranspose", ["d", "w2"], ["u"], strides=[2, 2]),
+             helper.make_node("Concat", ["u", "x"], ["y"], axis=1)]
+    return _model(nodes, ["N", 3, "H", "W"], [_weight("w1", 8, 3, 3, 3), _weight("w2", 8, 4, 2, 2)])
+
+
 def _sinusoid():
     """A sinusoidal position code computed from Range(0, S): folded at each size into a table
     that no initializer holds whole."""
@@ -186,6 +195,7 @@ RESIZABLE = {
     "arange_gather": (_arange_gather, ["S"], [(1, 2, 8), (1, 77, 8)]),
     "flattened_and_back": (_flattened_and_back, ["H", "W"], [(1, 4, 96, 64), (1, 4, 31, 17)]),
     "trimmed": (_trimmed, ["T"], [(2, 3, 40), (3, 3, 2)]),
+    "upsampled": (_upsampled, ["H", "W"], [(2, 3, 96, 32), (1, 3, 16, 160)]),
     "unnamed_axis": (lambda: _relu([1, None, 5]), ["x:1"], [(1, 3, 5), (1, 300, 5)]),
     "named_beside_batch": (lambda: _relu(["N", "T", 3]), ["T"], [(2, 9, 3), (1, 1, 3)]),
 }
@@ -310,3 +320,11 @@ def test_a_slice_to_the_end_of_a_moving_axis_takes_minus_one(tmp_path):
 def test_a_slice_ending_before_the_end_keeps_the_batch_resizable(tmp_path):
     _, report, _ = _convert_cli(_trimmed(), tmp_path)
     assert report["batch"]["resizable"], report["batch"]
+
+
+def test_a_transposed_conv_of_blocks_needs_no_run_time_shape(tmp_path):
+    """The U-Net step: no SHAPE arithmetic, the batch resizable too (TRANSPOSE_CONV's constant
+    output shape kept both fixed, and XNNPACK off it)."""
+    _, report, _ = _convert_cli(_upsampled(), tmp_path)
+    assert "SHAPE" not in report["op_counts"] and "TRANSPOSE_CONV" not in report["op_counts"]
+    assert report["batch"]["resizable"]

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.errors import ConversionError
-from tests.harness import assert_matches_onnxruntime, convert_proto
+from tests.harness import assert_int8_matches_onnxruntime, assert_matches_onnxruntime, convert_proto
 from tests.ops.test_resize import _op_versions
 
 RNG = np.random.default_rng(3)
@@ -93,6 +93,30 @@ def test_batch_norm_and_relu_fold_into_the_transpose_conv():
     flatbuffer, report = assert_matches_onnxruntime(model)
     assert report.op_counts == {"TRANSPOSE_CONV": 1}
     assert _op_versions(flatbuffer)["TRANSPOSE_CONV"] == 4  # fused activation
+
+
+# --- kernel = stride, unpadded: CONV_2D 1x1 + DEPTH_TO_SPACE ----------------------------------
+@pytest.mark.parametrize("attrs,kwargs,ops", [
+    ({"strides": [2, 2]}, {"kernel": (2, 2)}, {"CONV_2D": 1, "DEPTH_TO_SPACE": 1}),
+    ({"strides": [3, 3]}, {"kernel": (3, 3), "bias": False}, {"CONV_2D": 1, "DEPTH_TO_SPACE": 1}),
+    ({"strides": [4]}, {"x_shape": (2, 4, 7), "kernel": (4,)}, {"CONV_2D": 1, "RESHAPE": 3}),  # 1-D
+], ids=["2x2", "3x3_no_bias", "1d"])
+def test_a_kernel_equal_to_its_stride_writes_blocks(attrs, kwargs, ops):
+    """Each input pixel writes its own block: a 1x1 CONV_2D to kh*kw*O channels laid out by
+    DEPTH_TO_SPACE (a unit-height kernel by a RESHAPE), no output-shape constant."""
+    flatbuffer, report = assert_matches_onnxruntime(_model(attrs, **kwargs))
+    assert {k: v for k, v in report.op_counts.items() if k != "TRANSPOSE"} == ops, report.op_counts
+
+
+def test_blocks_take_a_relu_and_int8(tmp_path):
+    """The block form under a following Relu and --quantize (int8 CONV_2D and DEPTH_TO_SPACE)
+    against onnxruntime."""
+    model = _model({"strides": [2, 2]}, kernel=(2, 2))
+    model.graph.node[-1].output[0] = "t"
+    model.graph.node.append(helper.make_node("Relu", ["t"], ["y"]))
+    flatbuffer, report = assert_matches_onnxruntime(model)
+    assert "TRANSPOSE_CONV" not in report.op_counts
+    assert_int8_matches_onnxruntime(model, tmp_path)
 
 
 # --- weights or bias computed at run time -------------------------------------------------------
