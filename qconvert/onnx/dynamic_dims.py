@@ -261,15 +261,17 @@ class Shaped:
     """A float (or any) constant whose shape moved, rebuilt when the model runs from a constant
     that does not move: `source` broadcast to its shape (a scalar filled to a length, a row
     repeated down a sequence: a folded ConstantOfShape or Expand to a computed shape), or with
-    kind "cut", `source` cut to its shape (a table's first rows: a position embedding gathered by
-    Range(0, S), `source` the whole table once `tables` found it), or with kind "range" a vector
+    kind "table", `source` cut to its shape (a table's first rows: a position embedding gathered
+    by Range(0, S), `source` the whole table `tables` found), or with kind "range" a vector
     of positions start + step * i (an arange to the length), `source` [start, step].
     `shape_move`: how far each axis of its shape moved."""
 
     source: np.ndarray
     shape_move: np.ndarray
-    kind: str = "broadcast"  # or "cut" (`source` a table), "range" (`source` [start, step])
-    offset: np.ndarray | None = None  # "cut": added to the cut (a merged embedding's other term)
+    # or "cut" (`source` the probe's longer value, its table not found yet), "table" (`source`
+    # the whole table), "range" (`source` [start, step])
+    kind: str = "broadcast"
+    offset: np.ndarray | None = None  # "table": added to the cut (a merged embedding's other term)
 
     @property
     def cut(self) -> bool:
@@ -344,7 +346,7 @@ def _whole_table(shaped: Shaped, tables) -> Shaped | None:
         offset = (source - cut)[tuple(slice(0, 1) if k in moving else slice(None) for k in range(source.ndim))]
         # the same sum, but for rounding: (p + t) - p need not be t to the last bit
         if _same(cut + offset, source):
-            return Shaped(table, shaped.shape_move, kind="cut",
+            return Shaped(table, shaped.shape_move, kind="table",
                           offset=np.ascontiguousarray(offset) if np.any(offset) else None)
     return None
 
@@ -452,7 +454,7 @@ def _plan(model: Model, name: str, op: Operator, moves: dict, moved: dict) -> tu
         shaped = _one_source(base, list(moves.values()))
         if shaped is None:
             return None, f"{label} depends on the size"
-        if shaped.cut and shaped.source.shape == tuple(np.add(base.shape, shaped.shape_move)):
+        if shaped.cut:
             return None, f"{label} is a table cut to the size, whose whole table qconvert did not find"
         shape = np.array(base.shape, np.int32)
         plan, why = _run_time_plan(model, shape, label, op, {g: m.shape_move for g, m in moves.items()}, moved)
@@ -533,7 +535,7 @@ def _shaped_before(model: Model, op: Operator, k: int, shaped: Shaped, shape: st
     out = model.add_array(op.inputs[k] + "_shaped", model.arrays[op.inputs[k]].shape, shaped.source.dtype)
     if shaped.kind == "range":
         _range_before(model, op, shaped, shape, out)
-    elif shaped.cut:
+    elif shaped.kind == "table":
         begin = model.add_constant("begin", np.zeros(shaped.source.ndim, np.int32))
         cut = out if shaped.offset is None else model.add_array_like(out + "_cut", model.arrays[out].shape, out)
         model.insert_before(op, Operator("SLICE", [source, begin, shape], [cut]))
