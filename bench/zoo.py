@@ -109,10 +109,13 @@ TORCHVISION = [
     ("tv/deeplabv3", "deeplabv3_mobilenet_v3_large", "tvseg",
      dict(size=128, kw=dict(num_classes=4))),
     ("tv/fcn", "fcn_resnet50", "tvseg", dict(size=96, kw=dict(num_classes=4))),
-    ("tv/ssdlite", "ssdlite320_mobilenet_v3_large", "tvdet", dict(size=320, kw={})),
+    # "head": the class head's parameters spread (their name's part, the spread): see build
+    ("tv/ssdlite", "ssdlite320_mobilenet_v3_large", "tvdet",
+     dict(size=320, kw={}, head=("classification_head", 0.05))),
     ("tv/retinanet", "retinanet_resnet50_fpn", "tvdet",
-     dict(size=128, kw=dict(min_size=128, max_size=128))),
-    ("tv/fasterrcnn", "fasterrcnn_mobilenet_v3_large_320_fpn", "tvdet", dict(size=320, kw={})),
+     dict(size=128, kw=dict(min_size=128, max_size=128), head=("cls_logits.weight", 0.3))),
+    ("tv/fasterrcnn", "fasterrcnn_mobilenet_v3_large_320_fpn", "tvdet",
+     dict(size=320, kw={}, head=("cls_score.weight", 0.3))),
 ]
 
 
@@ -309,6 +312,25 @@ def build(kind: str, name: str, spec: dict, opset: int = 17):
 
         inner = getattr(torchvision.models.detection, name)(weights=None, weights_backbone=None,
                                                              **spec["kw"])
+
+        # Untrained, the backbone's activations vanish (batch norm's unit statistics: 1e-16 by
+        # the last block) and every anchor scores its class head's bias: ties that no two
+        # runtimes break alike. Batch norm's statistics from four seeded images and a class head
+        # spread make the scores rank (299 distinct of SSDlite's 300, 300 of RetinaNet's).
+        part, spread = spec["head"]
+        for pname, p in inner.named_parameters():
+            if part in pname:
+                p.data.normal_(0.0, spread)
+        for norm in inner.modules():
+            if isinstance(norm, torch.nn.modules.batchnorm._BatchNorm):
+                norm.reset_running_stats()
+                norm.momentum = None  # the plain average over the batches
+        inner.train()
+        with torch.no_grad():
+            features = inner.backbone(inner.transform(list(torch.rand(4, 3, size, size)))[0].tensors)
+            if hasattr(inner, "head"):  # SSD's and RetinaNet's heads have batch norms too
+                inner.head(list(features.values()))
+        inner.eval()
 
         class Detector(torch.nn.Module):  # one image in, its boxes, scores and labels out
             def __init__(self, inner):

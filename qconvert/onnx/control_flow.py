@@ -656,7 +656,8 @@ class _Outer:
         model.functions.extend(proto.functions)
         try:
             # Checked with the outer model (validate.check_model reads every subgraph).
-            loaded = self.load(OnnxFile(model, checked=True), {name: tuple(shape) for name, _, shape in inputs})
+            loaded = self.load(OnnxFile(model, checked=True), {name: tuple(shape) for name, _, shape in inputs},
+                               outer=(self.graph, self.label))
         except ConversionError as e:
             raise self.error(f"in its body {body.name!r}: {e}") from None
         return _internal_boundary(loaded)
@@ -749,14 +750,21 @@ def _import_if(outer: _Outer) -> None:
     bodies = [outer.load_body(branch, inputs, constants, branch.output) for branch in branches]
     then, other = bodies
     outputs = []
+    varying = outer.graph.reads_run_time_shaped(node)
     for k, name in enumerate(node.output):
         a, b = then.arrays[then.outputs[k]], other.arrays[other.outputs[k]]
-        if a.shape != b.shape or a.dtype != b.dtype:
+        if a.dtype != b.dtype or len(a.shape) != len(b.shape) or (a.shape != b.shape and not varying):
             raise outer.error(f"its branches give output {k} as {a.dtype}{list(a.shape)} and "
                               f"{b.dtype}{list(b.shape)}; TFLite's IF needs one static shape and type")
+        shape = max(a.shape, b.shape, key=lambda s: int(np.prod(s)))
         if not name:
-            name = outer.model.add_array(f"{outer.label}_unused", a.shape, a.dtype)
-        _output_array(outer, name, a.shape, a.dtype)
+            name = outer.model.add_array(f"{outer.label}_unused", shape, a.dtype)
+        if a.shape != b.shape:
+            # sizes the values decide (an empty branch, another's count): the interpreter
+            # resizes the output to the branch it runs, and so the axes that differ are dynamic
+            outer.model.arrays.pop(name, None)
+            outer.model.dynamic_axes[name] = frozenset(i for i, (m, n) in enumerate(zip(a.shape, b.shape)) if m != n)
+        _output_array(outer, name, shape, a.dtype)
         outputs.append(name)
     outer.model.add_operator(Operator(
         "IF", [cond] + arrays, outputs, source=outer.label, float_reason=FLOAT_REASON,

@@ -150,6 +150,7 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], table
     model.dynamic_dims.fixed_because; a dimension the values decide that cannot stay resizable
     is a ConversionError."""
     dims = model.dynamic_dims
+    _keep_dynamic_in_bodies(model, probes, tables)
     moved: dict[tuple, tuple[dict[str, dict[int, int]], dict[str, np.ndarray]]] = {}
     why: dict[tuple, str] = {}
     for group, probe in probes.items():
@@ -194,6 +195,26 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], table
         if shaped is not None:  # the computed value is the shape to build
             value = _shaped_before(model, op, k, shaped, value)
         _set_reshape_target(model, op, k, value)
+
+
+def _keep_dynamic_in_bodies(model: Model, probes: dict, tables) -> None:
+    """keep_dynamic in each control-flow body (an IF's branches) against the same body of each
+    probe's op at the same place: a body's constants that follow a size are computed inside it
+    (TFLite resizes a body's inputs to what the op passes each time it runs). Symbols it cannot
+    keep are fixed in the main model's dims."""
+    for k, op in enumerate(model.operators):
+        for key, body in op.subgraphs.items():
+            twins = {}
+            for group, probe in probes.items():
+                twin = probe.operators[k] if isinstance(probe, Model) and k < len(probe.operators) else None
+                twins[group] = (twin.subgraphs[key] if twin is not None and key in twin.subgraphs
+                                and twin.type == op.type else probe if isinstance(probe, str)
+                                else f"{op.type} (node {op.source}) is not the same op in every probe")
+            body.dynamic_dims = model.dynamic_dims
+            try:
+                keep_dynamic(body, twins, tables)
+            finally:
+                body.dynamic_dims = None
 
 
 def _own_axes(moved: dict) -> dict:

@@ -168,7 +168,7 @@ class _Graph:
     """What the loader knows about the ONNX graph: constants, shapes and dtypes by value name."""
 
     def __init__(self, source: OnnxFile, input_shapes: dict[str, tuple[int, ...]], body: bool = False,
-                 sizes: dict[str, int] | None = None):
+                 sizes: dict[str, int] | None = None, outer=None):
         proto = source.proto
         self.proto = proto
         self.graph = proto.graph
@@ -193,18 +193,42 @@ class _Graph:
         self.folded: dict[tuple, list[np.ndarray]] = {}  # _fold_key -> the values it folded to
         # id(Loop node) -> its iteration count found by control_flow's simulation (or None)
         self.simulated_counts: dict[int, int | None] = {}
+        # Values whose shapes the values decide (a NonZero's output, what it flows into): their
+        # Shape and Size are computed when the model runs, never folded at the size they were
+        # given here (a TopK's k of min(300, count) folded at the base count is wrong above it).
+        self.run_time_shaped: set[str] = set()
+        # A body's (outer _Graph, control-flow op's name): the inputs it passes whose shapes the
+        # values decide are so here too, and its symbols are the outer graph's.
+        self.outer = outer
+        # Those whose sizes inference could not tell, set as dimensions the values decide: a
+        # size whole-graph inference tells later (data propagation) replaces the guess.
+        self.guessed: set[str] = set()
+        if outer is not None:
+            self.run_time_shaped.update(i.name for i in self.inputs if i.name in outer[0].run_time_shaped)
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
         self.names = {id(node): name for node, name in zip(self.nodes, node_names(proto))}
 
     def _run_time_size(self, node: onnx.NodeProto, axis: int) -> int:
         """The size of a dimension of `node`'s output that its values decide (NonZero's count):
-        a symbol of its own (dynamic_dims.py), "node[axis]", at its base size or a probe's."""
-        symbol = f"{self.names[id(node)]}[{axis}]"
+        a symbol of its own (dynamic_dims.py), "node[axis]", at its base size or a probe's; in a
+        control-flow body, the outer graph's symbol "op/node[axis]"."""
+        self.run_time_shaped.update(o for o in node.output if o)
+        return self.symbol_size(f"{self.names[id(node)]}[{axis}]")
+
+    def symbol_size(self, symbol: str) -> int:
+        if self.outer is not None:
+            outer, label = self.outer
+            return outer.symbol_size(f"{label}/{symbol}")
         if self.dynamic is None:
             self.dynamic = dynamic_dims.DynamicDims({}, {})
         self.dynamic.sizes.setdefault(symbol, self.probe_sizes.get(symbol, dynamic_dims.BASE_SIZE))
         self.dynamic.value_dependent.add(symbol)
         return self.dynamic.sizes[symbol]
+
+    def sizes_at_run_time(self) -> bool:
+        """Whether a dimension the values decide gets a size here (the main graph, or a body
+        whose outer graph says: `outer`); else such an output stays unknown."""
+        return not self.body or self.outer is not None
 
     def _pin_inputs(self, input_shapes: dict[str, tuple[int, ...]], body: bool,
                     sizes: dict[str, int]) -> None:
@@ -307,6 +331,10 @@ class _Graph:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 if all(d >= 0 for d in dims):
                     self.shapes[vi.name] = dims
+                elif vi.name in self.guessed and len(dims) == len(self.shapes[vi.name]):
+                    # inference knows some of its sizes (a Reshape to [count, 4]): those stay
+                    self.shapes[vi.name] = tuple(d if d >= 0 else old
+                                                 for d, old in zip(dims, self.shapes[vi.name]))
 
     def why_no_shape(self) -> str:
         """Why a tensor has no static shape, for the message: the first error ONNX shape inference
@@ -332,8 +360,13 @@ class _Graph:
             value = self._evaluate(node)
             if value is None:
                 kept.append(node)
-                folded |= node_types.infer_node(node, self.shapes, self.dtypes, self.constants,
-                                                self.opsets, None if self.body else self._run_time_size)
+                varying = self.reads_run_time_shaped(node)
+                folded |= node_types.infer_node(node, self.shapes, self.dtypes, self.constants, self.opsets,
+                                                self._run_time_size if self.sizes_at_run_time() else None,
+                                                varying=varying)
+                if varying:
+                    self.run_time_shaped.update(o for o in node.output if o)
+                    self.guessed.update(o for o in node.output if o in self.shapes)
                 continue
             for name, v in zip(node.output, value):
                 v = np.asarray(v)
@@ -347,9 +380,18 @@ class _Graph:
         self.nodes = kept
         return folded
 
+    def reads_run_time_shaped(self, node: onnx.NodeProto) -> bool:
+        """Whether `node` reads a value whose shape the values decide, directly or (control
+        flow) from inside its subgraphs."""
+        shaped = self.run_time_shaped
+        return bool(shaped) and (any(n in shaped for n in node.input)
+                                 or any(n in shaped for n in control_flow.outer_reads([node])))
+
     def _evaluate(self, node: onnx.NodeProto) -> list[np.ndarray] | None:
         if node.op_type in _NOT_FOLDABLE or node.domain not in ("", "ai.onnx"):
             return None
+        if node.op_type in ("Shape", "Size") and node.input[0] in self.run_time_shaped:
+            return None  # computed when the model runs (folded.py's SHAPE)
         if node.op_type in ("Shape", "Size") and node.input[0] in self.shapes:
             shape = np.array(self.shapes[node.input[0]], dtype=np.int64)
             if node.op_type == "Size":
@@ -625,6 +667,7 @@ class ImportContext:
         self.node: OnnxNode | None = None
         self.source_mark = ""
         self.wide = False  # importing a node that computes in int64: constants are not narrowed
+        self.run_time_shaped: Collection[str] = ()  # the loader's _Graph.run_time_shaped
 
     def error(self, message: str) -> ConversionError:
         node = self.node
@@ -851,17 +894,18 @@ def _settle(graph: _Graph) -> None:
 
 def load(source: OnnxFile | onnx.ModelProto,
          input_shapes: dict[str, tuple[int, ...]] | None = None, body: bool = False,
-         sizes: dict[str, int] | None = None, probe: bool = False) -> Model:
+         sizes: dict[str, int] | None = None, probe: bool = False, outer=None) -> Model:
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault.
     `input_shapes` are --input-shape's, or (`body`) those a control-flow op gives its body;
     `sizes` set dynamic dimensions (dynamic_dims.py) to other sizes than their base size, as the
-    calibration data or (`probe`) the dimensions' probe ask."""
+    calibration data or (`probe`) the dimensions' probe ask. A body's `outer` is (the outer
+    _Graph, the control-flow op's name): see _Graph.outer."""
     if isinstance(source, onnx.ModelProto):
         source = OnnxFile(source)
     if not source.checked:
         check_model(source.proto, {name: where.length for name, where in source.stored.items()})
     source = upgrade_old_opset(source)
-    graph = _Graph(source, input_shapes or {}, body, sizes)
+    graph = _Graph(source, input_shapes or {}, body, sizes, outer)
     try:
         return _load_graph(graph)
     except ConversionError as e:
@@ -884,11 +928,11 @@ def _load_graph(graph: _Graph) -> Model:
     if probe is not None:
         model.dynamic_batch = DynamicBatch(graph.batch, dynamic_batch.onnx_blocker(graph, probe, _settle))
         del probe
-    model.dynamic_dims = graph.dynamic
     importer = _Importer(graph, model)
     importer.add_inputs()
     importer.import_nodes()
     importer.add_outputs()
+    model.dynamic_dims = graph.dynamic  # after the bodies, whose symbols are the graph's
     model.remove_unused()
     return model
 
@@ -1002,6 +1046,7 @@ class _Importer:
         """Each node through its importer (control flow through control_flow's)."""
         graph, aliases = self.graph, self.aliases
         ctx = ImportContext(self.model, graph.opset, self.consumed)
+        ctx.run_time_shaped = graph.run_time_shaped
         for node in graph.nodes:
             node_name = graph.names[id(node)]
             label = f"output of node {node_name!r} ({node.op_type})"

@@ -26,17 +26,21 @@ _GRAPHS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def infer_node(node: onnx.NodeProto, shapes: dict, dtypes: dict, constants: dict,
-               opsets: dict, run_time_size=None) -> bool:
+               opsets: dict, run_time_size=None, varying: bool = False) -> bool:
     """Adds to `shapes` and `dtypes` the static types of the outputs of `node` that they lack,
     when every input's type is known; returns whether it added any. Nothing for a node whose
     types cannot be told (the whole-graph inference, or the importer, says why).
     `run_time_size(node, axis)` gives a dimension the values decide (RUN_TIME) its size; without
-    it such an output stays unknown."""
+    it such an output stays unknown. A `varying` node reads a value whose shape the values
+    decide: a dimension inference cannot tell (a TopK of a computed k, a ConstantOfShape of a
+    computed shape) is one the values decide too."""
     if all(not o or o in shapes for o in node.output) or any(n and n not in shapes for n in node.input):
         return False
     key = op_key(node)
     fn = OUTPUT_TYPES.get(key)
-    if fn is not None:
+    if varying and node.op_type == "If" and node.domain in ("", "ai.onnx"):
+        found = _branch_types(node)
+    elif fn is not None:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         given = ([[constants.get(n) if n else None for n in node.input]] if key in VALUE_TYPED
                  else [])
@@ -49,6 +53,8 @@ def infer_node(node: onnx.NodeProto, shapes: dict, dtypes: dict, constants: dict
         found = _onnx_types(node, shapes, dtypes, constants, opsets)
     added = False
     for name, types in zip(node.output, found):
+        if varying and types is not None:
+            types = (tuple(RUN_TIME if d == -1 else d for d in types[0]), types[1])
         if types is not None and RUN_TIME in types[0]:
             if run_time_size is None:
                 continue
@@ -58,6 +64,27 @@ def infer_node(node: onnx.NodeProto, shapes: dict, dtypes: dict, constants: dict
             shapes[name], dtypes[name] = tuple(int(d) for d in types[0]), np.dtype(types[1])
             added = True
     return added
+
+
+def _branch_types(node: onnx.NodeProto) -> list:
+    """An If's output types from its branches' declared outputs: a dimension both declare with
+    one size keeps it, any other is one the values decide (RUN_TIME: the branch taken sizes it);
+    None where a branch declares no rank or the element types differ."""
+    branches = [helper.get_attribute_value(a) for a in node.attribute
+                if a.name in ("then_branch", "else_branch")]
+    result = []
+    for k in range(len(node.output)):
+        types = [b.output[k].type.tensor_type if k < len(b.output) else None for b in branches]
+        if (len(types) != 2 or any(t is None or not t.HasField("shape") for t in types)
+                or types[0].elem_type != types[1].elem_type
+                or len(types[0].shape.dim) != len(types[1].shape.dim)):
+            result.append(None)
+            continue
+        dims = tuple(a.dim_value if a.HasField("dim_value") and b.HasField("dim_value")
+                     and a.dim_value == b.dim_value else RUN_TIME
+                     for a, b in zip(types[0].shape.dim, types[1].shape.dim))
+        result.append((dims, helper.tensor_dtype_to_np_dtype(types[0].elem_type)))
+    return result
 
 
 def _onnx_types(node, shapes, dtypes, constants, opsets) -> list:

@@ -19,15 +19,34 @@ from .registry import RUN_TIME, onnx_op, onnx_types, tflite_op
 
 @onnx_op("Shape")
 def import_shape(node, ctx):
-    shape = np.array(ctx.shape(node.inputs[0]), dtype=np.int64)
-    rank = len(shape)
-    start, end = node.attr("start", 0), node.attr("end", rank)
-    ctx.set_constant(node.outputs[0], shape[start:end])
+    """A shape the loader knows is a constant; one the values decide (ctx.run_time_shaped: a
+    NonZero's output, what follows it) TFLite's SHAPE, its entries start:end sliced."""
+    x, y = node.inputs[0], node.outputs[0]
+    rank = ctx.rank(x)
+    start, end = slice(node.attr("start", 0), node.attr("end", rank)).indices(rank)[:2]
+    if x not in ctx.run_time_shaped:
+        ctx.set_constant(y, np.array(ctx.shape(x), dtype=np.int64)[start:end])
+        return
+    if (start, end) == (0, rank):
+        ctx.add_op("SHAPE", [x], [y], {"out_type": np.int32})
+        return
+    whole = ctx.tensor("shape", (rank,), np.int32)
+    ctx.add_op("SHAPE", [x], [whole], {"out_type": np.int32})
+    ctx.add_op("SLICE", [whole, ctx.constant("begin", np.array([start], np.int32)),
+                         ctx.constant("size", np.array([max(end - start, 0)], np.int32))], [y])
 
 
 @onnx_op("Size")
 def import_size(node, ctx):
-    ctx.set_constant(node.outputs[0], np.prod(ctx.shape(node.inputs[0]), dtype=np.int64))
+    """As Shape: a constant, or the product of the SHAPE when the values decide it."""
+    x, y = node.inputs[0], node.outputs[0]
+    if x not in ctx.run_time_shaped:
+        ctx.set_constant(y, np.prod(ctx.shape(x), dtype=np.int64))
+        return
+    whole = ctx.tensor("shape", (ctx.rank(x),), np.int32)
+    ctx.add_op("SHAPE", [x], [whole], {"out_type": np.int32})
+    ctx.add_op("REDUCE_PROD", [whole, ctx.constant("axis", np.array([0], np.int32))], [y],
+               {"keep_dims": False})
 
 
 @onnx_op("EyeLike")
@@ -73,8 +92,27 @@ def import_range(node, ctx):
     ctx.add_op("RANGE", scalars, node.outputs[:1])
 
 
+@onnx_types("ConstantOfShape", values=True, run_time=True)
+def _constant_of_shape_types(shapes, dtypes, attrs, values):
+    """A shape computed when the model runs: each of its entries a size the values decide."""
+    value = attrs.get("value")
+    dtype = (helper.tensor_dtype_to_np_dtype(value.data_type) if value is not None
+             else np.dtype(np.float32))
+    if values[0] is not None or shapes[0] is None or len(shapes[0]) != 1:
+        return [None]
+    return [((RUN_TIME,) * shapes[0][0], dtype)]
+
+
 @onnx_op("ConstantOfShape")
 def import_constant_of_shape(node, ctx):
+    """A computed shape the values decide (ctx.run_time_shaped): TFLite's FILL; other computed
+    shapes stay refused (the loader folds those it can)."""
+    shape, y = node.inputs[0], node.outputs[0]
+    if shape in ctx.run_time_shaped:
+        value = node.attr("value")
+        value = (np.zeros(1, np.float32) if value is None else np.asarray(value)).reshape(())
+        ctx.add_op("FILL", [shape, ctx.constant("value", value.astype(ctx.dtype(y)))], [y])
+        return
     raise ctx.error("ConstantOfShape's shape is computed at run time, so its output's shape follows "
                     "from values and TFLite needs it known: compute it from constants and input "
                     "shapes only (the loader folds those; pin dynamic dimensions with --input-shape)")

@@ -182,7 +182,9 @@ _AXES_NEEDED = ("the axes say which dimensions STRIDED_SLICE cuts, so qconvert n
 
 
 def _computed_slice(node, ctx, names) -> None:
-    """STRIDED_SLICE reading starts, ends or steps computed at run time. The importer only sees
+    """STRIDED_SLICE reading starts, ends or steps computed at run time, or slicing a tensor whose
+    shape the values decide (ctx.run_time_shaped: its dimensions are read by SHAPE when it runs,
+    so an end of 300 stays 300 whatever the count the loader sized it at). The importer only sees
     such a Slice when the output's shape is known (the model declares it: shape inference cannot
     know it from computed values), and that is the shape the rest of the graph is built for. Axes
     must be constants: they say which dimensions are cut. The graph resolves the computed values
@@ -205,7 +207,11 @@ def _computed_slice(node, ctx, names) -> None:
         raise ctx.error("a step of 0 is invalid")
     vectors = [_per_axis(ctx, y, name, default, hint, axes, rank)
                for name, default, hint in ((starts, 0, "begin"), (ends, 0, "end"), (steps, 1, "strides"))]
-    begin, end = _onnx_bounds(ctx, y, *vectors, np.array(ctx.shape(x), np.int32))
+    dims = np.array(ctx.shape(x), np.int32)
+    if x in ctx.run_time_shaped:
+        dims = ctx.tensor(f"{y}_dims", (rank,), np.int32)
+        ctx.add_op("SHAPE", [x], [dims], {"out_type": np.int32})
+    begin, end = _onnx_bounds(ctx, y, *vectors, dims)
     inputs = [x] + [ctx.constant(h, v) if isinstance(v, np.ndarray) else v
                     for h, v in (("begin", begin), ("end", end), ("strides", vectors[2]))]
     ctx.add_op("STRIDED_SLICE", inputs, [y], {"begin_mask": whole, "end_mask": whole,
@@ -277,6 +283,7 @@ def _saturated(ctx, name: str) -> str:
 # INT64_MAX (narrowed to INT32_MAX inside the graph) and INT32_MAX.
 _END_SENTINELS = (int(np.iinfo(np.int32).max), int(np.iinfo(np.int64).max))
 _FOLDED = {"MAXIMUM": np.maximum, "MINIMUM": np.minimum, "LESS": np.less, "ADD": np.add,
+           "SUB": np.subtract,
            "SELECT_V2": np.where, "EQUAL": np.equal, "LOGICAL_AND": np.logical_and}
 
 
@@ -292,12 +299,13 @@ def _vector_op(ctx, y: str, op: str, operands: list, hint: str):
     return out
 
 
-def _wrapped(ctx, y: str, value, dims: np.ndarray, low: np.ndarray, hint: str):
+def _wrapped(ctx, y: str, value, dims, low, hint: str):
     """`value` clamped to [low, dims] (low >= -dims - 1, so no sum below overflows and nothing
     ONNX would resolve differently is lost), then counted from the end where negative (+ dims)."""
     value = _vector_op(ctx, y, "MAXIMUM", [value, low], hint + "_above_low")
     value = _vector_op(ctx, y, "MINIMUM", [value, dims], hint + "_below_dim")
-    negative = _vector_op(ctx, y, "LESS", [value, np.zeros_like(dims)], hint + "_negative")
+    rank = len(dims) if isinstance(dims, np.ndarray) else ctx.shape(dims)[0]
+    negative = _vector_op(ctx, y, "LESS", [value, np.zeros(rank, np.int32)], hint + "_negative")
     shifted = _vector_op(ctx, y, "ADD", [value, dims], hint + "_from_end")
     return _vector_op(ctx, y, "SELECT_V2", [negative, shifted, value], hint + "_wrapped")
 
@@ -310,20 +318,26 @@ def _onnx_bounds(ctx, y: str, begin, end, strides, dims: np.ndarray):
     takes index 0), so the graph resolves them itself: its begins are in range, which the kernel
     keeps as they are, and an end of -1 is written -dim - 1, which the kernel wraps to -1. Each
     op is folded when its operands are constants (numpy arrays). An end of INT32_MAX (INT64_MAX
-    narrowed) with a negative step runs through index 0, as onnxruntime reads it (numpy's None)."""
-    backward = _vector_op(ctx, y, "LESS", [strides, np.zeros_like(dims)], "backward")
-    high = _vector_op(ctx, y, "SELECT_V2", [backward, dims - 1, dims], "high")
-    low = _vector_op(ctx, y, "SELECT_V2", [backward, np.full_like(dims, -1), np.zeros_like(dims)], "low")
-    sentinel = _vector_op(ctx, y, "EQUAL", [end, np.full_like(dims, _END_SENTINELS[0])], "end_sentinel")
+    narrowed) with a negative step runs through index 0, as onnxruntime reads it (numpy's None).
+    `dims` is a numpy array, or a tensor (the SHAPE of a tensor the values size)."""
+    rank = len(dims) if isinstance(dims, np.ndarray) else ctx.shape(dims)[0]
+    zeros, ones = np.zeros(rank, np.int32), np.ones(rank, np.int32)
+    dims_less_1 = _vector_op(ctx, y, "SUB", [dims, ones], "dims_less_1")
+    minus_dims = _vector_op(ctx, y, "SUB", [zeros, dims], "minus_dims")
+    minus_dims_1 = _vector_op(ctx, y, "SUB", [minus_dims, ones], "minus_dims_less_1")
+    backward = _vector_op(ctx, y, "LESS", [strides, zeros], "backward")
+    high = _vector_op(ctx, y, "SELECT_V2", [backward, dims_less_1, dims], "high")
+    low = _vector_op(ctx, y, "SELECT_V2", [backward, -ones, zeros], "low")
+    sentinel = _vector_op(ctx, y, "EQUAL", [end, np.full(rank, _END_SENTINELS[0], np.int32)], "end_sentinel")
     through_first = _vector_op(ctx, y, "LOGICAL_AND", [sentinel, backward], "end_through_first")
-    end = _vector_op(ctx, y, "SELECT_V2", [through_first, -dims - 1, end], "end_or_before_first")
-    begin = _wrapped(ctx, y, begin, dims, -dims, "begin")
+    end = _vector_op(ctx, y, "SELECT_V2", [through_first, minus_dims_1, end], "end_or_before_first")
+    begin = _wrapped(ctx, y, begin, dims, minus_dims, "begin")
     begin = _vector_op(ctx, y, "MINIMUM", [begin, high], "begin_clamped")
-    end = _wrapped(ctx, y, end, dims, -dims - 1, "end")
+    end = _wrapped(ctx, y, end, dims, minus_dims_1, "end")
     end = _vector_op(ctx, y, "MAXIMUM", [end, low], "end_above_low")
     end = _vector_op(ctx, y, "MINIMUM", [end, high], "end_clamped")
-    before_first = _vector_op(ctx, y, "LESS", [end, np.zeros_like(dims)], "end_before_first")
-    end = _vector_op(ctx, y, "SELECT_V2", [before_first, -dims - 1, end], "end_encoded")
+    before_first = _vector_op(ctx, y, "LESS", [end, zeros], "end_before_first")
+    end = _vector_op(ctx, y, "SELECT_V2", [before_first, minus_dims_1, end], "end_encoded")
     return begin, end
 
 
@@ -358,7 +372,7 @@ def import_slice(node, ctx):
     if ctx.opset >= 10:
         names = [node.inputs[i] if len(node.inputs) > i else "" for i in range(1, 5)]
         starts, ends, _, steps = names
-        if any(n and ctx.const(n) is None for n in (starts, ends, steps)):
+        if any(n and ctx.const(n) is None for n in (starts, ends, steps)) or x in ctx.run_time_shaped:
             _computed_slice(node, ctx, names)
             return
     shape = ctx.shape(x)
