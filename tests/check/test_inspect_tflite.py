@@ -9,7 +9,6 @@ import importlib.util
 import json
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from qconvert.tflite import schema_generated as S
+from tests import processes
 from tests.harness import calibration_set, convert_proto, convert_quantized, grid_weights, make_model
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")
@@ -33,8 +33,8 @@ TF_WRITTEN = Path(_MICRO.origin if _MICRO else "-").parent / "python/tflite_micr
 
 
 def qconvert(*args, cwd=None):
-    return subprocess.run([QCONVERT, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return processes.run([QCONVERT, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                         cpu_seconds=120)
 
 
 def inspect_json(path: Path) -> dict:
@@ -287,8 +287,8 @@ _REPLACING = re.compile(r"Replacing (\d+) out of (\d+) node\(s\) with delegate \
 
 def litert_log(path: Path) -> tuple[int, int, int]:
     """(N, M, K) of LiteRT's "Replacing N out of M node(s) ... yielding K partitions" line."""
-    run = subprocess.run([sys.executable, "-c", _LITERT_LOG, str(path)], capture_output=True,
-                         text=True, timeout=120)
+    run = processes.run([sys.executable, "-c", _LITERT_LOG, str(path)], capture_output=True,
+                        text=True, cpu_seconds=120)
     assert run.returncode == 0, run.stderr
     found = _REPLACING.search(run.stderr)
     assert found, run.stderr

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 import qconvert.calibration.calibrate as calibrate
+from tests import processes
 from tests.harness import convert
 from qconvert.ir import MinMax
 from qconvert.check.report import build_report, write_report
@@ -133,10 +133,10 @@ def _screenshot_residuals(browser: str, url: str, where) -> int:
     import zlib
 
     shot = where.with_suffix(".png")
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", f"--user-data-dir={where}-profile", "--window-size=1000,700",
-                    f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True)
+    processes.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                   "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                   "--disable-sync", f"--user-data-dir={where}-profile", "--window-size=1000,700",
+                   f"--screenshot={shot}", url], capture_output=True, cpu_seconds=120, check=True)
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     pos, data = 8, b""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.cli import cli
 from qconvert.tflite import schema_generated as S
+from tests import processes
 from tests.harness import random_feeds, run_onnxruntime, run_tflite
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")
@@ -163,7 +163,7 @@ def models(tmp_path_factory) -> Path:
 def _run(argv, stdin_path, cwd, seed):
     stdin = Path(stdin_path).read_bytes() if stdin_path else b""
     env = dict(os.environ, PYTHONHASHSEED=str(seed))  # different seeds: order must not matter
-    return subprocess.run(argv, input=stdin, capture_output=True, cwd=cwd, env=env, timeout=60)
+    return processes.run(argv, input=stdin, capture_output=True, cwd=cwd, env=env, cpu_seconds=60)
 
 
 class _Runs:

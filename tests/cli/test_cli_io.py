@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from onnx import TensorProto
 
 from qconvert.cli import cli, inspect_cli, verify_cli
+from tests import processes
 from tests.harness import make_model, run_onnxruntime, run_tflite, small_classifier
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")
@@ -72,10 +73,11 @@ def _assert_runs_like_onnxruntime(tflite: bytes, report: dict, model_path: Path,
     np.testing.assert_allclose(actual, expected, atol=atol)
 
 
-def _shell(command: str, cwd: Path, timeout: float = 60, **env) -> subprocess.CompletedProcess:
-    """`command` in sh (for its redirections: `>&-`, `<&-`, `> /dev/full`), stderr as text."""
-    return subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, **env))
+def _shell(command: str, cwd: Path, **env) -> subprocess.CompletedProcess:
+    """`command` in sh (for its redirections: `>&-`, `<&-`, `> /dev/full`), stderr as text; a
+    hang (a minute of CPU, or blocked past the load-scaled backstop) fails with processes.Hang."""
+    return processes.run(command, shell=True, cwd=cwd, capture_output=True, text=True,
+                         cpu_seconds=60, env=dict(os.environ, **env))
 
 
 # --- OUT that is IN -------------------------------------------------------------------------------
@@ -180,7 +182,7 @@ def test_a_fifo_as_input_is_refused_without_blocking(files, tmp_path):
     os.mkfifo(tmp_path / "in.onnx")
     for command in (f"{QCONVERT} in.onnx out.tflite", f"{QCONVERT} inspect in.onnx",
                     f"{QCONVERT} verify {files / 'm.onnx'} in.onnx"):
-        proc = _shell(command, tmp_path, timeout=60)  # a hang fails with TimeoutExpired
+        proc = _shell(command, tmp_path)  # a hang fails with processes.Hang
         assert proc.returncode == 1 and "in.onnx: a FIFO" in _one_error(proc.stderr), command
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]
 
@@ -227,7 +229,7 @@ def test_a_fifo_at_out_is_written_through_to_its_reader(files, tmp_path):
 
 def test_a_fifo_at_out_without_a_reader_is_refused_without_blocking(files, tmp_path):
     os.mkfifo(tmp_path / "out.fifo")
-    proc = _shell(f"{QCONVERT} {files / 'm.onnx'} out.fifo", tmp_path, timeout=60)
+    proc = _shell(f"{QCONVERT} {files / 'm.onnx'} out.fifo", tmp_path)
     assert proc.returncode == 1 and "without a reader" in _one_error(proc.stderr)
     assert stat.S_ISFIFO(os.stat(tmp_path / "out.fifo").st_mode)
 

@@ -4,7 +4,6 @@ exit codes (0, 2, 4), one-line messages, no file left behind below --min-sqnr, t
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from qconvert.tflite.reader import read
 from qconvert.check.float_check import FLOAT_TOLERANCE
+from tests import processes
 from tests.harness import small_classifier
 
 QCONVERT = str(Path(sys.executable).parent / "qconvert")
@@ -23,8 +23,8 @@ FLOAT_KEYS = {"scale", "bounded_by", "relative_error", "ulps", "mismatches", "ne
 
 
 def qconvert(*args, cwd):
-    return subprocess.run([QCONVERT, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return processes.run([QCONVERT, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                         cpu_seconds=120)
 
 
 @pytest.fixture(scope="module")

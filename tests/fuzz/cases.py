@@ -2,7 +2,7 @@
 
 Every case has an id (``case_0123``), a kind (what it attacks) and a builder that writes the
 case's files into an empty directory and returns the Run to make there: the command line, what
-stdin and stdout are, the environment, the time limit and, for the few cases where the issue
+stdin and stdout are, the environment, the CPU budget and, for the few cases where the issue
 names the answer, the exit codes allowed. The list and every file are a pure function of SEED
 and the case's index, so a failure is reproduced by its id:
 
@@ -56,7 +56,7 @@ class Run:
     stdin_mode: str = "bytes"  # subprocess: "bytes" or "closed"
     stdout_mode: str = "pipe"  # subprocess: "pipe", "closed", "full" (/dev/full), "broken"
     env: dict[str, str] = field(default_factory=dict)
-    timeout: float = 20.0
+    cpu_seconds: float = 20.0  # the child's CPU budget (tests/processes.py): more is a hang
     allowed: frozenset[int] = EXIT_ANY  # exit codes this case may end with
 
 
@@ -712,7 +712,7 @@ def random_field(rng, j, d):
 
 # --- calibration data -----------------------------------------------------------------------------
 def _calib_run(rng, d, seed, path="calib.npz", extra=(), flag="--calibration", allowed=EXIT_ANY,
-               env=None, timeout=20.0):
+               env=None, cpu_seconds=20.0):
     write_seed(seed, d)
     inputs = model_inputs(d)
     if flag == "--calibration":
@@ -722,7 +722,7 @@ def _calib_run(rng, d, seed, path="calib.npz", extra=(), flag="--calibration", a
     if rng.random() < 0.1:
         flags.append("--debug")
     return Run([MODEL, OUT, *flags, *extra], inputs=inputs, allowed=allowed, env=env or {},
-               timeout=timeout)
+               cpu_seconds=cpu_seconds)
 
 
 def _shape(seed, n):
@@ -979,7 +979,7 @@ def calib_dir(rng, j, d):
         for i in range(50):
             np.savez(c / f"part-{i:03d}.npz", x=a[:1])
     run = _calib_run(rng, d, seed, path="calib")
-    run.timeout = 15.0
+    run.cpu_seconds = 15.0
     return run
 
 
@@ -1000,7 +1000,7 @@ def calib_bomb(rng, j, d):
         np.savez(d / "calib.npz", x=np.ones((3, 12), np.float32))
         env = {_pick(rng, ["QCONVERT_MAX_CALIBRATION_SAMPLES", "QCONVERT_MAX_CALIBRATION_BYTES"]):
                _pick(rng, ["abc", "0", "-5", "1e9", "99999999999999999999999"])}
-    return _calib_run(rng, d, seed, env=env, timeout=15.0,
+    return _calib_run(rng, d, seed, env=env, cpu_seconds=15.0,
                       allowed=frozenset({1, 2}) if kind in (0, 1, 2) else EXIT_ANY)
 
 
@@ -1018,7 +1018,7 @@ def cli_input_shape(rng, j, d):
     flags = ["--input-shape", value]
     if rng.random() < 0.3:
         flags += ["--quantize", "--default-range", "-1,1"]
-    return Run([MODEL, OUT, *flags], inputs=model_inputs(d), timeout=20.0)
+    return Run([MODEL, OUT, *flags], inputs=model_inputs(d), cpu_seconds=20.0)
 
 
 DEFAULT_RANGES = ["", ",", "nan,1", "0,nan", "inf,1", "-inf,inf", "1,0", "0,0", "1,2,3", "a,b",
@@ -1062,7 +1062,7 @@ def cli_numbers(rng, j, d):
     env = {}
     if rng.random() < 0.15:
         env = {"QCONVERT_MAX_MODEL_BYTES": _pick(rng, ["1", "abc", "0", "100"])}
-    return Run([MODEL, OUT, *flags], inputs=model_inputs(d), env=env, timeout=30.0)
+    return Run([MODEL, OUT, *flags], inputs=model_inputs(d), env=env, cpu_seconds=30.0)
 
 
 def cli_paths(rng, j, d):
@@ -1147,7 +1147,7 @@ def cli_stdio(rng, j, d):
     model = (d / MODEL).read_bytes()
     kind = j % 14
     json_flag = ["--json"] if rng.random() < 0.3 else []
-    run = Run([MODEL, OUT], inputs=inputs, subprocess=True, timeout=10.0)
+    run = Run([MODEL, OUT], inputs=inputs, subprocess=True, cpu_seconds=10.0)
     if kind == 0:
         run.args, run.out, run.stdin_mode = ["-", OUT], OUT, "closed"
     elif kind == 1:
@@ -1309,7 +1309,7 @@ def tiny_files(rng, j, d):
     if j % 3 == 0:
         (d / MODEL).write_bytes(data)
         return Run([MODEL, OUT], inputs=(MODEL,))
-    return Run(["-", OUT], inputs=(), stdin=data, subprocess=j % 3 == 2, timeout=10.0)
+    return Run(["-", OUT], inputs=(), stdin=data, subprocess=j % 3 == 2, cpu_seconds=10.0)
 
 
 def _model_int_fields(m: onnx.ModelProto) -> list[tuple[str, Callable[[int], None]]]:

@@ -2,8 +2,9 @@
 
 In a forked child of the pytest process running click's CliRunner for model and calibration cases
 (tens of milliseconds each: qconvert is imported once), a real subprocess of the console script
-for cases whose file descriptors matter (Run.subprocess). Either way: a time limit (a hang fails
-the case), an address-space limit (a memory bomb fails with MemoryError instead of taking the
+for cases whose file descriptors matter (Run.subprocess). Either way: a CPU-time budget
+(Run.cpu_seconds, with a load-scaled wall-clock backstop for a child that blocks: tests/processes.py;
+a hang fails the case, a busy machine does not), an address-space limit (a memory bomb fails with MemoryError instead of taking the
 machine), a crash that fails the case instead of killing pytest, and the checks every case must
 pass:
 
@@ -30,7 +31,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from tests.fuzz.cases import PWNED, Run
+from tests.processes import POLL, Backstop, Hang, cpu_message, limit_cpu, overran_cpu
+from tests.processes import run as run_bounded
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout whose qconvert is under test
 QCONVERT = str(Path(sys.executable).parent / "qconvert")
@@ -82,6 +84,7 @@ def _invoke(run: Run, directory: Path) -> tuple:
     command, args, prog = _command(run.args)
     os.chdir(directory)
     os.environ.update(run.env)
+    limit_cpu(run.cpu_seconds)
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, resource.getrlimit(resource.RLIMIT_AS)[1]))
     result = CliRunner().invoke(command, args, input=run.stdin, prog_name=prog)
     escaped = None
@@ -111,19 +114,23 @@ def run_in_process(run: Run, directory: Path) -> Outcome:
         finally:
             os._exit(code)
     os.close(write_end)
-    chunks, deadline = [], time.monotonic() + run.timeout
+    chunks, backstop = [], Backstop(run.cpu_seconds)
     with os.fdopen(read_end, "rb") as pipe:
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([pipe], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return Outcome(None, b"", f"timed out after {run.timeout:g} s")
+            if not select.select([pipe], [], [], POLL)[0]:
+                if backstop.expired():
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    return Outcome(None, b"", backstop.message("the case"))
+                continue
             chunk = os.read(pipe.fileno(), 1 << 20)
             if not chunk:
                 break
             chunks.append(chunk)
     _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if overran_cpu(code):
+        return Outcome(None, b"", cpu_message("the case", run.cpu_seconds))
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         return Outcome(128 + sig, b"", f"qconvert crashed: killed by {signal.Signals(sig).name}")
@@ -156,16 +163,16 @@ def run_subprocess(run: Run, directory: Path) -> Outcome:
         stdout = write_end
         opened.append(write_end)
     stdin = None if run.stdin_mode == "closed" else subprocess.PIPE
-    proc = subprocess.Popen([QCONVERT, *run.args], cwd=directory, env=env, stdin=stdin, stdout=stdout,
-                            stderr=subprocess.PIPE, preexec_fn=_child_setup(run))
-    for f in opened:
-        f.close() if hasattr(f, "close") else os.close(f)
     try:
-        out, err = proc.communicate(input=run.stdin if stdin else None, timeout=run.timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return Outcome(None, b"", f"timed out after {run.timeout:g} s")
+        proc = run_bounded([QCONVERT, *run.args], cpu_seconds=run.cpu_seconds, cwd=directory, env=env,
+                           stdin=stdin, input=run.stdin if stdin else None, stdout=stdout,
+                           stderr=subprocess.PIPE, preexec_fn=_child_setup(run))
+    except Hang as hang:
+        return Outcome(None, b"", str(hang))
+    finally:
+        for f in opened:
+            f.close() if hasattr(f, "close") else os.close(f)
+    out, err = proc.stdout, proc.stderr
     code = proc.returncode
     return Outcome(code if code >= 0 else 128 - code, out or b"", err.decode(errors="replace"))
 
@@ -219,7 +226,11 @@ class LiteRTChecker:
     def close(self):
         if self.proc is not None:
             self.proc.stdin.close()
-            self.proc.wait(timeout=10)
+            try:  # it exits at the end of its input; one that does not is killed, not waited on
+                self.proc.wait(timeout=Backstop(10).seconds())
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
             self.proc = None
 
 

@@ -13,7 +13,6 @@ bit for bit (the evaluator computed it in float64).
 from __future__ import annotations
 
 import resource
-import subprocess
 import sys
 
 import numpy as np
@@ -21,6 +20,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests import processes
 from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line
 
 _TYPES = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.int32: TensorProto.INT32,
@@ -167,8 +167,8 @@ def _limit_memory():
 def test_a_huge_fold_under_a_4_gib_address_space_is_one_line(kind, tmp_path):
     source, out = tmp_path / "huge.onnx", tmp_path / "out.tflite"
     onnx.save(_huge(kind), source)
-    result = subprocess.run([sys.executable, "-m", "qconvert", str(source), str(out)],
-                            capture_output=True, text=True, preexec_fn=_limit_memory, timeout=300)
+    result = processes.run([sys.executable, "-m", "qconvert", str(source), str(out)],
+                           capture_output=True, text=True, preexec_fn=_limit_memory, cpu_seconds=300)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1, result.stderr
     assert f"node 'n' ({kind})" in lines[0] and "QCONVERT_MAX_FOLDED_BYTES" in lines[0], lines[0]
@@ -188,8 +188,8 @@ def test_a_huge_constant_output_under_a_4_gib_address_space_is_one_line(tmp_path
                               [numpy_helper.from_array(np.array([1 << 26], np.int64), "s")])
     source, out = tmp_path / "big.onnx", tmp_path / "out.tflite"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), source)
-    result = subprocess.run([sys.executable, "-m", "qconvert", str(source), str(out)],
-                            capture_output=True, text=True, preexec_fn=_limit_memory, timeout=300)
+    result = processes.run([sys.executable, "-m", "qconvert", str(source), str(out)],
+                           capture_output=True, text=True, preexec_fn=_limit_memory, cpu_seconds=300)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     if result.returncode == 0:  # a machine where 4 GiB was enough: written and verified

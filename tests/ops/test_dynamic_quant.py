@@ -657,17 +657,37 @@ def _transposed_activation(rng, reader: str) -> onnx.ModelProto:
                        "w2": rng.standard_normal((8, 32)).astype(np.float32)})
 
 
+def _dynamic_matmul(x: np.ndarray, quantized: onnx.ModelProto, weight: str) -> np.ndarray:
+    """x @ `weight` as quantize_dynamic's graph defines it, in numpy: DynamicQuantizeLinear's uint8
+    x (its float32 range widened to 0 over 255, the zero point and levels rounded half to even),
+    the exact integer sums of (x - zx)(W - zw), times both scales: a reference no CPU's integer
+    kernels can change (onnxruntime's u8 x s8 MatMulInteger saturates without VNNI)."""
+    init = {t.name: numpy_helper.to_array(t) for t in quantized.graph.initializer}
+    lo, hi = np.float32(min(0.0, x.min())), np.float32(max(0.0, x.max()))
+    scale = np.float32((hi - lo) / np.float32(255))
+    zero = np.clip(np.round(-lo / scale), 0, 255)
+    levels = np.clip(np.round(x / scale) + zero, 0, 255).astype(np.int64) - int(zero)
+    weights = init[f"{weight}_quantized"].astype(np.int64) - init[f"{weight}_zero_point"].astype(np.int64)
+    return (levels @ weights).astype(np.float32) * (scale * init[f"{weight}_scale"])
+
+
 @pytest.mark.parametrize("reader", ["MatMul", "Relu"])
 def test_an_activation_moved_in_int8(tmp_path, reader):
     """The int8 activation moved by a Transpose to a second MatMulInteger, or dequantized after it
     at its run-time scale for a float op: the same movement in float, within onnxruntime's
-    rounding, the weights int8."""
+    rounding, the weights int8. The expected values are the graph's arithmetic in numpy, the same
+    on every CPU, and onnxruntime's reference (tests.harness.run_onnxruntime) equals them."""
     quantized = _quantize(_transposed_activation(np.random.default_rng(6), reader), tmp_path)
     assert "Transpose" in {n.op_type for n in quantized.graph.node}
     flatbuffer, report = convert_proto(quantized)
     feeds = _feeds(quantized)
-    got, expected = run_tflite(flatbuffer, report, feeds), run_onnxruntime(quantized, feeds)
+    x = feeds["x"]
+    expected = {"a": _dynamic_matmul(x, quantized, "w"),
+                "b": (_dynamic_matmul(x.transpose(0, 2, 1), quantized, "w2") if reader == "MatMul"
+                      else np.maximum(x.transpose(0, 2, 1), 0))}
+    got, reference = run_tflite(flatbuffer, report, feeds), run_onnxruntime(quantized, feeds)
     for name in ("a", "b"):
+        np.testing.assert_allclose(reference[name], expected[name], rtol=1e-6, atol=1e-6)
         assert sqnr_db(expected[name], got[name]) > 35, (name, sqnr_db(expected[name], got[name]))
     from qconvert.tflite.reader import read
 
