@@ -680,6 +680,17 @@ def _onnxruntime_fails(path: Path) -> str | None:
     return None
 
 
+def _detector_images(key: str, work: Path) -> Path:
+    """Two seeded images in [0, 1] at the detector's size, as an .npz for --verify-data."""
+    import numpy as np
+
+    size = ARCHITECTURES[key][3]["size"]
+    images = np.random.default_rng(SEED).random((2, 1, 3, size, size), dtype=np.float32)
+    path = work / "detector-images.npz"
+    np.savez(path, images=images)
+    return path
+
+
 def convert_one(key: str, exporter: str, fmt: str, timeout: float, work: Path) -> dict:
     family, model, _, _ = ARCHITECTURES[key]
     path = model_file(key, exporter, fmt)
@@ -693,7 +704,10 @@ def convert_one(key: str, exporter: str, fmt: str, timeout: float, work: Path) -
         return row
     row["onnx_mb"] = round(path.stat().st_size / MB, 3)
     dest = work / "out.tflite"
-    result = run_qconvert(path, dest, timeout, work, ())  # default flags, quantized formats too
+    # default flags, quantized formats too; a detector checked on images as its transform takes
+    # them ([0, 1]): from standard normal pixels every score saturates to 1.0, an order of ties
+    options = ("--verify-data", str(_detector_images(key, work))) if ARCHITECTURES[key][2] == "tvdet" else ()
+    result = run_qconvert(path, dest, timeout, work, options)
     row["code"] = result.get("code")  # None: timed out, or the launcher failed
     row["status"], row["message"] = _status(result)
     if row["status"] == "refused" and (invalid := _onnxruntime_fails(path)):

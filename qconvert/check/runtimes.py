@@ -127,11 +127,23 @@ class TFLiteModel:
             raise ConversionError(f"{self.path}: LiteRT cannot run it: {first_line(e)}") from None
         outputs = {}
         for port in self.outputs:
-            value = _from_file(interpreter.get_tensor(port.index), port)
+            value = _from_file(output_value(interpreter, port.index), port)
             if port.permutation is not None:
                 value = np.transpose(value, np.argsort(port.permutation))
             outputs[port.onnx_name] = value
         return outputs
+
+
+def output_value(interpreter, index: int) -> np.ndarray:
+    """The tensor's value after a run; an empty one (a count of zero: no box kept), whose data
+    LiteRT's Python API cannot read ("Invalid tensor size"), as an empty array of its shape."""
+    try:
+        return interpreter.get_tensor(index)
+    except ValueError:
+        detail = next(d for d in interpreter.get_tensor_details() if d["index"] == index)
+        if np.prod(detail["shape"]) != 0:
+            raise
+        return np.zeros(detail["shape"], detail["dtype"])
 
 
 @contextlib.contextmanager

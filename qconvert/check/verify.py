@@ -28,6 +28,7 @@ from .float_check import (FLOAT16_EPS, FLOAT32_EPS, FLOAT32_TINY, TOLERANCES, Ou
                           step_values, ulps_text)
 from .metrics import json_number, sqnr_db, worst_slice
 from .runtimes import RecordedReference, Reference, onnx_values, prepare, run_both
+from .ties import align_near_ties
 
 
 @dataclass
@@ -82,6 +83,8 @@ class Verification:
     other_sizes: list[str] = field(default_factory=list)
     # the random nodes whose draws were fed to both sides (check/random_draws.py), "RandomNormal 'n'"
     fed_draws: list[str] = field(default_factory=list)
+    # the .tflite's rows put in onnxruntime's order at near-tied scores (check/ties.py)
+    reordered: int = 0
 
     @property
     def worst(self) -> OutputCheck:
@@ -132,6 +135,8 @@ class Verification:
                      f"0..9, --verify-data gives real values)")
         if self.fed_draws:
             count = count[:-1] + f"; random ops' draws fed to both sides: {', '.join(self.fed_draws)})"
+        if self.reordered:
+            count = count[:-1] + f"; {self.reordered} rows in onnxruntime's order at near-tied scores)"
         if self.check == "float":
             failures = self.float_failures()
             if failures:
@@ -172,6 +177,7 @@ class Verification:
         others = {o.name: o for o in other.outputs}
         self.outputs = [worse(o, others.get(o.name, o)) for o in self.outputs]
         self.samples += other.samples
+        self.reordered += other.reordered
         self.passed = self.passed and other.passed
         self.other_sizes.append(", ".join(f"{n} [{', '.join(map(str, s))}]" for n, s in shapes.items()))
 
@@ -278,8 +284,12 @@ class OutputStacks:
         self.expected: dict[str, list] = {name: [] for name in self.names}
         self.actual: dict[str, list] = {name: [] for name in self.names}
         self.operands: dict[str, list] = {name: [] for name in self.step_names}
+        self.reordered = 0
 
     def add(self, reference: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> None:
+        outputs, moved = align_near_ties({n: reference[n] for n in self.names},
+                                         {n: outputs[n] for n in self.names}, TOLERANCES[FLOAT32_EPS])
+        self.reordered += moved
         for name in self.names:
             self.expected[name].append(reference[name])
             self.actual[name].append(outputs[name])
@@ -302,7 +312,8 @@ class OutputStacks:
         result = Verification(checks, samples, min_sqnr, data=data,
                               check="float" if float_check else "sqnr",
                               tolerance=TOLERANCES[ulp] if float_check else None, ulp=ulp,
-                              reason=None if float_check else run_time_quantization(self.proto))
+                              reason=None if float_check else run_time_quantization(self.proto),
+                              reordered=self.reordered)
         result.passed = (min_sqnr is None or not result.below(min_sqnr)) and not result.float_failures()
         return result
 

@@ -450,7 +450,8 @@ def _dimension_reports(model: Model) -> list[DimensionReport]:
     dims = model.dynamic_dims
     if dims is None:
         return []
-    return [DimensionReport(s, size, s not in dims.fixed_because, dims.fixed_because.get(s, ""))
+    return [DimensionReport(s, size, s not in dims.fixed_because, dims.fixed_because.get(s, ""),
+                            s in dims.value_dependent)
             for s, size in dims.sizes.items()]
 
 

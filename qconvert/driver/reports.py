@@ -83,6 +83,7 @@ class DimensionReport:
     size: int  # the size the .tflite's shapes have (LiteRT's before resize_tensor_input)
     resizable: bool  # shape_signature -1 wherever it is: resize_tensor_input changes it
     fixed_because: str  # why it is not resizable ("" when it is)
+    by_values: bool = False  # a size the values decide (NonZero's count), not an input's
 
 
 @dataclass
@@ -187,8 +188,11 @@ class ConversionReport:
 
 def _dimensions_note(dimensions: list[DimensionReport]) -> str:
     """The dynamic dimensions kept resizable, then those fixed at their size with why."""
-    kept = [d for d in dimensions if d.resizable]
+    kept = [d for d in dimensions if d.resizable and not d.by_values]
+    valued = sum(1 for d in dimensions if d.by_values)
     parts = []
+    if valued:  # a detector's hundreds: counted (--json lists them)
+        parts.append(f"{valued} size{'s' if valued > 1 else ''} the values decide, set when it runs")
     if kept:
         parts.append("dynamic " + ", ".join(repr(d.symbol) for d in kept) + " kept resizable "
                      f"(shape_signature -1; written at {', '.join(str(d.size) for d in kept)})")

@@ -203,6 +203,9 @@ class _Graph:
         # Those whose sizes inference could not tell, set as dimensions the values decide: a
         # size whole-graph inference tells later (data propagation) replaces the guess.
         self.guessed: set[str] = set()
+        # Computed shapes (run_time_shaped's Shape and what follows) at the loader's sizes: see
+        # _at_sizes.
+        self.at_sizes: dict[str, np.ndarray] = {}
         if outer is not None:
             self.run_time_shaped.update(i.name for i in self.inputs if i.name in outer[0].run_time_shaped)
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
@@ -361,12 +364,17 @@ class _Graph:
             if value is None:
                 kept.append(node)
                 varying = self.reads_run_time_shaped(node)
-                folded |= node_types.infer_node(node, self.shapes, self.dtypes, self.constants, self.opsets,
+                known = self.constants
+                if varying:
+                    self._at_sizes(node)
+                    known = {**self.constants, **self.at_sizes}
+                typed = set(self.shapes)
+                folded |= node_types.infer_node(node, self.shapes, self.dtypes, known, self.opsets,
                                                 self._run_time_size if self.sizes_at_run_time() else None,
                                                 varying=varying)
                 if varying:
                     self.run_time_shaped.update(o for o in node.output if o)
-                    self.guessed.update(o for o in node.output if o in self.shapes)
+                    self.guessed.update(o for o in node.output if o in self.shapes and o not in typed)
                 continue
             for name, v in zip(node.output, value):
                 v = np.asarray(v)
@@ -379,6 +387,35 @@ class _Graph:
             folded = True
         self.nodes = kept
         return folded
+
+    def _at_sizes(self, node: onnx.NodeProto) -> None:
+        """The values of `node`'s outputs at the sizes the loader set, when it computes shapes the
+        values decide from such values and constants (a Shape, then Gather, Concat, Min): never
+        folded (the graph computes them when it runs), they give the ops that read them their
+        static shapes here, as a folded shape would (a Reshape to [count, 4])."""
+        if node.op_type in ("Shape", "Size"):
+            if node.input[0] not in self.shapes:
+                return
+            shape = np.array(self.shapes[node.input[0]], dtype=np.int64)
+            attrs = {a.name: a.i for a in node.attribute}
+            start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+            value = np.array(np.prod(shape), np.int64) if node.op_type == "Size" else shape[start:end]
+            self.at_sizes[node.output[0]] = value
+            return
+        known = {**self.constants, **self.at_sizes}
+        if (node.op_type in _NOT_FOLDABLE or node.domain not in ("", "ai.onnx") or not node.output
+                or any(n and n not in known for n in node.input)
+                or any(np.size(known[n]) > node_types.DATA_LIMIT for n in node.input if n)):
+            return
+        feeds = {n: known[n] for n in node.input if n}
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            try:
+                results = self._evaluated(node, feeds, f"node {self.names[id(node)]!r} ({node.op_type})")
+            except ConversionError:
+                return  # typed as a size the values decide instead
+        for name, value in zip([o for o in node.output if o], results):
+            self.at_sizes[name] = np.asarray(value)
 
     def reads_run_time_shaped(self, node: onnx.NodeProto) -> bool:
         """Whether `node` reads a value whose shape the values decide, directly or (control
@@ -430,7 +467,7 @@ class _Graph:
         wrong or slow (qconvert/onnx/fold.py), else the evaluator, which must see the model's
         opset (ops changed meaning across opsets)."""
         try:
-            results = fold.fold(node, [self.constants[n] if n else None for n in node.input])
+            results = fold.fold(node, [feeds[n] if n else None for n in node.input])
             if results is None:
                 # float16 computes in float32, rounded to float16 after the node (fold_constants
                 # takes ONNX's type), as onnxruntime's CPU kernels and the .tflite compute it.

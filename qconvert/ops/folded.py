@@ -94,11 +94,14 @@ def import_range(node, ctx):
 
 @onnx_types("ConstantOfShape", values=True, run_time=True)
 def _constant_of_shape_types(shapes, dtypes, attrs, values):
-    """A shape computed when the model runs: each of its entries a size the values decide."""
+    """A shape computed when the model runs: its value at the loader's sizes where known, else
+    each of its entries a size the values decide."""
     value = attrs.get("value")
     dtype = (helper.tensor_dtype_to_np_dtype(value.data_type) if value is not None
              else np.dtype(np.float32))
-    if values[0] is not None or shapes[0] is None or len(shapes[0]) != 1:
+    if values[0] is not None:  # the shape's value at the loader's sizes (loader._at_sizes)
+        return [(tuple(int(v) for v in np.ravel(values[0])), dtype)]
+    if shapes[0] is None or len(shapes[0]) != 1:
         return [None]
     return [((RUN_TIME,) * shapes[0][0], dtype)]
 

@@ -101,8 +101,8 @@ def test_a_non_zero_count_the_graph_cannot_follow_is_refused():
 
 def test_a_constant_as_long_as_the_count_is_filled_when_the_model_runs():
     """A label for every selected value (torchvision's full_like(scores, label)): ConstantOfShape
-    of the selection's Shape, folded to a constant at the count the loader set; it is a filled
-    constant (BROADCAST_TO of its value to the run-time shape), so it follows the count."""
+    of the selection's Shape, which the model computes when it runs (SHAPE, then FILL), so it
+    follows the count."""
     value = helper.make_tensor("v", F, [1], [3.0])
     after = [(helper.make_node("Transpose", ["y"], ["coordinates"]), TensorProto.INT64),
              (helper.make_node("GatherND", ["x", "coordinates"], ["picked"]), F),
