@@ -25,6 +25,7 @@ from ..check.verify import Verification
 from ..errors import BelowThreshold, ConversionError, ReferenceFailed, UsageError, first_line
 from ..ir import Model
 from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
+from ..onnx import dynamic_dims
 from ..onnx.dynamic_dims import has_symbols, keep_dynamic, symbols_of
 from ..onnx.file import OnnxFile, read_onnx
 from ..onnx.loader import load, nodes_matching, stores_float16, tables
@@ -258,24 +259,48 @@ def _sample_sizes(state: State) -> dict[str, int]:
 def keep_dimensions_dynamic(state: State) -> State:
     """Each dynamic dimension beyond the batch is probed: the model loaded and float-transformed
     again with that dimension alone at another size, then compared with the model, which keeps
-    the dimensions the comparison allows resizable (onnx/dynamic_dims.py)."""
+    the dimensions the comparison allows resizable (onnx/dynamic_dims.py). A batch that leaves
+    axis 0 (DynamicDims.add_batch) is tried first from the model at BATCH_BASE (at 1 a transpose
+    of it is a reshape, and nothing compares); where it cannot stay resizable, the model at batch
+    1 is probed without it."""
     model, source = state.model, state.probe_source
     if source is None or model.dynamic_dims is None:
         return replace(state, probe_source=None)
-    groups = model.dynamic_dims.probe_groups()
-    table_source = source.copy()  # the loads free their copy's weights; cut tables are found here
-    probes: dict[tuple[str, ...], Model | str] = {}
-    for k, group in enumerate(groups):
-        sizes = {**model.dynamic_dims.sizes, **model.dynamic_dims.probe_sizes(group)}
-        try:
-            probe = load(source if k == len(groups) - 1 else source.copy(),
-                         state.options.input.shapes, sizes=sizes, probe=True)
-            run_pipeline(probe, io_layout=state.options.input.io_layout)
-            probes[group] = probe
-        except ConversionError as e:
-            probes[group] = first_line(e)
-    keep_dynamic(model, probes, lambda: tables(table_source))
+    dims = model.dynamic_dims
+    if dims.batch:
+        based = dims.with_batch_at(dynamic_dims.BATCH_BASE)
+        at_base = _probed(state, source.copy(), based.sizes)
+        if isinstance(at_base, Model):
+            at_base.dynamic_dims = based
+            at_base.dynamic_batch = model.dynamic_batch
+            with contextlib.suppress(ConversionError):
+                _keep_probed(state, at_base, source.copy())
+                if at_base.dynamic_dims.batch not in at_base.dynamic_dims.fixed_because:
+                    return replace(state, model=at_base, probe_source=None)
+        dims.drop_batch()
+    _keep_probed(state, model, source)
     return replace(state, probe_source=None)
+
+
+def _probed(state: State, source: OnnxFile, sizes: dict[str, int]) -> Model | str:
+    """The model loaded and float-transformed at `sizes`, or why it does not convert there."""
+    try:
+        probe = load(source, state.options.input.shapes, sizes=sizes, probe=True)
+        run_pipeline(probe, io_layout=state.options.input.io_layout)
+        return probe
+    except ConversionError as e:
+        return first_line(e)
+
+
+def _keep_probed(state: State, model: Model, source: OnnxFile) -> None:
+    """keep_dynamic of `model` against its probes (one per DynamicDims.probe_groups group)."""
+    dims = model.dynamic_dims
+    groups = dims.probe_groups()
+    table_source = source.copy()  # the loads free their copy's weights; cut tables are found here
+    probes = {group: _probed(state, source if k == len(groups) - 1 else source.copy(),
+                             {**dims.sizes, **dims.probe_sizes(group)})
+              for k, group in enumerate(groups)}
+    keep_dynamic(model, probes, lambda: tables(table_source))
 
 
 def keep_float_model(state: State) -> State:
@@ -440,19 +465,30 @@ def serialize_model(state: State, output_name: str) -> tuple[Flatbuffer, Convers
         size_bytes=len(flatbuffer), seconds=round(time.perf_counter() - state.started, 3),
         inputs=_tensor_infos(model, model.inputs), outputs=_tensor_infos(model, model.outputs),
         quantization=state.quantization, weights=state.weights, notes=notes,
-        batch=None if batch is None else BatchReport(batch.symbol, 1, bool(batch.tensors), note(batch)),
+        batch=None if batch is None else _batch_report(model),
         dimensions=_dimension_reports(model),
         leading_dims=dict(state.leading_dims or {}))
     return flatbuffer, report
 
 
+def _batch_report(model: Model) -> BatchReport:
+    """The batch's: followed on axis 0 (dynamic_batch.py), or, where it leaves axis 0, as a
+    dynamic dimension (dynamic_dims.py), else fixed at 1 with why."""
+    batch, dims = model.dynamic_batch, model.dynamic_dims
+    followed = dims is not None and bool(dims.batch) and dims.batch not in dims.fixed_because
+    size = dims.sizes[dims.batch] if followed else 1
+    return BatchReport(batch.symbol, size, bool(batch.tensors) or followed,
+                       note(batch, size if followed else None))
+
+
 def _dimension_reports(model: Model) -> list[DimensionReport]:
+    """The dynamic dimensions but the batch (_batch_report's)."""
     dims = model.dynamic_dims
     if dims is None:
         return []
     return [DimensionReport(s, size, s not in dims.fixed_because, dims.fixed_because.get(s, ""),
                             s in dims.value_dependent)
-            for s, size in dims.sizes.items()]
+            for s, size in dims.sizes.items() if s != dims.batch]
 
 
 def write_and_verify(state: State, flatbuffer: Flatbuffer, report: ConversionReport,

@@ -398,9 +398,13 @@ def mark_batch_tensors(model: Model) -> None:
     model.dynamic_batch = replace(batch, tensors=frozenset(tensors))
 
 
-def note(batch: DynamicBatch) -> str:
-    """The report's one-line note on a batch set to 1."""
+def note(batch: DynamicBatch, written_at: int | None = None) -> str:
+    """The report's one-line note on a batch set to 1; `written_at`: the size of one that
+    leaves axis 0 but stays resizable as a dynamic dimension (dynamic_dims.py)."""
     name = f"{batch.symbol!r}" if batch.symbol else "(unnamed)"
+    if written_at is not None:
+        return (f"batch dimension {name} resizable as a dynamic dimension, written at "
+                f"{written_at} (shape_signature -1 where it goes; {batch.fixed_because})")
     if batch.fixed_because:
         return f"batch dimension {name} set to 1, fixed: {batch.fixed_because}"
     return f"batch dimension {name} set to 1, resizable (shape_signature -1)"

@@ -31,6 +31,8 @@ CHECK_SIZES besides its own (the driver's verify stage).
 
 from __future__ import annotations
 
+import copy
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +48,15 @@ PROBE_STEP = 32
 # The sizes the check runs the file at besides its own: 96 for every symbol, then every symbol at
 # a size of its own (128, 160, ...: a height unlike the width).
 CHECK_SIZES = (96, 128)
+# A batch probed as a dimension (DynamicDims.add_batch) is converted at 1 and checked at these.
+CHECK_BATCHES = (1, 3)
+# ... and converted at this batch (at 1, a transpose of it is a reshape: nothing to compare).
+BATCH_BASE = 2
+
+
+def batch_symbol(name: str) -> str:
+    """The symbol of a batch dimension named `name` ("" unnamed) among the dimensions."""
+    return name or "batch"
 
 
 @dataclass
@@ -61,6 +72,8 @@ class DynamicDims:
     # symbols of dimensions the values decide (NonZero's count: loader._run_time_size), which
     # must stay resizable
     value_dependent: set[str] = field(default_factory=set)
+    # the batch's symbol when the batch is probed as a dimension (add_batch), else ""
+    batch: str = ""
 
     @property
     def resizable(self) -> list[str]:
@@ -74,6 +87,32 @@ class DynamicDims:
         valued = tuple(s for s in self.sizes if s in self.value_dependent)
         return [(s,) for s in placed] + ([valued] if valued else [])
 
+    def add_batch(self, name: str, inputs: list[str], shapes: dict[str, tuple]) -> None:
+        """The batch (axis 0 of every input, at 1), which moves off axis 0 in the graph (a
+        Flatten of [batch * sequence, 1]), probed like the other dimensions: where the
+        comparison follows it, it stays resizable."""
+        self.batch = batch_symbol(name)
+        self.sizes[self.batch] = 1
+        for input_name in inputs:
+            self.inputs.setdefault(input_name, {})[0] = self.batch
+            self.shapes[input_name] = tuple(shapes[input_name])
+
+    def with_batch_at(self, size: int) -> DynamicDims:
+        """A copy of these dimensions with the batch's (add_batch) at `size`."""
+        other = copy.deepcopy(self)
+        other.sizes[self.batch] = size
+        other.shapes = {name: (size, *shape[1:]) for name, shape in self.shapes.items()}
+        return other
+
+    def drop_batch(self) -> None:
+        """The batch no longer among the dimensions: it stays fixed at 1 (dynamic_batch.py)."""
+        self.sizes.pop(self.batch, None)
+        for axes in self.inputs.values():
+            axes.pop(0, None)
+        self.inputs = {name: axes for name, axes in self.inputs.items() if axes}
+        self.shapes = {name: shape for name, shape in self.shapes.items() if name in self.inputs}
+        self.batch = ""
+
     def probe_sizes(self, group: tuple[str, ...]) -> dict[str, int]:
         return {s: self.sizes[s] + PROBE_STEP for s in group}
 
@@ -84,7 +123,8 @@ class DynamicDims:
         resizable = [s for s in self.resizable if s in placed]
         sets = []
         for k, size in enumerate(CHECK_SIZES):
-            sizes = {s: size + (32 * j if k else 0) for j, s in enumerate(resizable)}
+            sizes = {s: CHECK_BATCHES[k] if s == self.batch else size + (32 * j if k else 0)
+                     for j, s in enumerate(resizable)}
             sets.append({name: tuple(sizes.get(self.inputs.get(name, {}).get(axis), d)
                                      for axis, d in enumerate(shape))
                          for name, shape in self.shapes.items()})

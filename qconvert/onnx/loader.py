@@ -265,8 +265,8 @@ class _Graph:
             declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
                         for d in tt.shape.dim]
             dims = declared
-            if self.batch is not None:
-                dims = [1] + dims[1:]
+            if self.batch is not None:  # a probe may set it (dynamic_dims.DynamicDims.add_batch)
+                dims = [sizes.get(dynamic_dims.batch_symbol(self.batch), 1)] + dims[1:]
             elif i.name in leading:
                 dims = [leading[i.name]] + dims[1:]
             dims = [named.get(d, d) if isinstance(d, str) else d for d in dims]
@@ -944,17 +944,19 @@ def load(source: OnnxFile | onnx.ModelProto,
     source = upgrade_old_opset(source)
     graph = _Graph(source, input_shapes or {}, body, sizes, outer)
     try:
-        return _load_graph(graph)
+        return _load_graph(graph, probe)
     except ConversionError as e:
         if graph.dynamic is None or probe or not graph.dynamic.inputs:  # a probe's: its reason
             raise
         raise ConversionError(f"{e} ({dynamic_dims.pin_advice(graph.dynamic, graph.shapes)})") from None
 
 
-def _load_graph(graph: _Graph) -> Model:
-    """The IR of the loader's graph: folded, checked, imported."""
+def _load_graph(graph: _Graph, probing: bool = False) -> Model:
+    """The IR of the loader's graph: folded, checked, imported. A batch that cannot follow
+    axis 0 (dynamic_batch's check 1) is probed as a dynamic dimension (dynamic_dims.py), where
+    there are other dimensions to probe; a probe (`probing`) checks no batch."""
     dynamic_quant.dequantize(graph)  # onnxruntime's quantize_dynamic ops as float ops
-    probe = dynamic_batch.probe(graph) if graph.batch is not None else None
+    probe = dynamic_batch.probe(graph) if graph.batch is not None and not probing else None
     _settle(graph)
     _check_supported(graph)
 
@@ -965,6 +967,8 @@ def _load_graph(graph: _Graph) -> Model:
     if probe is not None:
         model.dynamic_batch = DynamicBatch(graph.batch, dynamic_batch.onnx_blocker(graph, probe, _settle))
         del probe
+        if model.dynamic_batch.fixed_because and graph.dynamic is not None:
+            graph.dynamic.add_batch(graph.batch, [i.name for i in graph.inputs], graph.shapes)
     importer = _Importer(graph, model)
     importer.add_inputs()
     importer.import_nodes()

@@ -328,3 +328,58 @@ def test_a_transposed_conv_of_blocks_needs_no_run_time_shape(tmp_path):
     _, report, _ = _convert_cli(_upsampled(), tmp_path)
     assert "SHAPE" not in report["op_counts"] and "TRANSPOSE_CONV" not in report["op_counts"]
     assert report["batch"]["resizable"]
+
+
+# --- a batch that leaves axis 0, probed as a dimension (DynamicDims.add_batch) ------------------
+def _sequence_first():
+    """A sequence-first layer ([S, B, 8], as RNNs and older attention take it): the batch on
+    axis 1 between two transposes."""
+    return _model([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+                   helper.make_node("MatMul", ["t", "w"], ["u"]), helper.make_node("Relu", ["u"], ["r"]),
+                   helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0, 2])],
+                  ["B", "S", 8], [_weight("w", 8, 4)])
+
+
+def _batch_into_channels():
+    """The batch folded into the features ([S, B * 8]) by a Reshape the graph's Shape builds,
+    then unfolded: it moves off axis 0 and into a product."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+             helper.make_node("Shape", ["t"], ["shape"]),
+             helper.make_node("Gather", ["shape", "first"], ["s"], axis=0),
+             helper.make_node("Concat", ["s", "minus_one"], ["folded_shape"], axis=0),
+             helper.make_node("Reshape", ["t", "folded_shape"], ["folded"]),
+             helper.make_node("Tanh", ["folded"], ["h"]),
+             helper.make_node("Reshape", ["h", "shape"], ["back"]),
+             helper.make_node("Transpose", ["back"], ["y"], perm=[1, 0, 2])]
+    return _model(nodes, ["B", "S", 8], [_ints("first", [0]), _ints("minus_one", [-1])])
+
+
+@pytest.mark.parametrize("build", [_sequence_first, _batch_into_channels])
+def test_a_batch_that_leaves_axis_0_stays_resizable_as_a_dimension(tmp_path, build):
+    """Converted at batch 2 (at 1 a transpose of it is a reshape), run at batches 1, 2 and 5
+    and other lengths against onnxruntime."""
+    model = build()
+    data, report, summary = _convert_cli(model, tmp_path)
+    assert report["batch"]["resizable"] and "resizable as a dynamic dimension" in summary, summary
+    assert report["batch"]["size"] == 2
+    assert "x [1, " in " ".join(report["verify"]["other_sizes"]), report["verify"]["other_sizes"]
+    for shape in [(1, 9, 8), (2, 64, 8), (5, 3, 8)]:
+        x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+        expected = run_onnxruntime(model, {"x": x})["y"]
+        for resolver in ("xnnpack", "builtin"):
+            np.testing.assert_allclose(_run(data, report, {"x": x}, resolver)["y"], expected,
+                                       rtol=1e-4, atol=1e-5, err_msg=f"{shape} {resolver}")
+
+
+def test_a_batch_the_graph_fixes_stays_at_1_and_says_why(tmp_path):
+    """A batch reduced away after it leaves axis 0 (a sum over [S, B, 8]'s axis 1 against a
+    [1, 4]-wide table): no comparison follows it, so the file is the batch-1 one."""
+    model = _model([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+                    helper.make_node("Flatten", ["t"], ["f"], axis=1),
+                    helper.make_node("MatMul", ["f", "w"], ["y"])],
+                   ["B", "S", 8], [_weight("w", 8, 4)])
+    data, report, summary = _convert_cli(model, tmp_path)
+    assert not report["batch"]["resizable"] and report["batch"]["size"] == 1, report["batch"]
+    x = np.random.default_rng(4).standard_normal((1, 64, 8)).astype(np.float32)
+    np.testing.assert_allclose(_run(data, report, {"x": x}, "builtin")["y"],
+                               run_onnxruntime(model, {"x": x})["y"], rtol=1e-4, atol=1e-5)
