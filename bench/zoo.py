@@ -740,6 +740,17 @@ def save(rows: list[dict]) -> None:
     tmp.replace(RESULTS)
 
 
+def run_in_venv(python: Path, script: str, args: list[str], timeout: float, log_name: str) -> None:
+    """`script args` by a zoo venv's `python`, one thread, the exporters' chatter appended to
+    ZOO/log_name; a worker that times out leaves what it made (the rest are "not generated")."""
+    with open(ZOO / log_name, "a") as log:
+        try:
+            subprocess.run([str(python), str(script), *args], timeout=timeout,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=log, stderr=log)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = False,
         formats: tuple = ()) -> list[dict]:
     """Generates (in chunks, in the zoo venv) and converts; results.json after every model.
@@ -764,14 +775,8 @@ def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = Fa
                 made = all(model_file(k, e, f).with_suffix(".json").exists()
                            for k in chunk for e, f in jobs_of(k, exporter))
                 if not made:  # else all cached: no worker to start
-                    with open(ZOO / "generate.log", "a") as log:  # the exporters' chatter
-                        try:
-                            subprocess.run([str(python), __file__, "--generate-worker", exporter,
-                                            ",".join(chunk)], timeout=700 * len(chunk) * 5,
-                                           env=dict(os.environ, OMP_NUM_THREADS="1"),
-                                           stdout=log, stderr=log)
-                        except subprocess.TimeoutExpired:
-                            pass
+                    run_in_venv(python, __file__, ["--generate-worker", exporter, ",".join(chunk)],
+                                700 * len(chunk) * 5, "generate.log")
                 for key in chunk:
                     for exp, fmt in jobs_of(key, exporter):
                         family, model, _, _ = ARCHITECTURES[key]

@@ -163,13 +163,8 @@ def generate(keys: list[str]) -> None:
         return
     python = zoo.ensure_venv(zoo.VENV, zoo.REQUIREMENTS)
     zoo.ZOO.mkdir(parents=True, exist_ok=True)
-    with open(zoo.ZOO / "generate-dynamic.log", "a") as log:
-        try:
-            subprocess.run([str(python), __file__, "--generate-worker", ",".join(todo)],
-                           timeout=700 * len(todo), env=dict(os.environ, OMP_NUM_THREADS="1"),
-                           stdout=log, stderr=log)
-        except subprocess.TimeoutExpired:
-            pass
+    zoo.run_in_venv(python, __file__, ["--generate-worker", ",".join(todo)], 700 * len(todo),
+                    "generate-dynamic.log")
 
 
 # --------------------------------------------------------------------------------------------
