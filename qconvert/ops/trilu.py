@@ -2,8 +2,10 @@
 
 A constant boolean mask over the last two dimensions (j - i >= k for upper, j - i <= k for lower)
 selects between x and a zero scalar (SELECT_V2, which broadcasts both): exact for every dtype,
-where multiplying by a 0/1 mask would turn inf and NaN outside the triangle into NaN. k must be a
-constant: it decides the mask.
+where multiplying by a 0/1 mask would turn inf and NaN outside the triangle into NaN. A k computed
+at run time (a graph input, say) compares a constant [rows, columns] matrix of offsets j - i with
+it when the model runs (GREATER_EQUAL for upper, LESS_EQUAL for lower): the same mask, made by
+the interpreter.
 """
 
 from __future__ import annotations
@@ -25,16 +27,37 @@ def import_trilu(node, ctx):
     shape = tuple(ctx.shape(x))
     if len(shape) < 2:
         raise ctx.error(f"input {x!r} has rank {len(shape)}; Trilu needs rank 2 or more")
+    upper = bool(node.attr("upper", 1))
+    k_name = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else ""
+    if k_name and ctx.const(k_name) is None:
+        _run_time_mask(ctx, x, y, k_name, upper)
+        return
     k = 0
-    if len(node.inputs) > 1 and node.inputs[1]:
-        value = ctx.require_const(node.inputs[1], "k", "the triangle's diagonal decides a constant "
-                                  "mask: make it an initializer")
+    if k_name:
+        value = ctx.const(k_name)
         if value.size != 1:
-            raise ctx.error(f"k (input {node.inputs[1]!r}) has {value.size} elements; ONNX wants a scalar")
+            raise ctx.error(f"k (input {k_name!r}) has {value.size} elements; ONNX wants a scalar")
         k = int(value.reshape(()))
-    mask = triangle_mask(shape[-2], shape[-1], k, bool(node.attr("upper", 1)))
+    mask = triangle_mask(shape[-2], shape[-1], k, upper)
     if mask.all():
         ctx.add_op("IDENTITY", [x], [y])
         return
-    ctx.add_op("SELECT_V2", [ctx.constant("triangle", mask), x,
-                             ctx.constant("zero", np.zeros((), ctx.dtype(x)))], [y])
+    _select(ctx, ctx.constant("triangle", mask), x, y)
+
+
+def _select(ctx, mask: str, x: str, y: str) -> None:
+    """y = x where `mask`, else zero (SELECT_V2 broadcasting the mask over the batch)."""
+    ctx.add_op("SELECT_V2", [mask, x, ctx.constant("zero", np.zeros((), ctx.dtype(x)))], [y])
+
+
+def _run_time_mask(ctx, x: str, y: str, k: str, upper: bool) -> None:
+    """Trilu by a k known only when the model runs: the mask offset >= k (upper) or offset <= k
+    (lower), offset = j - i a constant in k's dtype (int32 inside, as TFLite computes)."""
+    rows, columns = ctx.shape(x)[-2:]
+    if ctx.shape(k) not in ((), (1,)):
+        raise ctx.error(f"k (input {k!r}) has shape {list(ctx.shape(k))}; ONNX wants a scalar")
+    offset = np.arange(columns)[None, :] - np.arange(rows)[:, None]
+    offsets = ctx.constant("offsets", offset.astype(ctx.dtype(k)))
+    mask = ctx.tensor(y + "_triangle", (rows, columns), np.bool_)
+    ctx.add_op("GREATER_EQUAL" if upper else "LESS_EQUAL", [offsets, k], [mask])
+    _select(ctx, mask, x, y)

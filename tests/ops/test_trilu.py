@@ -1,12 +1,14 @@
 """Trilu (qconvert/ops/trilu.py) against onnxruntime: upper and lower, k from below the matrix to
 beyond it, square and wide/tall matrices with batch dimensions, int64 and bool data, infinities
-and NaN kept in the triangle and zeroed outside it, and the refusal of a run-time k."""
+and NaN kept in the triangle and zeroed outside it, and a k fed at run time (its mask compared
+when the model runs)."""
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line, make_model
+from tests.harness import assert_matches_onnxruntime, convert_proto, make_model, run_tflite
 
 RNG = np.random.default_rng(5)
 
@@ -37,8 +39,27 @@ def test_trilu_int_and_bool(elem_type, upper):
     assert_matches_onnxruntime(trilu_model(shape, upper, 1, elem_type), {"x": x}, rtol=0, atol=0)
 
 
-def test_runtime_k_is_refused():
-    node = helper.make_node("Trilu", ["x", "k"], ["y"], name="mask")
-    model = make_model([node], {"x": (TensorProto.FLOAT, (4, 4)), "k": (TensorProto.INT64, ())},
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 5)], ids=str)
+def test_run_time_k(shape, upper):
+    """k a graph input: one .tflite, run at every k from below the matrix to beyond it."""
+    node = helper.make_node("Trilu", ["x", "k"], ["y"], name="mask", upper=upper)
+    model = make_model([node], {"x": (TensorProto.FLOAT, shape), "k": (TensorProto.INT64, ())},
                        {"y": TensorProto.FLOAT}, opset=14)
-    assert_refused_in_one_line(model, "k", node="mask")
+    flatbuffer, report = convert_proto(model)
+    assert {"GREATER_EQUAL" if upper else "LESS_EQUAL", "SELECT_V2"} <= set(report.op_counts)
+    session = ort.InferenceSession(model.SerializeToString())
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[::5] = np.inf
+    for k in range(-6, 7):
+        feeds = {"x": x, "k": np.array(k, np.int64)}
+        np.testing.assert_array_equal(run_tflite(flatbuffer, report, feeds)["y"],
+                                      session.run(None, feeds)[0], err_msg=f"k={k}")
+
+
+def test_run_time_k_through_the_harness():
+    node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=0)
+    model = make_model([node], {"x": (TensorProto.FLOAT, (3, 5)), "k": (TensorProto.INT64, ())},
+                       {"y": TensorProto.FLOAT}, opset=14)
+    assert_matches_onnxruntime(model, {"x": RNG.standard_normal((3, 5)).astype(np.float32),
+                                       "k": np.array(1, np.int64)}, rtol=0, atol=0)
