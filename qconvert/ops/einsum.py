@@ -8,7 +8,9 @@ GATHER of the flattened repeated axes). The pair then is one BATCH_MATMUL over [
 contracted] layouts (a FULLY_CONNECTED when one operand is a constant and there is no batch
 axis: its int8 kernel quantizes the weights per channel), or one MUL when nothing is
 contracted. More than two operands fold left to right. "..." stands for the same run of
-broadcast axes in every operand, right-aligned as numpy aligns them.
+broadcast axes in every operand, right-aligned as numpy aligns them. A label of size 1 in one
+operand and n in another broadcasts, as in onnxruntime and numpy: a kept one by MUL's or
+BATCH_MATMUL's broadcasting, a contracted one by summing the other operand over it first.
 """
 
 from __future__ import annotations
@@ -214,6 +216,21 @@ def _multiply_sum(ctx, a, b, batch, free_a, free_b, contracted) -> _Operand:
     return _sum(ctx, product, contracted)
 
 
+def _first_operand_sized(ctx, inputs, operands_labels, output, y) -> str:
+    """Why the output's shape lacks a broadcast label's size, when that is the reason: ONNX's
+    shape inference sizes an output label by the first operand that has it (1), where
+    onnxruntime broadcasts it; the inferred shapes are the ones the TFLite graph gets."""
+    for label, size in zip(output, ctx.shape(y)):
+        found = [ctx.shape(x)[labels.index(label)] for x, labels in zip(inputs, operands_labels)
+                 if label in labels]
+        if size == 1 and found[0] == 1 and max(found) > 1 and not label.startswith("."):
+            return (f": label {label!r} is 1 in the first operand that has it and {max(found)} in "
+                    "another, which onnxruntime broadcasts but ONNX's shape inference (whose shapes "
+                    "qconvert follows) sizes from that first operand; put an operand of the full "
+                    "size first, or Expand the size-1 one")
+    return ""
+
+
 @onnx_op("Einsum")
 def import_einsum(node, ctx):
     equation = node.attr("equation", "")
@@ -223,14 +240,15 @@ def import_einsum(node, ctx):
     for x, labels in zip(inputs, operands_labels):
         for label, size in zip(labels, ctx.shape(x)):
             known = sizes.setdefault(label, size)
-            if known != size and not (label.startswith(".") and 1 in (known, size)):
+            if known != size and 1 not in (known, size):
                 raise ctx.error(f"equation {equation!r}: label {label!r} has sizes {known} and "
                                 f"{size}")
             sizes[label] = max(known, size)
     expected = [sizes[label] for label in output]
     if list(ctx.shape(y)) != expected:
         raise ctx.error(f"equation {equation!r} gives shape {expected}, not the output's "
-                        f"{list(ctx.shape(y))}")
+                        f"{list(ctx.shape(y))}" + _first_operand_sized(ctx, inputs, operands_labels,
+                                                                         output, y))
     operands = [_diagonal(ctx, _Operand(x, labels)) for x, labels in zip(inputs, operands_labels)]
     current = None
     for k, operand in enumerate(operands):

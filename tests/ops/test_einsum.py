@@ -64,6 +64,34 @@ def test_einsum_matches_onnxruntime(equation, shapes):
     assert_matches_onnxruntime(einsum_model(equation, shapes))
 
 
+# A label of size 1 in one operand and n in another broadcasts (onnxruntime and numpy agree).
+BROADCAST_LABELS = [
+    ("bij,bjk->bik", [(2, 3, 4), (1, 4, 5)]),  # a kept batch label
+    ("ij,jk->ik", [(3, 1), (4, 5)]),  # a contracted label: the other operand summed over it
+    ("ij,jk->ik", [(3, 4), (1, 5)]),
+    ("ij,ij->ij", [(3, 4), (1, 4)]),  # elementwise
+    ("ij,ij->i", [(3, 1), (3, 4)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 4), (2, 1, 6, 4)]),  # three heads' queries against one
+    ("ij,jk,k->ik", [(3, 4), (1, 5), (5,)]),
+]
+
+
+@pytest.mark.parametrize("equation,shapes", BROADCAST_LABELS, ids=str)
+def test_a_size_one_label_broadcasts(equation, shapes):
+    assert_matches_onnxruntime(einsum_model(equation, shapes))
+
+
+def test_a_kept_label_sized_1_first_is_refused_naming_shape_inference():
+    """ONNX's shape inference sizes the output's b from the first operand (1) where onnxruntime
+    broadcasts it to 2: the inferred [1, 3, 5] is what qconvert would write, so it refuses."""
+    assert_refused_in_one_line(einsum_model("bij,bjk->bik", [(1, 3, 4), (2, 4, 5)]),
+                               "label 'b' is 1 in the first operand.*ONNX's shape inference")
+
+
+def test_a_size_one_label_against_constant_weights():
+    assert_matches_onnxruntime(einsum_model("abc,cd->abd", [(2, 3, 1), (4, 5)], constants=(1,)))
+
+
 @pytest.mark.parametrize("equation,shapes,constant", [
     ("bfnd,ndh->bfh", [(2, 5, 4, 3), (4, 3, 6)], 1),
     ("abc,cd->abd", [(2, 3, 4), (4, 5)], 1),
