@@ -227,6 +227,19 @@ def test_sign(elem_type):
         assert [op for op in read(flatbuffer).ops if op[0] == "SIGN"] == [("SIGN", 2)]
 
 
+def test_sign_of_negative_zero_is_zero():
+    """Sign(-0.0) is 0 (onnxruntime's 0): a -0.0 fed and one computed (Neg of 0), on the optimized
+    and the reference kernels."""
+    model = make_model([helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Sign", ["n"], ["y"])],
+                       (2, 64))
+    x = np.zeros((2, 64), np.float32)
+    x[0] = -0.0
+    assert np.all(run_onnxruntime(model, {"x": x})["y"] == 0)
+    flatbuffer, report = convert_proto(model)
+    for reference in (False, True):
+        assert np.all(run_tflite(flatbuffer, report, {"x": x}, reference_kernels=reference)["y"] == 0)
+
+
 def test_sign_after_conv():
     _, report = assert_matches_onnxruntime(after_conv("Sign"), feed(NCHW), rtol=0, atol=0)
     assert report.transposes == 0
