@@ -16,7 +16,11 @@ tensor), the resize is what it always is, a linear map per axis: each resized ax
 FULLY_CONNECTED by its constant [out, in] sampling matrix (the axis moved last and back by
 TRANSPOSEs). The matrices are ONNX's own: nearest and linear from both readings above (refused
 where they disagree), cubic and antialiased ones from onnx's reference implementation applied to
-the identity.
+the identity (refused where the spec's sample positions and onnxruntime's differ: align_corners by
+a scale whose product with the size is not whole). tf_crop_and_resize samples the box its
+constant roi gives the same way, a sample outside the input a zero row and extrapolation_value
+ADDed there. Scales whose output size the spec (exact floor(size x scale)) and onnxruntime (the
+product rounded to float32 first: 10 x 0.7f is 7) read apart are refused before any of this.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ _NEAREST_FLAGS = [(False, False), (False, True), (True, False)]
 _BILINEAR_FLAGS = [(False, False), (True, False), (False, True)]
 _COORD_MODES = ("half_pixel", "pytorch_half_pixel", "half_pixel_symmetric", "align_corners",
                 "asymmetric", "tf_half_pixel_for_nn")
+# tf_crop_and_resize samples the box the constant roi input gives (always by matrices): a sample
+# outside the input is extrapolation_value, a zero row of the matrix plus that constant.
+_CROP = "tf_crop_and_resize"
 
 
 def _version(flags: tuple[str, ...]):
@@ -227,7 +234,7 @@ def _modes(node, ctx):
     if node.op_type == "Upsample" or ctx.opset < 11:
         return interp, "asymmetric", "simple"  # ORT's Upsample/Resize-10: floor, ceil if shrinking
     coord = node.attr("coordinate_transformation_mode", "half_pixel")
-    if coord not in _COORD_MODES:
+    if coord not in _COORD_MODES + (_CROP,):
         raise ctx.error(f"coordinate_transformation_mode {coord} is not supported")
     nearest = node.attr("nearest_mode", "round_prefer_floor")
     if nearest not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
@@ -247,8 +254,9 @@ def import_resize(node, ctx):
     scales = _resize_scales(node, ctx, in_shape)
     antialias = bool(node.attr("antialias", 0)) and interp != "nearest" and min(scales) < 1
     flags = None
+    _check_output_size(node, ctx, in_shape, out_shape, scales)
     if len(in_shape) == 4 and tuple(out_shape[:2]) == tuple(in_shape[:2]) and scales[:2] == [1, 1] \
-            and interp != "cubic" and not antialias:
+            and interp != "cubic" and not antialias and coord != _CROP:
         flags = _choose_flags(interp, coord, nearest, in_shape[2:], out_shape[2:], scales[2:])
     if flags is None:
         _resize_by_matrices(node, ctx, interp, coord, nearest, scales, antialias)
@@ -262,26 +270,69 @@ def import_resize(node, ctx):
     to_channels_first(ctx, inner, y)
 
 
+def _check_output_size(node, ctx, in_shape, out_shape, scales) -> None:
+    """Refuses, up front, scales whose output size the ONNX spec and onnxruntime read apart: the
+    spec (and onnx's shape inference and reference, whose shapes the graph gets) floors
+    input x scale exactly, onnxruntime floors the product rounded to float32 (10 x 0.7f is
+    6.99999988 exactly, 7.0 in float32), so no .tflite has both sizes."""
+    sizes = node.inputs[3] if node.op_type == "Resize" and len(node.inputs) > 3 else ""
+    if sizes and ctx.const(sizes) is not None and ctx.const(sizes).size:
+        return
+    runtime = [int(np.floor(np.float32(n) * np.float32(s))) for n, s in zip(in_shape, scales)]
+    for axis, (n, s, spec, ort) in enumerate(zip(in_shape, scales, out_shape, runtime)):
+        if spec != ort:
+            raise ctx.error(f"scale {float(np.float32(s)):.7g} on axis {axis} (size {n}): the ONNX "
+                            f"spec's output size is floor({n} x {float(np.float32(s))!r}) = {spec}, "
+                            f"onnxruntime's {ort} (its float32 product rounds up), so no conversion matches "
+                            "both; give the Resize sizes instead of scales")
+
+
+def _axis_matrix(node, ctx, modes, a, scale, antialias, roi):
+    """The [out, in] sampling matrix of axis `a`, refused where the spec's and onnxruntime's
+    readings differ (which one is right is not for qconvert to guess)."""
+    interp, coord, nearest = modes
+    in_size, out_size = ctx.shape(node.inputs[0])[a], ctx.shape(node.outputs[0])[a]
+    if coord == _CROP:
+        return _crop_matrix(node, ctx, interp, nearest, in_size, out_size, scale, roi[a])
+    if interp == "cubic" or antialias:
+        spec = _onnx_coords(coord, in_size, out_size, scale)
+        if not np.allclose(spec, _runtime_coords(coord, in_size, out_size, scale), rtol=0, atol=1e-3):
+            raise _readings_differ(ctx, coord, scale, in_size, out_size)
+        return _reference_matrix(node, ctx, in_size, out_size, scale)
+    spec, runtime = _onnx_matrices(interp, coord, nearest, in_size, out_size, scale)
+    if not _same(spec, runtime):
+        raise _readings_differ(ctx, coord, scale, in_size, out_size)
+    return spec
+
+
+def _readings_differ(ctx, coord, scale, in_size, out_size):
+    return ctx.error(f"coordinate_transformation_mode {coord} and scale {scale} (size {in_size} -> "
+                     f"{out_size}): the ONNX spec and onnxruntime sample differently (the spec "
+                     f"by the scale, onnxruntime by the sizes), so no conversion can match both; "
+                     "give the Resize sizes instead of scales")
+
+
 def _resize_by_matrices(node, ctx, interp, coord, nearest, scales, antialias) -> None:
     """y = x with each resized axis multiplied by its [out, in] sampling matrix (FULLY_CONNECTED
-    over the axis moved last)."""
+    over the axis moved last); tf_crop_and_resize's samples outside the input then get
+    extrapolation_value (an ADD of a constant that is the value there, 0 elsewhere)."""
     x, y = node.inputs[0], node.outputs[0]
     in_shape, out_shape = ctx.shape(x), ctx.shape(y)
+    roi = _crop_roi(node, ctx, len(in_shape)) if coord == _CROP else None
     axes = [a for a in range(len(in_shape)) if in_shape[a] != out_shape[a] or scales[a] != 1]
-    matrices = []
-    for a in axes:
-        if interp == "cubic" or antialias:
-            matrices.append(_reference_matrix(node, ctx, in_shape[a], out_shape[a], scales[a]))
-            continue
-        spec, runtime = _onnx_matrices(interp, coord, nearest, in_shape[a], out_shape[a], scales[a])
-        if not _same(spec, runtime):
-            raise ctx.error(f"coordinate_transformation_mode {coord} and scale {scales[a]} (size "
-                            f"{in_shape[a]} -> {out_shape[a]}): the ONNX spec and onnxruntime "
-                            "sample differently, so no conversion can match both")
-        matrices.append(spec)
+    for a in range(len(in_shape)) if roi is not None else ():
+        if a not in axes and tuple(roi[a]) != (0, 1):
+            raise ctx.error(f"{_CROP} box {roi[a].tolist()} on axis {a} of scale 1: the ONNX spec "
+                            "samples the box, onnxruntime leaves an axis of scale 1 as it is, so "
+                            "no conversion can match both")
+    matrices = [_axis_matrix(node, ctx, (interp, coord, nearest), a, scales[a], antialias, roi)
+                for a in axes]
     if not axes:
         ctx.add_op("IDENTITY", [x], [y])
         return
+    fill = float(node.attr("extrapolation_value", 0.0)) if roi is not None else 0.0
+    outside = _outside(matrices, axes, len(in_shape)) if fill else None
+    target = y if outside is None or not outside.any() else ctx.tensor(y + "_inside", out_shape, ctx.dtype(x))
     rank, current = len(in_shape), x
     for k, (a, matrix) in enumerate(zip(axes, matrices)):
         last = k == len(axes) - 1
@@ -290,12 +341,69 @@ def _resize_by_matrices(node, ctx, interp, coord, nearest, scales, antialias) ->
         moved = current if a == rank - 1 else transpose(ctx, current, perm)
         shape = list(ctx.shape(moved))
         shape[-1] = out_shape[a]
-        product = y if last and a == rank - 1 else ctx.tensor(y + f"_axis{a}", shape, ctx.dtype(x))
+        product = target if last and a == rank - 1 else ctx.tensor(y + f"_axis{a}", shape, ctx.dtype(x))
         fully_connected(ctx, moved, matrix.astype(np.float32), None, product)
-        current = product if a == rank - 1 else transpose(ctx, product, perm, y if last else None)
+        current = product if a == rank - 1 else transpose(ctx, product, perm, target if last else None)
+    if target != y:
+        ctx.add_op("ADD", [target, ctx.constant("extrapolated", (outside * np.float32(fill)).astype(
+            np.float32))], [y])
 
 
-def _reference_matrix(node, ctx, in_size: int, out_size: int, scale: float) -> np.ndarray:
+def _outside(matrices, axes, rank) -> np.ndarray:
+    """1.0 where an output sample lies outside the input on some resized axis (its matrix row is
+    zero), shaped to broadcast over the output."""
+    inside = np.ones([1] * rank, bool)
+    for a, matrix in zip(axes, matrices):
+        shape = [1] * rank
+        shape[a] = matrix.shape[0]
+        inside = inside & np.any(matrix != 0, axis=1).reshape(shape)
+    return (~inside).astype(np.float32)
+
+
+def _crop_roi(node, ctx, rank) -> np.ndarray:
+    """tf_crop_and_resize's box, [start, end] per axis (normalized: 0 and 1 are the input's ends)."""
+    name = node.inputs[1] if len(node.inputs) > 1 else ""
+    if not name:
+        raise ctx.error(f"{_CROP} needs the roi input (the box to sample)")
+    value = np.ravel(ctx.require_const(name, "Resize roi", "the sampling positions follow from it, "
+                                       "so qconvert needs it constant: make it an initializer"))
+    axes = [int(a) % rank for a in node.attr("axes", range(rank))]
+    if value.size != 2 * len(axes):
+        raise ctx.error(f"roi (input {name!r}) has {value.size} values; {_CROP} wants 2 per axis "
+                        f"({2 * len(axes)})")
+    roi = np.tile(np.array([0.0, 1.0]), (rank, 1))
+    roi[axes, 0], roi[axes, 1] = value[:len(axes)], value[len(axes):]
+    return roi
+
+
+def _crop_coords(in_size: int, out_size: int, start: float, end: float, dtype) -> np.ndarray:
+    """x_original of tf_crop_and_resize, in `dtype` (the spec: exact; onnxruntime: float32)."""
+    t = np.dtype(dtype).type
+    first, last, span = t(start), t(end), t(in_size - 1)
+    if out_size == 1:
+        return np.full(1, t(0.5) * (first + last) * span)
+    x = np.arange(out_size, dtype=dtype)
+    return first * span + x * (last - first) * span / t(out_size - 1)
+
+
+def _crop_matrix(node, ctx, interp, nearest, in_size, out_size, scale, box) -> np.ndarray:
+    """tf_crop_and_resize's [out, in] matrix along one axis: rows of samples outside [0, in - 1]
+    are zero (extrapolation_value is added after); cubic from onnx's reference."""
+    if interp == "cubic":
+        return _reference_matrix(node, ctx, in_size, out_size, scale, box)
+    found = []
+    for dtype in (np.float64, np.float32):
+        src = _crop_coords(in_size, out_size, box[0], box[1], dtype)
+        m = _sampling_matrix(interp, nearest, src, in_size, scale)
+        m[(src < 0) | (src > in_size - 1)] = 0
+        found.append(m)
+    if not _same(*found):
+        raise ctx.error(f"{_CROP} box {list(map(float, box))} (size {in_size} -> {out_size}): the "
+                        "ONNX spec and onnxruntime (float32) place the samples on different inputs")
+    return found[0]
+
+
+def _reference_matrix(node, ctx, in_size: int, out_size: int, scale: float, box=None) -> np.ndarray:
     """The [out, in] matrix of a cubic or antialiased resize along one axis: onnx's reference
     Resize of the identity [in, in] along its second axis, with the node's modes and its scale
     (or its size, when the node gives sizes: the two place the samples differently)."""
@@ -305,13 +413,17 @@ def _reference_matrix(node, ctx, in_size: int, out_size: int, scale: float) -> n
     attrs = {k: v for k, v in node.attrs.items() if k in (
         "mode", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
         "nearest_mode", "antialias")}
+    attrs["extrapolation_value"] = 0.0  # a sample outside: a zero row, the value added after
     by_size = len(node.inputs) > 3 and bool(node.inputs[3])
     inputs = {"x": np.eye(in_size, dtype=np.float32)}
+    if box is not None:
+        inputs["roi"] = np.array([0, box[0], 1, box[1]], np.float32)
     if by_size:
         inputs["sizes"] = np.array([in_size, out_size], np.int64)
     else:
         inputs["scales"] = np.array([1.0, scale], np.float32)
-    resize = helper.make_node("Resize", ["x", "", "scales" if not by_size else "", "sizes" if by_size else ""],
+    resize = helper.make_node("Resize", ["x", "roi" if box is not None else "",
+                                         "scales" if not by_size else "", "sizes" if by_size else ""],
                               ["y"], **attrs)
     graph = helper.make_graph([resize], "axis", [helper.make_tensor_value_info(
         name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for name, v in inputs.items()],

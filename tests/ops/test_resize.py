@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.errors import ConversionError
 from qconvert.tflite import schema_generated as S
-from tests.harness import assert_matches_onnxruntime, convert_proto
+from tests.harness import assert_matches_onnxruntime, assert_refused_in_one_line, convert_proto
 
 RNG = np.random.default_rng(7)
 X_SHAPE = [2, 3, 5, 7]
@@ -174,3 +174,80 @@ def test_computed_scales_or_sizes_are_refused_in_one_line(tmp_path, op_type, wha
     _assert_refused(result, source, model.SerializeToString(), out,
                     [f"node 'resize' ({op_type}): {what} (input 'p'): a graph input, fed at run time",
                      "needs it constant", "make it an initializer"])
+
+
+def test_cubic_align_corners_by_a_scale_the_readings_differ_on_is_refused_up_front():
+    """align_corners by scale 1.5 on 5 rows: the spec divides by 5 x 1.5 - 1 = 6.5, onnxruntime by
+    the 7 rows it writes - 1 = 6 (27 % apart once cubic): refused naming the node, before any
+    conversion, rather than written and failing the check."""
+    model = _resize_model({"mode": "cubic", "coordinate_transformation_mode": "align_corners"},
+                          scales=[1, 1, 1.5, 1.7])
+    assert_refused_in_one_line(model, "align_corners and scale 1.5 .size 5 -> 7.: the ONNX spec and "
+                               "onnxruntime sample differently.*give the Resize sizes", node="Resize_1:y")
+
+
+@pytest.mark.parametrize("sizes", [[2, 4, 7, 11], [2, 4, 3, 4]], ids=str)
+def test_cubic_align_corners_by_sizes(sizes):
+    assert_matches_onnxruntime(_resize_model({"mode": "cubic", "coordinate_transformation_mode":
+                                              "align_corners"}, sizes=sizes), rtol=1e-4, atol=1e-4)
+
+
+def test_a_scale_whose_float32_product_rounds_up_is_refused_up_front():
+    """10 x 0.7f: the spec (and onnx's shape inference and reference) floor 6.99999988 to 6,
+    onnxruntime floors the float32 product 7.0 to 7."""
+    model = _resize_model({"mode": "linear", "antialias": 1}, scales=[1, 1, 1, 0.7], opset=18,
+                          x_shape=[2, 3, 5, 10])
+    assert_refused_in_one_line(model, r"scale 0.7 on axis 3 \(size 10\): the ONNX spec's output size "
+                               r"is floor\(10 x 0.699999988079071\) = 6, onnxruntime's 7", node="Resize_1:y")
+
+
+def test_antialias_at_0_7_of_width_10_by_sizes():
+    model = _resize_model({"mode": "linear", "antialias": 1}, sizes=[2, 4, 5, 7], opset=18,
+                          x_shape=[2, 3, 5, 10])
+    flatbuffer, report = assert_matches_onnxruntime(model, rtol=1e-4, atol=1e-4)
+    assert "FULLY_CONNECTED" in report.op_counts
+
+
+def _crop_model(mode, extrapolation, roi, scales, x_shape=(1, 2, 6, 8), opset=13):
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode,
+                            coordinate_transformation_mode="tf_crop_and_resize",
+                            extrapolation_value=extrapolation)
+    inits = [numpy_helper.from_array(np.array(roi, np.float32), "roi"),
+             numpy_helper.from_array(np.array(scales, np.float32), "scales")]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+@pytest.mark.parametrize("extrapolation", [0.0, 2.5])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("roi,scales", [
+    ([0, 0, 0.2, -0.1, 1, 1, 0.9, 1.2], [1, 1, 1.5, 1.25]),  # a box past the input's right end
+    ([0, 0, 0.25, 0.25, 1, 1, 0.75, 0.75], [1, 1, 1.5, 0.5]),  # the centre, inside
+    ([0, 0, 0, 0.1, 1, 1, 1, 0.6], [1, 1, 0.5, 1.0 / 8]),  # to one column (the box's middle)
+], ids=str)
+def test_tf_crop_and_resize(mode, extrapolation, roi, scales):
+    """Each axis a FULLY_CONNECTED by its sampling matrix, a zero row where a sample falls outside
+    the input; extrapolation_value then ADDed where any axis's sample is outside."""
+    flatbuffer, report = assert_matches_onnxruntime(_crop_model(mode, extrapolation, roi, scales),
+                                                    rtol=1e-4, atol=1e-4)
+    assert "FULLY_CONNECTED" in report.op_counts
+
+
+def test_tf_crop_and_resize_of_a_box_on_an_axis_of_scale_1_is_refused():
+    """The spec samples the box [0.25, 0.75] of the rows; onnxruntime copies an axis of scale 1."""
+    model = _crop_model("linear", 0.0, [0, 0, 0.25, 0, 1, 1, 0.75, 1], [1, 1, 1, 0.5])
+    assert_refused_in_one_line(model, r"box \[0.25, 0.75\] on axis 2 of scale 1: the ONNX spec "
+                               "samples the box, onnxruntime leaves an axis of scale 1 as it is")
+
+
+def test_tf_crop_and_resize_with_a_run_time_roi_is_refused():
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="crop",
+                            coordinate_transformation_mode="tf_crop_and_resize")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 8]),
+                                            helper.make_tensor_value_info("roi", TensorProto.FLOAT, [8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 8])],
+                              [numpy_helper.from_array(np.ones(4, np.float32), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    assert_refused_in_one_line(model, "Resize roi .input 'roi'.: a graph input.*make it an initializer",
+                               node="crop")
