@@ -249,14 +249,16 @@ def rounding_dropped(proto: onnx.ModelProto) -> bool:
 def run_time_quantization(proto: onnx.ModelProto) -> str | None:
     """Why no conversion repeats onnxruntime's rounding of the model's activations, when it
     quantizes them at run time (quantize_dynamic's DynamicQuantizeLinear, com.microsoft's
-    DynamicQuantizeLSTM): a float conversion computes them in float (ops/dynamic_quant.py), an
-    int8 one with calibrated params, --weight-only with TFLite's per-row run-time params. Such a
-    model is judged by SQNR; None when it does not."""
+    DynamicQuantizeLSTM and DynamicQuantizeMatMul, which quantize inside): a float conversion
+    computes them in float (ops/dynamic_quant.py), an int8 one with calibrated params,
+    --weight-only with TFLite's per-row run-time params. Such a model is judged by SQNR; None
+    when it does not."""
     counts: dict[str, int] = {}
     quantized = {n.output[0] for n in proto.graph.node if n.op_type == "DynamicQuantizeLinear"}
     for n in proto.graph.node:
         if (n.op_type, n.domain or "ai.onnx") in (("DynamicQuantizeLinear", "ai.onnx"),
-                                                   ("DynamicQuantizeLSTM", "com.microsoft")):
+                                                   ("DynamicQuantizeLSTM", "com.microsoft"),
+                                                   ("DynamicQuantizeMatMul", "com.microsoft")):
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
     # quantize_dynamic's Gather read by MatMulInteger as it is: onnxruntime multiplies the integer
     # rows exactly, the .tflite's hybrid kernel quantizes them again at run time

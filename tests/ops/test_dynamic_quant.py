@@ -313,6 +313,25 @@ def test_cli_verifies_by_sqnr_and_says_why(tmp_path):
         in run.stderr + run.stdout, run.stderr
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_cli_judges_both_contrib_forms_by_sqnr(tmp_path, fused):
+    """DynamicQuantizeMatMul quantizes its A inside, as DynamicQuantizeLinear does before
+    MatMulIntegerToFloat: the same arithmetic (onnxruntime's outputs agree to 3e-7, both equal
+    numpy's per-tensor uint8 quantization of A), the same .tflite, so the same check. It was held
+    to the float tolerance (exit 4 at 0.7 % of the output's scale: activation rounding, not an
+    error)."""
+    model, _ = _contrib_matmul(fused, 128, False)
+    source, out = tmp_path / "contrib.onnx", tmp_path / "m.tflite"
+    onnx.save(model, source)
+    run = subprocess.run([sys.executable, "-m", "qconvert", str(source), str(out), "--json"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    verify = json.loads(run.stdout)["verify"]
+    op = "DynamicQuantizeMatMul" if fused else "DynamicQuantizeLinear"
+    assert verify["check"] == "sqnr" and f"(1 {op})" in verify["reason"], verify
+    assert min(o["sqnr_db"] for o in verify["outputs"]) > 35
+
+
 def test_float_models_unchanged(tmp_path):
     """A model without these ops gives the same bytes with or without the loader step."""
     import qconvert.onnx.dynamic_quant as step
