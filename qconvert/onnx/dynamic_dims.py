@@ -217,6 +217,7 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], table
     for name in [n for n in by_constant if n not in targets]:
         for op, k in _readers(model, name):
             plan, reason = _plan(model, name, op, by_constant[name], sources)
+            reason = reason or _product(model, name, op, by_constant[name], spreads)
             if reason:
                 for group in by_constant[name]:
                     why[group] = why[group] or reason
@@ -255,6 +256,19 @@ def _keep_dynamic_in_bodies(model: Model, probes: dict, tables) -> None:
                 keep_dynamic(body, twins, tables)
             finally:
                 body.dynamic_dims = None
+
+
+def _product(model: Model, name: str, op: Operator, by_group: dict, spreads: set) -> str:
+    """Why an integer constant whose one entry moves with two groups cannot be computed (a
+    batch times a height times a width in a reshape target: each slope holds at the other's
+    converted size only), or ""."""
+    if name in spreads:
+        return ""
+    counts = sum((np.ravel(move) != 0).astype(int) for move in by_group.values())
+    if np.ndim(counts) == 0 or not np.any(counts > 1):
+        return ""
+    return (f"the constant {name!r} read by {op.type} (node {op.source}) has an entry that moves "
+            f"with {' and '.join(repr(s) for g in by_group for s in g)} (a product of the sizes)")
 
 
 def _own_axes(moved: dict) -> dict:

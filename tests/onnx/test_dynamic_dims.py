@@ -383,3 +383,29 @@ def test_a_batch_the_graph_fixes_stays_at_1_and_says_why(tmp_path):
     x = np.random.default_rng(4).standard_normal((1, 64, 8)).astype(np.float32)
     np.testing.assert_allclose(_run(data, report, {"x": x}, "builtin")["y"],
                                run_onnxruntime(model, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_size_times_another_is_not_computed_as_their_sum(tmp_path):
+    """Segformer's attention: a RESHAPE target with two moving entries (no -1 can take both),
+    one of them the batch times the sequence ([S, B, T, 8] to [S * B, T, 8]): each slope would
+    hold at the other's converted size only, so the batch stays fixed at 1 and the file is right
+    at every sequence length (without the rule it was wrong at all but the converted sizes)."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]),
+             helper.make_node("Shape", ["t"], ["shape"]),
+             helper.make_node("Gather", ["shape", "first"], ["s"], axis=0),
+             helper.make_node("Gather", ["shape", "second"], ["b"], axis=0),
+             helper.make_node("Gather", ["shape", "third"], ["tt"], axis=0),
+             helper.make_node("Mul", ["s", "b"], ["sb"]),
+             helper.make_node("Concat", ["sb", "tt", "eight"], ["flat_shape"], axis=0),
+             helper.make_node("Reshape", ["t", "flat_shape"], ["flat"]),
+             helper.make_node("Relu", ["flat"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["back"]),
+             helper.make_node("Transpose", ["back"], ["y"], perm=[1, 0, 2, 3])]
+    model = _model(nodes, ["B", "S", "T", 8], [_ints("first", [0]), _ints("second", [1]),
+                                               _ints("third", [2]), _ints("eight", [8])])
+    data, report, summary = _convert_cli(model, tmp_path)
+    assert not report["batch"]["resizable"], summary
+    for shape in [(1, 64, 64, 8), (1, 9, 20, 8), (1, 100, 3, 8)]:
+        x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(_run(data, report, {"x": x}, "builtin")["y"],
+                                   run_onnxruntime(model, {"x": x})["y"], rtol=1e-4, atol=1e-5)
