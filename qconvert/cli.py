@@ -403,17 +403,19 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug, 
         check_input_file(source)
     check_input_file(tflite)
     _check_report_file(report)
+    from .check.can_run import check_cost
     from .check.inspect_tflite import litert_crash
     from .driver.conversion import check_written, require_passed
     from .onnx.file import read_onnx
 
+    stdin = read_stdin() if source == "-" else None
+    onnx_file = read_onnx(source, stdin)
+    check_cost(onnx_file.proto)  # before LiteRT's trial run too: a Loop of 2^40 trips is one line
     crash = litert_crash(tflite)  # any tool's file: LiteRT tries it in a child process first
     if crash is not None:
         raise ConversionError(f"{tflite}: {crash}; it cannot be verified")
-    stdin = read_stdin() if source == "-" else None
     options = VerifyOptions(True, True, samples, data, min_sqnr, report, decoding=decoding)
-    result, read_from = check_written(read_onnx(source, stdin), source if stdin is None else None,
-                                      tflite, options)
+    result, read_from = check_written(onnx_file, source if stdin is None else None, tflite, options)
     print_stdout(json.dumps(result.as_dict(), indent=2) if as_json else _verification_table(result))
     require_passed(result)
     unscaled = read_from.unscaled_images() if read_from is not None else ""

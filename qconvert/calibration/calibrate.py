@@ -105,6 +105,9 @@ class CalibrationRun:
     def __init__(self, model: onnx.ModelProto, tensor_names: list[str] | str | None = None):
         import onnxruntime as ort
 
+        from ..check.can_run import check_cost
+
+        check_cost(model, "calibration")  # before the session: a Loop of 2^40 trips
         model = reproducible_reference(model) or model  # the same integer sums on every CPU
         graph = model.graph
         initializers = {t.name for t in graph.initializer}
@@ -311,8 +314,12 @@ class _RangeRecorder:
 
     def result(self) -> dict[str, tuple[float, float]]:
         self._flush()
-        for name, n in self.nan_counts.items():
-            log.warning("calibration: tensor %r had %d NaN value%s, skipped", name, n, "" if n == 1 else "s")
+        if self.nan_counts:  # one line, however many tensors: the first names where it starts
+            (name, n), count = next(iter(self.nan_counts.items())), len(self.nan_counts)
+            others = f" and {count - 1} more tensor{'s' if count > 2 else ''}" if count > 1 else ""
+            log.warning("calibration: the model computes NaN on the calibration data: tensor %r "
+                        "(%d value%s)%s; skipped in their ranges", name, n, "" if n == 1 else "s",
+                        others)
         return self.done
 
 

@@ -102,7 +102,8 @@ import onnx
 from onnx import helper
 
 from ..errors import CALIBRATION_BYTES, CALIBRATION_SAMPLES, ConversionError, UsageError
-from .files import IMAGE_SUFFIXES, DataSource, FileDecoding, FileSamples, file_input, file_kind
+from .files import (IMAGE_SUFFIXES, DataSource, FileDecoding, FileSamples, file_input, file_kind,
+                    non_finite)
 
 log = logging.getLogger("qconvert")
 
@@ -366,7 +367,7 @@ def _scan(data: _InputData, count: int) -> None:
                 finite = np.isfinite(chunk).reshape(stop - first, -1).all(axis=1)
                 if not finite.all():
                     bad = int(np.argmin(finite))
-                    what = "NaN" if np.isnan(chunk[bad]).any() else "Inf"
+                    what = non_finite(chunk[bad])
                     raise ConversionError(
                         f"{where}: sample {done + first + bad} contains {what}; "
                         "calibration data must be finite")

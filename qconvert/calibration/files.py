@@ -34,6 +34,10 @@ _PIL_FORMATS = ("PNG", "JPEG", "BMP", "WEBP")
 _CACHE_BYTES = 256 << 20
 _WHAT = {"image": "images", "audio": ".wav files"}
 _NPZ_HINT = "give its data as an .npz (one array per model input, see --help)"
+# Pillow's modes of more than 8 bits a sample (16-bit grayscale PNG: I;16, or I in older Pillow)
+# and the value of their white: scaled by their own depth, not clipped at 255 by convert("L").
+# (48/64-bit RGB(A) PNGs Pillow reads at 8 bits, their high byte: scaled right already.)
+_DEEP_MODES = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535, "I": 65535}
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,8 @@ def _open_image(file: str) -> Iterator:
 class _ImageReader:
     """Images for a 4-D input [B,C,H,W] or [B,H,W,C]: each converted to RGB (L for one channel),
     resized to H x W by Pillow's bilinear resampling; for a float input (p/255 - mean)/std in
-    float32, for an integer one the pixel values as they are."""
+    float32, for an integer one the pixel values as they are. A 16-bit grayscale image is p/65535
+    (its channel repeated for RGB), 0..255 for an integer input."""
 
     batch: int
     channels: int
@@ -130,24 +135,33 @@ class _ImageReader:
         """Nothing beyond decoding it (which opens it): no sample rate."""
 
     def decode(self, file: str) -> np.ndarray:
-        """The resized pixels, uint8 [H, W, C]."""
+        """The resized pixels, uint8 [H, W, C]; a deep image's (_DEEP_MODES) float32 in [0, 1]."""
         from PIL import Image
 
+        size = (self.width, self.height)
         with _open_image(file) as image:
-            converted = image.convert("RGB" if self.channels == 3 else "L")
-            resized = converted.resize((self.width, self.height), Image.Resampling.BILINEAR)
-        return np.asarray(resized, dtype=np.uint8).reshape(self.height, self.width, self.channels)
+            white = _DEEP_MODES.get(image.mode)
+            if white is None:
+                converted = image.convert("RGB" if self.channels == 3 else "L")
+                resized = converted.resize(size, Image.Resampling.BILINEAR)
+                return np.asarray(resized, dtype=np.uint8).reshape(self.height, self.width, self.channels)
+            unit = np.clip(np.asarray(image, dtype=np.float32) / np.float32(white), 0, 1)
+        plane = np.asarray(Image.fromarray(unit).resize(size, Image.Resampling.BILINEAR), np.float32)
+        return np.repeat(plane[:, :, None], self.channels, axis=2)
 
     def sample(self, decoded: list[np.ndarray]) -> np.ndarray:
-        pixels = np.stack(decoded)  # [B, H, W, C]
+        # [B, H, W, C] in [0, 1] (8-bit pixels over 255, deep ones as decoded)
+        unit = np.stack([p.astype(np.float32) / np.float32(255) if p.dtype == np.uint8 else p
+                         for p in decoded])
         if self.dtype.kind == "f":
-            values = pixels.astype(np.float32) / np.float32(255)
+            values = unit
             if self.mean is not None:
                 values = values - np.asarray(self.mean, dtype=np.float32)
             if self.std is not None:
                 values = values / np.asarray(self.std, dtype=np.float32)
-        else:
-            values = pixels
+        else:  # 8-bit pixels as they are; a deep image's at 8 bits
+            values = np.stack([p if p.dtype == np.uint8 else np.rint(p * 255).astype(np.uint8)
+                               for p in decoded])
         if self.channels_first:
             values = values.transpose(0, 3, 1, 2)
         return np.ascontiguousarray(values, dtype=self.dtype)
@@ -182,9 +196,39 @@ def _image_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
         if dtype.kind not in "iu" or np.iinfo(dtype).max < 255:
             raise ConversionError(f"{folder}: input {name!r} is {dtype}, which cannot hold pixel "
                                   f"values 0..255; {_NPZ_HINT}")
-    return _ImageReader(shape[0] or 1, channels, height, width, channels_first, dtype,
-                        _per_channel("--mean", decoding.mean, channels, name),
-                        _per_channel("--std", decoding.std, channels, name))
+    mean = _per_channel("--mean", decoding.mean, channels, name)
+    std = _per_channel("--std", decoding.std, channels, name)
+    if dtype.kind == "f":
+        _finite_after(folder, f"input {name!r}'s pixels", (0.0, 1.0), mean, std)
+    return _ImageReader(shape[0] or 1, channels, height, width, channels_first, dtype, mean, std)
+
+
+def _finite_after(folder: str, what: str, bounds: tuple[float, float],
+                  mean: tuple[float, ...] | None, std: tuple[float, ...] | None) -> None:
+    """UsageError naming the flag when (x - mean) / std, computed in float32 as the samples are,
+    is not finite for values x in `bounds` (--std 1e-40 or --mean 1e39 overflow float32): the
+    data would be inf/NaN. Checked before any file is decoded: every file would be."""
+    ends = np.array([[bounds[0]], [bounds[1]]], np.float32)
+    with np.errstate(all="ignore"):
+        shifted = ends - np.asarray(mean or (0.0,), np.float32)
+        scaled = shifted / np.asarray(std or (1.0,), np.float32)
+        exact = (np.array([[bounds[0]], [bounds[1]]]) - np.asarray(mean or (0.0,), np.float64)) \
+            / np.asarray(std or (1.0,), np.float64)
+    for flag, given, values in (("--mean", mean, shifted), ("--std", std, scaled)):
+        if given is not None and not np.isfinite(values).all():
+            shown = ",".join(f"{v:g}" for v in given)
+            raise UsageError(
+                f"{folder}: {flag} {shown} takes {what} in [{bounds[0]:g}, {bounds[1]:g}] to "
+                f"[{exact.min():.3g}, {exact.max():.3g}] by (x - mean) / std, beyond float32's "
+                "range: the samples would be inf or NaN")
+
+
+def non_finite(values: np.ndarray) -> str | None:
+    """"NaN" or "Inf" when float `values` hold one (NaN first), else None: calibration and
+    check samples from any source (a folder, an .npz, --verify-data) must be finite."""
+    if values.dtype.kind not in "fc" or np.isfinite(values).all():
+        return None
+    return "NaN" if np.isnan(values).any() else "Inf"
 
 
 def _per_channel(flag: str, values: tuple[float, ...] | None, channels: int,
@@ -295,6 +339,7 @@ def _audio_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
         if values is not None and len(values) != 1:
             raise UsageError(f"{flag} has {len(values)} values; a folder of .wav files takes one "
                              "(each file's channels are averaged into one)")
+    _finite_after(folder, f"input {name!r}'s samples", (-1.0, 1.0), decoding.mean, decoding.std)
     return _AudioReader(shape[-1], len(shape) == 2, dtype, decoding.sample_rate,
                         decoding.mean, decoding.std)
 
@@ -312,8 +357,15 @@ class FileSamples:
         self._decoded_bytes = 0
 
     def sample(self, i: int) -> np.ndarray:
+        """Sample i, finite (a ConversionError naming its first file otherwise)."""
         batch = self.reader.batch
-        return self.reader.sample([self.decoded(k) for k in range(i * batch, (i + 1) * batch)])
+        with np.errstate(all="ignore"):  # said below in one line, not as numpy's warnings
+            values = self.reader.sample([self.decoded(k) for k in range(i * batch, (i + 1) * batch)])
+        bad = non_finite(values)
+        if bad:
+            raise ConversionError(f"{self.files[i * batch]}: sample {i} contains {bad} after "
+                                  "decoding; calibration data must be finite")
+        return values
 
     def source(self) -> DataSource:
         """What these samples are read from, for the report."""

@@ -68,9 +68,12 @@ class TFLiteModel:
         # inner tensors are never written.
         resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if self.preserve_all
                     else OpResolverType.AUTO)
+        # LiteRT takes UTF-8 paths only: a name with another byte is read here and passed as bytes
+        where = ({"model_path": self.path} if opens_by_name(self.path) else
+                 {"model_content": open(self.path, "rb").read()})
         try:
             with quiet_native_stderr():
-                self.interpreter = Interpreter(model_path=self.path, num_threads=1,
+                self.interpreter = Interpreter(**where, num_threads=1,
                                                experimental_op_resolver_type=resolver,
                                                experimental_preserve_all_tensors=self.preserve_all)
                 self.interpreter.allocate_tensors()
@@ -367,7 +370,10 @@ class Reference:
         try:
             values = dict(zip(self.fetched, self.session.run(self.fetched, feeds)))
         except Exception as e:  # onnxruntime raises its own exception types
-            raise ReferenceFailed(f"onnxruntime failed on sample {k}: {first_line(e)}") from None
+            from .can_run import onnxruntime_message, shapes_named
+
+            raise ReferenceFailed(f"onnxruntime cannot run the model on sample {k}: "
+                                  f"{shapes_named(onnxruntime_message(e), feeds)}") from None
         values.update((name, feeds[name]) for name in self.from_feeds)
         return values
 
@@ -396,6 +402,16 @@ def reads_file(proto: onnx.ModelProto) -> bool:
             and not cpu_dependent_ops(proto.graph))  # (rewritten in Reference: needs the weights)
 
 
+def opens_by_name(path: str) -> bool:
+    """Whether onnxruntime (or LiteRT) can open the file at `path` by name: they take UTF-8 paths
+    only (a name with a byte that is not UTF-8 goes through the model in memory instead)."""
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def _no_computed_inputs(proto: onnx.ModelProto) -> bool:
     produced = _produced(proto.graph)
     return not any(i.name in produced for i in proto.graph.input)
@@ -418,8 +434,10 @@ def _session_from_file(path: str, proto: onnx.ModelProto):
     try:
         return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types
+        from .can_run import onnxruntime_message
+
         raise ReferenceFailed(f"onnxruntime cannot load the model for verification: "
-                              f"{first_line(e)}") from None
+                              f"{onnxruntime_message(e)}") from None
 
 
 # --- both ------------------------------------------------------------------------------------

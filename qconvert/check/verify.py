@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx
 
-from ..errors import ConversionError
+from ..errors import ConversionError, ReferenceFailed
 from ..onnx.runtime import quantizes_activations
 from .float_check import (FLOAT16_EPS, FLOAT32_EPS, FLOAT32_TINY, TOLERANCES, OutputRule,
                           computes_in_float16, fill_float_view, output_rules, step_fetches,
@@ -199,9 +199,10 @@ def _db(value: float) -> str:
 def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
                  rule: OutputRule | None = None, step_inputs: list | None = None,
                  ulp: float = FLOAT32_EPS) -> OutputCheck:
-    """The metrics of one output; both are [samples, *shape] in the ONNX layout. Where the
-    reference itself is not finite (onnxruntime overflowed), there is nothing to compare: those
-    values count as matching; a non-finite value of the .tflite elsewhere is an infinite error.
+    """The metrics of one output; both are [samples, *shape] in the ONNX layout. A reference
+    that is not finite (onnxruntime computed NaN or overflowed on the check's inputs) proves
+    nothing: ReferenceFailed naming the output (an "inf dB" would pass whatever the .tflite
+    computes); a non-finite value of the .tflite is an infinite error.
     Magnitudes below float32's smallest normal count as zero (LiteRT flushes denormals).
     `rule` (output_rules) gives the float check's scale floor and the step that makes the output;
     `step_inputs` that step's inputs in onnxruntime, [samples, *shape] each, to find near-ties."""
@@ -215,9 +216,12 @@ def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
     if ref.shape != got.shape:
         raise ConversionError(f"output {name!r}: the .tflite gives shape {list(got.shape[1:])}, "
                               f"onnxruntime {list(ref.shape[1:])}")
-    unknown = ~np.isfinite(ref)
-    if unknown.any():
-        ref, got = np.where(unknown, 0.0, ref), np.where(unknown, 0.0, got)
+    unknown = int(np.count_nonzero(~np.isfinite(ref)))
+    if unknown:
+        kinds = " and ".join(k for k, f in (("NaN", np.isnan), ("Inf", np.isinf)) if f(ref).any())
+        raise ReferenceFailed(f"output {name!r}: onnxruntime's values are not finite on the "
+                              f"check's inputs ({unknown:,} of {ref.size:,} are {kinds}), so there "
+                              "is nothing to compare the .tflite with")
     error = np.where(np.isfinite(got), np.abs(got - ref), np.inf)
     if np.isfinite(got).all():
         norms = float(np.linalg.norm(ref)) * float(np.linalg.norm(got))

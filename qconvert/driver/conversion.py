@@ -148,6 +148,10 @@ def read(source: str, data: bytes | None, options: Options, progress: bool = Fal
     QDQ import strips the model's pairs."""
     started = time.perf_counter()
     onnx_file = read_onnx(source, data)
+    if options.verify.enabled:  # a check onnxruntime cannot run is refused before the work
+        from ..check.can_run import contradicted_shapes
+
+        contradicted_shapes(onnx_file.proto, options.input.shapes)
     needs_reference = reference or options.verify.enabled or options.plan is not None
     return State(source, options, started, onnx_file=onnx_file,
                  reference=onnx_file.copy() if needs_reference else None,
@@ -500,10 +504,10 @@ def write_and_verify(state: State, flatbuffer: Flatbuffer, report: ConversionRep
     verifying = state.options.verify.enabled
 
     def finish(path: str | None) -> ConversionReport:
-        verification, source = (verify_written(state, path, report) if verifying and path
-                                else (None, None))
+        verification, source, why = (verify_written(state, path, report) if verifying and path
+                                     else (None, None, None))
         latency = time_written(state, path, report) if verification is not None else None
-        final.append(replace(report, verify=verification, latency=latency,
+        final.append(replace(report, verify=verification, latency=latency, not_verified=why,
                              verify_source=source if verification is not None else None))
         return final[-1]
 
@@ -527,12 +531,15 @@ def _temporary_file(content: bytes, name: str):
         yield path
 
 
-def verify_written(state: State, path: str,
-                   report: ConversionReport) -> tuple[Verification | None, DataSource | None]:
-    """The written file against onnxruntime (check_written), BelowThreshold when it failed, and
-    what its samples were read from (None: generated inputs). No verification when onnxruntime,
-    not the conversion, failed on a float conversion that verifies by default (written
-    unverified, with a warning; when the verification was asked for, that is an error)."""
+def verify_written(state: State, path: str, report: ConversionReport
+                   ) -> tuple[Verification | None, DataSource | None, str | None]:
+    """The written file against onnxruntime (check_written), BelowThreshold when it failed, what
+    its samples were read from (None: generated inputs), and why it was not verified. onnxruntime
+    failing on the model is an error (the file is not written: --no-verify writes it unchecked);
+    a check that would run longer than its limit (check/can_run.py) writes it unverified, the
+    summary saying why (no verification, and that reason)."""
+    from ..check.can_run import CheckTooCostly
+
     verify = state.options.verify
     if verify.min_sqnr is None and _rounds_itself(state):
         verify = replace(verify, rounding_bound=True)  # the model's own rounding is the gate
@@ -543,18 +550,17 @@ def verify_written(state: State, path: str,
         result, source = check_written(state.reference, onnx_path, path, verify, report.notes,
                                        warn=True, other_shapes=sizes)
     except ReferenceFailed as e:
-        if not verify.float_check or verify.asked:
-            raise ConversionError(f"{e} (the verification runs the model in onnxruntime; "
-                                  "--no-verify converts without it)") from None
-        log.warning("warning: not verified: %s", " ".join(first_line(e).split()))
-        return None, None
+        raise ConversionError(f"{e} (the verification runs the model in onnxruntime; "
+                              "--no-verify converts without it)") from None
+    except CheckTooCostly as e:
+        return None, None, str(e)
     except ConversionError as e:
         if path not in str(e):
             raise
         # The temporary file is nobody's business: the message names the output.
         raise ConversionError(str(e).replace(path, f"{report.output} (not written)")) from None
     require_passed(result)
-    return result, source
+    return result, source, None
 
 
 def _rounds_itself(state: State) -> bool:
@@ -619,14 +625,16 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     to them (runtimes.fitted_samples), each output judged by its worst. A model with random ops
     is checked with their draws fed to both sides (check/random_draws.py). Returns the
     verification and what its samples were read from (options.data; None: generated inputs)."""
+    from ..check.can_run import check_cost
     from ..check.random_draws import fed_draws, random_nodes
-    from ..check.runtimes import fitted_samples, reads_file
+    from ..check.runtimes import fitted_samples, opens_by_name, reads_file
     from ..check.verify import rounding_dropped, verify
 
     proto = reference.proto
+    check_cost(proto)  # before any run: a check that would not end is said
     float_check = options.float_check and not rounding_dropped(proto)
     direct = (onnx_path is not None and options.report is None and not options.rounding_bound
-              and reads_file(proto) and not random_nodes(proto.graph))
+              and opens_by_name(onnx_path) and reads_file(proto) and not random_nodes(proto.graph))
     if not direct:
         reference.restore_weights()
     verify = fed_draws(verify, proto, path)  # random ops: their draws fed to both sides

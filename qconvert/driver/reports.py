@@ -100,6 +100,7 @@ class ConversionReport:
     quantization: QuantizationReport | None = None
     weights: WeightsReport | None = None
     verify: Verification | None = None  # the written file against onnxruntime
+    not_verified: str | None = None  # why a conversion that verifies was not (check/can_run.py)
     batch: BatchReport | None = None  # the model's dynamic batch, set to 1
     dimensions: list[DimensionReport] = field(default_factory=list)  # the other dynamic ones
     # other inputs' dynamic axis 0, set without --input-shape (to 1, or to the size --input-shape
@@ -168,6 +169,8 @@ class ConversionReport:
             text += f"; verify data: {verify_unscaled}"
         if self.verify is not None:
             text += "; " + self.verify.summary()
+        elif self.not_verified:
+            text += "; not verified: " + self.not_verified
         if self.latency is not None:
             kind = _written_kind(q) if q is not None else w.mode
             text += "; " + self.latency.summary(kind) if kind is not None else ""

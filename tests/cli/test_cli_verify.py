@@ -337,10 +337,10 @@ def test_a_float_conversion_of_qdq_pairs_is_judged_by_sqnr(tmp_path):
     assert "; verify: worst output 'y' " in run.stderr
 
 
-def test_a_model_onnxruntime_refuses_is_written_unverified_with_a_warning(tmp_path):
+def test_a_model_onnxruntime_refuses_is_an_error_unless_no_verify(tmp_path):
     """A batchwise LSTM (layout 1) converts, but onnxruntime has no kernel for it: the default
-    float check cannot run, so the file is written with a one-line warning; a verification that
-    was asked for (--verify, --verify-samples...) is exit 1 instead."""
+    float check cannot run, which is exit 1 in one line with nothing written (issue 40: a check
+    that cannot run is a failure), asked for or not; --no-verify writes it unchecked."""
     from onnx import TensorProto, helper
 
     from tests.harness import make_model
@@ -351,15 +351,13 @@ def test_a_model_onnxruntime_refuses_is_written_unverified_with_a_warning(tmp_pa
                        {"w": rng.standard_normal((1, 8, 4)).astype(np.float32),
                         "r": rng.standard_normal((1, 8, 2)).astype(np.float32)}, opset=14)
     onnx.save(model, tmp_path / "lstm.onnx")
-    run = qconvert("lstm.onnx", "l.tflite", "--json", cwd=tmp_path)
-    assert run.returncode == 0 and json.loads(run.stdout)["verify"] is None
-    warning, summary = run.stderr.splitlines()
-    assert warning.startswith("qconvert: warning: not verified: onnxruntime cannot load the model")
-    assert summary.startswith("qconvert: lstm.onnx -> l.tflite: ") and "verify" not in summary
-    asked = qconvert("lstm.onnx", "a.tflite", "--verify-samples", "2", cwd=tmp_path)
-    assert asked.returncode == 1 and not (tmp_path / "a.tflite").exists()
-    (line,) = asked.stderr.splitlines()
-    assert line.startswith("qconvert: error: onnxruntime cannot load") and "--no-verify" in line
+    for flags in ((), ("--verify-samples", "2")):
+        run = qconvert("lstm.onnx", "a.tflite", *flags, cwd=tmp_path)
+        assert run.returncode == 1 and not (tmp_path / "a.tflite").exists()
+        (line,) = run.stderr.splitlines()
+        assert line.startswith("qconvert: error: onnxruntime cannot load") and "--no-verify" in line
+    unchecked = qconvert("lstm.onnx", "l.tflite", "--no-verify", cwd=tmp_path)
+    assert unchecked.returncode == 0 and (tmp_path / "l.tflite").exists()
 
 
 def test_a_written_file_litert_cannot_load_is_named_as_out_not_as_the_temporary_file(tmp_path, monkeypatch):

@@ -267,5 +267,5 @@ def test_recorder_global_ranges_by_dtype_size_and_special_values(caplog):
     assert recorder.result() == {"a": (-5.0, 6.0), "i": (-4.0, 9.0), "b": (0.0, 1.0), "h": (0.25, 0.5),
                                  "nan": (-1.0, 4.0), "big": (-6.0, 15.0), "mask": (1.0, 2.0),
                                  "later": (1.0, 2.0)}
-    assert "tensor 'nan' had 3 NaN values, skipped" in caplog.text
-    assert "tensor 'none' had 2 NaN values, skipped" in caplog.text
+    (line,) = [r.getMessage() for r in caplog.records if "NaN" in r.getMessage()]  # one line
+    assert "tensor 'nan' (3 values) and 1 more tensor; skipped" in line
