@@ -38,6 +38,7 @@ from . import (  # noqa: F401
     reduce,
     reshape,
     resize,
+    roi_align,
     scatter,
     sequence,
     slice,

@@ -56,7 +56,6 @@ REFUSED: dict[str, str] = {
     "ai.onnx.ml.ZipMap": ("its output is a sequence of maps, which a TFLite tensor cannot hold: export "
                           "without it (skl2onnx: options={'zipmap': False}; onnxmltools: "
                           "zipmap=False) for the probabilities as a [N, classes] tensor"),
-    "RoiAlign": "TFLite has no ROI pooling kernel (its boxes are data)",
     "MaxRoiPool": "TFLite has no ROI pooling kernel (its boxes are data)",
 }
 
