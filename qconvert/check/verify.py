@@ -85,6 +85,9 @@ class Verification:
     fed_draws: list[str] = field(default_factory=list)
     # the .tflite's rows put in onnxruntime's order at near-tied scores (check/ties.py)
     reordered: int = 0
+    # float outputs whose reference is one value on every generated sample, after up to
+    # CONSTANT_DRAWS of them (an all-zero output proves nothing of the arithmetic before it)
+    constant: list[str] = field(default_factory=list)
 
     @property
     def worst(self) -> OutputCheck:
@@ -137,6 +140,9 @@ class Verification:
             count = count[:-1] + f"; random ops' draws fed to both sides: {', '.join(self.fed_draws)})"
         if self.reordered:
             count = count[:-1] + f"; {self.reordered} rows in onnxruntime's order at near-tied scores)"
+        if self.constant:
+            count = (count[:-1] + f"; {', '.join(repr(n) for n in self.constant)} constant on every "
+                     "sample: checked little there)")
         if self.check == "float":
             failures = self.float_failures()
             if failures:
@@ -187,6 +193,8 @@ class Verification:
             del result["reason"]  # only a model judged by SQNR for a reason has one
         if not result["fed_draws"]:
             del result["fed_draws"]  # only a model with random ops has them
+        if not result["constant"]:
+            del result["constant"]  # only outputs constant on every generated sample
         result["outputs"] = [{k: json_number(v) for k, v in o.items()} for o in result["outputs"]]
         return result
 
@@ -292,6 +300,17 @@ class OutputStacks:
         self.operands: dict[str, list] = {name: [] for name in self.step_names}
         self.reordered = 0
 
+    def constant(self) -> list[str]:
+        """The float outputs whose reference holds one value on every sample so far."""
+        found = []
+        for name in self.names:
+            values = self.expected[name]
+            if values and all(np.asarray(v).dtype.kind == "f" for v in values):
+                flat = np.concatenate([np.ravel(v) for v in values])
+                if flat.size and np.all(flat == flat[0]):
+                    found.append(name)
+        return found
+
     def add(self, reference: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> None:
         outputs, moved = align_near_ties({n: reference[n] for n in self.names},
                                          {n: outputs[n] for n in self.names}, TOLERANCES[FLOAT32_EPS])
@@ -337,6 +356,24 @@ def _stacked(expected: list[np.ndarray], actual: list[np.ndarray]) -> tuple[np.n
             np.concatenate(fitted).astype(np.float64))
 
 
+CONSTANT_DRAWS = 8  # generated samples drawn, at most, while a float output's reference is constant
+
+
+def _drawn_until_varied(stacks: OutputStacks, proto: onnx.ModelProto, model, samples: list,
+                        reference: Reference) -> list:
+    """`samples` with more generated ones (the same seeded sequence, doubling, up to
+    CONSTANT_DRAWS) run into `stacks` while a float output's reference is constant over them:
+    a MatMul+Relu's one sample can be all zero, where a check proves nothing."""
+    from .runtimes import generated_samples
+
+    while stacks.constant() and len(samples) < CONSTANT_DRAWS:
+        more = generated_samples(model, proto, min(2 * len(samples), CONSTANT_DRAWS))[len(samples):]
+        for values, outputs in run_both(proto, model, more, reference=reference):
+            stacks.add(values, outputs)
+        samples = samples + more
+    return samples
+
+
 def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]],
             reference: Reference | RecordedReference | None = None):
     """Both models on `samples`: (the Verification, the .tflite's outputs, onnxruntime's), the
@@ -361,12 +398,16 @@ def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.
     `onnx_path` is the file it was read from and reads_file(proto): onnxruntime then reads that
     file (not with `rounding_bound`). `shapes`: the generated inputs' shapes where they are not
     the file's (its dynamic dimensions resized)."""
+    generated = samples is None
     model, samples = prepare(proto, tflite_path, samples, count, shapes=shapes)
     stacks = OutputStacks(proto)
     reference = Reference(proto, stacks.step_names, onnx_path)
     for values, outputs in run_both(proto, model, samples, reference=reference):
         stacks.add(values, outputs)
+    if generated:
+        samples = _drawn_until_varied(stacks, proto, model, samples, reference)
     result = stacks.verification(len(samples), min_sqnr, data, float_check)
+    result.constant = stacks.constant() if generated else []
     if data == "generated":
         from .input_ranges import guessed_inputs
 

@@ -1,0 +1,22 @@
+"""A .tflite the command line wrote, run in LiteRT and compared with onnxruntime on given inputs
+(the tests of check/can_run.py and calibration hygiene: every file they write is run)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from ai_edge_litert.interpreter import Interpreter
+
+from tests.harness import run_onnxruntime
+
+
+def assert_file_matches_onnxruntime(onnx_path, tflite_path, feeds: dict[str, np.ndarray],
+                                    rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    """The file at `tflite_path` (written with --io-layout onnx: its inputs and outputs in the
+    ONNX layout) on `feeds` equals onnxruntime's outputs of the model at `onnx_path`."""
+    model = onnx.load(str(onnx_path))
+    interpreter = Interpreter(model_content=open(tflite_path, "rb").read(), num_threads=1)
+    runner = interpreter.get_signature_runner()
+    actual = runner(**{name: np.ascontiguousarray(value) for name, value in feeds.items()})
+    for name, want in run_onnxruntime(model, feeds).items():
+        np.testing.assert_allclose(actual[name], want, rtol=rtol, atol=atol, err_msg=name)
