@@ -247,7 +247,7 @@ def test_floors_are_pyprojects_lower_bounds():
     and nothing else: the floors the wheel test installs are the ones a user is promised."""
     bounds = _lower_bounds()
     assert set(bounds) == {"click", "numpy", "flatbuffers", "onnx", "onnxruntime", "ai-edge-litert",
-                           "pillow"}, bounds
+                           "pillow", "ml-dtypes"}, bounds
     assert all(bounds.values()), f"a dependency without a lower bound: {bounds}"
     assert _floors() == bounds, ("floors.txt and pyproject.toml's lower bounds differ",
                                  _floors(), bounds)
