@@ -529,8 +529,20 @@ def with_model_precision(options, found: QdqRanges):
     if found.activations_type == "int16":
         options = replace(options, activations="int16")
     if found.float_nodes:
-        options = replace(options, keep_float={**found.float_nodes, **options.keep_float})
+        kept = {node: _as_float(reason) for node, reason in found.float_nodes.items()}
+        options = replace(options, keep_float={**kept, **options.keep_float})
     return options
+
+
+def _as_float(reason: str) -> str:
+    """A metadata node's reason as this conversion keeps it: float. fakequant records the plan's
+    every non-int16 promotion there, a hybrid one ("kept hybrid: why") too, and the fake-quant
+    file cannot say hybrid (no pair does), so the written op is float, with float32 weights:
+    the summary must say so."""
+    head, colon, why = reason.partition(": ")
+    if colon and head.startswith("kept ") and head != "kept float":
+        return f"kept float ({head.removeprefix('kept ')} in fakequant's plan): {why}"
+    return reason
 
 
 def apply_qdq_ranges(model: Model, found: QdqRanges) -> int:
