@@ -11,12 +11,15 @@ from tests.harness import run_onnxruntime
 
 
 def assert_file_matches_onnxruntime(onnx_path, tflite_path, feeds: dict[str, np.ndarray],
-                                    rtol: float = 1e-5, atol: float = 1e-5) -> None:
-    """The file at `tflite_path` (written with --io-layout onnx: its inputs and outputs in the
-    ONNX layout) on `feeds` equals onnxruntime's outputs of the model at `onnx_path`."""
+                                    rtol: float = 1e-5, atol: float = 1e-5,
+                                    channels_last: bool = False) -> None:
+    """The file at `tflite_path` on `feeds` equals onnxruntime's outputs of the model at
+    `onnx_path`: written with --io-layout onnx (its inputs and outputs in the ONNX layout), or
+    `channels_last` (qconvert's default: 4-D inputs and outputs NHWC)."""
     model = onnx.load(str(onnx_path))
     interpreter = Interpreter(model_content=open(tflite_path, "rb").read(), num_threads=1)
     runner = interpreter.get_signature_runner()
-    actual = runner(**{name: np.ascontiguousarray(value) for name, value in feeds.items()})
+    nhwc = (lambda v: v.transpose(0, 2, 3, 1) if channels_last and v.ndim == 4 else v)
+    actual = runner(**{name: np.ascontiguousarray(nhwc(value)) for name, value in feeds.items()})
     for name, want in run_onnxruntime(model, feeds).items():
-        np.testing.assert_allclose(actual[name], want, rtol=rtol, atol=atol, err_msg=name)
+        np.testing.assert_allclose(actual[name], nhwc(want), rtol=rtol, atol=atol, err_msg=name)
