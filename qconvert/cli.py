@@ -1,6 +1,7 @@
 """Command line: qconvert IN.onnx OUT.tflite [options]. '-' reads stdin / writes stdout.
 Also `qconvert verify IN.onnx OUT.tflite` (qconvert/check/verify.py), `qconvert inspect FILE.tflite`
-(qconvert/check/inspect_tflite.py) and `qconvert fakequant IN.onnx OUT.onnx` (qconvert/qdq/fakequant.py).
+(qconvert/check/inspect_tflite.py), `qconvert fakequant IN.onnx OUT.onnx` (qconvert/qdq/fakequant.py)
+and `qconvert batch JOBS`, many conversions in one process (qconvert/driver/batch.py).
 
 Exit codes:
   0  success: one summary line on stderr (and the JSON report on stdout with --json).
@@ -325,12 +326,17 @@ def cli(source, dest, as_json, verbose, debug, **flags):
     Exit codes: 0 success, 1 conversion error, 2 usage error, 3 internal error, 4 verification
     failed (a float conversion that does not match onnxruntime, or below --min-sqnr). Also:
     qconvert verify IN.onnx OUT.tflite, qconvert inspect FILE.tflite, qconvert fakequant IN.onnx
-    OUT.onnx (see their --help). Every option can also be set by the environment variable shown
-    with it (a flag given here wins; a repeatable option takes space-separated values).
+    OUT.onnx, qconvert batch JOBS (many conversions in one process; see their --help). Every
+    option can also be set by the environment variable shown with it (a flag given here wins; a
+    repeatable option takes space-separated values).
     """
     _log_to_stderr(verbose)
     options = _options()  # from `flags`, the conversion's options
     report = options.verify.report
+    job = _batch_job()
+    if job is not None and (as_json or "-" in (source, dest)):
+        raise click.UsageError("a batch job reads and writes files, and --json is qconvert "
+                               "batch's own option: no '-' and no --json in a job's line")
     if as_json and dest == "-":
         raise click.UsageError("--json prints on stdout, so OUT.tflite cannot be '-' with it")
     check_distinct_files({"IN.onnx": source, "--calibration": flags["calibration"],
@@ -364,7 +370,17 @@ def cli(source, dest, as_json, verbose, debug, **flags):
 
     data = read_stdin() if source == "-" else None
     _, summary = convert(source, options, data=data, output_name=dest, progress=True, write=write)
+    if job is not None:
+        job.report = summary.as_dict()
     click.echo(summary.summary(), err=True)
+
+
+def _batch_job():
+    """The driver/batch.py Job this conversion runs as (click's context object), else None."""
+    from .driver.batch import Job
+
+    obj = click.get_current_context().obj
+    return obj if isinstance(obj, Job) else None
 
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
@@ -495,6 +511,41 @@ def fakequant_cli(source, dest, as_json, verbose, debug, **flags):
     click.echo(summary.summary(), err=True)
 
 
+@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("jobs", metavar="JOBS")
+@_option("--json", "as_json", is_flag=True,
+              help="Print one JSON object per job on stdout, one line each: job (JOBS:LINE), args, "
+                   "exit, error (its message, or null), report (its --json report, or null).")
+@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
+def batch_cli(jobs, as_json, debug):
+    """Run the conversions listed in JOBS (a file, or '-' for standard input) in this one process:
+    one per line, each written as `qconvert IN.onnx OUT.tflite [options]` would be without the
+    `qconvert`, shell-quoted; '#' starts a comment, blank lines are skipped. Each job converts
+    exactly as its own command would (the same file, bytes for bytes; the same checks and exit
+    code), with every line it prints naming it as JOBS:LINE; a failed job does not stop the
+    others. A job takes file names, never '-', and no --json (give it to the batch).
+
+    Exit codes: the first failed job's (0 when every job converted); 1 JOBS unreadable, 2 usage
+    error, 3 internal error.
+    """
+    from .driver.batch import read_jobs, run_jobs
+
+    code = run_jobs(jobs, read_jobs(jobs), _run_job, as_json, EXIT_USAGE)
+    if code:
+        sys.exit(code)
+
+
+def _run_job(job) -> int:
+    """One batch job: the conversion command on `job.args`, as `qconvert ARGS` runs it (its own
+    parsing, options and one-line errors); its exit code. The job is click's context object,
+    which cli() fills with its report."""
+    try:
+        cli.main(args=job.args, prog_name="qconvert", obj=job, standalone_mode=True)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_CONVERSION_ERROR)
+    return 0
+
+
 # Copies: each command names its own environment variables.
 fakequant_cli.params += [copy.copy(p) for p in cli.params if p.name in FAKEQUANT_OPTIONS]
 # How verify's --data folder of images or .wav files becomes samples, as the conversion's.
@@ -503,14 +554,17 @@ _with_environment_variables(cli, "QCONVERT")
 _with_environment_variables(verify_cli, "QCONVERT_VERIFY")
 _with_environment_variables(inspect_cli, "QCONVERT_INSPECT")
 _with_environment_variables(fakequant_cli, "QCONVERT_FAKEQUANT")
-COMMANDS = {"verify": verify_cli, "inspect": inspect_cli, "fakequant": fakequant_cli}
+_with_environment_variables(batch_cli, "QCONVERT_BATCH")
+COMMANDS = {"verify": verify_cli, "inspect": inspect_cli, "fakequant": fakequant_cli,
+            "batch": batch_cli}
 
 
 def _log_to_stderr(verbose: bool) -> None:
     """The driver's warnings (and with --verbose what the transformations do) on stderr, each
     line starting with "qconvert: "."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="qconvert: %(message)s", stream=sys.stderr)
+                        format="qconvert: %(message)s", stream=sys.stderr,
+                        force=True)  # each batch job its own --verbose and stderr
 
 
 def _return_freed_memory_to_the_system() -> None:
