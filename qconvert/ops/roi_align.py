@@ -10,11 +10,12 @@ start + p * bin + (k + 0.5) * bin / sampling_ratio; a sample beyond [-1, size] w
 inside is clamped to [0, size - 1] with its corners floor and floor + 1 (at most size - 1) and
 their weights 1 - frac and frac. Those per-axis [R, samples] tensors are computed from the rois
 tensor itself, with no constant as long as the box count, so that one file runs at every count
-(a count NonZero or NonMaxSuppression decides). The four corners of every sample are one GATHER
-each from the channels-last input flattened to [N * H * W, C] at (batch * H + y) * W + x; their
-products with the weights are summed (avg) or their maximum taken (max: onnxruntime's max mode
-takes the largest weighted corner) in onnxruntime's order, then the samples of each bin are
-summed and divided by their count, or their maximum taken. An adaptive sampling ratio (0: a
+(a count NonZero or NonMaxSuppression decides); the image's height and width are read by SHAPE
+when the model runs, so that a dynamic image size stays dynamic too. The four corners of every
+sample are one GATHER each from the channels-last input flattened to [N * H * W, C] at
+(batch * H + y) * W + x; their products with the weights are summed (avg) or their maximum taken
+(max: onnxruntime's max mode takes the largest weighted corner) in onnxruntime's order, then the
+samples of each bin are summed and divided by their count, or their maximum taken. An adaptive sampling ratio (0: a
 count per box, which its size decides) is refused.
 """
 
@@ -40,16 +41,18 @@ def import_roi_align(node, ctx):
     mode, half_pixel, ratio, scale, (out_h, out_w) = _attributes(node, ctx)
     n, channels, height, width = ctx.shape(x)
     count = ctx.shape(rois)[0]
-    rows = _axis_samples(ctx, rois, 1, height, out_h, ratio, scale, half_pixel)
-    cols = _axis_samples(ctx, rois, 0, width, out_w, ratio, scale, half_pixel)
+    channels_last = to_channels_last(ctx, x)
+    sizes = _sizes(ctx, channels_last, y)
+    rows = _axis_samples(ctx, rois, 1, sizes[0][1], out_h, ratio, scale, half_pixel)
+    cols = _axis_samples(ctx, rois, 0, sizes[1][1], out_w, ratio, scale, half_pixel)
     s_h, s_w = out_h * ratio, out_w * ratio
-    table = reshape(ctx, to_channels_last(ctx, x), [n * height * width, channels])
-    base = emit(ctx, "MUL", [reshape(ctx, batch, [count, 1]), _const(ctx, height, INT32)],
-                y + "_roi_base", [count, 1], INT32)
+    table = reshape(ctx, channels_last, [n * height * width, channels])
+    base = emit(ctx, "MUL", [reshape(ctx, batch, [count, 1]), sizes[0][0]], y + "_roi_base",
+                [count, 1], INT32)
     terms = []
     for row, row_weight in ((rows[0], rows[2]), (rows[1], rows[3])):
         start = emit(ctx, "MUL", [emit(ctx, "ADD", [base, row], y + "_roi_row", [count, s_h], INT32),
-                                  _const(ctx, width, INT32)], y + "_roi_row", [count, s_h], INT32)
+                                  sizes[1][0]], y + "_roi_row", [count, s_h], INT32)
         start = reshape(ctx, start, [count, s_h, 1])
         wy = reshape(ctx, row_weight, [count, s_h, 1, 1])
         for col, col_weight in ((cols[0], cols[2]), (cols[1], cols[3])):
@@ -96,11 +99,25 @@ def _attributes(node, ctx):
     return mode, transform == "half_pixel", ratio, float(node.attr("spatial_scale", 1.0)), out
 
 
-def _axis_samples(ctx, rois: str, k: int, size: int, pooled: int, ratio: int, scale: float,
+def _sizes(ctx, channels_last: str, y: str) -> list[tuple[str, str]]:
+    """The input's height and width, each as int32 and float32 tensors [1], read by SHAPE when
+    the model runs: a dynamic image size stays dynamic (no constant moves with it)."""
+    dims = emit(ctx, "SHAPE", [channels_last], y + "_roi_dims", [4], INT32, {"out_type": INT32})
+    sizes = []
+    for axis in (1, 2):
+        size = emit(ctx, "GATHER", [dims, _const(ctx, [axis], INT32)], y + "_roi_size", [1], INT32,
+                    {"axis": 0, "batch_dims": 0})
+        sizes.append((size, emit(ctx, "CAST", [size], y + "_roi_size", [1], FLOAT,
+                                 {"in_data_type": INT32, "out_data_type": FLOAT})))
+    return sizes
+
+
+def _axis_samples(ctx, rois: str, k: int, size: str, pooled: int, ratio: int, scale: float,
                   half_pixel: bool) -> tuple[str, str, str, str]:
-    """Along one axis (k: the rois' column of its start, k + 2 its end): the int32 indices
-    [R, pooled * ratio] of every sample's low and high corner and their float weights, 0 for a
-    sample beyond [-1, size], as onnxruntime computes them."""
+    """Along one axis (k: the rois' column of its start, k + 2 its end; size: the axis's length,
+    a float32 tensor [1]): the int32 indices [R, pooled * ratio] of every sample's low and high
+    corner and their float weights, 0 for a sample beyond [-1, size], as onnxruntime computes
+    them."""
     count = ctx.shape(rois)[0]
     hint = f"{rois}_roi_axis{k}"
     ends = []
@@ -120,9 +137,9 @@ def _axis_samples(ctx, rois: str, k: int, size: int, pooled: int, ratio: int, sc
                                          hint), within, hint)
     shape = ctx.shape(coords)
     outside = emit(ctx, "LOGICAL_OR", [_binary(ctx, "LESS", coords, -1.0, hint, np.bool_),
-                                       _binary(ctx, "GREATER", coords, float(size), hint, np.bool_)],
+                                       _binary(ctx, "GREATER", coords, size, hint, np.bool_)],
                    hint, shape, np.bool_)
-    top = float(size - 1)
+    top = _binary(ctx, "SUB", size, 1.0, hint)
     clamped = _binary(ctx, "MINIMUM", _binary(ctx, "MAXIMUM", coords, 0.0, hint), top, hint)
     low = emit(ctx, "FLOOR", [clamped], hint, shape)
     high = _binary(ctx, "MINIMUM", _binary(ctx, "ADD", low, 1.0, hint), top, hint)

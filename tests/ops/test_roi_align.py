@@ -3,7 +3,8 @@
 1x1, 7x7 and 2x3, spatial scales 1 and 1/16, boxes partly or wholly outside the image and
 degenerate ones (x1 > x2, a point), a batch of two images, max mode as onnxruntime computes it
 (the largest weighted corner); a box count that NonZero decides, one file at every count (zero
-too); one-line refusals of the adaptive sampling ratio and of unknown modes."""
+too), and a dynamic image size, one file at every size; one-line refusals of the adaptive
+sampling ratio and of unknown modes."""
 
 import numpy as np
 import pytest
@@ -84,6 +85,24 @@ def test_a_box_count_nonzero_decides_runs_in_one_file_at_every_count():
         expected = run_onnxruntime(model, inputs)["y"]
         actual = run_tflite(flatbuffer, report, inputs)["y"]
         assert actual.shape == expected.shape == (sum(keep), 3, 7, 7)
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_dynamic_image_size_stays_resizable():
+    """The feature map's height and width dynamic: read by SHAPE when the model runs, so one
+    .tflite (written at 64 x 64) matches onnxruntime at 6 x 8, 11 x 5 and 64 x 64."""
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], sampling_ratio=2,
+                            output_height=2, output_width=3, spatial_scale=1 / 16)
+    count = len(BOXES)
+    model = make_model([node], {"x": (F, (2, 3, "H", "W")), "rois": (F, (count, 4)),
+                                "batch": (I64, (count,))}, {"y": F}, opset=16)
+    flatbuffer, report = convert_proto(model)
+    rng = np.random.default_rng(7)
+    for height, width in ((6, 8), (11, 5), (64, 64)):
+        inputs = {"x": rng.standard_normal((2, 3, height, width)).astype(np.float32),
+                  "rois": BOXES * np.float32(16 * max(height, width) / 8), "batch": BATCH}
+        expected = run_onnxruntime(model, inputs)["y"]
+        actual = run_tflite(flatbuffer, report, inputs)["y"]
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
