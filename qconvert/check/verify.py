@@ -206,11 +206,13 @@ def _db(value: float) -> str:
 # --- one output ------------------------------------------------------------------------------
 def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
                  rule: OutputRule | None = None, step_inputs: list | None = None,
-                 ulp: float = FLOAT32_EPS) -> OutputCheck:
+                 ulp: float = FLOAT32_EPS, finite: bool = True) -> OutputCheck:
     """The metrics of one output; both are [samples, *shape] in the ONNX layout. A reference
     that is not finite (onnxruntime computed NaN or overflowed on the check's inputs) proves
     nothing: ReferenceFailed naming the output (an "inf dB" would pass whatever the .tflite
-    computes); a non-finite value of the .tflite is an infinite error.
+    computes); without `finite` (the precision planner comparing its candidates, whose reference
+    may be NaN where the model is undefined) those values count as matching. A non-finite value
+    of the .tflite elsewhere is an infinite error.
     Magnitudes below float32's smallest normal count as zero (LiteRT flushes denormals).
     `rule` (output_rules) gives the float check's scale floor and the step that makes the output;
     `step_inputs` that step's inputs in onnxruntime, [samples, *shape] each, to find near-ties."""
@@ -224,11 +226,13 @@ def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
     if ref.shape != got.shape:
         raise ConversionError(f"output {name!r}: the .tflite gives shape {list(got.shape[1:])}, "
                               f"onnxruntime {list(ref.shape[1:])}")
-    unknown = int(np.count_nonzero(~np.isfinite(ref)))
-    if unknown:
+    unknown = ~np.isfinite(ref)
+    if unknown.any() and not finite:
+        ref, got = np.where(unknown, 0.0, ref), np.where(unknown, 0.0, got)
+    elif unknown.any():
         kinds = " and ".join(k for k, f in (("NaN", np.isnan), ("Inf", np.isinf)) if f(ref).any())
         raise ReferenceFailed(f"output {name!r}: onnxruntime's values are not finite on the "
-                              f"check's inputs ({unknown:,} of {ref.size:,} are {kinds}), so there "
+                              f"check's inputs ({int(unknown.sum()):,} of {ref.size:,} are {kinds}), so there "
                               "is nothing to compare the .tflite with")
     error = np.where(np.isfinite(got), np.abs(got - ref), np.inf)
     if np.isfinite(got).all():
@@ -290,8 +294,10 @@ class OutputStacks:
     """Both models' outputs gathered sample by sample (run_both's pairs), then compared; with
     them, onnxruntime's values of the steps' operands (step_fetches) when it gave them."""
 
-    def __init__(self, proto: onnx.ModelProto, rules: dict[str, OutputRule] | None = None):
+    def __init__(self, proto: onnx.ModelProto, rules: dict[str, OutputRule] | None = None,
+                 finite: bool = True):
         self.proto = proto
+        self.finite = finite  # check_output's: a reference that is not finite fails
         self.rules = output_rules(proto) if rules is None else rules
         self.names = [value.name for value in onnx_values(proto, outputs=True)]
         self.step_names = step_fetches(proto, self.rules)
@@ -332,7 +338,7 @@ class OutputStacks:
         half = computes_in_float16(self.proto)
         ulp = FLOAT16_EPS if half else FLOAT32_EPS
         checks = [check_output(name, *_stacked(self.expected[name], self.actual[name]),
-                               self.rules.get(name), operands.get(name), ulp)
+                               self.rules.get(name), operands.get(name), ulp, self.finite)
                   for name in self.names]
         result = Verification(checks, samples, min_sqnr, data=data,
                               check="float" if float_check else "sqnr",
@@ -377,9 +383,10 @@ def _drawn_until_varied(stacks: OutputStacks, proto: onnx.ModelProto, model, sam
 def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]],
             reference: Reference | RecordedReference | None = None):
     """Both models on `samples`: (the Verification, the .tflite's outputs, onnxruntime's), the
-    outputs as {ONNX output name: [samples, ...]}. `reference`: as run_both's."""
+    outputs as {ONNX output name: [samples, ...]}. `reference`: as run_both's. A reference that
+    is not finite counts as matching there (the planner ranks candidates; the check refuses it)."""
     model, samples = prepare(proto, tflite_path, samples, len(samples))
-    stacks = OutputStacks(proto)
+    stacks = OutputStacks(proto, finite=False)
     for values, outputs in run_both(proto, model, samples, reference=reference):
         stacks.add(values, outputs)
     return (stacks.verification(len(samples)),
