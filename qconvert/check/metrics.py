@@ -57,7 +57,7 @@ def worst_slice(ref: np.ndarray, got: np.ndarray) -> tuple[float, str] | None:
         return None
     moved_ref = np.moveaxis(ref, axis + 1, 0).reshape(ref.shape[axis + 1], -1)
     moved_got = np.moveaxis(got, axis + 1, 0).reshape(ref.shape[axis + 1], -1)
-    tolerance = float(np.abs(ref).max()) * SLICE_TOLERANCE
+    tolerance = float(np.abs(ref).max(initial=0.0)) * SLICE_TOLERANCE  # an empty output: none
     slices = [(sqnr_db(r, g, tolerance), k) for k, (r, g) in enumerate(zip(moved_ref, moved_got))
               if np.any(r)]
     if not slices:

@@ -6,14 +6,20 @@ degenerate ones (x1 > x2, a point), a batch of two images, max mode as onnxrunti
 too), and a dynamic image size, one file at every size; one-line refusals of the adaptive
 sampling ratio and of unknown modes."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tests import processes
 from tests.harness import (assert_matches_onnxruntime, assert_refused_in_one_line, convert_proto,
                            make_model, run_onnxruntime, run_tflite)
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
+QCONVERT = str(Path(sys.executable).parent / "qconvert")
 X_SHAPE = (2, 3, 6, 8)
 # (x1, y1, x2, y2) in pixels of the 6x8 feature map: inside, partly outside on every side,
 # degenerate (x1 > x2, y1 > y2), a point, wholly outside (every sample weighs 0).
@@ -63,9 +69,9 @@ def test_roi_align_max_takes_the_largest_weighted_corner(opset, transform, ratio
     assert_matches_onnxruntime(model, feeds(1 / 16, seed=ratio + 10), rtol=0, atol=0)
 
 
-def test_a_box_count_nonzero_decides_runs_in_one_file_at_every_count():
-    """The boxes and their images selected by NonZero (torchvision's boxes of one pyramid level):
-    one .tflite, run at 3, 0, 8 and 1 boxes, matches onnxruntime at each."""
+def _selected_boxes_model():
+    """RoiAlign of the boxes (and their images) that NonZero of `keep` selects: torchvision's
+    boxes of one pyramid level."""
     nodes = [helper.make_node("NonZero", ["keep"], ["nz"]),
              helper.make_node("Squeeze", ["nz", "axis"], ["picked"]),
              helper.make_node("Gather", ["boxes", "picked"], ["rois"], axis=0),
@@ -77,6 +83,13 @@ def test_a_box_count_nonzero_decides_runs_in_one_file_at_every_count():
     model = make_model(nodes, {"x": (F, X_SHAPE), "boxes": (F, (count, 4)), "keep": (F, (count,)),
                                "images": (I64, (count,))}, {"y": F},
                        {"axis": np.array([0], np.int64)}, opset=16)
+    return model
+
+
+def test_a_box_count_nonzero_decides_runs_in_one_file_at_every_count():
+    """One .tflite, run at 3, 0, 8 and 1 boxes, matches onnxruntime at each."""
+    model = _selected_boxes_model()
+    count = len(BOXES)
     flatbuffer, report = convert_proto(model)
     inputs = feeds(1 / 16, seed=3)
     inputs = {"x": inputs["x"], "boxes": inputs["rois"], "images": BATCH}
@@ -86,6 +99,20 @@ def test_a_box_count_nonzero_decides_runs_in_one_file_at_every_count():
         actual = run_tflite(flatbuffer, report, inputs)["y"]
         assert actual.shape == expected.shape == (sum(keep), 3, 7, 7)
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_cli_check_passes_on_samples_that_keep_no_box(tmp_path):
+    """The check of a written file on --verify-data samples that keep no box (an empty output on
+    every sample: a pyramid level no box maps to, in Faster R-CNN) exits 0."""
+    model = _selected_boxes_model()
+    onnx.save(model, tmp_path / "m.onnx")
+    inputs = feeds(1 / 16, seed=4)
+    keep = np.zeros((2, len(BOXES)), np.float32)
+    np.savez(tmp_path / "d.npz", x=np.stack([inputs["x"]] * 2), boxes=np.stack([inputs["rois"]] * 2),
+             keep=keep, images=np.stack([BATCH] * 2))
+    done = processes.run([QCONVERT, "m.onnx", "m.tflite", "--verify-data", "d.npz"],
+                         capture_output=True, text=True, cwd=tmp_path, cpu_seconds=120)
+    assert done.returncode == 0 and "verify: float" in done.stdout + done.stderr, done.stderr
 
 
 def test_a_dynamic_image_size_stays_resizable():
