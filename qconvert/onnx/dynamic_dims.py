@@ -74,6 +74,9 @@ class DynamicDims:
     value_dependent: set[str] = field(default_factory=set)
     # the batch's symbol when the batch is probed as a dimension (add_batch), else ""
     batch: str = ""
+    # the constants keep_dynamic could not follow (ONNX names where they are the model's): the
+    # driver loads again with the shape arithmetic behind them computed when the model runs
+    unfollowed: set[str] = field(default_factory=set)
 
     @property
     def resizable(self) -> list[str]:
@@ -198,7 +201,7 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], table
         if isinstance(probe, str):
             why[group] = f"the model does not convert at {at} ({probe})"
             continue
-        axes, moves, why[group] = _compare(model, probe, at)
+        axes, moves, why[group] = _compare(model, probe, at, dims.unfollowed)
         if not why[group]:
             moved[group] = (axes, moves)
     by_constant: dict[str, dict[tuple, np.ndarray]] = {}
@@ -219,6 +222,7 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], table
             plan, reason = _plan(model, name, op, by_constant[name], sources)
             reason = reason or _product(model, name, op, by_constant[name], spreads)
             if reason:
+                dims.unfollowed.add(name)
                 for group in by_constant[name]:
                     why[group] = why[group] or reason
             else:
@@ -295,7 +299,7 @@ def _record_fixed(dims: DynamicDims, why: dict[tuple, str]) -> None:
             dims.fixed_because[symbol] = reason
 
 
-def _compare(model: Model, probe: Model, at: str) -> tuple[dict[str, dict[int, int]], dict[str, np.ndarray], str]:
+def _compare(model: Model, probe: Model, at: str, unfollowed: set[str]) -> tuple[dict[str, dict[int, int]], dict[str, np.ndarray], str]:
     """(tensor -> {axis that moved: its size in the probe}, integer constant -> how far each
     entry moved, "") or (.., .., why the symbols must stay fixed); `at` names the probe's sizes."""
     ops, other = list(model.operators), list(probe.operators)
@@ -321,6 +325,7 @@ def _compare(model: Model, probe: Model, at: str) -> tuple[dict[str, dict[int, i
                 moves[name] = shaped
                 continue
             if base.dtype.kind not in "iu" or base.shape != other_data.shape or base.ndim > 1:
+                unfollowed.add(name)
                 return {}, {}, (f"the constant {name!r} read by {_readers_text(model, name)} "
                                 "depends on the size")
             moves[name] = other_data.astype(np.int64) - base.astype(np.int64)

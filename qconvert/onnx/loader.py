@@ -168,7 +168,7 @@ class _Graph:
     """What the loader knows about the ONNX graph: constants, shapes and dtypes by value name."""
 
     def __init__(self, source: OnnxFile, input_shapes: dict[str, tuple[int, ...]], body: bool = False,
-                 sizes: dict[str, int] | None = None, outer=None):
+                 sizes: dict[str, int] | None = None, outer=None, computed: Collection[str] = ()):
         proto = source.proto
         self.proto = proto
         self.graph = proto.graph
@@ -206,6 +206,10 @@ class _Graph:
         # Computed shapes (run_time_shaped's Shape and what follows) at the loader's sizes: see
         # _at_sizes.
         self.at_sizes: dict[str, np.ndarray] = {}
+        # The Shape and Size nodes behind `computed` (constants dynamic_dims could not follow: a
+        # causal mask from the length): their values, and so what they make, are computed when
+        # the model runs, as a shape the values decide is.
+        self.run_time_shaped.update(_shapes_behind(computed, index))
         if outer is not None:
             self.run_time_shaped.update(i.name for i in self.inputs if i.name in outer[0].run_time_shaped)
         # Each node's name in messages and in Operator.source, fixed by its place in the file.
@@ -363,11 +367,15 @@ class _Graph:
             value = self._evaluate(node)
             if value is None:
                 kept.append(node)
-                varying = self.reads_run_time_shaped(node)
+                varying = self.reads_run_time_shaped(node) or any(o in self.run_time_shaped for o in node.output)
                 known = self.constants
                 if varying:
                     self._at_sizes(node)
                     known = {**self.constants, **self.at_sizes}
+                    for name in node.output:  # typed by their values at these sizes
+                        if name in self.at_sizes and name not in self.shapes:
+                            self.shapes[name] = self.at_sizes[name].shape
+                            self.dtypes.setdefault(name, self.at_sizes[name].dtype)
                 typed = set(self.shapes)
                 folded |= node_types.infer_node(node, self.shapes, self.dtypes, known, self.opsets,
                                                 self._run_time_size if self.sizes_at_run_time() else None,
@@ -405,7 +413,7 @@ class _Graph:
         known = {**self.constants, **self.at_sizes}
         if (node.op_type in _NOT_FOLDABLE or node.domain not in ("", "ai.onnx") or not node.output
                 or any(n and n not in known for n in node.input)
-                or any(np.size(known[n]) > node_types.DATA_LIMIT for n in node.input if n)):
+                or any(np.size(known[n]) > _AT_SIZES_LIMIT for n in node.input if n)):
             return
         feeds = {n: known[n] for n in node.input if n}
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -427,7 +435,8 @@ class _Graph:
     def _evaluate(self, node: onnx.NodeProto) -> list[np.ndarray] | None:
         if node.op_type in _NOT_FOLDABLE or node.domain not in ("", "ai.onnx"):
             return None
-        if node.op_type in ("Shape", "Size") and node.input[0] in self.run_time_shaped:
+        if node.op_type in ("Shape", "Size") and (node.input[0] in self.run_time_shaped
+                                                  or node.output[0] in self.run_time_shaped):
             return None  # computed when the model runs (folded.py's SHAPE)
         if node.op_type in ("Shape", "Size") and node.input[0] in self.shapes:
             shape = np.array(self.shapes[node.input[0]], dtype=np.int64)
@@ -490,6 +499,28 @@ class _Graph:
                 f"{where}: cannot evaluate its constant inputs: "
                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         return results
+
+
+# The largest input (in elements) _Graph._at_sizes evaluates a node from: a causal mask of 1024
+# positions squared; beyond, the node is typed by inference alone.
+_AT_SIZES_LIMIT = 1 << 20
+
+
+def _shapes_behind(names: Collection[str], index: GraphIndex) -> set[str]:
+    """The outputs of the Shape and Size nodes that the values `names` are computed from (of
+    tensors that are not initializers), through every node between."""
+    found, seen, todo = set(), set(), [n for n in names if n in index.producers]
+    while todo:
+        name = todo.pop()
+        node = index.producers.get(name)
+        if node is None or name in seen:
+            continue
+        seen.add(name)
+        if node.op_type in ("Shape", "Size"):
+            found.add(node.output[0])
+            continue
+        todo.extend(n for n in node.input if n)
+    return found
 
 
 def _fold_key(node: onnx.NodeProto, feeds: dict) -> tuple | None:
@@ -931,18 +962,20 @@ def _settle(graph: _Graph) -> None:
 
 def load(source: OnnxFile | onnx.ModelProto,
          input_shapes: dict[str, tuple[int, ...]] | None = None, body: bool = False,
-         sizes: dict[str, int] | None = None, probe: bool = False, outer=None) -> Model:
+         sizes: dict[str, int] | None = None, probe: bool = False, outer=None,
+         computed: Collection[str] = ()) -> Model:
     """Turns a parsed ONNX model into the IR; raises ConversionError naming what is at fault.
     `input_shapes` are --input-shape's, or (`body`) those a control-flow op gives its body;
     `sizes` set dynamic dimensions (dynamic_dims.py) to other sizes than their base size, as the
     calibration data or (`probe`) the dimensions' probe ask. A body's `outer` is (the outer
-    _Graph, the control-flow op's name): see _Graph.outer."""
+    _Graph, the control-flow op's name): see _Graph.outer. `computed`: values whose shape
+    arithmetic stays computed when the model runs (_Graph.__init__)."""
     if isinstance(source, onnx.ModelProto):
         source = OnnxFile(source)
     if not source.checked:
         check_model(source.proto, {name: where.length for name, where in source.stored.items()})
     source = upgrade_old_opset(source)
-    graph = _Graph(source, input_shapes or {}, body, sizes, outer)
+    graph = _Graph(source, input_shapes or {}, body, sizes, outer, computed)
     try:
         return _load_graph(graph, probe)
     except ConversionError as e:

@@ -20,11 +20,12 @@ from .registry import RUN_TIME, onnx_op, onnx_types, tflite_op
 @onnx_op("Shape")
 def import_shape(node, ctx):
     """A shape the loader knows is a constant; one the values decide (ctx.run_time_shaped: a
-    NonZero's output, what follows it) TFLite's SHAPE, its entries start:end sliced."""
+    NonZero's output, what follows it), or one marked to be computed (the loader's `computed`),
+    TFLite's SHAPE, its entries start:end sliced."""
     x, y = node.inputs[0], node.outputs[0]
     rank = ctx.rank(x)
     start, end = slice(node.attr("start", 0), node.attr("end", rank)).indices(rank)[:2]
-    if x not in ctx.run_time_shaped:
+    if x not in ctx.run_time_shaped and y not in ctx.run_time_shaped:
         ctx.set_constant(y, np.array(ctx.shape(x), dtype=np.int64)[start:end])
         return
     if (start, end) == (0, rank):
@@ -40,7 +41,7 @@ def import_shape(node, ctx):
 def import_size(node, ctx):
     """As Shape: a constant, or the product of the SHAPE when the values decide it."""
     x, y = node.inputs[0], node.outputs[0]
-    if x not in ctx.run_time_shaped:
+    if x not in ctx.run_time_shaped and y not in ctx.run_time_shaped:
         ctx.set_constant(y, np.prod(ctx.shape(x), dtype=np.int64))
         return
     whole = ctx.tensor("shape", (ctx.rank(x),), np.int32)

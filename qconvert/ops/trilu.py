@@ -5,7 +5,8 @@ selects between x and a zero scalar (SELECT_V2, which broadcasts both): exact fo
 where multiplying by a 0/1 mask would turn inf and NaN outside the triangle into NaN. A k computed
 at run time (a graph input, say) compares a constant [rows, columns] matrix of offsets j - i with
 it when the model runs (GREATER_EQUAL for upper, LESS_EQUAL for lower): the same mask, made by
-the interpreter.
+the interpreter; and where the input's shape is itself computed when the model runs (the loader's
+run_time_shaped: a causal mask of the length), so are the offsets, from RANGEs of its SHAPE.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def import_trilu(node, ctx):
     if k_name and ctx.const(k_name) is None:
         _run_time_mask(ctx, x, y, k_name, upper)
         return
+    if x in ctx.run_time_shaped:  # a shape computed when the model runs: so is its mask
+        k = ctx.constant("k", np.asarray(ctx.const(k_name) if k_name else 0, np.int32).reshape(()))
+        _run_time_mask(ctx, x, y, k, upper)
+        return
     k = 0
     if k_name:
         value = ctx.const(k_name)
@@ -56,8 +61,34 @@ def _run_time_mask(ctx, x: str, y: str, k: str, upper: bool) -> None:
     rows, columns = ctx.shape(x)[-2:]
     if ctx.shape(k) not in ((), (1,)):
         raise ctx.error(f"k (input {k!r}) has shape {list(ctx.shape(k))}; ONNX wants a scalar")
-    offset = np.arange(columns)[None, :] - np.arange(rows)[:, None]
-    offsets = ctx.constant("offsets", offset.astype(ctx.dtype(k)))
+    if x in ctx.run_time_shaped:
+        offsets = _run_time_offsets(ctx, x, y)
+        if ctx.dtype(k) != np.int32:
+            raise ctx.error(f"k (input {k!r}) is {ctx.dtype(k)}; int32 or int64 expected")
+    else:
+        offset = np.arange(columns)[None, :] - np.arange(rows)[:, None]
+        offsets = ctx.constant("offsets", offset.astype(ctx.dtype(k)))
     mask = ctx.tensor(y + "_triangle", (rows, columns), np.bool_)
     ctx.add_op("GREATER_EQUAL" if upper else "LESS_EQUAL", [offsets, k], [mask])
     _select(ctx, mask, x, y)
+
+
+def _run_time_offsets(ctx, x: str, y: str) -> str:
+    """j - i over the last two dimensions of `x` as it runs (a shape the loader's
+    run_time_shaped computes): RANGE of each from its SHAPE, one reshaped to a column, SUB."""
+    rank, (rows, columns) = ctx.rank(x), ctx.shape(x)[-2:]
+    shape = ctx.tensor(y + "_shape", (rank,), np.int32)
+    ctx.add_op("SHAPE", [x], [shape], {"out_type": np.int32})
+    zero, one = ctx.constant("zero", np.int32(0)), ctx.constant("one", np.int32(1))
+    ranges = []
+    for axis, size, target in ((rank - 2, rows, [-1, 1]), (rank - 1, columns, [1, -1])):
+        length = ctx.tensor(f"{y}_length{axis}", (), np.int32)
+        ctx.add_op("GATHER", [shape, ctx.constant("axis", np.int32(axis))], [length], {"axis": 0})
+        positions = ctx.tensor(f"{y}_positions{axis}", (size,), np.int32)
+        ctx.add_op("RANGE", [zero, length, one], [positions])
+        shaped = ctx.tensor(f"{y}_positions{axis}_2d", tuple(size if t == -1 else 1 for t in target), np.int32)
+        ctx.add_op("RESHAPE", [positions, ctx.constant("shape", np.array(target, np.int32))], [shaped])
+        ranges.append(shaped)
+    offsets = ctx.tensor(y + "_offsets", (rows, columns), np.int32)
+    ctx.add_op("SUB", [ranges[1], ranges[0]], [offsets])
+    return offsets

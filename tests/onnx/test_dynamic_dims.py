@@ -165,7 +165,8 @@ def _upsampled():
 
 def _sinusoid():
     """A sinusoidal position code computed from Range(0, S): folded at each size into a table
-    that no initializer holds whole."""
+    that no initializer holds whole, so its arithmetic is computed when the model runs (the
+    loader's `computed`)."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"]),
              helper.make_node("Gather", ["shape", "one"], ["s"], axis=0),
              helper.make_node("Range", ["zero", "s", "step"], ["ids"]),
@@ -198,6 +199,8 @@ RESIZABLE = {
     "upsampled": (_upsampled, ["H", "W"], [(2, 3, 96, 32), (1, 3, 16, 160)]),
     "unnamed_axis": (lambda: _relu([1, None, 5]), ["x:1"], [(1, 3, 5), (1, 300, 5)]),
     "named_beside_batch": (lambda: _relu(["N", "T", 3]), ["T"], [(2, 9, 3), (1, 1, 3)]),
+    # folded at 64, a table no initializer holds whole: computed when the model runs instead
+    "sinusoid": (_sinusoid, ["S"], [(1, 1, 16), (1, 37, 16), (1, 300, 16)]),
 }
 
 
@@ -221,7 +224,6 @@ def test_dynamic_dimensions_stay_resizable_and_match_at_other_sizes(tmp_path, na
 
 # name: (model, the fixed symbol, words of its reason)
 FIXED = {
-    "sinusoid": (_sinusoid, "S", "is a table cut to the size, whose whole table qconvert did not find"),
     "flattened": (lambda: _model([helper.make_node("Flatten", ["x"], ["f"]),
                                   helper.make_node("Gemm", ["f", "w"], ["y"], transB=1)],
                                  [1, 2, "H"], [_weight("w", 3, 128)]),
@@ -409,3 +411,51 @@ def test_a_size_times_another_is_not_computed_as_their_sum(tmp_path):
         x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(_run(data, report, {"x": x}, "builtin")["y"],
                                    run_onnxruntime(model, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+
+
+# --- a constant the comparison cannot follow, computed by the graph instead ----------------------
+def _causal(style: str):
+    """Attention scores x x^T [1, S, S] plus a causal bias built from the length: positions
+    compared (GPT-2's arange <= arange), Trilu of ones of [S, S], or the comparison Expanded to
+    [1, S, S] by a shape Concat builds. Folded at 64 each is an [S, S] constant no table holds."""
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["x", "xt"], ["scores"]),
+             helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["s"], axis=0)]
+    inits = [_ints("one", 1), _ints("zero", 0), _ints("step", 1), _ints("axis0", [0]), _ints("axis1", [1]),
+             numpy_helper.from_array(np.array(0.0, np.float32), "keep"),
+             numpy_helper.from_array(np.array(-1e9, np.float32), "drop")]
+    if style == "trilu":
+        nodes += [helper.make_node("Unsqueeze", ["s", "axis0"], ["s1"]),
+                  helper.make_node("Concat", ["s1", "s1"], ["square"], axis=0),
+                  helper.make_node("ConstantOfShape", ["square"], ["ones"],
+                                   value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+                  helper.make_node("Trilu", ["ones"], ["lower"], upper=0),
+                  helper.make_node("Cast", ["lower"], ["mask"], to=TensorProto.BOOL)]
+    else:
+        nodes += [helper.make_node("Range", ["zero", "s", "step"], ["positions"]),
+                  helper.make_node("Unsqueeze", ["positions", "axis0"], ["row"]),
+                  helper.make_node("Unsqueeze", ["positions", "axis1"], ["column"]),
+                  helper.make_node("LessOrEqual", ["row", "column"], ["mask"])]
+    if style == "expanded":
+        nodes += [helper.make_node("Unsqueeze", ["s", "axis0"], ["s2"]),
+                  helper.make_node("Concat", ["one_vector", "s2", "s2"], ["target"], axis=0),
+                  helper.make_node("Expand", ["mask", "target"], ["mask3"])]
+        inits.append(_ints("one_vector", [1]))
+    nodes += [helper.make_node("Where", ["mask3" if style == "expanded" else "mask", "keep", "drop"], ["bias"]),
+              helper.make_node("Add", ["scores", "bias"], ["biased"]),
+              helper.make_node("Softmax", ["biased"], ["y"], axis=-1)]
+    return _model(nodes, [1, "S", 8], inits)
+
+
+@pytest.mark.parametrize("style", ["compared", "trilu", "expanded"])
+def test_a_causal_mask_from_the_length_is_computed_when_the_model_runs(tmp_path, style):
+    model = _causal(style)
+    data, report, summary = _convert_cli(model, tmp_path)
+    assert [d["symbol"] for d in report["dimensions"] if d["resizable"]] == ["S"], summary
+    for shape in [(1, 1, 8), (1, 37, 8), (1, 200, 8)]:
+        x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+        expected = run_onnxruntime(model, {"x": x})["y"]
+        for resolver in ("xnnpack", "builtin"):
+            np.testing.assert_allclose(_run(data, report, {"x": x}, resolver)["y"], expected,
+                                       rtol=1e-4, atol=1e-5, err_msg=f"{shape} {resolver}")
