@@ -60,7 +60,7 @@ accuracy, trained here; float, post-training int8 and QAT int8 (qconvert.qat, co
 calibration) accuracy in LiteRT, agreement with the fake-quant torch model, the int8 file size.
 
     .venv/bin/python bench/bench.py [--models resnet50,squeezenet]
-        [--tables float,int8,weights,scaling,trained,qat,quantized,dynamic,zoo] [--int8-samples 100] [--held-out 20]
+        [--tables float,int8,weights,scaling,trained,qat,quantized,dynamic,startup,zoo] [--int8-samples 100] [--held-out 20]
         [--no-peer] [--scaling-sizes 150,600,2400,10000] [--scaling-families conv_chain,transformer]
         [--trained-models yolov8-shapes,ppocr-rec] [--corpus-models ppocrv3-rec,magika]
         [--corpus-calibration 16] [--corpus-held-out 4] [--out DIR] [--target-profile FILE]
@@ -95,7 +95,7 @@ from qconvert.calibration.data import model_input_specs
 
 if __package__:
     from . import (corpus, dynamic_shapes, int8, models, qat_digits, quantized_family, runners, scaling,
-                   target_profile, trained, weights, zoo)
+                   startup, target_profile, trained, weights, zoo)
 else:  # run as a script: bench/ is on sys.path
     import corpus
     import dynamic_shapes
@@ -105,6 +105,7 @@ else:  # run as a script: bench/ is on sys.path
     import quantized_family
     import runners
     import scaling
+    import startup
     import target_profile
     import trained
     import weights
@@ -115,7 +116,7 @@ COLUMNS = ["model", "convert (s)", "verified (s)", "verify share", "peak RSS (MB
            "TRANSPOSE", "TFLite (ms)", "ORT (ms)", "max abs diff", "status"]
 MB = 1024 * 1024
 LIGHT_TABLES = ("float", "int8", "weights")  # the tables of the --models
-TABLES = LIGHT_TABLES + ("scaling", "trained", "qat", "quantized", "dynamic", "corpus", "zoo")
+TABLES = LIGHT_TABLES + ("scaling", "trained", "qat", "quantized", "dynamic", "startup", "corpus", "zoo")
 # Not by default: the corpus (17-24 min here) and the zoo (about an hour, `make zoo`).
 DEFAULT_TABLES = tuple(t for t in TABLES if t not in ("corpus", "zoo"))
 
@@ -401,6 +402,8 @@ def main(argv=None) -> int:
         if "dynamic" in args.tables:
             dynamic_rows = dynamic_shapes.rows(list(dynamic_shapes.SPECS), list(dynamic_shapes.PRECISIONS),
                                                out_dir / "dynamic")
+        if "startup" in args.tables:
+            startup_rows = startup.rows(out_dir / "startup")
         if "corpus" in args.tables:
             corpus_rows = corpus.bench_corpus(out_dir, args)
         if "zoo" in args.tables:
@@ -447,6 +450,9 @@ def main(argv=None) -> int:
     if "dynamic" in args.tables:
         print(dynamic_shapes.header())
         print(dynamic_shapes.markdown(dynamic_rows))
+    if "startup" in args.tables:
+        print(startup.header(5))
+        print(startup.markdown(startup_rows))
     if "corpus" in args.tables:
         print(corpus.header(args))
         print(markdown_table(corpus_rows[0], corpus.COLUMNS))
