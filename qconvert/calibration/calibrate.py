@@ -159,8 +159,10 @@ class CalibrationRun:
                     del work
                     self.session = ort.InferenceSession(file, options, providers=providers)
         except Exception as e:  # onnxruntime raises its own exception types
+            from ..check.can_run import onnxruntime_message
+
             raise ReferenceFailed(f"onnxruntime cannot load the model for calibration: "
-                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+                                  f"{onnxruntime_message(e)}") from None
         finally:
             del outputs[kept:]
 
@@ -198,7 +200,9 @@ class CalibrationRun:
                 try:
                     values = self.session.run(fetched, feeds) if fetched else []
                 except Exception as e:  # onnxruntime raises its own exception types
-                    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    from ..check.can_run import onnxruntime_message, shapes_named
+
+                    reason = shapes_named(onnxruntime_message(e), feeds)
                     raise ConversionError(
                         f"onnxruntime failed on calibration sample {index}: {reason}") from None
                 known = {n: feeds[n] for n in from_feeds}

@@ -55,9 +55,11 @@ def _constants(graph: onnx.GraphProto, outer: dict[str, np.ndarray]) -> dict[str
             found[init.name] = numpy_helper.to_array(init)
     for node in graph.node:
         if node.op_type == "Constant" and node.output:
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            if value is not None and np.prod(value.dims, dtype=np.int64) <= 1:
-                found[node.output[0]] = numpy_helper.to_array(value)
+            for a in node.attribute:
+                if a.name == "value" and np.prod(a.t.dims, dtype=np.int64) <= 1:
+                    found[node.output[0]] = numpy_helper.to_array(a.t)
+                elif a.name == "value_int":
+                    found[node.output[0]] = np.array(a.i, np.int64)
     return found
 
 
@@ -123,7 +125,8 @@ def contradicted_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...
     for value in proto.graph.input:
         if value.name not in shapes or not value.type.tensor_type.HasField("shape"):
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                for d in value.type.tensor_type.shape.dim]
         asked = tuple(shapes[value.name])
         clash = [k for k, (d, a) in enumerate(zip(dims, asked)) if d is not None and d != a]
         if clash and len(dims) == len(asked):

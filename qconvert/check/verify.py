@@ -207,12 +207,13 @@ def _db(value: float) -> str:
 def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
                  rule: OutputRule | None = None, step_inputs: list | None = None,
                  ulp: float = FLOAT32_EPS, finite: bool = True) -> OutputCheck:
-    """The metrics of one output; both are [samples, *shape] in the ONNX layout. A reference
-    that is not finite (onnxruntime computed NaN or overflowed on the check's inputs) proves
-    nothing: ReferenceFailed naming the output (an "inf dB" would pass whatever the .tflite
-    computes); without `finite` (the precision planner comparing its candidates, whose reference
-    may be NaN where the model is undefined) those values count as matching. A non-finite value
-    of the .tflite elsewhere is an infinite error.
+    """The metrics of one output; both are [samples, *shape] in the ONNX layout. Where the
+    reference is not finite there is nothing to compare: an infinity (onnxruntime overflowed on
+    the check's inputs), a NaN where the .tflite's value is not NaN too, or a reference finite
+    nowhere is ReferenceFailed naming the output (an "inf dB" would pass whatever the .tflite
+    computes); a NaN both compute (a fully masked softmax row) agrees.
+    Without `finite` (the precision planner ranking its candidates) every such value counts as
+    matching. A non-finite value of the .tflite elsewhere is an infinite error.
     Magnitudes below float32's smallest normal count as zero (LiteRT flushes denormals).
     `rule` (output_rules) gives the float check's scale floor and the step that makes the output;
     `step_inputs` that step's inputs in onnxruntime, [samples, *shape] each, to find near-ties."""
@@ -227,13 +228,16 @@ def check_output(name: str, reference: np.ndarray, actual: np.ndarray,
         raise ConversionError(f"output {name!r}: the .tflite gives shape {list(got.shape[1:])}, "
                               f"onnxruntime {list(ref.shape[1:])}")
     unknown = ~np.isfinite(ref)
-    if unknown.any() and not finite:
+    if unknown.any():
+        agreed = np.isnan(ref) & np.isnan(got)
+        if finite and (unknown.all() or not agreed[unknown].all()):
+            kinds = " and ".join(k for k, f in (("NaN", np.isnan), ("Inf", np.isinf)) if f(ref).any())
+            raise ReferenceFailed(
+                f"output {name!r}: onnxruntime's values are not finite on the check's inputs "
+                f"({int(unknown.sum()):,} of {ref.size:,} are {kinds}"
+                + (")" if unknown.all() else f", the .tflite's differ at {int((~agreed & unknown).sum()):,})")
+                + ", so there is nothing to compare the .tflite with")
         ref, got = np.where(unknown, 0.0, ref), np.where(unknown, 0.0, got)
-    elif unknown.any():
-        kinds = " and ".join(k for k, f in (("NaN", np.isnan), ("Inf", np.isinf)) if f(ref).any())
-        raise ReferenceFailed(f"output {name!r}: onnxruntime's values are not finite on the "
-                              f"check's inputs ({int(unknown.sum()):,} of {ref.size:,} are {kinds}), so there "
-                              "is nothing to compare the .tflite with")
     error = np.where(np.isfinite(got), np.abs(got - ref), np.inf)
     if np.isfinite(got).all():
         norms = float(np.linalg.norm(ref)) * float(np.linalg.norm(got))

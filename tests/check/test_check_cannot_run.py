@@ -176,3 +176,26 @@ def test_an_output_constant_on_every_sample_is_said(tmp_path):
     assert "(8 samples; 'y' constant on every sample: checked little there)" in run.stderr, run.stderr
     assert_file_matches_onnxruntime(tmp_path / "z.onnx", tmp_path / "z.tflite",
                                     {"x": np.arange(4, dtype=np.float32)[None] - 2})
+
+
+def test_nan_both_runtimes_compute_agrees_but_a_reference_nan_everywhere_fails(tmp_path):
+    """y = sqrt(x - s): with s = 0 about half the generated values are NaN in onnxruntime and in
+    the .tflite (an undefined value both compute agrees: exit 0, the rest compared); with s = 100
+    every value is NaN, which compares nothing: exit 1 naming 'y', nothing written. Both files
+    (the second with --no-verify) run in LiteRT as onnxruntime, NaN where it is NaN."""
+    x = {"x": np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)}
+    for shift, verified in ((0.0, True), (100.0, False)):
+        model = _model([helper.make_node("Sub", ["x", "s"], ["m"]), helper.make_node("Sqrt", ["m"], ["y"])],
+                       {"x": [1, 64]}, {"s": shift})
+        onnx.save(model, tmp_path / "sqrt.onnx")
+        run = qconvert("sqrt.onnx", "s.tflite", cwd=tmp_path)
+        assert (run.returncode == 0) == verified and (tmp_path / "s.tflite").exists() == verified
+        (line,) = run.stderr.splitlines()
+        if verified:
+            assert "; verify: float, worst output 'y'" in line, line
+        else:
+            assert line.startswith("qconvert: error: output 'y': onnxruntime's values are not finite "
+                                   "on the check's inputs (64 of 64 are NaN)"), line
+            assert qconvert("sqrt.onnx", "s.tflite", "--no-verify", cwd=tmp_path).returncode == 0
+        assert_file_matches_onnxruntime(tmp_path / "sqrt.onnx", tmp_path / "s.tflite", x)
+        (tmp_path / "s.tflite").unlink()

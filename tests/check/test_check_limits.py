@@ -152,3 +152,17 @@ def test_a_bad_limit_is_a_usage_error(tmp_path):
     onnx.save(_loop(5), tmp_path / "loop.onnx")
     run = qconvert("loop.onnx", "l.tflite", cwd=tmp_path, env={VARIABLE: "0"})
     assert run.returncode == 2 and VARIABLE in run.stderr and not (tmp_path / "l.tflite").exists()
+
+
+def test_a_trip_count_from_a_constant_node_is_counted_too(tmp_path):
+    """The trip count as a Constant node (value_int, or a one-element value) rather than an
+    initializer: 2^40 trips are said the same way, exit 0, not verified."""
+    for attribute in ({"value_int": 2 ** 40},
+                      {"value": numpy_helper.from_array(np.array([2 ** 40], np.int64))}):
+        model = _loop(5)
+        del model.graph.initializer[0]  # "n"
+        model.graph.node.insert(0, helper.make_node("Constant", [], ["n"], **attribute))
+        onnx.save(model, tmp_path / "loop.onnx")
+        run = qconvert("loop.onnx", "l.tflite", cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert "; not verified: Loop 'trips' runs its 2-node body 1,099,511,627,776 times" in run.stderr
