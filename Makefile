@@ -6,7 +6,7 @@ BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench zoo schema install clean browser
+.PHONY: demo test test-all bench zoo schema install clean browser
 
 # The demo needs the base install only (no torch); the tests add the test and qat extras.
 $(BASE_STAMP): pyproject.toml
@@ -24,7 +24,14 @@ install: $(STAMP)
 demo: $(BASE_STAMP)
 	$(PY) examples/demo.py
 
+# `make test`: every test but those marked slow (a minute or more of CPU each: the big light
+# models, tests.harness.BIG_LIGHT_MODELS), under 10 minutes on an idle 2-core machine;
+# `make test-all`: everything. The CI (.ci/run) runs test-all. No test bounds wall-clock time
+# (tests/processes.py: child processes have CPU budgets), so both pass on a busy machine too.
 test: $(STAMP) browser
+	$(PY) -m pytest -n 2 -m "not slow"
+
+test-all: $(STAMP) browser
 	$(PY) -m pytest -n 2
 
 # The HTML report's test renders the page in headless Chromium (Debian's package); where it cannot

@@ -21,6 +21,19 @@ from qconvert.check.runtimes import output_value
 from qconvert.tflite.reader import read as read_tflite
 
 
+# The onnx package's light models whose weights (100-550 MB) take a minute or more each to
+# randomize, convert and run on 2 cores: their tests are marked slow (`make test-all` runs them;
+# `make test` leaves them out: the other light models cover the same ops, LRN included).
+BIG_LIGHT_MODELS = frozenset({"vgg19", "zfnet512", "alexnet", "bvlc_alexnet"})
+
+
+def slow_params(values, slow=BIG_LIGHT_MODELS) -> list:
+    """`values` for pytest.mark.parametrize, those in `slow` marked slow (pytest -m "not slow"
+    deselects them)."""
+    import pytest
+
+    return [pytest.param(v, marks=pytest.mark.slow) if v in slow else v for v in values]
+
 def conv_in_front(x_shape, channels: int) -> tuple[onnx.NodeProto, onnx.TensorProto]:
     """(node, weights): a 3x3 pad-1 Conv from "x" (NCHW `x_shape`) to "fm" with `channels`
     outputs, so that the op under test reads a feature map behind a layout transpose."""

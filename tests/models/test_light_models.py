@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from qconvert.check.verify import verify
-from tests.harness import convert_proto, random_feeds, run_onnxruntime, run_tflite
+from tests.harness import convert_proto, random_feeds, run_onnxruntime, run_tflite, slow_params
 from tests.models.randomize import randomize_light_model
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -31,7 +31,7 @@ def with_logits_output(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", slow_params(MODELS))
 def test_light_model_matches_onnxruntime(name):
     model = onnx.load(os.path.join(LIGHT_DIR, f"light_{name}.onnx"))
     model = with_logits_output(randomize_light_model(model, seed=1))
@@ -47,7 +47,7 @@ def test_light_model_matches_onnxruntime(name):
         assert report.transposes == 0, report.op_counts
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", slow_params(MODELS))
 def test_light_model_verifies_above_60_db(name, tmp_path):
     """qconvert.check.verify on the float conversion: every output and every slice at 60 dB or more."""
     model = with_logits_output(randomize_light_model(

@@ -33,7 +33,7 @@ import pytest
 from qconvert.onnx.runtime import session_options
 from qconvert.tflite.reader import buffer_data
 from qconvert.tflite.reader import read as read_tflite
-from tests.harness import calibration_set, convert_quantized, random_feeds, run_tflite
+from tests.harness import calibration_set, convert_quantized, random_feeds, run_tflite, slow_params
 from tests.models.randomize import load_randomized
 from tests.models.test_light_models import with_logits_output
 
@@ -107,7 +107,7 @@ def onnxruntime_outputs(model, feeds_list) -> list[dict[str, np.ndarray]]:
     return [dict(zip(names, session.run(names, feeds))) for feeds in feeds_list]
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", slow_params(MODELS))
 def test_light_model_int8(name, tmp_path):
     start = time.perf_counter()
     calibration_count, held_out = MODELS[name]

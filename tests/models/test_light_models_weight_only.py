@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from qconvert.tflite.reader import read as read_tflite
-from tests.harness import convert_proto, random_feeds, run_tflite
+from tests.harness import convert_proto, random_feeds, run_tflite, slow_params
 from tests.models.randomize import load_randomized
 from tests.models.test_light_models import with_logits_output
 from tests.models.test_light_models_int8 import onnxruntime_outputs, sqnr_db
@@ -132,7 +132,7 @@ def rounded(sqnr: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 1) for k, v in sqnr.items()}
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", slow_params(MODELS))
 def test_light_model_weight_only_and_float16(name):
     start = time.perf_counter()
     model = with_logits_output(load_randomized(name, seed=1))
