@@ -1,7 +1,8 @@
 """Command line: qconvert IN.onnx OUT.tflite [options]. '-' reads stdin / writes stdout.
 Also `qconvert verify IN.onnx OUT.tflite` (qconvert/check/verify.py), `qconvert inspect FILE.tflite`
 (qconvert/check/inspect_tflite.py), `qconvert fakequant IN.onnx OUT.onnx` (qconvert/qdq/fakequant.py)
-and `qconvert batch JOBS`, many conversions in one process (qconvert/driver/batch.py).
+and `qconvert batch JOBS`, many conversions in one process (qconvert/driver/batch.py; `qconvert worker
+--persistent_worker` is the same for Bazel's persistent-worker protocol).
 
 Exit codes:
   0  success: one summary line on stderr (and the JSON report on stdout with --json).
@@ -586,6 +587,10 @@ def main() -> None:
     model file named like a subcommand is given as ./verify."""
     fill_closed_standard_fds()
     _return_freed_memory_to_the_system()
+    if sys.argv[1:2] == ["worker"]:  # Bazel's persistent worker (driver/batch.py)
+        from .driver.batch import run_worker
+
+        sys.exit(run_worker(sys.argv[2:], _run_job))
     if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
         name = sys.argv[1]
         COMMANDS[name](args=sys.argv[2:], prog_name=f"qconvert {name}")

@@ -8,11 +8,17 @@ skipped). Each job runs the command line's own parsing and conversion (qconvert/
 options are fresh, its file is byte-identical to a separate run's and its errors and exit code are
 a separate run's; every line it writes on stderr names its place in JOBS (`qconvert: jobs.txt:3:
 error: ...`). The batch's exit code is the first failed job's (0 when every job converted).
+
+`qconvert worker --persistent_worker` is the same for Bazel: its persistent-worker protocol in JSON
+(one WorkRequest object after another on stdin, one WorkResponse line each on stdout, the job's
+stderr lines as its `output`); `@FILE` arguments are flag files, one argument per line.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -64,7 +70,7 @@ class _JobStderr:
             for kind in ("error: ", "internal error: "):
                 if rest.startswith(kind):
                     self.job.error = rest[len(kind):]
-            line = f"{PREFIX}{self.job.where}: {rest}"
+            line = f"{PREFIX}{self.job.where}: {rest}" if self.job.where else line
         self.out.write(line + "\n")
         self.out.flush()
 
@@ -148,3 +154,67 @@ def _total(name: str, count: int, failed: list[Job]) -> str:
         more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
         line += f", {len(failed)} failed ({listed}{more})"
     return line
+
+
+def _expand_flag_files(args: list[str]) -> list[str]:
+    """`args` with each `@FILE` replaced by FILE's lines, one argument each (Bazel's flag files:
+    a worker action's arguments arrive that way)."""
+    expanded = []
+    for arg in args:
+        if arg.startswith("@") and len(arg) > 1:
+            with open(arg[1:], encoding="utf-8") as f:
+                expanded += [line for line in f.read().splitlines() if line]
+        else:
+            expanded.append(arg)
+    return expanded
+
+
+def run_worker_request(request: dict, run_one: Callable[[Job], int]) -> dict:
+    """One WorkRequest ({"arguments": [...], "requestId": N}) run as a job; its WorkResponse
+    ({"exitCode", "output": the job's stderr lines, "requestId"})."""
+    captured = io.StringIO()
+    job = Job("", [])
+    real, sys.stderr = sys.stderr, _JobStderr(captured, job)
+    try:
+        job.args = _expand_flag_files([str(a) for a in request.get("arguments", [])])
+        job.exit_code = run_one(job)
+    except OSError as e:  # a flag file that cannot be read
+        sys.stderr.write(f"{PREFIX}error: {e.filename}: {e.strerror}\n")
+        job.exit_code = 1
+    finally:
+        sys.stderr.finish()
+        sys.stderr = real
+    return {"exitCode": job.exit_code, "output": captured.getvalue(),
+            "requestId": request.get("requestId", 0)}
+
+
+def serve_worker(run_one: Callable[[Job], int]) -> int:
+    """Bazel's persistent worker (JSON): reads WorkRequests from stdin until it ends, answers each
+    with one WorkResponse line. Standard output carries nothing else: fd 1 is pointed at stderr
+    for the jobs (a native library's print included), the responses go to a copy of it."""
+    responses = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    decoder, pending = json.JSONDecoder(), ""
+    for line in sys.stdin:
+        pending += line
+        while pending.strip():
+            try:
+                request, end = decoder.raw_decode(pending.lstrip())
+            except json.JSONDecodeError:
+                break  # the object goes on in the next line
+            pending = pending.lstrip()[end:]
+            responses.write(json.dumps(run_worker_request(request, run_one)) + "\n")
+            responses.flush()
+    return 0
+
+
+def run_worker(args: list[str], run_one: Callable[[Job], int]) -> int:
+    """`qconvert worker ARGS`: with --persistent_worker, serve Bazel's requests; without, one job
+    of ARGS (flag files expanded) and its exit code, as Bazel runs a worker action when workers
+    are off."""
+    if "--persistent_worker" in args:
+        return serve_worker(run_one)
+    response = run_worker_request({"arguments": args}, run_one)
+    sys.stderr.write(response["output"])
+    return response["exitCode"]

@@ -1,6 +1,7 @@
 """`qconvert batch JOBS` (qconvert/driver/batch.py): many conversions in one process, each file
 byte-identical to its own `qconvert IN OUT [flags]` run, each job with its own lines and exit
-code, a bad line failing alone; and examples/build/batch.mk, which builds with it.
+code, a bad line failing alone; examples/build/batch.mk, which builds with it; and `qconvert worker
+--persistent_worker`, Bazel's JSON worker protocol over the same jobs.
 
 Every command runs the installed console script in a real subprocess (CPU-bounded: tests/
 processes.py); every file a batch writes is run in LiteRT and compared with onnxruntime.
@@ -176,3 +177,27 @@ def test_the_make_example_converts_what_is_out_of_date(folder, tmp_path):
         report = json.loads(_qconvert([f"m{k}.onnx", f"make-alone{k}.tflite", "--json"], folder).stdout)
         assert (tmp_path / "out" / f"m{k}.tflite").read_bytes() == (folder / f"make-alone{k}.tflite").read_bytes()
         _check_in_litert(tmp_path / "out" / f"m{k}.tflite", onnx.load(folder / f"m{k}.onnx"), report)
+
+
+def test_the_bazel_worker_answers_each_request(folder):
+    """`qconvert worker --persistent_worker`: Bazel's JSON protocol, a request over several lines
+    and a flag file included; one response line per request with its id, exit code and output;
+    nothing else on stdout; files byte-identical to separate runs and right in LiteRT."""
+    (folder / "flags.txt").write_text("m2.onnx\nworker-h.tflite\n--float16\n")
+    requests = (b'{"arguments": ["m0.onnx", "worker-f.tflite"], "requestId": 7}\n'
+                b'{\n  "arguments": ["missing.onnx", "worker-x.tflite"],\n  "requestId": 8\n}\n'
+                b'{"arguments": ["@flags.txt"], "requestId": 9}\n')
+    run = _qconvert(["worker", "--persistent_worker"], folder, stdin=requests)
+    assert run.returncode == 0, run.stderr.decode()
+    responses = [json.loads(line) for line in run.stdout.decode().splitlines()]
+    assert [(r["requestId"], r["exitCode"]) for r in responses] == [(7, 0), (8, 1), (9, 0)]
+    assert responses[0]["output"].startswith("qconvert: m0.onnx -> worker-f.tflite: ")
+    assert responses[1]["output"] == "qconvert: error: missing.onnx: no such file\n"
+    assert not (folder / "worker-x.tflite").exists()
+    for source, name, flags, min_db in (("m0.onnx", "worker-f.tflite", [], None),
+                                        ("m2.onnx", "worker-h.tflite", ["--float16"], 35)):
+        report = json.loads(_qconvert([source, f"alone-{name}", "--json", *flags], folder).stdout)
+        assert (folder / name).read_bytes() == (folder / f"alone-{name}").read_bytes()
+        _check_in_litert(folder / name, onnx.load(folder / source), report, min_db)
+    one_shot = _qconvert(["worker", "@flags.txt"], folder)  # workers off: one action, its code
+    assert one_shot.returncode == 0 and one_shot.stdout == b"", one_shot.stderr.decode()
