@@ -539,7 +539,10 @@ def batch_cli(jobs, as_json, debug):
 def _run_job(job) -> int:
     """One batch job: the conversion command on `job.args`, as `qconvert ARGS` runs it (its own
     parsing, options and one-line errors); its exit code. The job is click's context object,
-    which cli() fills with its report."""
+    which cli() fills with its report. The previous job's log handler goes first: each job's
+    --verbose and stderr are its own (only a batch's jobs configure logging again)."""
+    for handler in logging.root.handlers[:]:
+        logging.root.removeHandler(handler)
     try:
         cli.main(args=job.args, prog_name="qconvert", obj=job, standalone_mode=True)
     except SystemExit as e:
@@ -564,8 +567,7 @@ def _log_to_stderr(verbose: bool) -> None:
     """The driver's warnings (and with --verbose what the transformations do) on stderr, each
     line starting with "qconvert: "."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="qconvert: %(message)s", stream=sys.stderr,
-                        force=True)  # each batch job its own --verbose and stderr
+                        format="qconvert: %(message)s", stream=sys.stderr)
 
 
 def _return_freed_memory_to_the_system() -> None:
