@@ -149,10 +149,6 @@ def read(source: str, data: bytes | None, options: Options, progress: bool = Fal
     QDQ import strips the model's pairs."""
     started = time.perf_counter()
     onnx_file = read_onnx(source, data)
-    if options.verify.enabled:  # a check onnxruntime cannot run is refused before the work
-        from ..check.can_run import contradicted_shapes
-
-        contradicted_shapes(onnx_file.proto, options.input.shapes)
     needs_reference = reference or options.verify.enabled or options.plan is not None
     return State(source, options, started, onnx_file=onnx_file,
                  reference=onnx_file.copy() if needs_reference else None,
@@ -560,11 +556,14 @@ def verify_written(state: State, path: str, report: ConversionReport
                    ) -> tuple[Verification | None, DataSource | None, str | None]:
     """The written file against onnxruntime (check_written), BelowThreshold when it failed, what
     its samples were read from (None: generated inputs), and why it was not verified. onnxruntime
-    failing on the model is an error (the file is not written: --no-verify writes it unchecked);
+    failing on the model is an error (the file is not written: --no-verify writes it unchecked),
+    an --input-shape against a static dimension a usage error before it runs;
     a check that would run longer than its limit (check/can_run.py) writes it unverified, the
     summary saying why (no verification, and that reason)."""
-    from ..check.can_run import CheckTooCostly
+    from ..check.can_run import CheckTooCostly, contradicted_shapes
 
+    # (after the conversion, whose own errors name the node an --input-shape breaks)
+    contradicted_shapes(state.reference.proto, state.options.input.shapes)
     verify = state.options.verify
     if verify.min_sqnr is None and _rounds_itself(state):
         verify = replace(verify, rounding_bound=True)  # the model's own rounding is the gate
