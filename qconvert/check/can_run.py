@@ -51,7 +51,7 @@ def _constants(graph: onnx.GraphProto, outer: dict[str, np.ndarray]) -> dict[str
     """The graph's scalar-sized constants by name (initializers, Constant nodes), with `outer`'s."""
     found = dict(outer)
     for init in graph.initializer:
-        if np.prod(init.dims, dtype=np.int64) <= 1:
+        if np.prod(init.dims, dtype=np.int64) <= 1 and init.data_location != onnx.TensorProto.EXTERNAL:
             found[init.name] = numpy_helper.to_array(init)
     for node in graph.node:
         if node.op_type == "Constant" and node.output:
