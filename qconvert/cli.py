@@ -420,7 +420,7 @@ def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug, 
         check_input_file(source)
     check_input_file(tflite)
     _check_report_file(report)
-    from .check.can_run import check_cost
+    from .onnx.can_run import check_cost
     from .check.inspect_tflite import litert_crash
     from .driver.conversion import check_written, require_passed
     from .onnx.file import read_onnx

@@ -103,9 +103,7 @@ class CalibrationRun:
     runs unoptimized, a float one at onnxruntime's basic level (session_options)."""
 
     def __init__(self, model: onnx.ModelProto, tensor_names: list[str] | str | None = None):
-        import onnxruntime as ort
-
-        from ..check.can_run import check_cost
+        from ..onnx.can_run import check_cost
 
         check_cost(model, "calibration")  # before the session: a Loop of 2^40 trips
         model = reproducible_reference(model) or model  # the same integer sums on every CPU
@@ -128,9 +126,14 @@ class CalibrationRun:
             wanted = list(dict.fromkeys(tensor_names))
         self.from_feeds = [n for n in wanted if n in graph_inputs]
         self.fetched = [n for n in wanted if n not in graph_inputs]
+        self.session = self._session(model, types)
 
-        # The wanted tensors become graph outputs while the session is made, then the caller's
-        # model gets its own outputs back (no copy of the weights for models under 2 GiB).
+    def _session(self, model: onnx.ModelProto, types: dict):
+        """onnxruntime's session fetching self.fetched: the wanted tensors become graph outputs
+        while it is made, then the caller's model gets its own outputs back (no copy of the
+        weights for models under 2 GiB)."""
+        import onnxruntime as ort
+
         outputs = model.graph.output
         kept = len(outputs)
         existing = {o.name for o in outputs}
@@ -146,8 +149,7 @@ class CalibrationRun:
             if model.ByteSize() < _PROTO_LIMIT:
                 data = model.SerializeToString()
                 del outputs[kept:]
-                self.session = ort.InferenceSession(data, options, providers=providers)
-                del data
+                return ort.InferenceSession(data, options, providers=providers)
             else:
                 # Saving with external data rewrites the proto's tensors: do it on a copy.
                 work = onnx.ModelProto()
@@ -157,9 +159,9 @@ class CalibrationRun:
                     file = os.path.join(tmp, "model.onnx")
                     onnx.save_model(work, file, save_as_external_data=True, location="weights.bin")
                     del work
-                    self.session = ort.InferenceSession(file, options, providers=providers)
+                    return ort.InferenceSession(file, options, providers=providers)
         except Exception as e:  # onnxruntime raises its own exception types
-            from ..check.can_run import onnxruntime_message
+            from ..onnx.can_run import onnxruntime_message
 
             raise ReferenceFailed(f"onnxruntime cannot load the model for calibration: "
                                   f"{onnxruntime_message(e)}") from None
@@ -200,7 +202,7 @@ class CalibrationRun:
                 try:
                     values = self.session.run(fetched, feeds) if fetched else []
                 except Exception as e:  # onnxruntime raises its own exception types
-                    from ..check.can_run import onnxruntime_message, shapes_named
+                    from ..onnx.can_run import onnxruntime_message, shapes_named
 
                     reason = shapes_named(onnxruntime_message(e), feeds)
                     raise ConversionError(

@@ -370,7 +370,7 @@ class Reference:
         try:
             values = dict(zip(self.fetched, self.session.run(self.fetched, feeds)))
         except Exception as e:  # onnxruntime raises its own exception types
-            from .can_run import onnxruntime_message, shapes_named
+            from ..onnx.can_run import onnxruntime_message, shapes_named
 
             raise ReferenceFailed(f"onnxruntime cannot run the model on sample {k}: "
                                   f"{shapes_named(onnxruntime_message(e), feeds)}") from None
@@ -434,7 +434,7 @@ def _session_from_file(path: str, proto: onnx.ModelProto):
     try:
         return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types
-        from .can_run import onnxruntime_message
+        from ..onnx.can_run import onnxruntime_message
 
         raise ReferenceFailed(f"onnxruntime cannot load the model for verification: "
                               f"{onnxruntime_message(e)}") from None

@@ -558,9 +558,9 @@ def verify_written(state: State, path: str, report: ConversionReport
     its samples were read from (None: generated inputs), and why it was not verified. onnxruntime
     failing on the model is an error (the file is not written: --no-verify writes it unchecked),
     an --input-shape against a static dimension a usage error before it runs;
-    a check that would run longer than its limit (check/can_run.py) writes it unverified, the
+    a check that would run longer than its limit (onnx/can_run.py) writes it unverified, the
     summary saying why (no verification, and that reason)."""
-    from ..check.can_run import CheckTooCostly, contradicted_shapes
+    from ..onnx.can_run import CheckTooCostly, contradicted_shapes
 
     # (after the conversion, whose own errors name the node an --input-shape breaks)
     contradicted_shapes(state.reference.proto, state.options.input.shapes)
@@ -649,7 +649,7 @@ def check_written(reference: OnnxFile, onnx_path: str | None, path: str, options
     to them (runtimes.fitted_samples), each output judged by its worst. A model with random ops
     is checked with their draws fed to both sides (check/random_draws.py). Returns the
     verification and what its samples were read from (options.data; None: generated inputs)."""
-    from ..check.can_run import check_cost
+    from ..onnx.can_run import check_cost
     from ..check.random_draws import fed_draws, random_nodes
     from ..check.runtimes import fitted_samples, opens_by_name, reads_file
     from ..check.verify import rounding_dropped, verify

@@ -100,7 +100,7 @@ class ConversionReport:
     quantization: QuantizationReport | None = None
     weights: WeightsReport | None = None
     verify: Verification | None = None  # the written file against onnxruntime
-    not_verified: str | None = None  # why a conversion that verifies was not (check/can_run.py)
+    not_verified: str | None = None  # why a conversion that verifies was not (onnx/can_run.py)
     batch: BatchReport | None = None  # the model's dynamic batch, set to 1
     dimensions: list[DimensionReport] = field(default_factory=list)  # the other dynamic ones
     # other inputs' dynamic axis 0, set without --input-shape (to 1, or to the size --input-shape

@@ -1,5 +1,5 @@
 """A .tflite the command line wrote, run in LiteRT and compared with onnxruntime on given inputs
-(the tests of check/can_run.py and calibration hygiene: every file they write is run)."""
+(the tests of onnx/can_run.py and calibration hygiene: every file they write is run)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A check that cannot run is a failure, not a warning (issue 40 item 6, check/can_run.py), and a
+"""A check that cannot run is a failure, not a warning (issue 40 item 6, onnx/can_run.py), and a
 check that proves nothing says so.
 
 Through the installed command: an --input-shape contradicting a static dimension is exit 2 up
@@ -22,7 +22,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.check.can_run import onnxruntime_message
+from qconvert.onnx.can_run import onnxruntime_message
 from tests import processes
 from tests.check.litert_files import assert_file_matches_onnxruntime
 

@@ -1,4 +1,4 @@
-"""Limits before work in the check (issue 40 item 4, qconvert/check/can_run.py): the node runs
+"""Limits before work in the check (issue 40 item 4, qconvert/onnx/can_run.py): the node runs
 one sample takes are counted before onnxruntime or LiteRT runs it, a Loop's constant trip count
 times its body's nodes (nested Loops multiplied).
 
@@ -19,7 +19,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qconvert.check.can_run import CheckTooCostly, check_cost
+from qconvert.onnx.can_run import CheckTooCostly, check_cost
 from tests import processes
 from tests.check.litert_files import assert_file_matches_onnxruntime
 
