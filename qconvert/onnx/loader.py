@@ -728,6 +728,9 @@ def narrow(value: np.ndarray, what: str, saturate: bool = False, reader: str = "
 class ImportContext:
     """What an importer may ask and do while turning one ONNX node into IR operators."""
 
+    # the values whose shapes the values decide (the loader's _Graph.run_time_shaped)
+    run_time_shaped: Collection[str] = ()
+
     def __init__(self, model: Model, opset: int, consumed: Collection[str]):
         self._consumed = consumed
         self.model = model
@@ -735,7 +738,6 @@ class ImportContext:
         self.node: OnnxNode | None = None
         self.source_mark = ""
         self.wide = False  # importing a node that computes in int64: constants are not narrowed
-        self.run_time_shaped: Collection[str] = ()  # the loader's _Graph.run_time_shaped
 
     def error(self, message: str) -> ConversionError:
         node = self.node
