@@ -28,7 +28,7 @@ demo: $(BASE_STAMP)
 	$(PY) examples/demo.py
 
 # `make test`: every test but those marked slow (a minute or more of CPU each: the big light
-# models, tests.harness.BIG_LIGHT_MODELS), about 9 minutes on an idle 2-core machine;
+# models, tests.harness.BIG_LIGHT_MODELS), 10 minutes on 2 cores both kept busy by other work;
 # `make test-all`: everything. The CI (.ci/run) runs test-all. No test bounds wall-clock time
 # (tests/processes.py: child processes have CPU budgets), so both pass on a busy machine too.
 test: $(STAMP) browser

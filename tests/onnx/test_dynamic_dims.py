@@ -184,6 +184,16 @@ def _relu(shape):
     return _model([helper.make_node("Relu", ["x"], ["y"])], shape)
 
 
+def _matches_at(data, report, model, shapes, seed) -> None:
+    """The file at each ONNX input shape, on XNNPACK and the builtin kernels, against onnxruntime."""
+    for shape in shapes:
+        x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+        expected = run_onnxruntime(model, {"x": x})["y"]
+        for resolver in ("xnnpack", "builtin"):
+            np.testing.assert_allclose(_run(data, report, {"x": x}, resolver)["y"], expected,
+                                       rtol=1e-4, atol=1e-5, err_msg=f"{shape} {resolver}")
+
+
 # name: (model, the resizable symbols, ONNX input shapes run beside the converted one)
 RESIZABLE = {
     "segmenter": (_segmenter, ["H", "W"], [(1, 3, 96, 160), (2, 3, 40, 72), (1, 3, 33, 17)]),
@@ -214,12 +224,7 @@ def test_dynamic_dimensions_stay_resizable_and_match_at_other_sizes(tmp_path, na
     assert "kept resizable" in summary and report["verify"]["other_sizes"]
     signature = {n: s for n, _, s in _activation_signatures(data)}["x"]
     assert -1 in signature
-    for shape in shapes:
-        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-        expected = run_onnxruntime(model, {"x": x})["y"]
-        for resolver in ("xnnpack", "builtin"):
-            np.testing.assert_allclose(_run(data, report, {"x": x}, resolver)["y"], expected,
-                                       rtol=1e-4, atol=1e-5, err_msg=f"{shape} {resolver}")
+    _matches_at(data, report, model, shapes, seed=1)
 
 
 # name: (model, the fixed symbol, words of its reason)
@@ -365,12 +370,7 @@ def test_a_batch_that_leaves_axis_0_stays_resizable_as_a_dimension(tmp_path, bui
     assert report["batch"]["resizable"] and "resizable as a dynamic dimension" in summary, summary
     assert report["batch"]["size"] == 2
     assert "x [1, " in " ".join(report["verify"]["other_sizes"]), report["verify"]["other_sizes"]
-    for shape in [(1, 9, 8), (2, 64, 8), (5, 3, 8)]:
-        x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
-        expected = run_onnxruntime(model, {"x": x})["y"]
-        for resolver in ("xnnpack", "builtin"):
-            np.testing.assert_allclose(_run(data, report, {"x": x}, resolver)["y"], expected,
-                                       rtol=1e-4, atol=1e-5, err_msg=f"{shape} {resolver}")
+    _matches_at(data, report, model, [(1, 9, 8), (2, 64, 8), (5, 3, 8)], seed=3)
 
 
 def test_a_batch_the_graph_fixes_stays_at_1_and_says_why(tmp_path):
@@ -453,9 +453,4 @@ def test_a_causal_mask_from_the_length_is_computed_when_the_model_runs(tmp_path,
     model = _causal(style)
     data, report, summary = _convert_cli(model, tmp_path)
     assert [d["symbol"] for d in report["dimensions"] if d["resizable"]] == ["S"], summary
-    for shape in [(1, 1, 8), (1, 37, 8), (1, 200, 8)]:
-        x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
-        expected = run_onnxruntime(model, {"x": x})["y"]
-        for resolver in ("xnnpack", "builtin"):
-            np.testing.assert_allclose(_run(data, report, {"x": x}, resolver)["y"], expected,
-                                       rtol=1e-4, atol=1e-5, err_msg=f"{shape} {resolver}")
+    _matches_at(data, report, model, [(1, 1, 8), (1, 37, 8), (1, 200, 8)], seed=6)
