@@ -87,7 +87,7 @@ CALIBRATION_BYTES = Limit("bytes of calibration data", "QCONVERT_MAX_CALIBRATION
 # An ONNX file plus its external data. A .tflite cannot hold more than 2 GiB of flatbuffer.
 MODEL_BYTES = Limit("bytes of ONNX model", "QCONVERT_MAX_MODEL_BYTES", 4 << 30)
 # One constant produced by folding (ConstantOfShape, Expand, Tile, Range, EyeLike, OneHot, Resize,
-# Concat... of constants), sized in its own dtype before it is computed (loader._fold_sizes). A
+# Concat... of constants), sized in its own dtype before it is computed (onnx/folding.py, _fold_sizes). A
 # folded constant is copied a few times on its way into the .tflite (and the default check
 # compares it as a graph output in float64): 256 MiB keeps a conversion within a 4 GiB
 # address space; real models fold masks and position tables of a few MB.

@@ -5,7 +5,7 @@ The loader folds a node whose inputs are all known (loader._Graph._evaluate). It
 onnxruntime computes it; any other goes to onnx's reference evaluator. Each entry says why it is
 here. The ops that make a big constant from a small one (ConstantOfShape, Expand, Range, EyeLike,
 OneHot) compute in their output's dtype with one allocation of the output's size, which the
-loader has checked against errors.FOLDED_BYTES before (loader._fold_sizes).
+loader has checked against errors.FOLDED_BYTES before (onnx/folding.py, _fold_sizes).
 tests/onnx/test_fold.py folds a hundred ops (float32, float16, integer) in graphs of
 initializers and compares the .tflite's constants with onnxruntime's outputs, so that a new gap
 of the reference evaluator shows there and its fix is one entry below.

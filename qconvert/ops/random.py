@@ -24,7 +24,7 @@ written depend only on the model (the house rule), and each op's sequence is fix
   onnxruntime's unseeded nodes, the file then draws the same sequence each time it is loaded
   (each invoke continues it).
 
-No `evaluate`: the loader never folds these ops (onnx/loader.py _NOT_FOLDABLE, refused.RANDOM_OPS).
+No `evaluate`: the loader never folds these ops (onnx/folding.py NOT_FOLDABLE, refused.RANDOM_OPS).
 The check cannot compare draws of two generators: check/random_draws.py feeds each op's draws to
 both runtimes; the draw tensor is named draw_name(output) so that it finds it.
 """
