@@ -92,7 +92,8 @@ def _reads(readers: dict, name: str):
 
 
 def id_bounds(graph: onnx.GraphProto) -> dict[str, int]:
-    """{integer graph input: the size of the smallest table it indexes}."""
+    """{integer graph input: the size of the smallest table it indexes}; a RoiAlign's
+    batch_indices index its image's batch (its static size, else the 1 a dynamic batch is set to)."""
     shapes = _constant_shapes(graph)
     readers = uses_of(graph.node)
     bounds = {}
@@ -104,9 +105,20 @@ def id_bounds(graph: onnx.GraphProto) -> dict[str, int]:
                 table = shapes[node.input[0]]
                 if -len(table) <= axis < len(table) and table[axis] > 0:
                     sizes.append(table[axis])
+            elif node.op_type == "RoiAlign" and slot == 2:
+                sizes.append(_batch_of(graph, node.input[0]))
         if sizes:
             bounds[value.name] = min(sizes)
     return bounds
+
+
+def _batch_of(graph: onnx.GraphProto, name: str) -> int:
+    """Axis 0's static size of the graph input or typed value `name`, else 1."""
+    for value in list(graph.input) + list(graph.value_info):
+        dims = value.type.tensor_type.shape.dim if value.name == name else ()
+        if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+            return dims[0].dim_value
+    return 1
 
 
 _COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")

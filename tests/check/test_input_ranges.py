@@ -137,3 +137,18 @@ def test_sequence_lens_fed_to_a_recurrent_node_are_drawn_within_its_time_steps(t
     assert run.exit_code == 0, run.stderr
     verify = json.loads(run.stdout)["verify"]
     assert verify["passed"] and verify["guessed"] == [] and verify["samples"] == 8
+
+
+def test_roi_align_batch_indices_are_drawn_below_the_image_batch(tmp_path):
+    """A RoiAlign whose batch_indices are a graph input: the default check draws them below the
+    image's batch of 2 (drawn wide, onnxruntime refused them and the check could not run), and
+    the file passes it; LiteRT's file is run on those samples against onnxruntime."""
+    from tests.test_dynamic_batch import _convert_cli
+
+    node = helper.make_node("RoiAlign", ["x", "rois", "index"], ["y"], output_height=2,
+                            output_width=2, sampling_ratio=2, spatial_scale=1.0)
+    model = make_model([node], {"x": (TensorProto.FLOAT, (2, 3, 8, 8)), "rois": (TensorProto.FLOAT, (4, 4)),
+                                "index": (TensorProto.INT64, (4,))}, {"y": TensorProto.FLOAT}, opset=16)
+    assert id_bounds(model.graph) == {"index": 2}
+    _, report, summary = _convert_cli(model, tmp_path)
+    assert report["verify"]["passed"] and "'index'" not in summary, summary
