@@ -161,6 +161,9 @@ class _Option(click.Option):
 
 
 _option = functools.partial(click.option, cls=_Option)
+# What every command has: -h as well as --help; and (most of them) --debug.
+_command = click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+_debug_option = _option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
 
 
 def _with_environment_variables(command: click.Command, prefix: str) -> click.Command:
@@ -210,7 +213,7 @@ def _print_json(report, report_path: str | None = None) -> None:
         raise
 
 
-@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@_command
 @click.argument("source", metavar="IN.onnx")
 @click.argument("dest", metavar="OUT.tflite")
 @_option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
@@ -318,7 +321,7 @@ def _print_json(report, report_path: str | None = None) -> None:
                    "float, int8 I/O), or a target file (.json, see docs/guide.md) [default: arm64].")
 @_option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 @_option("-v", "--verbose", is_flag=True, help="Log what the transformations do.")
-@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
+@_debug_option
 @click.version_option(__version__, prog_name="qconvert")
 def cli(source, dest, as_json, verbose, debug, **flags):
     """Convert the float ONNX model IN.onnx to the TFLite model OUT.tflite.
@@ -384,7 +387,7 @@ def _batch_job():
     return obj if isinstance(obj, Job) else None
 
 
-@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@_command
 @click.argument("source", metavar="IN.onnx")
 @click.argument("tflite", metavar="MODEL.tflite")
 @_option("--data", metavar="PATH",
@@ -398,7 +401,7 @@ def _batch_job():
 @_option("--report", metavar="FILE",
               help="Also write the per-tensor report, FILE.json or FILE.html.")
 @_option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
-@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
+@_debug_option
 def verify_cli(source, tflite, data, samples, min_sqnr, report, as_json, debug, mean, std,
                sample_rate):
     """Run IN.onnx in onnxruntime and MODEL.tflite (written by any tool) in LiteRT on the same
@@ -452,12 +455,12 @@ def _verification_table(result) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
-@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@_command
 @click.argument("path", metavar="FILE.tflite")
 @_option("--json", "as_json", is_flag=True,
               help="Print everything as JSON on stdout, exact values (keys: see "
                    "qconvert/check/inspect_tflite.py).")
-@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
+@_debug_option
 def inspect_cli(path, as_json, debug):
     """Show what FILE.tflite (written by any tool) holds: ops with builtin code and version,
     which of them LiteRT's default XNNPACK delegate takes and in how many partitions, tensors
@@ -481,7 +484,7 @@ FAKEQUANT_OPTIONS = ("input_shapes", "calibration", "calibration_samples", "cali
                      "as_json", "verbose", "debug")
 
 
-@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@_command
 @click.argument("source", metavar="IN.onnx")
 @click.argument("dest", metavar="OUT.onnx")
 def fakequant_cli(source, dest, as_json, verbose, debug, **flags):
@@ -512,12 +515,12 @@ def fakequant_cli(source, dest, as_json, verbose, debug, **flags):
     click.echo(summary.summary(), err=True)
 
 
-@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@_command
 @click.argument("jobs", metavar="JOBS")
 @_option("--json", "as_json", is_flag=True,
               help="Print one JSON object per job on stdout, one line each: job (JOBS:LINE), args, "
                    "exit, error (its message, or null), report (its --json report, or null).")
-@_option("--debug", is_flag=True, help="Show the traceback of an error (the exit code stays).")
+@_debug_option
 def batch_cli(jobs, as_json, debug):
     """Run the conversions listed in JOBS (a file, or '-' for standard input) in this one process:
     one per line, each written as `qconvert IN.onnx OUT.tflite [options]` would be without the
