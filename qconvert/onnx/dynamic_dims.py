@@ -249,17 +249,23 @@ def _keep_dynamic_in_bodies(model: Model, probes: dict, tables) -> None:
     keep are fixed in the main model's dims."""
     for k, op in enumerate(model.operators):
         for key, body in op.subgraphs.items():
-            twins = {}
-            for group, probe in probes.items():
-                twin = probe.operators[k] if isinstance(probe, Model) and k < len(probe.operators) else None
-                twins[group] = (twin.subgraphs[key] if twin is not None and key in twin.subgraphs
-                                and twin.type == op.type else probe if isinstance(probe, str)
-                                else f"{op.type} (node {op.source}) is not the same op in every probe")
+            twins = {group: _twin_body(probe, k, op, key) for group, probe in probes.items()}
             body.dynamic_dims = model.dynamic_dims
             try:
                 keep_dynamic(body, twins, tables)
             finally:
                 body.dynamic_dims = None
+
+
+def _twin_body(probe: Model | str, k: int, op: Operator, key: str) -> Model | str:
+    """The body `key` of the probe's op k, the twin of `op`'s; or why there is none (the probe's
+    reason when it did not convert)."""
+    if isinstance(probe, str):
+        return probe
+    twin = probe.operators[k] if k < len(probe.operators) else None
+    if twin is None or twin.type != op.type or key not in twin.subgraphs:
+        return f"{op.type} (node {op.source}) is not the same op in every probe"
+    return twin.subgraphs[key]
 
 
 def _product(model: Model, name: str, op: Operator, by_group: dict, spreads: set) -> str:
