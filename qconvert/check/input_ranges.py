@@ -24,6 +24,7 @@ from ..onnx.graph import uses_of
 
 # Ops through which an id stays the same id (its values moved, cast or copied), by input slot.
 _MOVING = {"Cast": 0, "Identity": 0, "Reshape": 0, "Unsqueeze": 0, "Squeeze": 0, "Flatten": 0,
+           "Split": 0,
            "Transpose": 0, "Expand": 0, "Concat": None}
 
 
@@ -210,6 +211,59 @@ def pair_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
         previous = spans.get(node.input[0], span)
         spans[node.input[0]] = (max(span[0], previous[0]), min(span[1], previous[1]))
     return spans
+
+
+def normalized_spans(graph: onnx.GraphProto) -> dict[str, tuple[float, float]]:
+    """{float graph input that the graph normalizes, (x - mean) / std with constant mean and std
+    (a torchvision detector's transform): the span the values take for the normalized ones to
+    lie within two standard deviations, [min(mean - 2 std), max(mean + 2 std)]}. A standard
+    normal draw is not what such a model sees (pixels in 0..1), and on it a detector saturates:
+    every score 1.0, every box degenerate, a check of tie-breaks only."""
+    constants = _constant_values(graph)
+    readers = uses_of(graph.node)
+    spans = {}
+    for value in graph.input:
+        reads = list(_reads(readers, value.name))
+        found = [_normalization(node, readers, constants) if slot == 0 else None
+                 for node, slot in reads]
+        if reads and all(f is not None for f in found):
+            low = min(float(np.min(mean - 2 * std)) for mean, std in found)
+            high = max(float(np.max(mean + 2 * std)) for mean, std in found)
+            spans[value.name] = (low, high)
+    return spans
+
+
+def _normalization(sub: onnx.NodeProto, readers: dict, constants: dict):
+    """(mean, std) of a Sub of a constant mean whose only reader divides by (or multiplies by the
+    inverse of) a positive constant std; None otherwise."""
+    if sub.op_type != "Sub" or len(sub.input) != 2 or sub.input[1] not in constants:
+        return None
+    scale = readers.get(sub.output[0], [])
+    if len(scale) != 1 or scale[0][1] != 0 or scale[0][0].op_type not in ("Div", "Mul"):
+        return None
+    node = scale[0][0]
+    factor = constants.get(node.input[1]) if len(node.input) == 2 else None
+    if factor is None or not np.all(np.isfinite(factor)) or not np.all(factor > 0):
+        return None
+    std = factor if node.op_type == "Div" else 1.0 / factor
+    return np.asarray(constants[sub.input[1]], np.float64), np.asarray(std, np.float64)
+
+
+def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """The values of the small float initializers and Constant nodes' tensors (a mean, a std:
+    at most _SMALL entries, read from the message: no weight is copied), by name."""
+    tensors = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            tensors[node.output[0]] = node.attribute[0].t
+    return {name: numpy_helper.to_array(t) for name, t in tensors.items()
+            if np.prod(t.dims) <= _SMALL and t.data_location != onnx.TensorProto.EXTERNAL
+            and t.data_type in _FLOATS
+            and (t.raw_data or t.float_data or t.double_data or t.int32_data)}
+
+
+_SMALL = 64
+_FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 
 
 def guessed_inputs(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]]) -> set[str]:

@@ -283,16 +283,18 @@ def generated_samples(model: TFLiteModel, proto: onnx.ModelProto, count: int,
                       seed: int = 0) -> list[dict[str, np.ndarray]]:
     """Seeded inputs in the ONNX layout and dtypes (check/input_ranges.py says what the graph
     allows): float inputs standard normal, or uniform over their QuantizeLinear's grid
-    (NonMaxSuppression's boxes over [0, 1]); booleans random; integer ids uniform below the size
+    (NonMaxSuppression's boxes over [0, 1]; an input the graph normalizes by a constant mean and
+    std over the span normalized_spans gives); booleans random; integer ids uniform below the size
     of the table they index, lengths within the dimension they mask; integer inputs that only
     meet arithmetic over a wide range
     (_wide_integers); the others (shapes, counts, divisors: not value_inputs) uniform in
     [0, INTEGER_INPUT_HIGH), which keeps shapes small."""
-    from .input_ranges import box_spans, id_bounds, length_bounds, pair_spans, value_inputs
+    from .input_ranges import (box_spans, id_bounds, length_bounds, normalized_spans, pair_spans,
+                               value_inputs)
 
     dtypes = {v.name: v.dtype for v in onnx_values(proto)}
     values, ids = value_inputs(proto.graph), id_bounds(proto.graph)
-    spans = {**box_spans(proto.graph), **pair_spans(proto.graph)}
+    spans = {**normalized_spans(proto.graph), **box_spans(proto.graph), **pair_spans(proto.graph)}
     lengths = length_bounds(proto.graph, {port.onnx_name: port.onnx_shape() for port in model.inputs})
     rng = np.random.default_rng(seed)
     samples = []

@@ -29,12 +29,17 @@ class Folding:
     """The folding pass of the loader's _Graph (its constants, shapes, dtypes, nodes, names,
     run_time_shaped, at_sizes, folded: see _Graph.__init__)."""
 
-    def fold_constants(self) -> bool:
+    def fold_constants(self, guess: bool = False) -> bool:
         """Evaluates every node whose inputs are all known; Shape/Size of static tensors too. A
         node it cannot evaluate gets the types of its outputs that inference left unknown from
-        its own inference (node_types), so that what follows it folds in this same pass. Returns
-        whether anything was folded or typed."""
+        its own inference (node_types), so that what follows it folds in this same pass. A size
+        that a node reading a run-time shape cannot tell (a ConstantOfShape of a shape computed
+        from one) is taken as one the values decide only when `guess`: loader._settle guesses
+        once nothing else is found, as the shape may yet be known at the loader's sizes (a Shape
+        of a RoiAlign typed later); the outputs left are in `deferred`. Returns whether anything
+        was folded or typed."""
         kept, folded = [], False
+        self.deferred: set[str] = set()  # outputs a guess would type
         for node in self.nodes:
             value = self._evaluate(node)
             if value is None:
@@ -51,7 +56,7 @@ class Folding:
                 typed = set(self.shapes)
                 folded |= node_types.infer_node(node, self.shapes, self.dtypes, known, self.opsets,
                                                 self._run_time_size if self.sizes_at_run_time() else None,
-                                                varying=varying)
+                                                varying=varying, guess=guess, deferred=self.deferred)
                 if varying:
                     self.run_time_shaped.update(o for o in node.output if o)
                     self.guessed.update(o for o in node.output if o in self.shapes and o not in typed)

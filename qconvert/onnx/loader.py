@@ -676,13 +676,16 @@ def unsupported_nodes(unsupported: dict[str, list[str]]) -> str:
 
 def _settle(graph: _Graph) -> None:
     """Shape inference and load-time folding (constant control flow flattened too: If with a
-    constant condition, small loops), alternated until folding finds nothing new."""
-    rounds, waiting = 0, set()
+    constant condition, small loops), alternated until folding finds nothing new, even allowed
+    to guess (Folding.fold_constants)."""
+    rounds, waiting, guess = 0, set(), False
     while rounds < 20:
         graph.infer_shapes()
-        folded = graph.fold_constants()
-        if control_flow.flatten(graph) or folded:
-            rounds += 1
+        folded = graph.fold_constants(guess)
+        found = control_flow.flatten(graph) or folded
+        if found or (graph.deferred and not guess):
+            # sizes only the values decide are guessed when nothing else is found (fold_constants)
+            rounds, guess = rounds + 1, not found
             continue
         # Loop outputs typed a round after their initial values, until no more are (each round
         # types some: their names leave the set for good, so it changes while there is progress).

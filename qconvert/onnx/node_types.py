@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..ops.registry import OUTPUT_TYPES, RUN_TIME, VALUE_TYPED, op_key
+from ..ops.registry import OUTPUT_TYPES, RUN_TIME, UNKNOWN, VALUE_TYPED, op_key
 
 # Constants up to this size are shown to shape inference as data (Reshape's shape), here and in the
 # loader's whole-graph inference; bigger ones as typed inputs, so that inference does not copy the
@@ -26,14 +26,16 @@ _GRAPHS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def infer_node(node: onnx.NodeProto, shapes: dict, dtypes: dict, constants: dict,
-               opsets: dict, run_time_size=None, varying: bool = False) -> bool:
+               opsets: dict, run_time_size=None, varying: bool = False, guess: bool = True,
+               deferred: set | None = None) -> bool:
     """Adds to `shapes` and `dtypes` the static types of the outputs of `node` that they lack,
     when every input's type is known; returns whether it added any. Nothing for a node whose
     types cannot be told (the whole-graph inference, or the importer, says why).
     `run_time_size(node, axis)` gives a dimension the values decide (RUN_TIME) its size; without
     it such an output stays unknown. A `varying` node reads a value whose shape the values
     decide: a dimension inference cannot tell (a TopK of a computed k, a ConstantOfShape of a
-    computed shape) is one the values decide too."""
+    computed shape) is one the values decide too (registry.UNKNOWN), but only when `guess`: else
+    that output stays untyped for now, its name added to `deferred`."""
     if all(not o or o in shapes for o in node.output) or any(n and n not in shapes for n in node.input):
         return False
     key = op_key(node)
@@ -54,7 +56,13 @@ def infer_node(node: onnx.NodeProto, shapes: dict, dtypes: dict, constants: dict
     added = False
     for name, types in zip(node.output, found):
         if varying and types is not None:
-            types = (tuple(RUN_TIME if d == -1 else d for d in types[0]), types[1])
+            types = (tuple(UNKNOWN if d == -1 else d for d in types[0]), types[1])
+        if types is not None and UNKNOWN in types[0]:
+            if not guess:
+                if deferred is not None and name:
+                    deferred.add(name)
+                continue
+            types = (tuple(RUN_TIME if d == UNKNOWN else d for d in types[0]), types[1])
         if types is not None and RUN_TIME in types[0]:
             if run_time_size is None:
                 continue

@@ -14,7 +14,7 @@ from onnx import helper
 
 from ..errors import FOLDED_BYTES
 from .layout import reshape
-from .registry import RUN_TIME, onnx_op, onnx_types, tflite_op
+from .registry import RUN_TIME, UNKNOWN, onnx_op, onnx_types, tflite_op
 
 
 @onnx_op("Shape")
@@ -96,7 +96,7 @@ def import_range(node, ctx):
 @onnx_types("ConstantOfShape", values=True, run_time=True)
 def _constant_of_shape_types(shapes, dtypes, attrs, values):
     """A shape computed when the model runs: its value at the loader's sizes where known, else
-    each of its entries a size the values decide."""
+    each of its entries a size the values decide (UNKNOWN: it may be known later)."""
     value = attrs.get("value")
     dtype = (helper.tensor_dtype_to_np_dtype(value.data_type) if value is not None
              else np.dtype(np.float32))
@@ -104,7 +104,7 @@ def _constant_of_shape_types(shapes, dtypes, attrs, values):
         return [(tuple(int(v) for v in np.ravel(values[0])), dtype)]
     if shapes[0] is None or len(shapes[0]) != 1:
         return [None]
-    return [((RUN_TIME,) * shapes[0][0], dtype)]
+    return [((UNKNOWN,) * shapes[0][0], dtype)]
 
 
 @onnx_op("ConstantOfShape")

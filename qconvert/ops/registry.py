@@ -162,6 +162,10 @@ VALUE_TYPED: set[str] = set()
 # count): the loader sets it, as it sets a dynamic input dimension (onnx/dynamic_dims.py), and
 # the .tflite resizes it when it runs. RUN_TIME_SIZED: the op keys whose types may return it.
 RUN_TIME = "run time"
+# ... and one in place of a size that a value not known yet decides (a ConstantOfShape of a shape
+# computed from a tensor typed later): the loader takes it as RUN_TIME only once nothing else
+# types the graph further (loader._settle), since the value may yet be known at its sizes.
+UNKNOWN = "not known yet"
 RUN_TIME_SIZED: set[str] = set()
 
 

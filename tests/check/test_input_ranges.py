@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from qconvert.check.input_ranges import id_bounds, pair_spans
+from qconvert.check.input_ranges import id_bounds, normalized_spans, pair_spans
 from qconvert.check.runtimes import TFLiteModel, generated_samples, onnx_values
 from tests.harness import convert_proto, make_model
 
@@ -44,6 +44,34 @@ def test_a_paired_input_takes_its_grid():
                        {"s": np.float32(0.02), "z": np.uint8(100)})
     low, high = pair_spans(model.graph)["x"]
     assert np.isclose(low, -100 * 0.02) and np.isclose(high, 155 * 0.02)
+
+
+def _normalized(divide: bool = True, other_reader: bool = False) -> onnx.ModelProto:
+    """torchvision's detection transform: images [1, 3, 4, 4] split off the batch (Split,
+    Squeeze), less a per-channel mean, over a per-channel std (or times its inverse)."""
+    mean = np.array([0.485, 0.456, 0.406], np.float32).reshape(3, 1, 1)
+    std = np.array([0.229, 0.224, 0.225], np.float32).reshape(3, 1, 1)
+    nodes = [helper.make_node("Split", ["images"], ["image"], axis=0, num_outputs=1),
+             helper.make_node("Squeeze", ["image", "axis"], ["pixels"]),
+             helper.make_node("Sub", ["pixels", "mean"], ["centred"]),
+             helper.make_node("Div" if divide else "Mul", ["centred", "std"], ["y"])]
+    outputs = {"y": TensorProto.FLOAT}
+    if other_reader:
+        nodes.append(helper.make_node("Relu", ["images"], ["z"]))
+        outputs["z"] = TensorProto.FLOAT
+    return make_model(nodes, {"images": (TensorProto.FLOAT, (1, 3, 4, 4))}, outputs,
+                      {"mean": mean, "std": std if divide else 1 / std,
+                       "axis": np.array([0], np.int64)}, opset=18)
+
+
+def test_an_input_the_graph_normalizes_spans_two_deviations_about_its_mean():
+    """Drawn standard normal, a detector's pixels made every score 1.0 and every box degenerate;
+    the normalized values within two deviations are pixels in about [0, 1]."""
+    for divide in (True, False):
+        low, high = normalized_spans(_normalized(divide).graph)["images"]
+        assert np.isclose(low, 0.406 - 2 * 0.225, atol=1e-6)
+        assert np.isclose(high, 0.485 + 2 * 0.229, atol=1e-6)
+    assert normalized_spans(_normalized(other_reader=True).graph) == {}  # Relu reads it raw
 
 
 def test_the_check_draws_ids_over_the_table(tmp_path):

@@ -65,3 +65,32 @@ def test_outputs_of_another_length_are_not_rows():
     litert = {**_swapped(_detections(), 1, 2), "count": np.array([5], np.int64)}
     aligned, moved = align_near_ties(reference, litert, TOLERANCE)
     assert moved == 2 and aligned["count"].tolist() == [5]
+
+
+def test_another_candidate_of_the_same_score_at_the_cut_is_taken():
+    """A detector's best 5: the 5th and the 6th candidate near-tie, and each runtime keeps
+    another (Faster R-CNN's 100th box): only the scores are compared there."""
+    reference = _detections()
+    litert = {n: v.copy() for n, v in reference.items()}
+    litert["scores"][-1] = 0.3000001
+    litert["boxes"][-1] = [50, 60, 70, 80]
+    litert["labels"][-1] = 11
+    aligned, moved = align_near_ties(reference, litert, TOLERANCE)
+    assert moved == 1
+    np.testing.assert_array_equal(aligned["boxes"], reference["boxes"])
+    np.testing.assert_array_equal(aligned["scores"], litert["scores"])  # still the .tflite's
+
+
+def test_a_row_at_the_cut_that_onnxruntime_has_elsewhere_still_fails():
+    reference = _detections()
+    litert = {n: v.copy() for n, v in reference.items()}
+    litert["boxes"][-1], litert["labels"][-1] = reference["boxes"][0], reference["labels"][0]
+    aligned, moved = align_near_ties(reference, litert, TOLERANCE)
+    assert moved == 0 and aligned["labels"][-1] == reference["labels"][0]
+
+
+def test_a_row_at_the_cut_whose_score_differs_still_fails():
+    reference = _detections()
+    litert = {n: v.copy() for n, v in reference.items()}
+    litert["scores"][-1], litert["labels"][-1] = 0.29, 11
+    assert align_near_ties(reference, litert, TOLERANCE)[1] == 0

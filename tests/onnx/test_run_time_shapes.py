@@ -133,3 +133,74 @@ def test_an_if_on_an_empty_selection_stays_an_if_with_a_dynamic_output():
              helper.make_node("Equal", ["size", "nothing"], ["is_empty"]),
              helper.make_node("If", ["is_empty"], ["kept"], then_branch=empty, else_branch=work)]
     _matches_at_every_count(make_model(nodes, {"x": (F, (N,))}, {"kept": I64}))
+
+
+def _unless_empty(x: str, y: str) -> list:
+    """y = x [count, 4], through torchvision's `if boxes.numel() == 0` (an If on the values, whose
+    output is typed a round later than the nodes before it)."""
+    empty = helper.make_graph([helper.make_node("Constant", [], [y + "_none"],
+                                                value=helper.make_tensor("none", F, [0, 4], []))],
+                              "then", [], [helper.make_tensor_value_info(y + "_none", F, [0, 4])])
+    same = helper.make_graph([helper.make_node("Identity", [x], [y + "_same"])], "else", [],
+                             [helper.make_tensor_value_info(y + "_same", F, None)])
+    return [helper.make_node("Size", [x], [x + "_size"]),
+            helper.make_node("Constant", [], [x + "_nothing"], value=helper.make_tensor("n", I64, [], [0])),
+            helper.make_node("Equal", [x + "_size", x + "_nothing"], [x + "_empty"]),
+            helper.make_node("If", [x + "_empty"], [y], then_branch=empty, else_branch=same)]
+
+
+def _level(k: int) -> list:
+    """Faster R-CNN's box_roi_pool at level k: the boxes whose level is k (NonZero), their
+    RoiAlign from feature map f, and the rows they go to in the merged result."""
+    return [_ints(f"k{k}", [k]), helper.make_node("Equal", ["levels", f"k{k}"], [f"at{k}"]),
+            helper.make_node("NonZero", [f"at{k}"], [f"where{k}"]),
+            helper.make_node("Reshape", [f"where{k}", "flat"], [f"rows{k}"]),
+            helper.make_node("Gather", ["b", f"rows{k}"], [f"picked{k}"], axis=0),
+            *_unless_empty(f"picked{k}", f"rois{k}"),
+            helper.make_node("Shape", [f"rows{k}"], [f"count{k}"]),
+            helper.make_node("ConstantOfShape", [f"count{k}"], [f"batch{k}"],
+                             value=helper.make_tensor("zero", I64, [1], [0])),
+            helper.make_node("RoiAlign", ["f", f"rois{k}", f"batch{k}"], [f"pooled{k}"],
+                             output_height=2, output_width=2, sampling_ratio=2),
+            helper.make_node("Reshape", [f"rows{k}", "column"], [f"index{k}"]),
+            helper.make_node("Shape", [f"pooled{k}"], [f"pooled_shape{k}"]),
+            helper.make_node("Expand", [f"index{k}", f"pooled_shape{k}"], [f"spread{k}"])]
+
+
+def test_levels_merged_by_scatter_take_each_count_of_its_own():
+    """torchvision's _onnx_merge_levels: of the boxes kept (a NonZero), zeros [their count, C, 2,
+    2] (ConstantOfShape of a shape whose C, 2, 2 come from level 0's RoiAlign), then each
+    level's RoiAlign scattered into its rows: three counts the values decide. Probed at once
+    (all 64, then all 96), the scatter's shape took a level's count for the kept one."""
+    nodes = [helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", F, [], [0.0])),
+             helper.make_node("Greater", ["s", "zero"], ["kept"]),
+             helper.make_node("NonZero", ["kept"], ["kept_where"]),
+             helper.make_node("Reshape", ["kept_where", "flat"], ["kept_rows"]),
+             helper.make_node("Gather", ["s", "kept_rows"], ["x"], axis=0),
+             helper.make_node("Gather", ["boxes", "kept_rows"], ["b"], axis=0),
+             helper.make_node("Constant", [], ["half"], value=helper.make_tensor("half", F, [], [0.5])),
+             helper.make_node("Greater", ["x", "half"], ["high"]),
+             helper.make_node("Cast", ["high"], ["levels"], to=I64),
+             _ints("flat", [-1]), _ints("column", [-1, 1, 1, 1]), *_level(0), *_level(1),
+             helper.make_node("Shape", ["levels"], ["all"]),
+             helper.make_node("Shape", ["pooled0"], ["pooled_tail"], start=1),
+             helper.make_node("Concat", ["all", "pooled_tail"], ["merged_shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["merged_shape"], ["zeros"]),
+             helper.make_node("ScatterElements", ["zeros", "spread0", "pooled0"], ["once"], axis=0),
+             helper.make_node("ScatterElements", ["once", "spread1", "pooled1"], ["y"], axis=0)]
+    model = make_model(nodes, {"s": (F, (N,)), "boxes": (F, (N, 4)), "f": (F, (1, 3, 8, 8))},
+                       {"y": F}, opset=16)
+    rng = np.random.default_rng(2)
+    feeds = []
+    for kept, highs in ((N, 3), (10, 9), (7, 0), (5, 5), (0, 0)):
+        corner = rng.uniform(0, 4, (N, 2)).astype(np.float32)
+        boxes = np.concatenate([corner, corner + rng.uniform(1, 4, (N, 2)).astype(np.float32)], 1)
+        s = np.where(np.arange(N) < highs, 0.9, 0.1)
+        s = np.where(np.arange(N) < kept, s, -1.0).astype(np.float32)[rng.permutation(N)]
+        feeds.append({"s": s, "boxes": boxes, "f": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)})
+    flatbuffer, report = convert_proto(model, io_layout="onnx")
+    for sample in feeds:
+        want = run_onnxruntime(model, sample)["y"]
+        got = run_tflite(flatbuffer, report, sample)["y"]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
