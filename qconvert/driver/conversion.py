@@ -318,20 +318,13 @@ def _probed(state: State, source: OnnxFile, sizes: dict[str, int],
 
 def _keep_probed(state: State, model: Model, source: OnnxFile,
                  computed: frozenset[str] = frozenset()) -> None:
-    """keep_dynamic of `model` against its probes (one per DynamicDims.probe_groups group, and
-    one of the value-decided dimensions that do not convert alone: DynamicDims.linked)."""
+    """keep_dynamic of `model` against its probes (one per DynamicDims.probe_groups group)."""
     dims = model.dynamic_dims
+    groups = dims.probe_groups()
     table_source = source.copy()  # the loads free their copy's weights; cut tables are found here
-
-    def probed(group):
-        return _probed(state, source.copy(), {**dims.sizes, **dims.probe_sizes(group)}, computed)
-
-    probes = {group: probed(group) for group in dims.probe_groups()}
-    linked = dims.linked([g for g, probe in probes.items() if isinstance(probe, str)])
-    if linked:
-        for symbol in linked:
-            del probes[(symbol,)]
-        probes[linked] = probed(linked)
+    probes = {group: _probed(state, source if k == len(groups) - 1 else source.copy(),
+                             {**dims.sizes, **dims.probe_sizes(group)}, computed)
+              for k, group in enumerate(groups)}
     keep_dynamic(model, probes, lambda: tables(table_source))
 
 

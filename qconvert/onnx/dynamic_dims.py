@@ -8,8 +8,8 @@ values decide (NonZero's count: registry.RUN_TIME, sized by loader._run_time_siz
 converts at BASE_SIZE for every symbol, the same for every model, so the bytes written depend on
 the model only (or at the size the calibration samples have, which are the user's data). The
 driver then loads and float-transforms the model once more per probe group
-(DynamicDims.probe_groups: each symbol alone, then value-decided ones that do not convert alone
-together) with its symbols PROBE_STEP larger, and `keep_dynamic` compares each probe with the model:
+(DynamicDims.probe_groups: each input symbol alone, the value-decided ones together) with its
+symbols PROBE_STEP larger, and `keep_dynamic` compares each probe with the model:
 - the same ops must read and write the same tensors with the same options (RESHAPE's new_shape
   aside), else the symbol is fixed at its size, the summary saying where the graphs part;
 - each tensor's axes whose size moved with the symbol get -1 in the .tflite's shape_signature
@@ -83,17 +83,14 @@ class DynamicDims:
         return [s for s in self.sizes if s not in self.fixed_because]
 
     def probe_groups(self) -> list[tuple[str, ...]]:
-        """The symbols probed together: each alone (its own slopes: a count of boxes per level
-        told from their sum). The dimensions the values decide that do not convert alone (two
-        NonZero of one mask count the same, and moved apart their graph would not convert) are
-        probed again all at once (`linked`)."""
-        return [(s,) for s in self.sizes]
-
-    def linked(self, failed: list[tuple[str, ...]]) -> tuple[str, ...]:
-        """The dimensions the values decide among the `failed` groups (probes that did not
-        convert), when there are two or more to probe at once; else ()."""
-        valued = tuple(s for group in failed for s in group if s in self.value_dependent)
-        return valued if len(valued) > 1 else ()
+        """The symbols probed together: each input dimension alone (its own slopes), the
+        dimensions the values decide all at once (two NonZero of one mask count the same, and
+        moved apart their graph would not convert; an op that writes a tensor of a counted
+        shape takes it from SHAPE, ops/folded.shape_of, so that the counts need not be told
+        apart)."""
+        placed = [s for s in self.sizes if s not in self.value_dependent]
+        valued = tuple(s for s in self.sizes if s in self.value_dependent)
+        return [(s,) for s in placed] + ([valued] if valued else [])
 
     def add_batch(self, name: str, inputs: list[str], shapes: dict[str, tuple]) -> None:
         """The batch (axis 0 of every input, at 1), which moves off axis 0 in the graph (a

@@ -14,7 +14,7 @@ from onnx import helper
 
 from ..errors import FOLDED_BYTES
 from .layout import reshape
-from .registry import RUN_TIME, UNKNOWN, onnx_op, onnx_types, tflite_op
+from .registry import UNKNOWN, onnx_op, onnx_types, tflite_op
 
 
 @onnx_op("Shape")
@@ -28,13 +28,27 @@ def import_shape(node, ctx):
     if x not in ctx.run_time_shaped and y not in ctx.run_time_shaped:
         ctx.set_constant(y, np.array(ctx.shape(x), dtype=np.int64)[start:end])
         return
+    shape_of(ctx, x, start, end, y)
+
+
+def shape_of(ctx, x: str, start: int = 0, end: int | None = None, y: str | None = None) -> str:
+    """x's shape[start:end] as an int32 vector: a constant, or TFLite's SHAPE (sliced) when the
+    values decide it (ctx.run_time_shaped), into `y` (a new tensor when None). An op that
+    writes a tensor of x's shape (SCATTER_ND into its data) takes it so, rather than a constant
+    the dynamic dimensions' probe would have to tell from the other counts."""
+    rank = ctx.rank(x)
+    end = rank if end is None else end
+    if x not in ctx.run_time_shaped and y is None:
+        return ctx.constant("shape", np.array(ctx.shape(x), np.int32)[start:end])
+    y = y or ctx.tensor("shape", (max(end - start, 0),), np.int32)
     if (start, end) == (0, rank):
         ctx.add_op("SHAPE", [x], [y], {"out_type": np.int32})
-        return
+        return y
     whole = ctx.tensor("shape", (rank,), np.int32)
     ctx.add_op("SHAPE", [x], [whole], {"out_type": np.int32})
     ctx.add_op("SLICE", [whole, ctx.constant("begin", np.array([start], np.int32)),
                          ctx.constant("size", np.array([max(end - start, 0)], np.int32))], [y])
+    return y
 
 
 @onnx_op("Size")
@@ -74,8 +88,15 @@ tflite_op("RANGE", options="RangeOptions")
 
 @onnx_types("Range", values=True, run_time=True)
 def _range_types(shapes, dtypes, attrs, values):
-    """A Range of computed operands: its length is known when it runs (RUN_TIME)."""
-    return [((RUN_TIME,), dtypes[0])]
+    """A Range of computed operands: where they are shapes known at the loader's sizes
+    (loader._at_sizes: arange(num_classes) of a [count, 91] Shape), that length, which moves
+    with those sizes as any shape does; else a length known when it runs (UNKNOWN: they may be
+    known later; then RUN_TIME)."""
+    if all(v is not None for v in values[:3]):
+        start, limit, delta = (float(np.ravel(v)[0]) for v in values[:3])
+        if delta != 0:
+            return [((max(int(np.ceil((limit - start) / delta)), 0),), dtypes[0])]
+    return [((UNKNOWN,), dtypes[0])]
 
 
 @onnx_op("Range")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .argmax import remap_dropped_axis
+from .folded import shape_of
 from .layout import reshape
 from .registry import SAME16, onnx_op, tflite_op
 
@@ -64,8 +65,10 @@ tflite_op("GATHER_ND", options="GatherNdOptions", quant=SAME16, version=_gather_
           evaluate=_evaluate_gather_nd)
 
 
-def non_negative(ctx, indices: str, dims) -> str:
-    """`indices` with negative entries counted from the end of `dims` (broadcast against them)."""
+def non_negative(ctx, indices: str, dims, of: tuple[str, int] | None = None) -> str:
+    """`indices` with negative entries counted from the end of `dims` (broadcast against them):
+    the dimensions of tensor of[0] from axis of[1] on, when given, which the values may decide
+    (then read by SHAPE when the model runs: folded.shape_of)."""
     dims = np.asarray(dims, dtype=np.int32)
     value = ctx.const(indices)
     if value is not None:
@@ -74,17 +77,34 @@ def non_negative(ctx, indices: str, dims) -> str:
     negative = ctx.tensor(indices + "_negative", shape, np.bool_)
     ctx.add_op("LESS", [indices, ctx.constant("zero", np.zeros((), dtype))], [negative])
     shifted = ctx.tensor(indices + "_shifted", shape, dtype)
-    ctx.add_op("ADD", [indices, ctx.constant("dims", dims.astype(dtype))], [shifted])
+    ctx.add_op("ADD", [indices, _dims_tensor(ctx, dims, of, dtype)], [shifted])
     fixed = ctx.tensor(indices + "_fixed", shape, dtype)
     ctx.add_op("SELECT_V2", [negative, shifted, indices], [fixed])
     return fixed
+
+
+def _dims_tensor(ctx, dims: np.ndarray, of: tuple[str, int] | None, dtype) -> str:
+    """`dims` as a constant of `dtype`, or, when the values decide the shape of tensor of[0],
+    its dimensions from axis of[1] on as many as dims has, by SHAPE (shaped like dims)."""
+    if of is None or of[0] not in ctx.run_time_shaped:
+        return ctx.constant("dims", dims.astype(dtype))
+    start = of[1]
+    found = shape_of(ctx, of[0], start, start + max(dims.size, 1))
+    if dims.ndim == 0:
+        found = reshape(ctx, found, ())
+    if np.dtype(dtype) != np.int32:
+        cast = ctx.tensor("dims", dims.shape, dtype)
+        ctx.add_op("CAST", [found], [cast], {"in_data_type": np.dtype(np.int32),
+                                             "out_data_type": np.dtype(dtype)})
+        found = cast
+    return found
 
 
 @onnx_op("Gather")
 def import_gather(node, ctx):
     x, indices = node.inputs[:2]
     axis = node.attr("axis", 0) % ctx.rank(x)
-    indices = non_negative(ctx, indices, ctx.shape(x)[axis])
+    indices = non_negative(ctx, indices, ctx.shape(x)[axis], (x, axis))
     ctx.add_op("GATHER", [x, indices], node.outputs[:1], {"axis": axis, "batch_dims": 0})
 
 
@@ -115,7 +135,7 @@ def import_gather_nd(node, ctx):
     batch = node.attr("batch_dims", 0)
     shape = ctx.shape(indices)
     depth = shape[-1]
-    indices = non_negative(ctx, indices, ctx.shape(x)[batch:batch + depth])
+    indices = non_negative(ctx, indices, ctx.shape(x)[batch:batch + depth], (x, batch))
     if batch:
         lead = shape[:-1]
         grid = np.indices(lead, dtype=np.int32)[:batch]          # (batch, *lead)
@@ -132,7 +152,7 @@ def import_gather_elements(node, ctx):
     rank = ctx.rank(x)
     axis = node.attr("axis", 0) % rank
     shape = ctx.shape(indices)
-    indices = non_negative(ctx, indices, ctx.shape(x)[axis])
+    indices = non_negative(ctx, indices, ctx.shape(x)[axis], (x, axis))
     grid = np.indices(shape, dtype=np.int32)[..., None]  # (rank, *shape, 1)
     column = _column(ctx, indices, tuple(shape) + (1,))
     parts = [grid[a] if a != axis else column for a in range(rank)]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gather import non_negative
+from .folded import shape_of
 from .layout import reshape
 from .registry import onnx_op, tflite_op
 
@@ -76,12 +77,11 @@ def _scatter(ctx, node, data: str, coords, updates: str, reduction: str) -> None
         return
     coords_name = ctx.constant("indices", coords) if constant else coords
     scattered = ctx.tensor(y + "_scattered", shape, dtype)
-    ctx.add_op("SCATTER_ND", [coords_name, updates, ctx.constant("shape", np.array(shape, np.int32))],
-               [scattered])
+    ctx.add_op("SCATTER_ND", [coords_name, updates, shape_of(ctx, data)], [scattered])
     if reduction == "add":
         ctx.add_op("ADD", [data, scattered], [y])
     else:
-        ctx.add_op("SELECT_V2", [_mask(ctx, coords, shape[:k], len(shape), y), scattered, data], [y])
+        ctx.add_op("SELECT_V2", [_mask(ctx, coords, data, k, y), scattered, data], [y])
 
 
 def _reshaped(ctx, x: str, shape) -> str:
@@ -126,12 +126,14 @@ def _combine_by_segments(ctx, node, data: str, coords, updates: str, reduction: 
         return
     merged = ctx.tensor(y + "_combined", shape, dtype)
     ctx.add_op(_COMBINE[reduction], [data, combined], [merged])
-    ctx.add_op("SELECT_V2", [_mask(ctx, coords, prefix, len(shape), y), merged, data], [y])
+    ctx.add_op("SELECT_V2", [_mask(ctx, coords, data, k, y), merged, data], [y])
 
 
-def _mask(ctx, coords, prefix, rank: int, y: str) -> str:
-    """A boolean tensor of shape prefix + (1,) * (rank - len(prefix)): whether `coords` name the
-    position (broadcast over the trailing axes in SELECT_V2)."""
+def _mask(ctx, coords, data: str, k: int, y: str) -> str:
+    """A boolean tensor of shape prefix + (1,) * (rank - k), prefix data's first k dimensions:
+    whether `coords` name the position (broadcast over the trailing axes in SELECT_V2)."""
+    rank = ctx.rank(data)
+    prefix = tuple(ctx.shape(data))[:k]
     full = tuple(prefix) + (1,) * (rank - len(prefix))
     if isinstance(coords, np.ndarray):
         mask = np.zeros(prefix, np.bool_)
@@ -140,7 +142,7 @@ def _mask(ctx, coords, prefix, rank: int, y: str) -> str:
     lead = ctx.shape(coords)[:-1]
     counts = ctx.tensor(y + "_counts", prefix, np.int32)
     ctx.add_op("SCATTER_ND", [coords, ctx.constant("ones", np.ones(lead, np.int32)),
-                              ctx.constant("prefix", np.array(prefix, np.int32))], [counts])
+                              shape_of(ctx, data, 0, k)], [counts])
     if full != tuple(prefix):
         counts = reshape(ctx, counts, full)
     mask = ctx.tensor(y + "_mask", full, np.bool_)
@@ -167,7 +169,7 @@ def import_scatter_nd(node, ctx):
         _check_constant_coordinates(ctx, value, shape[:k], "index")
         coords = np.where(value < 0, value + np.array(shape[:k]), value).astype(np.int32)
     else:
-        coords = non_negative(ctx, indices, shape[:k])
+        coords = non_negative(ctx, indices, shape[:k], (data, 0))
     _scatter(ctx, node, data, coords, updates, reduction)
 
 
@@ -196,7 +198,7 @@ def import_scatter_elements(node, ctx):
         column = np.where(value < 0, value + shape[axis], value).astype(np.int32)[..., None]
         coords = np.concatenate([grid[a] if a != axis else column for a in range(rank)], axis=-1)
     else:
-        column = reshape(ctx, non_negative(ctx, indices, shape[axis]), index_shape + (1,))
+        column = reshape(ctx, non_negative(ctx, indices, shape[axis], (data, axis)), index_shape + (1,))
         parts = [ctx.constant("grid", grid[a]) if a != axis else column for a in range(rank)]
         coords = column
         if rank > 1:

@@ -40,3 +40,23 @@ def test_a_size_inference_cannot_tell_waits_too():
     assert "y" not in shapes
     infer_node(node, shapes, dtypes, {}, {"": 17}, lambda n, axis: 64, varying=True, guess=True)
     assert shapes["y"] == (64, 64)
+
+
+def _range(values: dict, guess: bool) -> dict:
+    node = helper.make_node("Range", ["start", "limit", "delta"], ["positions"])
+    shapes = {n: () for n in node.input}
+    dtypes = {n: np.dtype(np.int64) for n in node.input}
+    infer_node(node, shapes, dtypes, values, {"": 17}, lambda n, axis: 64, varying=True, guess=guess)
+    return shapes
+
+
+def test_a_range_of_shapes_known_at_the_loaders_sizes_takes_its_length():
+    """arange(num_classes) of a [count, 91] Shape: 91, not a count of its own."""
+    known = {"start": np.array(0), "limit": np.array(91), "delta": np.array(1)}
+    assert _range(known, guess=False)["positions"] == (91,)
+    assert _range({**known, "start": np.array(90), "delta": np.array(-2)}, guess=False)["positions"] == (0,)
+
+
+def test_a_range_of_values_not_known_yet_waits_then_is_a_count():
+    assert "positions" not in _range({}, guess=False)
+    assert _range({}, guess=True)["positions"] == (64,)

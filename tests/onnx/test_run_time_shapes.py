@@ -204,3 +204,44 @@ def test_levels_merged_by_scatter_take_each_count_of_its_own():
         got = run_tflite(flatbuffer, report, sample)["y"]
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_labels_of_each_class_follow_the_kept_rows():
+    """torchvision's postprocess_detections: labels = arange(num_classes) (Range to a Shape of
+    the [count, C] scores: known at the loader's sizes, C, not a count of its own) expanded to
+    the scores, both flattened, then the entries above a threshold (a second NonZero). In
+    Faster R-CNN, where that Range was typed a round before the Shape's value was known, a
+    count of its own (64 where C is 91) made the labels' gather reach beyond them."""
+    classes = 5
+    nodes = [helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", F, [], [0.0])),
+             helper.make_node("Constant", [], ["half"], value=helper.make_tensor("half", F, [], [0.5])),
+             _ints("first", [0]), _ints("second", [1]), _ints("flat", [-1]), _ints("row", [1, -1]),
+             helper.make_node("Gather", ["s", "first"], ["lead"], axis=1),
+             helper.make_node("Squeeze", ["lead", "second"], ["lead_score"]),
+             helper.make_node("Greater", ["lead_score", "zero"], ["kept"]),
+             helper.make_node("NonZero", ["kept"], ["kept_where"]),
+             helper.make_node("Reshape", ["kept_where", "flat"], ["rows"]),
+             helper.make_node("Gather", ["s", "rows"], ["scores"], axis=0),
+             helper.make_node("Shape", ["scores"], ["shape"]),
+             helper.make_node("Gather", ["shape", "second"], ["count_1d"], axis=0),
+             helper.make_node("Squeeze", ["count_1d", "first"], ["num_classes"]),
+             helper.make_node("Constant", [], ["start"], value=helper.make_tensor("start", I64, [], [0])),
+             helper.make_node("Constant", [], ["step"], value=helper.make_tensor("step", I64, [], [1])),
+             helper.make_node("Range", ["start", "num_classes", "step"], ["classes"]),
+             helper.make_node("Reshape", ["classes", "row"], ["class_row"]),
+             helper.make_node("Expand", ["class_row", "shape"], ["labels"]),
+             helper.make_node("Reshape", ["labels", "flat"], ["labels_flat"]),
+             helper.make_node("Reshape", ["scores", "flat"], ["scores_flat"]),
+             helper.make_node("Greater", ["scores_flat", "half"], ["high"]),
+             helper.make_node("NonZero", ["high"], ["high_where"]),
+             helper.make_node("Reshape", ["high_where", "flat"], ["picked"]),
+             helper.make_node("Gather", ["labels_flat", "picked"], ["y"], axis=0),
+             helper.make_node("Gather", ["scores_flat", "picked"], ["z"], axis=0)]
+    model = make_model(nodes, {"s": (F, (N, classes))}, {"y": I64, "z": F}, opset=13)
+    rng = np.random.default_rng(3)
+    feeds = []
+    for kept in (N, 7, 1, 0):
+        s = rng.uniform(0, 1, (N, classes)).astype(np.float32)
+        s[:, 0] = np.where(np.arange(N) < kept, 0.2, -1.0)[rng.permutation(N)]
+        feeds.append({"s": s})
+    _matches_at_every_count(model, feeds)
