@@ -125,9 +125,45 @@ def median_ms(calls: dict, warmup: int, runs: int) -> dict[str, float]:
     return {key: statistics.median(values) * 1000 for key, values in times.items()}
 
 
-def stack_outputs(per_sample: list[dict]) -> dict[str, np.ndarray]:
-    """[{name: array}] per sample -> {name: [K, *shape]}."""
-    return {name: np.stack([outputs[name] for outputs in per_sample]) for name in per_sample[0]}
+def stack_outputs(per_sample: list[dict]) -> dict[str, np.ndarray | list]:
+    """[{name: array}] per sample -> {name: [K, *shape]}; an output whose shape the values decide
+    (a detector's kept boxes) stays a list of the K arrays."""
+    stacked = {}
+    for name in per_sample[0]:
+        values = [outputs[name] for outputs in per_sample]
+        same = all(np.shape(v) == np.shape(values[0]) for v in values)
+        stacked[name] = np.stack(values) if same else values
+    return stacked
+
+
+# The suffix of the per-sample lengths (along axis 0) of a list output in an .npz (pack_outputs).
+LENGTHS = "__lengths__"
+
+
+def pack_outputs(outputs: dict) -> dict[str, np.ndarray]:
+    """stack_outputs' outputs as arrays for an .npz: a list as its arrays end to end along axis 0
+    and their lengths (name + LENGTHS)."""
+    packed = {}
+    for name, value in outputs.items():
+        if isinstance(value, list):
+            packed[name] = np.concatenate([np.asarray(v)[None] if np.ndim(v) == 0 else v for v in value])
+            packed[name + LENGTHS] = np.array([max(np.shape(v)[:1], default=1) for v in value], np.int64)
+        else:
+            packed[name] = value
+    return packed
+
+
+def unpack_outputs(data) -> dict:
+    """pack_outputs undone, from a loaded .npz."""
+    outputs = {}
+    for name in data.files:
+        if name.endswith(LENGTHS):
+            continue
+        value = data[name]
+        if name + LENGTHS in data.files:
+            value = np.split(value, np.cumsum(data[name + LENGTHS])[:-1])
+        outputs[name] = value
+    return outputs
 
 
 def _per_sample(samples: dict) -> list[dict]:
@@ -333,7 +369,7 @@ def tflite_worker(tflite: str, report_path: str, samples_path: str, result_path:
     probed = _tflite_logits(tflite, samples, report) if logits else None
     if probed is not None:
         outputs["__logits__"] = probed
-    np.savez(result_path, **outputs)
+    np.savez(result_path, **pack_outputs(outputs))
     result["delegated"] = _delegated_or_none(interpreter)
     if baseline:
         result["baseline_delegated"] = _delegated_or_none(base_interpreter)
@@ -379,7 +415,7 @@ def run_tflite(tflite: Path, report: dict, samples: dict, work: Path, args,
         raise RuntimeError(f"interpreter failed: {one_line(proc.stderr)}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     with np.load(result_path) as data:
-        result["outputs"] = {name: data[name] for name in data.files}
+        result["outputs"] = unpack_outputs(data)
     result["logits"] = result["outputs"].pop("__logits__", None)
     return result
 

@@ -393,9 +393,10 @@ def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np
     stacks = OutputStacks(proto, finite=False)
     for values, outputs in run_both(proto, model, samples, reference=reference):
         stacks.add(values, outputs)
-    return (stacks.verification(len(samples)),
-            {name: np.stack(values) for name, values in stacks.actual.items()},
-            {name: np.stack(values) for name, values in stacks.expected.items()})
+    # an output whose shape the values decide (a detector's kept boxes) end to end (_stacked)
+    pairs = {name: _stacked(stacks.expected[name], values) for name, values in stacks.actual.items()}
+    return (stacks.verification(len(samples)), {name: pair[1] for name, pair in pairs.items()},
+            {name: pair[0] for name, pair in pairs.items()})
 
 
 def verify(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np.ndarray]] | None = None,

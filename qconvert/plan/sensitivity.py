@@ -94,6 +94,7 @@ class GatedGraph:
         work = onnx.ModelProto()
         work.CopyFrom(proto)
         self.nodes = node_names(work)  # before the pairs: the IR ops' sources
+        self.outputs = _scored_outputs(work.graph)  # before the fake-quant rewrite, too
         readers: dict[str, list[str]] = {}
         self.producer: dict[str, str] = {}
         self.position: dict[str, int] = {}
@@ -115,7 +116,6 @@ class GatedGraph:
         graph = insert_fake_quant(work, model, float_weights, gated=True)
         self.gates = graph.gates
         initializers = {t.name for t in work.graph.initializer}
-        self.outputs = _scored_outputs(work.graph)
         if not self.outputs:  # no error energy to measure costs by
             raise ReferenceFailed("the model has no float output to measure each quantization's cost at")
         self.runner = CalibrationRun(work, self.outputs)
@@ -224,11 +224,18 @@ PASSING = ("Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "I
 def _scored_outputs(graph: onnx.GraphProto) -> list[str]:
     """The tensors the errors are measured at: the float outputs, and for an integer output that
     a selection makes (decoded ids: ArgMax, ArgMin or TopK, through ops that only move or cast
-    values), the values it selects from (a recognizer's logits), once each."""
+    values), the values it selects from (a recognizer's logits), once each. An output whose
+    shape the values decide (a detector's kept boxes, _value_sized) cannot be compared entry by
+    entry when quantizing changes what is kept: the tensors its selection reads are scored
+    instead (_selected_from: NMS's boxes and scores)."""
     producer = {o: node for node in graph.node for o in node.output}
-    scored = [o.name for o in graph.output if o.type.tensor_type.elem_type in FLOATS]
+    sized = _value_sized(graph)
+    scored = [o.name for o in graph.output if o.type.tensor_type.elem_type in FLOATS
+              and o.name not in sized]
+    if any(o.name in sized for o in graph.output):
+        scored += [t for t in _selected_from(graph, producer, sized) if t not in scored]
     for output in graph.output:
-        if output.type.tensor_type.elem_type in FLOATS:
+        if output.type.tensor_type.elem_type in FLOATS or output.name in sized:
             continue
         node = producer.get(output.name)
         while node is not None and node.op_type in PASSING:
@@ -236,6 +243,43 @@ def _scored_outputs(graph: onnx.GraphProto) -> list[str]:
         if node is not None and node.op_type in SELECTORS and node.input[0] not in scored:
             scored.append(node.input[0])
     return scored
+
+
+# Ops whose output's size the values decide, and the inputs whose values decide it.
+_SIZING = {"NonMaxSuppression": (0, 1), "NonZero": (0,), "Compress": (1,), "TopK": (0,)}
+_COMPARISONS = ("Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal", "Not", "And", "Or")
+
+
+def _value_sized(graph: onnx.GraphProto) -> set[str]:
+    """The tensors whose shape the values may decide: a NonZero's, NonMaxSuppression's or
+    Compress's output, a TopK's of a computed k, and whatever an op reading one writes."""
+    constants = {t.name for t in graph.initializer}
+    constants |= {o for node in graph.node if node.op_type == "Constant" for o in node.output}
+    sized: set[str] = set()
+    for node in graph.node:
+        deciding = node.op_type in _SIZING and (node.op_type != "TopK" or node.input[1] not in constants)
+        if deciding or any(i in sized for i in node.input):
+            sized.update(o for o in node.output if o)
+    return sized
+
+
+def _selected_from(graph: onnx.GraphProto, producer: dict, sized: set[str]) -> list[str]:
+    """The tensors a size-deciding op (_SIZING) reads its decision from, where their own shape
+    is static: NMS's boxes and scores, a TopK's values, the operands of the comparison a
+    NonZero or Compress takes its mask from (through ops that only move values)."""
+    constants = {t.name for t in graph.initializer}
+    found: list[str] = []
+    for node in graph.node:
+        for slot in _SIZING.get(node.op_type, ()):
+            name = node.input[slot] if slot < len(node.input) else ""
+            source = producer.get(name)
+            while source is not None and source.op_type in PASSING:
+                source = producer.get(source.input[0])
+            names = ([i for i in source.input if i] if source is not None
+                     and source.op_type in _COMPARISONS else [name])
+            found += [n for n in names if n and n not in sized and n not in constants
+                      and n not in found and n in producer]
+    return found
 
 
 def measure(graph: GatedGraph, allowed: np.ndarray, max_runs: int = MAX_RUNS,

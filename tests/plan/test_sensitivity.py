@@ -71,6 +71,12 @@ def _decoded(model, how: str):
                  helper.make_node("Cast", ["am"], ["am32"], to=TensorProto.INT32),
                  helper.make_node("Reshape", ["am32", "flat"], ["ids"])]
         graph.initializer.append(shape)
+    elif how == "selected":  # a detector's kept values: their count the values'
+        graph.initializer.append(helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]))
+        nodes = [helper.make_node("Greater", [logits, "zero"], ["positive"]),
+                 helper.make_node("NonZero", ["positive"], ["where"]),
+                 helper.make_node("Transpose", ["where"], ["at"], perm=[1, 0]),
+                 helper.make_node("GatherND", [logits, "at"], ["kept"])]
     else:
         k = helper.make_tensor("k", TensorProto.INT64, [1], [2])
         graph.initializer.append(k)
@@ -78,18 +84,24 @@ def _decoded(model, how: str):
     graph.node.extend(nodes)
     kind = TensorProto.INT32 if how == "argmax-cast-reshape" else TensorProto.INT64
     del graph.output[:]
-    graph.output.append(helper.make_tensor_value_info("ids", kind, None))
+    if how == "selected":
+        graph.output.append(helper.make_tensor_value_info("kept", TensorProto.FLOAT, None))
+        graph.output.append(helper.make_tensor_value_info("at", TensorProto.INT64, None))
+    else:
+        graph.output.append(helper.make_tensor_value_info("ids", kind, None))
     return model
 
 
-@pytest.mark.parametrize("how", ["argmax", "argmax-cast-reshape", "topk"])
+@pytest.mark.parametrize("how", ["argmax", "argmax-cast-reshape", "topk", "selected"])
 def test_ids_selected_from_floats_are_measured_at_the_floats(how, tmp_path):
     """A model whose only output is integer ids (a recognizer's decoded argmax) has no error
     energy of its own: the costs are measured at the values the ids are selected from, and rank
-    the bad tensor first as at the float output."""
+    the bad tensor first as at the float output. So for values a NonZero selects (a detector's
+    kept boxes), whose count quantizing may change: the compared values are the ones the
+    selection reads."""
     model, calibration = one_bad_tensor_model()
     graph, sensitivity = _sensitivity(_decoded(model, how), calibration, tmp_path)
-    assert len(graph.outputs) == 1 and graph.outputs[0] != "ids"
+    assert len(graph.outputs) == 1 and graph.outputs[0] not in ("ids", "kept")
     (worst, tensors), (second, _) = _ranked(sensitivity, graph)[:2]
     assert tensors == ["t4"] and worst < 10 and second > worst + 25
 
