@@ -32,7 +32,8 @@ from tests.harness import (
 from tests.models.randomize import randomize_light_model
 from tests.models.test_light_models import LIGHT_DIR
 
-# The calls that create a tensor name from their first argument (ir.Model and loader.ImportContext).
+# The calls that create a tensor name from their first argument (ir.Model and
+# import_context.ImportContext).
 NAMING_CALLS = {"constant", "tensor", "add_constant", "add_array", "add_array_like", "unique_name"}
 HOLE = "{}"  # where a name is built from another name or a number
 

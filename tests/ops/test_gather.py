@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from qconvert.errors import ConversionError
 from qconvert.ir import Model
-from qconvert.onnx.loader import ImportContext, OnnxNode
+from qconvert.onnx.import_context import ImportContext, OnnxNode
 from qconvert.ops.registry import ONNX_IMPORTERS
 from tests.harness import assert_matches_onnxruntime, make_model
 
