@@ -168,9 +168,11 @@ class _ImageReader:
 
 
 def _image_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
-                  decoding: FileDecoding) -> _ImageReader:
+                  decoding: FileDecoding, files: list[str]) -> _ImageReader:
     """The reader of an image input: [B,C,H,W] when dimension 1 is 1 or 3 (so [1,3,3,3] is
-    NCHW), else [B,H,W,C] when the last is 1 or 3; H and W static (pinned), B dynamic is 1."""
+    NCHW), else [B,H,W,C] when the last is 1 or 3; B dynamic is 1. A dynamic H or W takes the
+    images' own size when they all have one (the model is then converted at it, as at an
+    .npz's: dynamic_dims.py); images of several sizes need --input-shape."""
     layout = None
     if len(shape) == 4 and shape[1] in IMAGE_CHANNELS:
         layout = (True, shape[1], shape[2], shape[3])
@@ -182,13 +184,21 @@ def _image_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
             f"[B,H,W,C] with 1 or 3 channels) for a folder of images; {_NPZ_HINT}")
     channels_first, channels, height, width = layout
     if height is None or width is None:
+        sizes = _image_sizes(files)
+        if len(sizes) == 1:
+            (found_width, found_height), = sizes
+            height, width = height or found_height, width or found_width
+    if height is None or width is None:
+        (one, first), (other, second) = list(sizes.items())[:2]
         pin = ["1" if d is None else str(d) for d in shape]
         for axis, letter in zip((2, 3) if channels_first else (1, 2), "HW"):
             if shape[axis] is None:
                 pin[axis] = letter
         raise ConversionError(
-            f"{folder}: input {name!r} of shape {_shown(shape)} has a dynamic height or width; "
-            f"images are resized to the input's: pin it with --input-shape {name}:{','.join(pin)}")
+            f"{folder}: input {name!r} of shape {_shown(shape)} has a dynamic height or width, "
+            f"and the images have several sizes ({first} is {one[0]}x{one[1]}, {second} "
+            f"{other[0]}x{other[1]}); images are resized to the input's: pin it with "
+            f"--input-shape {name}:{','.join(pin)}")
     if dtype.kind != "f":
         if decoding.mean is not None or decoding.std is not None:
             raise UsageError(f"--mean and --std normalize images for a float input; input {name!r} "
@@ -201,6 +211,15 @@ def _image_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
     if dtype.kind == "f":
         _finite_after(folder, f"input {name!r}'s pixels", (0.0, 1.0), mean, std)
     return _ImageReader(shape[0] or 1, channels, height, width, channels_first, dtype, mean, std)
+
+
+def _image_sizes(files: list[str]) -> dict[tuple[int, int], str]:
+    """{(width, height): the first file of that size} of the images (their headers only)."""
+    sizes: dict[tuple[int, int], str] = {}
+    for file in files:
+        with _open_image(file) as image:
+            sizes.setdefault(tuple(image.size), file)
+    return sizes
 
 
 def _finite_after(folder: str, what: str, bounds: tuple[float, float],
@@ -410,8 +429,8 @@ def file_input(folder: str, files: list[str], kind: str,
             "array per input")
     (name, (shape, dtype)), = model_inputs.items()
     shape, dtype = _pinned(name, shape, decoding.shapes), np.dtype(dtype)
-    make = _image_reader if kind == "image" else _audio_reader
-    reader = make(folder, name, shape, dtype, decoding)
+    reader = (_image_reader(folder, name, shape, dtype, decoding, files) if kind == "image"
+              else _audio_reader(folder, name, shape, dtype, decoding))
     count = len(files) // reader.batch
     if max_samples is not None and max_samples < count:
         count = max_samples

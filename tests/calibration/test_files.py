@@ -195,13 +195,44 @@ def test_layout_rule_and_shapes(files):
                     {}, None)
     assert _samples(files / "images", square).shape == (5, 1, 3, 4, 3)
     dynamic = _conv_model([1, 3, "h", "w"])
-    with pytest.raises(ConversionError, match=r"dynamic height or width.*--input-shape x:1,3,H,W"):
+    with pytest.raises(ConversionError, match=r"dynamic height or width, and the images have "
+                                              r"several sizes \(.*B.JPG is 25x40, .*a.png 30x20\).*--input-shape x:1,3,H,W"):
         _samples(files / "images", dynamic)
     assert _samples(files / "images", dynamic, shapes={"x": (1, 3, 6, 5)}).shape == (5, 1, 3, 6, 5)
     with pytest.raises(ConversionError, match=r"not an image input .*give its data as an .npz"):
         _samples(files / "images", _audio_model())
     with pytest.raises(UsageError, match="--std has 2 values; input 'x' has 3 channels"):
         _samples(files / "images", onnx.load(files / "nchw.onnx"), std=(0.5, 0.5))
+
+
+def test_a_dynamic_height_and_width_take_the_images_one_size(tmp_path):
+    """Images all of one size feed a [1, 3, h, w] input at that size (the model is converted at
+    it, its height and width still resizable), as an .npz's samples do; nothing is resized."""
+    folder = tmp_path / "same"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    pixels = rng.integers(0, 256, (3, 20, 30, 3), dtype=np.uint8)
+    for k in range(3):
+        Image.fromarray(pixels[k]).save(folder / f"{k}.png")
+    samples = _samples(folder, _conv_model([1, 3, "h", "w"]))
+    assert samples.shape == (3, 1, 3, 20, 30)
+    assert np.array_equal(samples[:, 0], pixels.transpose(0, 3, 1, 2).astype(np.float32) / np.float32(255))
+    assert _samples(folder, _conv_model([1, 3, 10, "w"])).shape == (3, 1, 3, 10, 30)
+    path, out = tmp_path / "dynamic.onnx", tmp_path / "dynamic.tflite"
+    model = _conv_model([1, 3, "h", "w"])
+    onnx.save(model, path)
+    result = _invoke(cli, path, out, "--quantize", "--calibration", folder, "--io-layout", "onnx",
+                     "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["inputs"][0]["shape"] == [1, 3, 20, 30]  # written at the images' size
+    for size in ((20, 30), (12, 40)):  # and resizable
+        x = rng.random((1, 3, *size), dtype=np.float32)
+        expected = run_onnxruntime(model, {"x": x})["y"]
+        actual = run_tflite(out.read_bytes(), _report(report), {"x": x})["y"]
+        assert actual.shape == expected.shape
+        error = np.sqrt(np.mean((actual - expected) ** 2) / np.mean(expected ** 2))
+        assert error < 0.05, error  # int8 rounding only
 
 
 def test_wav_samples_cut_padded_and_channels_averaged(files):
