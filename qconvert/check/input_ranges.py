@@ -24,8 +24,7 @@ from ..onnx.graph import uses_of
 
 # Ops through which an id stays the same id (its values moved, cast or copied), by input slot.
 _MOVING = {"Cast": 0, "Identity": 0, "Reshape": 0, "Unsqueeze": 0, "Squeeze": 0, "Flatten": 0,
-           "Split": 0,
-           "Transpose": 0, "Expand": 0, "Concat": None}
+           "Split": 0, "Transpose": 0, "Expand": 0, "Concat": None}
 
 
 # (op type, input slot) pairs, or op types (every slot), through which an integer input is a
