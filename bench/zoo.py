@@ -82,7 +82,7 @@ MB = 1024 * 1024
 # --------------------------------------------------------------------------------------------
 # The architectures. Each is (family, model, kind, arguments); the generation worker builds it.
 # kind: tv (torchvision.models.<name>(**kw)), tvdet (a torchvision detector, first image's boxes,
-# scores, labels), timm (timm.create_model(name, **kw)), hf (transformers <Class>(<Config>(**kw))).
+# scores, labels), yolonms (a YOLO head with batched_nms: zoo_yolo.py), timm (timm.create_model(name, **kw)), hf (transformers <Class>(<Config>(**kw))).
 # "size": the square image side; "seq": the token count; "audio": samples; "mel": (bins, frames).
 
 def _tv(family, name, size=64, **kw):
@@ -116,6 +116,7 @@ TORCHVISION = [
      dict(size=128, kw=dict(min_size=128, max_size=128), head=("cls_logits.weight", 0.3))),
     ("tv/fasterrcnn", "fasterrcnn_mobilenet_v3_large_320_fpn", "tvdet",
      dict(size=320, kw={}, head=("cls_score.weight", 0.3))),
+    ("yolo/nms", "yolov8_head_batched_nms", "yolonms", dict(size=128)),  # bench/zoo_yolo.py
 ]
 
 
@@ -343,6 +344,9 @@ def build(kind: str, name: str, spec: dict, opset: int = 17):
 
         return (Detector(inner).eval(), (torch.rand(1, 3, size, size),), ["images"],
                 ["boxes", "scores", "labels"])
+    if kind == "yolonms":
+        model, example = _sibling("zoo_yolo").build(size)
+        return model, example, ["images"], ["boxes", "scores", "labels"]
     if kind == "timm":
         import timm
 
