@@ -45,7 +45,7 @@ TOLERANCE = 2.0 ** -13  # the float check's FLOAT_TOLERANCE, of an output's scal
 VOCAB = 1000  # the zoo's text configs' vocab_size
 
 # The subset: zoo keys and the kind of their dynamic axes.
-IMAGE, SEGMENT, TEXT, AUDIO, MEL = "image", "segment", "text", "audio", "mel"
+IMAGE, SEGMENT, TEXT, AUDIO, MEL, DETECT = "image", "segment", "text", "audio", "mel", "detect"
 SUBSET = {
     "tv/resnet/resnet18": IMAGE, "tv/mobilenet_v2/mobilenet_v2": IMAGE,
     "tv/mobilenet_v3/mobilenet_v3_small": IMAGE, "tv/efficientnet/efficientnet_b0": IMAGE,
@@ -64,6 +64,7 @@ SUBSET = {
     "hf/gpt2/gpt2": TEXT, "hf/llama/llama": TEXT, "hf/clip_text/clip_text": TEXT,
     "hf/wav2vec2/wav2vec2": AUDIO, "hf/hubert/hubert": AUDIO,
     "hf/whisper_encoder/whisper_encoder": MEL,
+    "yolo/nms/yolov8_head_batched_nms": DETECT,
 }
 # Each kind's dynamic axes: input axes (every input alike), output axes.
 AXES = {
@@ -72,6 +73,8 @@ AXES = {
     TEXT: ({0: "batch", 1: "sequence"}, {0: "batch", 1: "sequence"}),
     AUDIO: ({0: "batch", 1: "samples"}, {0: "batch", 1: "frames"}),
     MEL: ({0: "batch", 2: "frames"}, {0: "batch", 1: "positions"}),
+    # one image (its postprocess takes the first), the boxes kept: as many as the values decide
+    DETECT: ({2: "height", 3: "width"}, {0: "kept"}),
 }
 # The three sizes LiteRT runs each kind at (a symbol the conversion fixed keeps its size).
 SIZES = {
@@ -80,7 +83,7 @@ SIZES = {
     AUDIO: [dict(samples=1600), dict(samples=4000), dict(samples=6400)],
     MEL: [dict(frames=100), dict(frames=64), dict(frames=160)],
 }
-SIZES[SEGMENT] = SIZES[IMAGE]
+SIZES[SEGMENT] = SIZES[DETECT] = SIZES[IMAGE]
 THIRD_BATCH = 2  # the third size's batch, where the batch is resizable
 
 
