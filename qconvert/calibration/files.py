@@ -171,7 +171,7 @@ def _image_reader(folder: str, name: str, shape: tuple, dtype: np.dtype,
                   decoding: FileDecoding, files: list[str]) -> _ImageReader:
     """The reader of an image input: [B,C,H,W] when dimension 1 is 1 or 3 (so [1,3,3,3] is
     NCHW), else [B,H,W,C] when the last is 1 or 3; B dynamic is 1. A dynamic H or W takes the
-    images' own size when they all have one (the model is then converted at it, as at an
+    images' own size when the `files` the samples take all have one (the model is then converted at it, as at an
     .npz's: dynamic_dims.py); images of several sizes need --input-shape."""
     layout = None
     if len(shape) == 4 and shape[1] in IMAGE_CHANNELS:
@@ -429,7 +429,8 @@ def file_input(folder: str, files: list[str], kind: str,
             "array per input")
     (name, (shape, dtype)), = model_inputs.items()
     shape, dtype = _pinned(name, shape, decoding.shapes), np.dtype(dtype)
-    reader = (_image_reader(folder, name, shape, dtype, decoding, files) if kind == "image"
+    taken = files if max_samples is None else files[:max_samples * (shape[0] or 1)]
+    reader = (_image_reader(folder, name, shape, dtype, decoding, taken) if kind == "image"
               else _audio_reader(folder, name, shape, dtype, decoding))
     count = len(files) // reader.batch
     if max_samples is not None and max_samples < count:

@@ -65,14 +65,21 @@ def value_inputs(graph: onnx.GraphProto) -> set[str]:
     return values
 
 
+def _constant_tensors(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """The initializers and the Constant nodes' tensors, by name."""
+    tensors = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            tensors[node.output[0]] = node.attribute[0].t
+    return tensors
+
+
 def _constant_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
     """Shapes of the initializers, the Constant nodes' values and the DequantizeLinear outputs of
     either (an int8 table)."""
-    shapes = {t.name: list(t.dims) for t in graph.initializer}
+    shapes = {name: list(t.dims) for name, t in _constant_tensors(graph).items()}
     for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            shapes[node.output[0]] = list(node.attribute[0].t.dims)
-        elif node.op_type == "DequantizeLinear" and node.input[0] in shapes:
+        if node.op_type == "DequantizeLinear" and node.input[0] in shapes:
             shapes[node.output[0]] = shapes[node.input[0]]
     return shapes
 
@@ -251,11 +258,7 @@ def _normalization(sub: onnx.NodeProto, readers: dict, constants: dict):
 def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """The values of the small float initializers and Constant nodes' tensors (a mean, a std:
     at most _SMALL entries, read from the message: no weight is copied), by name."""
-    tensors = {t.name: t for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            tensors[node.output[0]] = node.attribute[0].t
-    return {name: numpy_helper.to_array(t) for name, t in tensors.items()
+    return {name: numpy_helper.to_array(t) for name, t in _constant_tensors(graph).items()
             if np.prod(t.dims) <= _SMALL and t.data_location != onnx.TensorProto.EXTERNAL
             and t.data_type in _FLOATS
             and (t.raw_data or t.float_data or t.double_data or t.int32_data)}

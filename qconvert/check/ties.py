@@ -65,9 +65,9 @@ def align_near_ties(reference: dict[str, np.ndarray], outputs: dict[str, np.ndar
         if (ours is None or np.ndim(scores) != 1 or np.shape(ours) != np.shape(scores)
                 or np.asarray(scores).dtype.kind != "f"):
             continue
-        groups = tie_groups(scores, tolerance)
         if not _is_sorted(scores):
             continue
+        groups = tie_groups(scores, tolerance)
         rows = [n for n, r in reference.items() if np.ndim(r) >= 1 and n in outputs
                 and np.shape(outputs[n]) == np.shape(r) and np.shape(r)[0] == len(scores)]
         if groups:

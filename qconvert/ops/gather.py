@@ -89,7 +89,7 @@ def _dims_tensor(ctx, dims: np.ndarray, of: tuple[str, int] | None, dtype) -> st
     if of is None or of[0] not in ctx.run_time_shaped:
         return ctx.constant("dims", dims.astype(dtype))
     start = of[1]
-    found = shape_of(ctx, of[0], start, start + max(dims.size, 1))
+    found = shape_of(ctx, of[0], start, start + dims.size)
     if dims.ndim == 0:
         found = reshape(ctx, found, ())
     if np.dtype(dtype) != np.int32:

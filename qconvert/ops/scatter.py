@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gather import non_negative
 from .folded import shape_of
+from .gather import non_negative
 from .layout import reshape
 from .registry import onnx_op, tflite_op
 

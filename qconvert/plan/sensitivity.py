@@ -229,11 +229,14 @@ def _scored_outputs(graph: onnx.GraphProto) -> list[str]:
     entry when quantizing changes what is kept: the tensors its selection reads are scored
     instead (_selected_from: NMS's boxes and scores)."""
     producer = {o: node for node in graph.node for o in node.output}
-    sized = _value_sized(graph)
+    constants = {t.name for t in graph.initializer}
+    constants |= {o for node in graph.node if node.op_type == "Constant" for o in node.output}
+    deciding = [node for node in graph.node if _decides_size(node, constants)]
+    sized = _value_sized(graph, deciding)
     scored = [o.name for o in graph.output if o.type.tensor_type.elem_type in FLOATS
               and o.name not in sized]
     if any(o.name in sized for o in graph.output):
-        scored += [t for t in _selected_from(graph, producer, sized) if t not in scored]
+        scored += [t for t in _selected_from(deciding, producer, sized, constants) if t not in scored]
     for output in graph.output:
         if output.type.tensor_type.elem_type in FLOATS or output.name in sized:
             continue
@@ -250,27 +253,30 @@ _SIZING = {"NonMaxSuppression": (0, 1), "NonZero": (0,), "Compress": (1,), "TopK
 _COMPARISONS = ("Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal", "Not", "And", "Or")
 
 
-def _value_sized(graph: onnx.GraphProto) -> set[str]:
-    """The tensors whose shape the values may decide: a NonZero's, NonMaxSuppression's or
-    Compress's output, a TopK's of a computed k, and whatever an op reading one writes."""
-    constants = {t.name for t in graph.initializer}
-    constants |= {o for node in graph.node if node.op_type == "Constant" for o in node.output}
-    sized: set[str] = set()
+def _decides_size(node: onnx.NodeProto, constants: set[str]) -> bool:
+    """Whether the values decide the size of `node`'s output: a NonZero, NonMaxSuppression or
+    Compress, a TopK of a computed k."""
+    return node.op_type in _SIZING and (node.op_type != "TopK" or node.input[1] not in constants)
+
+
+def _value_sized(graph: onnx.GraphProto, deciding: list[onnx.NodeProto]) -> set[str]:
+    """The tensors whose shape the values may decide: the `deciding` nodes' outputs, and
+    whatever an op reading one writes."""
+    sized: set[str] = {o for node in deciding for o in node.output if o}
     for node in graph.node:
-        deciding = node.op_type in _SIZING and (node.op_type != "TopK" or node.input[1] not in constants)
-        if deciding or any(i in sized for i in node.input):
+        if any(i in sized for i in node.input):
             sized.update(o for o in node.output if o)
     return sized
 
 
-def _selected_from(graph: onnx.GraphProto, producer: dict, sized: set[str]) -> list[str]:
-    """The tensors a size-deciding op (_SIZING) reads its decision from, where their own shape
-    is static: NMS's boxes and scores, a TopK's values, the operands of the comparison a
-    NonZero or Compress takes its mask from (through ops that only move values)."""
-    constants = {t.name for t in graph.initializer}
+def _selected_from(deciding: list[onnx.NodeProto], producer: dict, sized: set[str],
+                   constants: set[str]) -> list[str]:
+    """The tensors the `deciding` nodes read their decision from, where their own shape is
+    static: NMS's boxes and scores, a TopK's values, the operands of the comparison a NonZero
+    or Compress takes its mask from (through ops that only move values)."""
     found: list[str] = []
-    for node in graph.node:
-        for slot in _SIZING.get(node.op_type, ()):
+    for node in deciding:
+        for slot in _SIZING[node.op_type]:
             name = node.input[slot] if slot < len(node.input) else ""
             source = producer.get(name)
             while source is not None and source.op_type in PASSING:

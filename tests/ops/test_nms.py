@@ -114,7 +114,7 @@ def test_nms_agrees_where_an_iou_equals_the_threshold():
     assert_matches_onnxruntime(model, {"boxes": boxes, "scores": scores}, rtol=0, atol=0)
 
 
-def _yolo_head(anchors: int = 60):
+def _yolo_head(agnostic: bool, anchors: int = 60):
     """A YOLOv8 export's output0 [1, 4 + 3, anchors] (here the graph input itself), with NMS
     appended as deployment scripts append it (bench/trained_models/yolo_nms.py)."""
     import onnx
@@ -123,7 +123,7 @@ def _yolo_head(anchors: int = 60):
 
     head = make_model([helper.make_node("Identity", ["x"], ["output0"])],
                       {"x": (F, (1, 7, anchors))}, {"output0": F}, opset=17)
-    return lambda agnostic: onnx.load_from_string(with_nms(head.SerializeToString(), agnostic))
+    return onnx.load_from_string(with_nms(head.SerializeToString(), agnostic))
 
 
 @pytest.mark.parametrize("agnostic", [False, True])
@@ -131,7 +131,7 @@ def test_a_yolo_head_with_nms_appended_matches_at_every_count(agnostic):
     """Per class on (cx, cy, w, h) boxes (center_point_box 1), or class-agnostic on corners with
     the best class's ReduceMax score and ArgMax label: boxes, scores and labels of the kept,
     their count the values' (many kept, few, none above the 0.25 threshold)."""
-    model = _yolo_head()(agnostic)
+    model = _yolo_head(agnostic)
     rng = np.random.default_rng(4)
     for spread, top in ((320, 1.0), (60, 1.0), (320, 0.2)):
         centres = rng.uniform(0, spread, (1, 2, 60))
