@@ -52,6 +52,9 @@ class OutputCheck:
     near_ties: int = 0  # values that differ at a near-tie of the step that makes them
     # a model that arrives quantized: the SQNR its own rounding explains (check/rounding_bound.py)
     bound_db: float | None = None
+    # judged by SQNR, an output whose shape the values decide (kept boxes): the samples where the
+    # .tflite keeps another count than onnxruntime, left out of the metrics (_stacked)
+    other_counts: int = 0
 
     def float_failure(self, tolerance: float, ulp: float = FLOAT32_EPS) -> str | None:
         """How the output misses the float check (`ulp`: one step at 1 of the type the reference
@@ -163,6 +166,10 @@ class Verification:
         text = f"verify: worst output {worst.name!r} {_db(worst.sqnr_db)}"
         if self.reason:
             text = f"verify: by SQNR, {self.reason}; worst output {worst.name!r} {_db(worst.sqnr_db)}"
+        counted = max(self.outputs, key=lambda o: o.other_counts)
+        if counted.other_counts:
+            text += (f", {counted.name!r} keeping another count than onnxruntime on "
+                     f"{counted.other_counts} of {self.samples} samples (compared on the others)")
         if worst.bound_db is not None:
             text += f" (its rounding bound {_db(worst.bound_db)})"
         sliced = self.worst_slice
@@ -333,17 +340,23 @@ class OutputStacks:
                 self.operands[name].append(reference[name])
 
     def verification(self, samples: int, min_sqnr: float | None = None,
-                     data: str = "generated", float_check: bool = False) -> Verification:
+                     data: str = "generated", float_check: bool = False,
+                     counts_differ: bool = True) -> Verification:
         """The comparison; with `float_check`, judged by the float check (and `min_sqnr` when
-        given), else by `min_sqnr` alone."""
+        given), else by `min_sqnr` alone, an output whose count the values decide on the samples
+        where both keep the same count (_stacked), unless not `counts_differ`."""
         fetched = {name: np.stack(values) for name, values in self.operands.items()
                    if values and len(values) == samples}
         operands = step_values(self.proto, self.rules, fetched)
         half = computes_in_float16(self.proto)
         ulp = FLOAT16_EPS if half else FLOAT32_EPS
-        checks = [check_output(name, *_stacked(self.expected[name], self.actual[name]),
-                               self.rules.get(name), operands.get(name), ulp, self.finite)
-                  for name in self.names]
+        checks = []
+        for name in self.names:
+            ref, got, other = _stacked(self.expected[name], self.actual[name],
+                                       counts_differ and not float_check)
+            checks.append(check_output(name, ref, got, self.rules.get(name), operands.get(name), ulp,
+                                       self.finite))
+            checks[-1].other_counts = other
         result = Verification(checks, samples, min_sqnr, data=data,
                               check="float" if float_check else "sqnr",
                               tolerance=TOLERANCES[ulp] if float_check else None, ulp=ulp,
@@ -353,17 +366,25 @@ class OutputStacks:
         return result
 
 
-def _stacked(expected: list[np.ndarray], actual: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """One output's samples stacked; an output whose shape changes from sample to sample (its
-    size decided by the values, or the file checked at several sizes) as every sample's values
-    end to end. A sample where the .tflite's shape is not onnxruntime's compares as NaN: it
-    fails, as it must."""
+def _stacked(expected: list[np.ndarray], actual: list[np.ndarray],
+             counts_differ: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+    """One output's samples stacked, and how many samples were left out; an output whose shape
+    changes from sample to sample (its size decided by the values, or the file checked at
+    several sizes) as every sample's values end to end. A sample where the .tflite's shape is
+    not onnxruntime's compares as NaN: it fails, as it must in float; with `counts_differ` (int8,
+    where quantizing may keep one box more) it is left out, unless every sample is such."""
     if all(np.shape(e) == np.shape(expected[0]) == np.shape(a) for e, a in zip(expected, actual)):
-        return np.stack(expected), np.stack(actual)
+        return np.stack(expected), np.stack(actual), 0
+    same = [np.shape(e) == np.shape(a) for e, a in zip(expected, actual)]
+    left_out = 0
+    if counts_differ and any(same):
+        left_out = same.count(False)
+        expected = [e for e, kept in zip(expected, same) if kept]
+        actual = [a for a, kept in zip(actual, same) if kept]
     fitted = [np.ravel(a) if np.shape(a) == np.shape(e) else np.full(np.size(e), np.nan)
               for e, a in zip(expected, actual)]
     return (np.concatenate([np.ravel(e) for e in expected]).astype(np.float64),
-            np.concatenate(fitted).astype(np.float64))
+            np.concatenate(fitted).astype(np.float64), left_out)
 
 
 CONSTANT_DRAWS = 8  # generated samples drawn, at most, while a float output's reference is constant
@@ -395,7 +416,8 @@ def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np
         stacks.add(values, outputs)
     # an output whose shape the values decide (a detector's kept boxes) end to end (_stacked)
     pairs = {name: _stacked(stacks.expected[name], values) for name, values in stacks.actual.items()}
-    return (stacks.verification(len(samples)), {name: pair[1] for name, pair in pairs.items()},
+    # (a candidate that keeps another count than float is judged by it: plan/exposed.py)
+    return (stacks.verification(len(samples), counts_differ=False), {name: pair[1] for name, pair in pairs.items()},
             {name: pair[0] for name, pair in pairs.items()})
 
 

@@ -441,6 +441,7 @@ def _planned(state: State):
     from ..check.random_draws import fed_compare  # (random ops: their draws fed to both sides)
     from ..check.runtimes import RecordedReference, Reference
     from ..check.verify import compare
+    from ..plan.exposed import exposed_selection
     from ..plan.planner import DECISION_SAMPLES, plan_precision
 
     options, request = state.options.plan, state.options.quantize
@@ -451,11 +452,13 @@ def _planned(state: State):
     count = options.samples if options.metric is not None else max(options.samples, DECISION_SAMPLES)
     samples = list(calibration_set(options.data or request.calibration, reference.proto, count,
                                    state.options.input.decoding))
-    session = RecordedReference(Reference(reference.proto))  # one onnxruntime run for all the plans
-    return plan_precision(state.model, state.steps, reference.proto, samples, options.target_sqnr,
-                          request.target, _write_candidate,
-                          fed_compare(compare, reference.proto, samples, session),
-                          options.metric, min(options.samples, len(samples)))
+    # a value-sized output (kept boxes) is judged by what its selection reads (plan/exposed.py)
+    with exposed_selection(reference.proto, state.model, samples[0]) as exposure:
+        session = RecordedReference(Reference(reference.proto))  # one onnxruntime run for all the plans
+        return plan_precision(state.model, state.steps, reference.proto, samples, options.target_sqnr,
+                              request.target, _write_candidate,
+                              fed_compare(compare, reference.proto, samples, session),
+                              options.metric, min(options.samples, len(samples)), exposure)
 
 
 def store_weights(state: State) -> State:

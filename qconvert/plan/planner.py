@@ -72,6 +72,7 @@ from .decisions import (
     decisions_per_sample,
     read_by_argmax,
 )
+from .exposed import Exposure
 
 log = logging.getLogger("qconvert")
 
@@ -232,6 +233,14 @@ def _worst(verification) -> tuple[float, float | None]:
     return verification.worst.sqnr_db, worst_slice.worst_slice_sqnr_db if worst_slice else None
 
 
+def _judged(verification, exposure: Exposure | None):
+    """The verification without the outputs the values size, when the candidates expose what
+    decides them (exposed.py)."""
+    if exposure is None:
+        return verification
+    return replace(verification, outputs=[o for o in verification.outputs if o.name not in exposure.sized])
+
+
 def _margin(verification, target_db: float) -> float:
     """How many times over the allowed error the worst output or slice is (<= 1: within)."""
     worst = 0.0
@@ -242,10 +251,13 @@ def _margin(verification, target_db: float) -> float:
     return worst
 
 
-def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, tuple[str, str]]) -> Model:
+def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, tuple[str, str]],
+               exposed: tuple[str, ...] = ()) -> Model:
     """The model with `promoted` nodes ({node: (precision, reason)}) out of int8: to int16, to
-    float, or hybrid (float, running hybrid kernels where the node has one)."""
+    float, or hybrid (float, running hybrid kernels where the node has one); `exposed` tensors
+    written as outputs too (exposed.py)."""
     candidate = model.copy()
+    candidate.outputs += [t for t in exposed if t not in candidate.outputs]
     int16 = {node: reason for node, (to, reason) in promoted.items() if to == "int16"}
     floating = {node: f"{PLAN_KEEPS}: {reason}" for node, (to, reason) in promoted.items() if to != "int16"}
     hybrid = frozenset(node for node, (to, _) in promoted.items() if to == HYBRID)
@@ -418,19 +430,23 @@ class _Attempt:
 
 def plan_precision(model: Model, options: QuantizeOptions, proto: onnx.ModelProto, samples: list,
                    target_db: float, target: Target, write, check, metric: Metric | None = None,
-                   count: int = 8) -> tuple[Model, Plan]:
+                   count: int = 8, exposure: Exposure | None = None) -> tuple[Model, Plan]:
     """The quantized model of the chosen plan, and the plan. `model` is the calibrated float model
     after the float pipeline (left as it is); `proto` the ONNX model with its weights; `samples`
     the plan's inputs, of which the first `count` are checked (more, up to DECISION_SAMPLES, for
     outputs read by a decision when the model's work allows); `target_db` the --target-sqnr;
     `target` the device (targets/); write(model, path) writes a quantized model as a .tflite;
     check(path, n) runs it in LiteRT next to onnxruntime on the first n samples: (its
-    Verification, LiteRT's outputs, onnxruntime's outputs, each {output name: [samples, ...]})."""
+    Verification, LiteRT's outputs, onnxruntime's outputs, each {output name: [samples, ...]});
+    with an `exposure` (exposed.py), the candidates write its tensors, which check compares too,
+    and are judged without its value-sized outputs; the model returned has its own outputs."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="qconvert-plan-") as folder:
         planner = _Planner(model, options, write, check, folder, target, target_db, metric, count,
-                           len(samples))
+                           len(samples), exposure)
         chosen = planner.run(proto, samples)
+    if exposure is not None:
+        chosen = replace(chosen, model=_quantized(model, planner.options, chosen.promoted))
     plan = planner.plan
     plan.chosen_round = chosen.round
     plan.mix = precision_mix(chosen.model)
@@ -450,11 +466,14 @@ class _Planner:
     """One planning: the plans written and measured (`tried`), and what the choice needs."""
 
     def __init__(self, model: Model, options: QuantizeOptions, write, check, folder: str,
-                 target: Target, target_db: float, metric: Metric | None, count: int, available: int):
+                 target: Target, target_db: float, metric: Metric | None, count: int, available: int,
+                 exposure: Exposure | None = None):
         from ..qdq.fakequant import FloatWeights
 
         self.model, self.options, self.write, self.check = model, options, write, check
         self.folder, self.target, self.target_db, self.metric = folder, target, target_db, metric
+        self.exposure = exposure
+        self.exposed = exposure.tensors if exposure is not None else ()
         self.plan = Plan(target_db, False, target.name,
                          argmax_outputs=decision_outputs(model, ARGMAX_PRODUCERS, 2),
                          threshold_outputs=decision_outputs(model, THRESHOLD_PRODUCERS))
@@ -493,6 +512,7 @@ class _Planner:
         """The `candidate` written and run in LiteRT: how far off it is (<= 1: it holds)."""
         plan, metric = self.plan, self.metric
         verification, outputs, reference = self._checked(self.written(candidate))
+        verification = _judged(verification, self.exposure)
         agreement = decision_agreement(outputs, reference, plan.argmax_outputs, plan.threshold_outputs,
                                        self.target_db)
         spent = round(cost(candidate, self.target).ns, 1)
@@ -540,7 +560,7 @@ class _Planner:
             if earlier.promoted == promoted:
                 return earlier.off
         try:
-            self.tried.append(self.measured(_quantized(self.model, self.options, promoted), promoted))
+            self.tried.append(self.measured(_quantized(self.model, self.options, promoted, self.exposed), promoted))
         except ConversionError as e:
             if not promoted or isinstance(e, ReferenceFailed):
                 raise
@@ -557,7 +577,7 @@ class _Planner:
         if not self.options.layer_inputs:
             return
         plain = replace(self.options, layer_inputs={})
-        other = self.measured(_quantized(self.model, plain, {}), {})
+        other = self.measured(_quantized(self.model, plain, {}, self.exposed), {})
         if other.off < self.tried[0].off:
             self.options, self.tried[0], self.plan.arithmetic = plain, other, NEAREST
 

@@ -225,18 +225,13 @@ def _scored_outputs(graph: onnx.GraphProto) -> list[str]:
     """The tensors the errors are measured at: the float outputs, and for an integer output that
     a selection makes (decoded ids: ArgMax, ArgMin or TopK, through ops that only move or cast
     values), the values it selects from (a recognizer's logits), once each. An output whose
-    shape the values decide (a detector's kept boxes, _value_sized) cannot be compared entry by
-    entry when quantizing changes what is kept: the tensors its selection reads are scored
-    instead (_selected_from: NMS's boxes and scores)."""
+    shape the values decide (a detector's kept boxes) is scored at the tensors its selection
+    reads instead (value_sized_selection)."""
     producer = {o: node for node in graph.node for o in node.output}
-    constants = {t.name for t in graph.initializer}
-    constants |= {o for node in graph.node if node.op_type == "Constant" for o in node.output}
-    deciding = [node for node in graph.node if _decides_size(node, constants)]
-    sized = _value_sized(graph, deciding)
+    sized, selection = value_sized_selection(graph)
     scored = [o.name for o in graph.output if o.type.tensor_type.elem_type in FLOATS
               and o.name not in sized]
-    if any(o.name in sized for o in graph.output):
-        scored += [t for t in _selected_from(deciding, producer, sized, constants) if t not in scored]
+    scored += [t for t in selection if t not in scored]
     for output in graph.output:
         if output.type.tensor_type.elem_type in FLOATS or output.name in sized:
             continue
@@ -246,6 +241,22 @@ def _scored_outputs(graph: onnx.GraphProto) -> list[str]:
         if node is not None and node.op_type in SELECTORS and node.input[0] not in scored:
             scored.append(node.input[0])
     return scored
+
+
+def value_sized_selection(graph: onnx.GraphProto) -> tuple[set[str], list[str]]:
+    """(the graph outputs whose shape the values decide, the tensors their selection reads).
+    Such an output (a detector's kept boxes) cannot be compared entry by entry when quantizing
+    changes what is kept; the tensors its selection reads (_selected_from: NMS's boxes and
+    scores) can. Both empty when no output's shape is decided by the values."""
+    producer = {o: node for node in graph.node for o in node.output}
+    constants = {t.name for t in graph.initializer}
+    constants |= {o for node in graph.node if node.op_type == "Constant" for o in node.output}
+    deciding = [node for node in graph.node if _decides_size(node, constants)]
+    sized = _value_sized(graph, deciding)
+    outputs = {o.name for o in graph.output if o.name in sized}
+    if not outputs:
+        return set(), []
+    return outputs, _selected_from(deciding, producer, sized, constants)
 
 
 # Ops whose output's size the values decide, and the inputs whose values decide it.
