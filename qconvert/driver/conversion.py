@@ -29,7 +29,7 @@ from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
 from ..onnx import dynamic_dims
 from ..onnx.dynamic_dims import has_symbols, keep_dynamic, symbols_of
 from ..onnx.file import OnnxFile, read_onnx
-from ..onnx.loader import load, nodes_matching, onnx_names, stores_float16, tables
+from ..onnx.loader import load, node_names, nodes_matching, onnx_names, stores_float16, tables
 from ..onnx.runtime import has_qdq, quantizes_activations
 from ..plan.planner import HYBRID
 from ..qdq.importer import (
@@ -291,7 +291,7 @@ def _kept(state: State, model: Model | None, dims, source: OnnxFile) -> Model | 
             return None
         model.dynamic_dims = dims
     _keep_probed(state, model, source.copy())
-    computed = frozenset(dims.unfollowed & onnx_names(source.proto.graph))
+    computed = _computed(dims.unfollowed, model, source.proto)
     if not computed:
         return model
     again = _probed(state, source.copy(), fresh.sizes, computed)
@@ -303,6 +303,22 @@ def _kept(state: State, model: Model | None, dims, source: OnnxFile) -> Model | 
     except ConversionError:
         return model
     return again if len(fresh.fixed_because) < len(dims.fixed_because) else model
+
+
+def _computed(unfollowed: set[str], model: Model, proto) -> frozenset[str]:
+    """The ONNX tensors behind the constants keep_dynamic could not follow: each one the ONNX
+    graph names, and for one an op's import made (a Gather's indices made non-negative), the
+    computed inputs of the node it was made for."""
+    graph = proto.graph
+    names = onnx_names(graph)
+    nodes = dict(zip(node_names(proto), graph.node))
+    weights = {t.name for t in graph.initializer}
+    found = set(unfollowed & names)
+    for name in unfollowed - names:
+        for op in model.consumers(name):
+            node = nodes.get(op.source)
+            found.update(i for i in (node.input if node is not None else ()) if i and i not in weights)
+    return frozenset(found)
 
 
 def _probed(state: State, source: OnnxFile, sizes: dict[str, int],

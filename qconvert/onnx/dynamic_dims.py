@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -360,6 +360,9 @@ class Shaped:
     # the whole table), "range" (`source` [start, step])
     kind: str = "broadcast"
     offset: np.ndarray | None = None  # "table": added to the cut (a merged embedding's other term)
+    # "table": axes where the table has size 1 and the constant repeats it (a batch the float
+    # pipeline broadcast a merged embedding to): the cut is broadcast along them
+    spread: tuple[int, ...] = ()
 
     @property
     def cut(self) -> bool:
@@ -403,6 +406,13 @@ def _one_source(base: np.ndarray, shaped: list) -> Shaped | None:
         return None
     if len(shaped) == 1:
         return shaped[0]
+    tables = [m for m in shaped if m.kind == "table"]
+    if len(tables) == 1 and all(m.kind == "broadcast" for m in shaped if m is not tables[0]):
+        # a table cut by one group, broadcast along the others' axes (a batch)
+        spread = {int(k) for m in shaped if m is not tables[0] for k in np.flatnonzero(m.shape_move)}
+        if not spread <= set(tables[0].spread):
+            return None
+        return replace(tables[0], shape_move=sum(m.shape_move for m in shaped))
     if any(m.kind != "broadcast" for m in shaped):
         return None
     moving = {k for m in shaped for k in np.flatnonzero(m.shape_move)}
@@ -418,13 +428,20 @@ def _whole_table(shaped: Shaped, tables) -> Shaped | None:
     entries along the moving axes, but for an array the same along them (`offset`: a token-type
     row that the float pipeline merged into a position table, found within a few rounding steps:
     the merged sum rounded once where the model rounds twice); None when none has."""
-    source = shaped.source
+    whole = shaped.source
     moving = tuple(int(k) for k in np.flatnonzero(shaped.shape_move))
     for table in tables() if tables is not None else ():
-        if table.ndim > source.ndim or table.dtype.kind != source.dtype.kind:
+        if table.ndim > whole.ndim or table.dtype.kind != whole.dtype.kind:
             continue
-        table = table.reshape((1,) * (source.ndim - table.ndim) + table.shape)
-        if not all(t >= s if k in moving else t == s for k, (t, s) in enumerate(zip(table.shape, source.shape))):
+        table = table.reshape((1,) * (whole.ndim - table.ndim) + table.shape)
+        spread = tuple(k for k, (t, s) in enumerate(zip(table.shape, whole.shape))
+                       if k not in moving and t == 1 < s)
+        if not all(t >= s if k in moving else t == s or k in spread
+                   for k, (t, s) in enumerate(zip(table.shape, whole.shape))):
+            continue
+        # the same rows along each spread axis: one of them is the cut
+        source = whole[tuple(slice(0, 1) if k in spread else slice(None) for k in range(whole.ndim))]
+        if spread and not np.array_equal(np.broadcast_to(source, whole.shape), whole):
             continue
         if table.dtype != source.dtype:  # int64 ids narrowed to int32 inside the graph
             if np.any(table != table.astype(source.dtype)):
@@ -435,7 +452,7 @@ def _whole_table(shaped: Shaped, tables) -> Shaped | None:
         # the same sum, but for rounding: (p + t) - p need not be t to the last bit
         if _same(cut + offset, source):
             return Shaped(table, shaped.shape_move, kind="table",
-                          offset=np.ascontiguousarray(offset) if np.any(offset) else None)
+                          offset=np.ascontiguousarray(offset) if np.any(offset) else None, spread=spread)
     return None
 
 
@@ -624,17 +641,39 @@ def _shaped_before(model: Model, op: Operator, k: int, shaped: Shaped, shape: st
     if shaped.kind == "range":
         _range_before(model, op, shaped, shape, out)
     elif shaped.kind == "table":
-        begin = model.add_constant("begin", np.zeros(shaped.source.ndim, np.int32))
-        cut = out if shaped.offset is None else model.add_array_like(out + "_cut", model.arrays[out].shape, out)
-        model.insert_before(op, Operator("SLICE", [source, begin, shape], [cut]))
-        if shaped.offset is not None:
-            model.dynamic_axes[cut] = frozenset(int(a) for a in np.flatnonzero(shaped.shape_move))
-            model.insert_before(op, Operator("ADD", [cut, model.add_constant("offset", shaped.offset)], [out]))
+        _table_before(model, op, shaped, shape, source, out)
     else:
         model.insert_before(op, Operator("BROADCAST_TO", [source, shape], [out]))
     # resizable where it moved: a delegate that took it for static would fail to resize
     model.dynamic_axes[out] = frozenset(int(a) for a in np.flatnonzero(shaped.shape_move))
     return out
+
+
+def _table_before(model: Model, op: Operator, shaped: Shaped, shape: str, table: str, out: str) -> None:
+    """`out` = the first entries of `table` to the computed `shape` (SLICE from its start), plus
+    the offset, then broadcast along the spread axes (their sizes -1 in the SLICE: the table's 1)."""
+    begin = model.add_constant("begin", np.zeros(shaped.source.ndim, np.int32))
+    moving = frozenset(int(a) for a in np.flatnonzero(shaped.shape_move)) - set(shaped.spread)
+    full = model.arrays[out].shape
+    sizes, cut_shape = shape, tuple(1 if k in shaped.spread else d for k, d in enumerate(full))
+    if shaped.spread:
+        keep = np.array([k not in shaped.spread for k in range(len(full))], np.int32)
+        kept = model.add_array(out + "_kept", (len(full),), np.int32)
+        sizes = model.add_array(out + "_sizes", (len(full),), np.int32)
+        model.insert_before(op, Operator("MUL", [shape, model.add_constant("keep", keep)], [kept]))
+        model.insert_before(op, Operator("ADD", [kept, model.add_constant("rest", keep - 1)], [sizes]))
+    steps = [("SLICE", [table, begin, sizes])]
+    if shaped.offset is not None:
+        steps.append(("ADD", [None, model.add_constant("offset", shaped.offset)]))
+    if shaped.spread:
+        steps.append(("BROADCAST_TO", [None, shape]))
+    last = ""
+    for k, (kind, inputs) in enumerate(steps):
+        written = out if k == len(steps) - 1 else model.add_array(out + "_cut", cut_shape, shaped.source.dtype)
+        model.insert_before(op, Operator(kind, [i if i is not None else last for i in inputs], [written]))
+        if written != out:
+            model.dynamic_axes[written] = moving
+        last = written
 
 
 def _range_before(model: Model, op: Operator, shaped: Shaped, shape: str, out: str) -> None:

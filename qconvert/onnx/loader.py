@@ -191,8 +191,10 @@ class _Graph(Folding):
         self.at_sizes: dict[str, np.ndarray] = {}
         # The Shape and Size nodes behind `computed` (constants dynamic_dims could not follow: a
         # causal mask from the length): their values, and so what they make, are computed when
-        # the model runs, as a shape the values decide is.
+        # the model runs, as a shape the values decide is; and so are theirs (a Gather's data
+        # flattened from batch x length: its size bounds the indices when the model runs).
         self.run_time_shaped.update(shapes_behind(computed, index))
+        self.run_time_shaped.update(n for n in computed if n in index.producers)
         if outer is not None:
             self.run_time_shaped.update(i.name for i in self.inputs if i.name in outer[0].run_time_shaped)
         # Each node's name in messages and in Operator.source, fixed by its place in the file.

@@ -454,3 +454,52 @@ def test_a_causal_mask_from_the_length_is_computed_when_the_model_runs(tmp_path,
     data, report, summary = _convert_cli(model, tmp_path)
     assert [d["symbol"] for d in report["dimensions"] if d["resizable"]] == ["S"], summary
     _matches_at(data, report, model, [(1, 1, 8), (1, 37, 8), (1, 200, 8)], seed=6)
+
+
+# --- a batch times the length: a mask flattened and gathered (transformers' attention mask) ---------
+def _flattened_mask(embeddings: bool = False):
+    """transformers' padding mask: the [B, S] mask flattened to [B * S, 1] and gathered at
+    b * S + s (Range(B) times the length plus Range(S)), a constant grid of the two sizes once
+    folded, applied to x [B, S, 16]. With `embeddings`, BERT's too: a token-type row gathered by
+    zeros expanded to [B, S] added first, then a position table gathered at its position_ids
+    buffer cut to the length (the float pipeline merges the two into one [B, S, 16] constant)."""
+    node = helper.make_node
+    nodes = [node("ReduceSum", ["x", "last"], ["mask"], keepdims=0),
+             node("Flatten", ["mask"], ["flat"], axis=2),
+             node("Shape", ["x"], ["shape"]),
+             node("Gather", ["shape", "zero"], ["b"], axis=0), node("Gather", ["shape", "one"], ["s"], axis=0),
+             node("Range", ["zero", "b", "one"], ["rows"]), node("Range", ["zero", "s", "one"], ["columns"]),
+             node("Unsqueeze", ["rows", "axis1"], ["row"]), node("Mul", ["row", "s"], ["starts"]),
+             node("Unsqueeze", ["columns", "axis0"], ["column"]), node("Add", ["starts", "column"], ["at"]),
+             node("Gather", ["flat", "at"], ["kept"], axis=0), node("Sigmoid", ["kept"], ["weight"])]
+    inits = [_ints("last", [2]), _ints("zero", 0), _ints("one", 1), _ints("axis0", [0]), _ints("axis1", [1])]
+    if not embeddings:
+        nodes.append(node("Mul", ["x", "weight"], ["y"]))
+        return _model(nodes, ["B", "S", 16], inits)
+    nodes += [node("Shape", ["x"], ["its_shape"]),  # exporters repeat the shape arithmetic
+              node("Slice", ["its_shape", "axis0", "two"], ["bs"]),
+              node("Gather", ["its_shape", "one"], ["its_s"], axis=0),
+              node("ConstantOfShape", ["bs"], ["types"], value=helper.make_tensor("v", TensorProto.INT64, [1], [0])),
+              node("Gather", ["type_table", "types"], ["type_rows"], axis=0),
+              node("Unsqueeze", ["its_s", "axis0"], ["length"]),
+              node("Slice", ["position_ids", "axis0", "length", "axis1"], ["ids"]),
+              node("Gather", ["table", "ids"], ["positions"], axis=0),
+              node("Mul", ["x", "weight"], ["masked"]), node("Add", ["masked", "type_rows"], ["typed"]),
+              node("Add", ["typed", "positions"], ["y"])]
+    inits += [_ints("two", [2]), numpy_helper.from_array(RNG.standard_normal((2, 16)).astype(np.float32), "type_table"),
+              numpy_helper.from_array(RNG.standard_normal((512, 16)).astype(np.float32), "table"),
+              _ints("position_ids", np.arange(512)[None])]
+    return _model(nodes, ["B", "S", 16], inits)
+
+
+@pytest.mark.parametrize("embeddings", [False, True])
+def test_a_mask_gathered_at_batch_times_length_keeps_both_resizable(tmp_path, embeddings):
+    """The grid b * S + s cannot be followed as a constant (each entry a product of the two
+    sizes): the Gather's indices are computed when the model runs instead, bounded by the
+    flattened mask's SHAPE; a merged embedding constant is the position table's cut plus the
+    token-type row, broadcast to the batch. Batch and length resizable, one file at each."""
+    model = _flattened_mask(embeddings)
+    data, report, summary = _convert_cli(model, tmp_path)
+    assert report["batch"]["resizable"], summary
+    assert [d["symbol"] for d in report["dimensions"] if d["resizable"]] == ["S"], summary
+    _matches_at(data, report, model, [(1, 9, 16), (3, 20, 16), (2, 64, 16), (4, 1, 16)], seed=7)
