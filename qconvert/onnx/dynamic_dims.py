@@ -22,8 +22,15 @@ symbols PROBE_STEP larger, and `keep_dynamic` compares each probe with the model
   that end masked, which XNNPACK keeps delegated. A constant of another dtype is rebuilt from
   one that does not move (Shaped): one smaller array broadcast to its shape (a value filled to
   a length), or the first rows of one of the model's initializers (a position table cut to the
-  length). Any other (a table computed from the length) fixes the symbol, and the summary
-  names the constant and the op reading it.
+  length), broadcast along a batch the table has one row of (Shaped.spread: a merged
+  token-type + position embedding). Any other fixes the symbol, and the summary names the
+  constant and the op reading it; the driver then loads the model once more with the shape
+  arithmetic behind such constants computed when the model runs (DynamicDims.unfollowed: the
+  ONNX tensors, or for a constant an importer made, a Gather's non-negative indices or a Pad's
+  paddings, the inputs of its node), where a Reshape reads its computed target as a tensor and
+  a Pad its computed pads (a causal mask from the length, a mask gathered at b * S + s, Swin's
+  (7 - W % 7) % 7 window padding, a batch times a length), and keeps that model when it fixes
+  fewer symbols.
 A symbol whose model does not convert at its probe's size is fixed too, with the loader's words;
 a value-decided one cannot be fixed: its model is refused. The check then runs the file at
 CHECK_SIZES besides its own (the driver's verify stage).

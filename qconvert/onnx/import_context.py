@@ -17,7 +17,7 @@ never the other way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +111,8 @@ class ImportContext:
 
     # the values whose shapes the values decide (the loader's _Graph.run_time_shaped)
     run_time_shaped: Collection[str] = ()
+    # such computed values at the loader's sizes (_Graph.at_sizes): what they type, never data
+    at_sizes: Mapping[str, np.ndarray] = {}
 
     def __init__(self, model: Model, opset: int, consumed: Collection[str]):
         self._consumed = consumed

@@ -651,7 +651,7 @@ class _Importer:
         """Each node through its importer (control flow through control_flow_import's)."""
         graph, aliases = self.graph, self.aliases
         ctx = ImportContext(self.model, graph.opset, self.consumed)
-        ctx.run_time_shaped = graph.run_time_shaped
+        ctx.run_time_shaped, ctx.at_sizes = graph.run_time_shaped, graph.at_sizes
         for node in graph.nodes:
             node_name = graph.names[id(node)]
             label = f"output of node {node_name!r} ({node.op_type})"

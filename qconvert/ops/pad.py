@@ -6,8 +6,10 @@ padded axis, the edge slice (BROADCAST_TO its pad width) concatenated on both si
 then SLICE of the periodic extension. Negative pads crop first (SLICE), as onnxruntime does.
 A constant_value computed at run time is the tensor PADV2 reads. Constant-mode pads computed at
 run time (the model declares the output's shape, which shape inference cannot know) pad by a
-constant margin, then SLICE the output at a computed begin (_computed_pad); the other modes need
-them constant. Axes must be constants.
+constant margin, then SLICE the output at a computed begin (_computed_pad); pads computed from
+the input's size (a shape computed when the model runs) PAD by a tensor and SLICE a computed
+size, so that the output follows the size (_sized_pad); the other modes need them constant.
+Axes must be constants.
 """
 
 from __future__ import annotations
@@ -216,9 +218,12 @@ def _computed_pad(node, ctx, mode: str) -> None:
         raise ctx.error(f"pads {pads!r} of shape {list(ctx.shape(pads))} do not match axes {axes} "
                         f"of a rank-{rank} input")
     axes = [a % rank for a in axes]
+    _, value = _pad_widths(node, ctx, pads_known=False)
+    if pads in ctx.run_time_shaped and pads in ctx.at_sizes:
+        _sized_pad(ctx, x, y, pads, axes, value)
+        return
     margin = np.zeros(rank, np.int32)
     margin[axes] = out_shape[axes]
-    _, value = _pad_widths(node, ctx, pads_known=False)
     padded = ctx.tensor(f"{y}_margins", tuple(shape + 2 * margin), ctx.dtype(x))
     _constant_pad_op(ctx, [x, ctx.constant("paddings", np.stack([margin, margin], axis=1))], value, padded)
     begins = _pad_begins(ctx, pads, axes, rank, y)
@@ -227,15 +232,50 @@ def _computed_pad(node, ctx, mode: str) -> None:
     ctx.add_op("SLICE", [padded, begin, ctx.constant("size", out_shape.astype(np.int32))], [y])
 
 
-def _pad_begins(ctx, pads: str, axes: list, rank: int, y: str) -> str:
-    """The rank-long vector of begin pads (0 for the axes not named) GATHERed from the pads."""
+def _sized_pad(ctx, x: str, y: str, pads: str, axes: list, value) -> None:
+    """Constant-mode pads computed from the input's size when the model runs (Swin's window
+    padding (7 - W % 7) % 7, which keep_dynamic cannot follow as a constant): PAD by their
+    positive parts, read as a tensor (the interpreter sizes the output each run), then SLICE
+    away the negative parts, its size computed from the padded SHAPE. Every size follows the
+    input's; the static shapes are the pads' values at the loader's sizes."""
+    rank, at = ctx.rank(x), np.asarray(ctx.at_sizes[pads], np.int64)
+    widths_at = np.zeros((rank, 2), np.int64)
+    widths_at[axes] = np.stack([at[:len(axes)], at[len(axes):]], axis=1)
+
+    def vector(kind: str, inputs: list, hint: str, shape=(rank,), options=None) -> str:
+        out = ctx.tensor(f"{y}_{hint}", shape, np.int32)
+        ctx.add_op(kind, inputs, [out], options)
+        return out
+
+    zero = ctx.constant("zero", np.zeros((), np.int32))
+    column = ctx.constant("shape", np.array([rank, 1], np.int32))
+    grows, crops = [], []
+    for side, offset in (("begins", 0), ("ends", len(axes))):
+        widths = _pad_begins(ctx, pads, axes, rank, y, offset, side)
+        positive = vector("MAXIMUM", [widths, zero], f"positive_{side}")
+        grows.append(vector("RESHAPE", [positive, column], f"grow_{side}", (rank, 1)))
+        negated = vector("SUB", [zero, widths], f"negated_{side}")
+        crops.append(vector("MAXIMUM", [negated, zero], f"crop_{side}"))
+    paddings = vector("CONCATENATION", grows, "paddings", (rank, 2), {"axis": 1})
+    padded_shape = tuple(np.add(ctx.shape(x), np.maximum(widths_at, 0).sum(axis=1)))
+    padded = ctx.tensor(f"{y}_padded", padded_shape, ctx.dtype(x))
+    _constant_pad_op(ctx, [x, paddings], value, padded)
+    size = vector("SHAPE", [padded], "padded_shape", options={"out_type": np.int32})
+    size = vector("SUB", [size, crops[0]], "less_begins")
+    size = vector("SUB", [size, crops[1]], "size")
+    ctx.add_op("SLICE", [padded, crops[0], size], [y])
+
+
+def _pad_begins(ctx, pads: str, axes: list, rank: int, y: str, offset: int = 0, side: str = "begins") -> str:
+    """The rank-long vector of begin pads (0 for the axes not named) GATHERed from the pads;
+    from `offset` on, the end pads."""
     joined = ctx.tensor(f"{y}_pads_and_zero", (2 * len(axes) + 1,), np.int32)
     ctx.add_op("CONCATENATION", [pads, ctx.constant("zero", np.zeros(1, np.int32))], [joined], {"axis": 0})
     indices = np.full(rank, 2 * len(axes), np.int32)  # the zero
-    indices[axes] = np.arange(len(axes))
-    begins = ctx.tensor(f"{y}_pad_begins", (rank,), np.int32)
-    ctx.add_op("GATHER", [joined, ctx.constant("indices", indices)], [begins], {"axis": 0, "batch_dims": 0})
-    return begins
+    indices[axes] = offset + np.arange(len(axes))
+    found = ctx.tensor(f"{y}_pad_{side}", (rank,), np.int32)
+    ctx.add_op("GATHER", [joined, ctx.constant("indices", indices)], [found], {"axis": 0, "batch_dims": 0})
+    return found
 
 
 @onnx_op("Pad")

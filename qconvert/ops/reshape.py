@@ -46,12 +46,28 @@ tflite_op("SHAPE", options="ShapeOptions")
 
 @onnx_op("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def import_reshape(node, ctx):
-    """All four only change the shape, which shape inference already computed for the output."""
+    """All four only change the shape, which shape inference already computed for the output;
+    a Reshape whose target is computed when the model runs (ctx.run_time_shaped: from a size
+    that moves) reads it as a tensor, so that the output follows it (Swin's window partition
+    of a padded size, H / 7, which no constant slope follows)."""
     x, y = node.inputs[0], node.outputs[0]
     if np.prod(ctx.shape(x), dtype=np.int64) != np.prod(ctx.shape(y), dtype=np.int64):
         raise ctx.error(f"cannot reshape {list(ctx.shape(x))} to {list(ctx.shape(y))}: the "
                         "element counts differ")
+    target = node.inputs[1] if node.op_type == "Reshape" and len(node.inputs) > 1 else ""
+    if _run_time_target(ctx, target):
+        ctx.add_op("RESHAPE", [x, target], [y])
+        return
     reshape(ctx, x, ctx.shape(y), y)
+
+
+def _run_time_target(ctx, target: str) -> bool:
+    """Whether a Reshape's `target` is computed when the model runs from sizes that move, with
+    no entry TFLite's RESHAPE reads otherwise (ONNX's 0: a dimension copied), at most one -1."""
+    if not target or target not in ctx.run_time_shaped or target not in ctx.at_sizes:
+        return False
+    value = np.ravel(ctx.at_sizes[target])
+    return bool(np.all(value != 0) and np.sum(value == -1) <= 1 and ctx.dtype(target) == np.int32)
 
 
 @onnx_op("Transpose")

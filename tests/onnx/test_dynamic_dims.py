@@ -142,7 +142,7 @@ def _flattened_and_back():
              helper.make_node("Concat", ["head", "h", "w"], ["back_shape"], axis=0),
              helper.make_node("Reshape", ["r", "back_shape"], ["y"])]
     inits = [_ints("two", [2]), _ints("three", [3]), _ints("head", [1, 4])]
-    return _model(nodes, [1, 4, "H", "W"], inits)
+    return _model(nodes, [1, 4, "H", "W"], inits, opset=18)  # (Pad axes)
 
 
 def _trimmed():
@@ -390,8 +390,9 @@ def test_a_batch_the_graph_fixes_stays_at_1_and_says_why(tmp_path):
 def test_a_size_times_another_is_not_computed_as_their_sum(tmp_path):
     """Segformer's attention: a RESHAPE target with two moving entries (no -1 can take both),
     one of them the batch times the sequence ([S, B, T, 8] to [S * B, T, 8]): each slope would
-    hold at the other's converted size only, so the batch stays fixed at 1 and the file is right
-    at every sequence length (without the rule it was wrong at all but the converted sizes)."""
+    hold at the other's converted size only (without the rule the file was wrong at all but the
+    converted sizes), so the target is not followed as a constant: the model is loaded again
+    with it computed when it runs (MUL of the two sizes), and batch, S and T stay resizable."""
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]),
              helper.make_node("Shape", ["t"], ["shape"]),
              helper.make_node("Gather", ["shape", "first"], ["s"], axis=0),
@@ -406,8 +407,9 @@ def test_a_size_times_another_is_not_computed_as_their_sum(tmp_path):
     model = _model(nodes, ["B", "S", "T", 8], [_ints("first", [0]), _ints("second", [1]),
                                                _ints("third", [2]), _ints("eight", [8])])
     data, report, summary = _convert_cli(model, tmp_path)
-    assert not report["batch"]["resizable"], summary
-    for shape in [(1, 64, 64, 8), (1, 9, 20, 8), (1, 100, 3, 8)]:
+    assert report["batch"]["resizable"], summary
+    assert [d["symbol"] for d in report["dimensions"] if d["resizable"]] == ["S", "T"], summary
+    for shape in [(1, 64, 64, 8), (1, 9, 20, 8), (3, 100, 3, 8), (2, 5, 7, 8)]:
         x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(_run(data, report, {"x": x}, "builtin")["y"],
                                    run_onnxruntime(model, {"x": x})["y"], rtol=1e-4, atol=1e-5)
@@ -503,3 +505,80 @@ def test_a_mask_gathered_at_batch_times_length_keeps_both_resizable(tmp_path, em
     assert report["batch"]["resizable"], summary
     assert [d["symbol"] for d in report["dimensions"] if d["resizable"]] == ["S"], summary
     _matches_at(data, report, model, [(1, 9, 16), (3, 20, 16), (2, 64, 16), (4, 1, 16)], seed=7)
+
+
+# --- pads computed from the size: Swin's window padding ----------------------------------------
+def _window_padded(style: str):
+    """x [1, 4, H, W] padded to whole windows by pads computed from its size, then partitioned
+    into windows by a Reshape its padded Shape builds, a softmax over each window, partitioned
+    back and cropped to H x W: Swin's (7 - W % 7) % 7 at the ends of channels-last height and
+    width ("swin"); 4-wide windows padded on both sides, pad // 2 first ("centered"); or
+    trimmed to whole 4-wide windows by negative end pads, -(W % 4), and not cropped ("trimmed")."""
+    node = helper.make_node
+    window = 7 if style == "swin" else 4
+    x = "nhwc" if style == "swin" else "x"
+    nodes = [node("Transpose", ["x"], ["nhwc"], perm=[0, 2, 3, 1])] if style == "swin" else []
+    h_axis, w_axis = (1, 2) if style == "swin" else (2, 3)
+    nodes += [node("Shape", [x], ["shape"]),
+              node("Gather", ["shape", "h_axis"], ["h"], axis=0), node("Gather", ["shape", "w_axis"], ["w"], axis=0)]
+    for d in ("h", "w"):
+        nodes.append(node("Mod", [d, "window"], [f"{d}_mod"]))
+        if style == "trimmed":
+            nodes += [node("Neg", [f"{d}_mod"], [f"{d}_end"]), node("Mul", ["zero", f"{d}_mod"], [f"{d}_begin"])]
+        else:
+            nodes += [node("Sub", ["window", f"{d}_mod"], [f"{d}_short"]),
+                      node("Mod", [f"{d}_short", "window"], [f"{d}_pad"])]
+            if style == "centered":
+                nodes += [node("Div", [f"{d}_pad", "two"], [f"{d}_begin"]),
+                          node("Sub", [f"{d}_pad", f"{d}_begin"], [f"{d}_end"])]
+            else:
+                nodes += [node("Mul", ["zero", f"{d}_pad"], [f"{d}_begin"]),
+                          node("Identity", [f"{d}_pad"], [f"{d}_end"])]
+        nodes += [node("Unsqueeze", [f"{d}_{side}", "axis0"], [f"{d}_{side}1"]) for side in ("begin", "end")]
+    nodes += [node("Concat", ["h_begin1", "w_begin1", "h_end1", "w_end1"], ["pads"], axis=0),
+              node("Pad", [x, "pads", "", "hw_axes"], ["padded"]),
+              node("Shape", ["padded"], ["padded_shape"]),
+              node("Gather", ["padded_shape", "h_axis"], ["hp"], axis=0),
+              node("Gather", ["padded_shape", "w_axis"], ["wp"], axis=0),
+              node("Div", ["hp", "window"], ["nh"]), node("Div", ["wp", "window"], ["nw"]),
+              node("Unsqueeze", ["nh", "axis0"], ["nh1"]), node("Unsqueeze", ["nw", "axis0"], ["nw1"])]
+    if style == "swin":  # [1, nh, 7, nw, 7, 4], the window's 49 on axes 2 and 4
+        nodes.append(node("Concat", ["one1", "nh1", "window1", "nw1", "window1", "four1"], ["windows"], axis=0))
+        perm, axis = [0, 1, 3, 2, 4, 5], 3
+    else:  # [1, 4, nh, 4, nw, 4]
+        nodes.append(node("Concat", ["one1", "four1", "nh1", "window1", "nw1", "window1"], ["windows"], axis=0))
+        perm, axis = [0, 1, 2, 4, 3, 5], 4
+    nodes += [node("Reshape", ["padded", "windows"], ["win"]),
+              node("Transpose", ["win"], ["grouped"], perm=perm),
+              node("Softmax", ["grouped"], ["soft"], axis=axis),
+              node("Transpose", ["soft"], ["ungrouped"], perm=perm),
+              node("Reshape", ["ungrouped", "padded_shape"], ["back"])]
+    if style == "trimmed":
+        nodes.append(node("Identity", ["back"], ["y"]))
+    else:
+        nodes += [node("Unsqueeze", ["h", "axis0"], ["h1"]), node("Unsqueeze", ["w", "axis0"], ["w1"]),
+                  node("Concat", ["h1", "w1"], ["ends"], axis=0),
+                  node("Concat", ["h_begin1", "w_begin1"], ["starts"], axis=0),
+                  node("Add", ["starts", "ends"], ["stops"]),
+                  node("Slice", ["back", "starts", "stops", "hw_axes"], ["cropped"])]
+        nodes.append(node("Transpose", ["cropped"], ["y"], perm=[0, 3, 1, 2]) if style == "swin"
+                     else node("Identity", ["cropped"], ["y"]))
+    inits = [_ints("h_axis", h_axis), _ints("w_axis", w_axis), _ints("window", window), _ints("two", 2),
+             _ints("zero", 0), _ints("axis0", [0]), _ints("hw_axes", [h_axis, w_axis]), _ints("one1", [1]),
+             _ints("window1", [window]), _ints("four1", [4])]
+    return _model(nodes, [1, 4, "H", "W"], inits, opset=18)  # (Pad axes)
+
+
+@pytest.mark.parametrize("style", ["swin", "centered", "trimmed"])
+def test_pads_computed_from_the_size_keep_it_resizable(tmp_path, style):
+    """The pads move with the size but not in proportion ((7 - W % 7) % 7 is 6 at 64, 2 at 96):
+    no constant follows them, so the model is loaded again with them computed when it runs (PAD
+    by a tensor, SLICE of a computed size) and its window Reshape reads its computed target.
+    Height and width resizable, one file at sizes of every remainder."""
+    model = _window_padded(style)
+    data, report, summary = _convert_cli(model, tmp_path)
+    assert [d["symbol"] for d in report["dimensions"] if d["resizable"]] == ["H", "W"], summary
+    shapes = [(1, 4, 50, 33), (1, 4, 7, 14), (1, 4, 13, 9), (1, 4, 96, 80)]
+    if style == "trimmed":
+        shapes = [s[:2] + (max(s[2], 4), max(s[3], 4)) for s in shapes]
+    _matches_at(data, report, model, shapes, seed=8)
