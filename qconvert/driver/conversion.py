@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import copy
 import logging
 import math
 import os
@@ -27,9 +26,9 @@ from ..errors import BelowThreshold, ConversionError, ReferenceFailed, UsageErro
 from ..ir import Model
 from ..onnx.dynamic_batch import defaulted_inputs, mark_batch_tensors, note
 from ..onnx import dynamic_dims
-from ..onnx.dynamic_dims import has_symbols, keep_dynamic, symbols_of
+from ..onnx.dynamic_dims import has_symbols, symbols_of
 from ..onnx.file import OnnxFile, read_onnx
-from ..onnx.loader import load, node_names, nodes_matching, onnx_names, stores_float16, tables
+from ..onnx.loader import load, nodes_matching, stores_float16
 from ..onnx.runtime import has_qdq, quantizes_activations
 from ..plan.planner import HYBRID
 from ..qdq.importer import (
@@ -52,6 +51,7 @@ from ..transforms.pipeline import (
     run_weight_pipeline,
 )
 from ..version import __version__
+from .dimensions import kept
 from .files import replace_atomically
 from .options import Options, VerifyOptions, WeightOptions
 from .reports import (
@@ -271,77 +271,12 @@ def keep_dimensions_dynamic(state: State) -> State:
     if dims.batch:
         based = dims.with_batch_at(dynamic_dims.BATCH_BASE)
         with contextlib.suppress(ConversionError):
-            at_base = _kept(state, None, based, source)
+            at_base = kept(state.options.input, None, based, source)
             if at_base is not None and at_base.dynamic_dims.batch not in at_base.dynamic_dims.fixed_because:
                 at_base.dynamic_batch = model.dynamic_batch
                 return replace(state, model=at_base, probe_source=None)
         dims.drop_batch()
-    return replace(state, model=_kept(state, model, dims, source), probe_source=None)
-
-
-def _kept(state: State, model: Model | None, dims, source: OnnxFile) -> Model | None:
-    """`model` (or, None, the model loaded at `dims`' sizes) with the dimensions kept that its
-    probes allow; where some constants could not be followed (DynamicDims.unfollowed: a causal
-    mask built from the length), the model loaded again with the shape arithmetic behind them
-    computed when it runs, if that keeps more dimensions resizable. None: no model at those sizes."""
-    fresh = copy.deepcopy(dims)
-    if model is None:
-        model = _probed(state, source.copy(), dims.sizes)
-        if not isinstance(model, Model):
-            return None
-        model.dynamic_dims = dims
-    _keep_probed(state, model, source.copy())
-    computed = _computed(dims.unfollowed, model, source.proto)
-    if not computed:
-        return model
-    again = _probed(state, source.copy(), fresh.sizes, computed)
-    if not isinstance(again, Model):
-        return model
-    again.dynamic_dims, again.dynamic_batch = fresh, model.dynamic_batch
-    try:
-        _keep_probed(state, again, source.copy(), computed)
-    except ConversionError:
-        return model
-    return again if len(fresh.fixed_because) < len(dims.fixed_because) else model
-
-
-def _computed(unfollowed: set[str], model: Model, proto) -> frozenset[str]:
-    """The ONNX tensors behind the constants keep_dynamic could not follow: each one the ONNX
-    graph names, and for one an op's import made (a Gather's indices made non-negative), the
-    computed inputs of the node it was made for."""
-    graph = proto.graph
-    names = onnx_names(graph)
-    nodes = dict(zip(node_names(proto), graph.node))
-    weights = {t.name for t in graph.initializer}
-    found = set(unfollowed & names)
-    for name in unfollowed - names:
-        for op in model.consumers(name):
-            node = nodes.get(op.source)
-            found.update(i for i in (node.input if node is not None else ()) if i and i not in weights)
-    return frozenset(found)
-
-
-def _probed(state: State, source: OnnxFile, sizes: dict[str, int],
-            computed: frozenset[str] = frozenset()) -> Model | str:
-    """The model loaded and float-transformed at `sizes`, or why it does not convert there."""
-    try:
-        probe = load(source, state.options.input.shapes, sizes=sizes, probe=True, computed=computed)
-        run_pipeline(probe, io_layout=state.options.input.io_layout)
-        return probe
-    except ConversionError as e:
-        return first_line(e)
-
-
-def _keep_probed(state: State, model: Model, source: OnnxFile,
-                 computed: frozenset[str] = frozenset()) -> None:
-    """keep_dynamic of `model` against its probes (one per DynamicDims.probe_groups group)."""
-    dims = model.dynamic_dims
-    groups = dims.probe_groups()
-    table_source = source.copy()  # the loads free their copy's weights; cut tables are found here
-    probes = {group: _probed(state, source if k == len(groups) - 1 else source.copy(),
-                             {**dims.sizes, **dims.probe_sizes(group)}, computed)
-              for k, group in enumerate(groups)}
-    keep_dynamic(model, probes, lambda: tables(table_source))
+    return replace(state, model=kept(state.options.input, model, dims, source), probe_source=None)
 
 
 def keep_float_model(state: State) -> State:
