@@ -56,7 +56,7 @@ def _computed(unfollowed: set[str], model: Model, proto) -> frozenset[str]:
     return frozenset(found)
 
 
-def _probed(state: State, source: OnnxFile, sizes: dict[str, int],
+def _probed(inputs, source: OnnxFile, sizes: dict[str, int],
             computed: frozenset[str] = frozenset()) -> Model | str:
     """The model loaded and float-transformed at `sizes`, or why it does not convert there."""
     try:
@@ -67,7 +67,7 @@ def _probed(state: State, source: OnnxFile, sizes: dict[str, int],
         return first_line(e)
 
 
-def _keep_probed(state: State, model: Model, source: OnnxFile,
+def _keep_probed(inputs, model: Model, source: OnnxFile,
                  computed: frozenset[str] = frozenset()) -> None:
     """keep_dynamic of `model` against its probes (one per DynamicDims.probe_groups group)."""
     dims = model.dynamic_dims
