@@ -8,6 +8,7 @@ import copy
 
 from ..errors import ConversionError, first_line
 from ..ir import Model
+from ..onnx import dynamic_dims
 from ..onnx.dynamic_dims import keep_dynamic
 from ..onnx.file import OnnxFile
 from ..onnx.loader import load, node_names, onnx_names, tables
@@ -16,9 +17,12 @@ from ..transforms.pipeline import run_pipeline
 
 def kept(inputs, model: Model | None, dims, source: OnnxFile) -> Model | None:
     """`model` (or, None, the model loaded at `dims`' sizes; `inputs`: the input options, their
-    --input-shape and --io-layout) with the dimensions kept that its probes allow; where some constants could not be followed (DynamicDims.unfollowed: a causal
-    mask built from the length), the model loaded again with the shape arithmetic behind them
-    computed when it runs, if that keeps more dimensions resizable. None: no model at those sizes."""
+    --input-shape and --io-layout) with the dimensions kept that its probes allow; where some
+    constants could not be followed (DynamicDims.unfollowed: a causal mask built from the
+    length), the model loaded again with the shape arithmetic behind them computed when it runs
+    (_computed: those the ONNX graph names first, then with what the importers' own constants
+    were made from), the first that keeps more dimensions resizable. None: no model at those
+    sizes."""
     fresh = copy.deepcopy(dims)
     if model is None:
         model = _probed(inputs, source.copy(), dims.sizes)
@@ -26,34 +30,77 @@ def kept(inputs, model: Model | None, dims, source: OnnxFile) -> Model | None:
             return None
         model.dynamic_dims = dims
     _keep_probed(inputs, model, source.copy())
-    computed = _computed(dims.unfollowed, model, source.proto)
-    if not computed:
-        return model
-    again = _probed(inputs, source.copy(), fresh.sizes, computed)
+    named, made = _computed(dims.unfollowed, model, source.proto)
+    for computed in dict.fromkeys(c for c in (named, named | made) if c):
+        again = _again(inputs, model, copy.deepcopy(fresh), source, computed)
+        if again is not None:
+            return again
+    return model
+
+
+def _again(inputs, model: Model, dims, source: OnnxFile, computed: frozenset[str]) -> Model | None:
+    """The model loaded again at `dims` with `computed` computed when it runs and probed, when it
+    keeps more dimensions resizable than `model` and a second probe confirms it (else None; an
+    unconfirmed one's reason joins the fixed dimensions')."""
+    again = _probed(inputs, source.copy(), dims.sizes, computed)
     if not isinstance(again, Model):
-        return model
-    again.dynamic_dims, again.dynamic_batch = fresh, model.dynamic_batch
+        return None
+    again.dynamic_dims, again.dynamic_batch = dims, model.dynamic_batch
     try:
         _keep_probed(inputs, again, source.copy(), computed)
     except ConversionError:
-        return model
-    return again if len(fresh.fixed_because) < len(dims.fixed_because) else model
+        return None
+    fixed = model.dynamic_dims.fixed_because
+    if len(dims.fixed_because) >= len(fixed):
+        return None
+    disagreement = _unconfirmed(inputs, again, source, computed)
+    if not disagreement:
+        return again
+    for symbol, reason in fixed.items():
+        if symbol not in dims.fixed_because and "computed when the model runs" not in reason:
+            fixed[symbol] = f"{reason}; computed when the model runs, {disagreement}"
+    return None
 
 
-def _computed(unfollowed: set[str], model: Model, proto) -> frozenset[str]:
-    """The ONNX tensors behind the constants keep_dynamic could not follow: each one the ONNX
-    graph names, and for one an op's import made (a Gather's indices made non-negative), the
-    computed inputs of the node it was made for."""
+def _unconfirmed(inputs, model: Model, source: OnnxFile, computed: frozenset[str]) -> str:
+    """Why the model loaded again with `computed` is not confirmed by a probe at CONFIRM_STEP
+    ("": it keeps the same dimensions resizable on the same tensor axes as at PROBE_STEP)."""
+    dims, above = model.dynamic_dims, f"{dynamic_dims.CONFIRM_STEP} above the sizes"
+    other = _probed(inputs, source.copy(), dims.sizes, computed)
+    if not isinstance(other, Model):
+        return f"{above}: {other}"
+    other.dynamic_dims = copy.deepcopy(dims)
+    other.dynamic_dims.fixed_because.clear()
+    other.dynamic_batch = model.dynamic_batch
+    try:
+        _keep_probed(inputs, other, source.copy(), computed, dynamic_dims.CONFIRM_STEP)
+    except ConversionError as e:
+        return f"{above}: {first_line(e)}"
+    lost = {s: r for s, r in other.dynamic_dims.fixed_because.items() if s not in dims.fixed_because}
+    if lost:
+        return f"{above}: {next(iter(lost.values()))}"
+    moved = [n for op in model.operators for n in op.outputs
+             if model.dynamic_axes.get(n) != other.dynamic_axes.get(n)]
+    if not moved:
+        return ""
+    return (f"tensor {moved[0]!r} moves {above} where it stands still {dynamic_dims.PROBE_STEP} "
+            "above (a size padded to a whole window), or the other way")
+
+
+def _computed(unfollowed: set[str], model: Model, proto) -> tuple[frozenset[str], frozenset[str]]:
+    """The ONNX tensors behind the constants keep_dynamic could not follow: (those the ONNX graph
+    names, the computed inputs of the nodes the others were made for by their importers: a
+    Gather's indices made non-negative, a Pad's paddings)."""
     graph = proto.graph
     names = onnx_names(graph)
     nodes = dict(zip(node_names(proto), graph.node))
     weights = {t.name for t in graph.initializer}
-    found = set(unfollowed & names)
+    made = set()
     for name in unfollowed - names:
         for op in model.consumers(name):
             node = nodes.get(op.source)
-            found.update(i for i in (node.input if node is not None else ()) if i and i not in weights)
-    return frozenset(found)
+            made.update(i for i in (node.input if node is not None else ()) if i and i not in weights)
+    return frozenset(unfollowed & names), frozenset(made)
 
 
 def _probed(inputs, source: OnnxFile, sizes: dict[str, int],
@@ -67,13 +114,14 @@ def _probed(inputs, source: OnnxFile, sizes: dict[str, int],
         return first_line(e)
 
 
-def _keep_probed(inputs, model: Model, source: OnnxFile,
-                 computed: frozenset[str] = frozenset()) -> None:
-    """keep_dynamic of `model` against its probes (one per DynamicDims.probe_groups group)."""
+def _keep_probed(inputs, model: Model, source: OnnxFile, computed: frozenset[str] = frozenset(),
+                 step: int = dynamic_dims.PROBE_STEP) -> None:
+    """keep_dynamic of `model` against its probes (one per DynamicDims.probe_groups group),
+    `step` above its sizes."""
     dims = model.dynamic_dims
     groups = dims.probe_groups()
     table_source = source.copy()  # the loads free their copy's weights; cut tables are found here
     probes = {group: _probed(inputs, source if k == len(groups) - 1 else source.copy(),
-                             {**dims.sizes, **dims.probe_sizes(group)}, computed)
+                             {**dims.sizes, **dims.probe_sizes(group, step)}, computed)
               for k, group in enumerate(groups)}
-    keep_dynamic(model, probes, lambda: tables(table_source))
+    keep_dynamic(model, probes, lambda: tables(table_source), step)

@@ -52,6 +52,10 @@ from ..ir import Model, Operator
 BASE_SIZE = 64
 # A probe sets its symbols this much above their size (64 -> 96).
 PROBE_STEP = 32
+# A model loaded again with its shape arithmetic computed is probed at this step too, and kept only
+# where both probes agree: a size computed from a padded one (Swin's windows: a 64 and a 96 image
+# both pad their last stage to 7) can stand still between two sizes and move beyond them.
+CONFIRM_STEP = 96
 # The sizes the check runs the file at besides its own: 96 for every symbol, then every symbol at
 # a size of its own (128, 160, ...: a height unlike the width).
 CHECK_SIZES = (96, 128)
@@ -125,8 +129,9 @@ class DynamicDims:
         self.shapes = {name: shape for name, shape in self.shapes.items() if name in self.inputs}
         self.batch = ""
 
-    def probe_sizes(self, group: tuple[str, ...]) -> dict[str, int]:
-        return {s: self.sizes[s] + PROBE_STEP for s in group}
+    def probe_sizes(self, group: tuple[str, ...], step: int = PROBE_STEP) -> dict[str, int]:
+        """The group's symbols `step` above their sizes (a batch PROBE_STEP above)."""
+        return {s: self.sizes[s] + (PROBE_STEP if s == self.batch else step) for s in group}
 
     def check_shapes(self) -> list[dict[str, tuple[int, ...]]]:
         """The ONNX input shapes the check runs the file at besides its own: one set per
@@ -193,8 +198,9 @@ def pin_advice(dims: DynamicDims, shapes: dict[str, tuple]) -> str:
 
 
 # --- the two float models compared ----------------------------------------------------------
-def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], tables=None) -> None:
-    """Compares `model` with each probe (a Model converted with a group of symbols PROBE_STEP
+def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], tables=None,
+                 step: int = PROBE_STEP) -> None:
+    """Compares `model` with each probe (a Model converted with a group of symbols `step`
     above their sizes, by DynamicDims.probe_groups, or the reason it did not convert) and keeps
     the symbols the graph allows resizable: their tensors' axes in model.dynamic_axes, their
     constants computed at run time (module docstring), a table cut to the size from the whole
@@ -202,11 +208,11 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], table
     model.dynamic_dims.fixed_because; a dimension the values decide that cannot stay resizable
     is a ConversionError."""
     dims = model.dynamic_dims
-    _keep_dynamic_in_bodies(model, probes, tables)
+    _keep_dynamic_in_bodies(model, probes, tables, step)
     moved: dict[tuple, tuple[dict[str, dict[int, int]], dict[str, np.ndarray]]] = {}
     why: dict[tuple, str] = {}
     for group, probe in probes.items():
-        at = ", ".join(str(v) for v in dims.probe_sizes(group).values())
+        at = ", ".join(str(v) for v in dims.probe_sizes(group, step).values())
         if isinstance(probe, str):
             why[group] = f"the model does not convert at {at} ({probe})"
             continue
@@ -251,7 +257,7 @@ def keep_dynamic(model: Model, probes: dict[tuple[str, ...], Model | str], table
         _set_reshape_target(model, op, k, value)
 
 
-def _keep_dynamic_in_bodies(model: Model, probes: dict, tables) -> None:
+def _keep_dynamic_in_bodies(model: Model, probes: dict, tables, step: int) -> None:
     """keep_dynamic in each control-flow body (an IF's branches) against the same body of each
     probe's op at the same place: a body's constants that follow a size are computed inside it
     (TFLite resizes a body's inputs to what the op passes each time it runs). Symbols it cannot
@@ -261,7 +267,7 @@ def _keep_dynamic_in_bodies(model: Model, probes: dict, tables) -> None:
             twins = {group: _twin_body(probe, k, op, key) for group, probe in probes.items()}
             body.dynamic_dims = model.dynamic_dims
             try:
-                keep_dynamic(body, twins, tables)
+                keep_dynamic(body, twins, tables, step)
             finally:
                 body.dynamic_dims = None
 

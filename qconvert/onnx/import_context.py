@@ -113,6 +113,9 @@ class ImportContext:
     run_time_shaped: Collection[str] = ()
     # such computed values at the loader's sizes (_Graph.at_sizes): what they type, never data
     at_sizes: Mapping[str, np.ndarray] = {}
+    # loaded again with the shape arithmetic dynamic_dims could not follow computed (`computed`):
+    # a Reshape reads a computed target as a tensor
+    sizes_computed: bool = False
 
     def __init__(self, model: Model, opset: int, consumed: Collection[str]):
         self._consumed = consumed

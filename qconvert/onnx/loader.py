@@ -194,6 +194,7 @@ class _Graph(Folding):
         # the model runs, as a shape the values decide is; and so are theirs (a Gather's data
         # flattened from batch x length: its size bounds the indices when the model runs).
         self.run_time_shaped.update(shapes_behind(computed, index))
+        self.computed = frozenset(computed)
         self.run_time_shaped.update(n for n in computed if n in index.producers)
         if outer is not None:
             self.run_time_shaped.update(i.name for i in self.inputs if i.name in outer[0].run_time_shaped)
@@ -652,6 +653,7 @@ class _Importer:
         graph, aliases = self.graph, self.aliases
         ctx = ImportContext(self.model, graph.opset, self.consumed)
         ctx.run_time_shaped, ctx.at_sizes = graph.run_time_shaped, graph.at_sizes
+        ctx.sizes_computed = bool(graph.computed)
         for node in graph.nodes:
             node_name = graph.names[id(node)]
             label = f"output of node {node_name!r} ({node.op_type})"

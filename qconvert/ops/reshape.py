@@ -47,9 +47,11 @@ tflite_op("SHAPE", options="ShapeOptions")
 @onnx_op("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def import_reshape(node, ctx):
     """All four only change the shape, which shape inference already computed for the output;
-    a Reshape whose target is computed when the model runs (ctx.run_time_shaped: from a size
-    that moves) reads it as a tensor, so that the output follows it (Swin's window partition
-    of a padded size, H / 7, which no constant slope follows)."""
+    a Reshape whose target is computed when the model runs, in a model loaded again with the
+    shape arithmetic computed that the dynamic dimensions could not follow
+    (ctx.sizes_computed), reads it as a tensor, so that the output follows it (a window
+    partition of a padded size, H / 7, or a batch times a length, which no constant slope
+    follows)."""
     x, y = node.inputs[0], node.outputs[0]
     if np.prod(ctx.shape(x), dtype=np.int64) != np.prod(ctx.shape(y), dtype=np.int64):
         raise ctx.error(f"cannot reshape {list(ctx.shape(x))} to {list(ctx.shape(y))}: the "
@@ -64,7 +66,7 @@ def import_reshape(node, ctx):
 def _run_time_target(ctx, target: str) -> bool:
     """Whether a Reshape's `target` is computed when the model runs from sizes that move, with
     no entry TFLite's RESHAPE reads otherwise (ONNX's 0: a dimension copied), at most one -1."""
-    if not target or target not in ctx.run_time_shaped or target not in ctx.at_sizes:
+    if not (target and ctx.sizes_computed and target in ctx.run_time_shaped and target in ctx.at_sizes):
         return False
     value = np.ravel(ctx.at_sizes[target])
     return bool(np.all(value != 0) and np.sum(value == -1) <= 1 and ctx.dtype(target) == np.int32)

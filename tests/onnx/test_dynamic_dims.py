@@ -508,16 +508,19 @@ def test_a_mask_gathered_at_batch_times_length_keeps_both_resizable(tmp_path, em
 
 
 # --- pads computed from the size: Swin's window padding ----------------------------------------
-def _window_padded(style: str):
+def _window_padded(style: str, pooled: bool = False):
     """x [1, 4, H, W] padded to whole windows by pads computed from its size, then partitioned
     into windows by a Reshape its padded Shape builds, a softmax over each window, partitioned
     back and cropped to H x W: Swin's (7 - W % 7) % 7 at the ends of channels-last height and
     width ("swin"); 4-wide windows padded on both sides, pad // 2 first ("centered"); or
-    trimmed to whole 4-wide windows by negative end pads, -(W % 4), and not cropped ("trimmed")."""
+    trimmed to whole 4-wide windows by negative end pads, -(W % 4), and not cropped ("trimmed").
+    `pooled`: Swin's last stage, after a 16x16 average pool (64 and 96 pool to 4 and 6: both pad
+    to 7; 160 pools to 10, which pads to 14)."""
     node = helper.make_node
     window = 7 if style == "swin" else 4
     x = "nhwc" if style == "swin" else "x"
-    nodes = [node("Transpose", ["x"], ["nhwc"], perm=[0, 2, 3, 1])] if style == "swin" else []
+    nodes = [node("AveragePool", ["x"], ["pooled"], kernel_shape=[16, 16], strides=[16, 16])] if pooled else []
+    nodes += [node("Transpose", ["pooled" if pooled else "x"], ["nhwc"], perm=[0, 2, 3, 1])] if style == "swin" else []
     h_axis, w_axis = (1, 2) if style == "swin" else (2, 3)
     nodes += [node("Shape", [x], ["shape"]),
               node("Gather", ["shape", "h_axis"], ["h"], axis=0), node("Gather", ["shape", "w_axis"], ["w"], axis=0)]
@@ -582,3 +585,15 @@ def test_pads_computed_from_the_size_keep_it_resizable(tmp_path, style):
     if style == "trimmed":
         shapes = [s[:2] + (max(s[2], 4), max(s[3], 4)) for s in shapes]
     _matches_at(data, report, model, shapes, seed=8)
+
+
+def test_a_padded_size_that_stands_still_between_two_probes_stays_fixed(tmp_path):
+    """Swin's last stage pads 64 and 96 alike (to one 7-wide window), 160 not: the model loaded
+    with the pads computed passes the probe at 96, but a second probe at 160 disagrees, so
+    height and width stay at 64, the summary saying why (without the second probe the file
+    failed its own check at 128x160). The file is right at its size."""
+    model = _window_padded("swin", pooled=True)
+    data, report, summary = _convert_cli(model, tmp_path)
+    fixed = {d["symbol"]: d["fixed_because"] for d in report["dimensions"] if not d["resizable"]}
+    assert set(fixed) == {"H", "W"} and "96 above the sizes" in fixed["H"], summary
+    _matches_at(data, report, model, [(1, 4, 64, 64)], seed=9)
