@@ -416,8 +416,9 @@ def compare(proto: onnx.ModelProto, tflite_path: str, samples: list[dict[str, np
         stacks.add(values, outputs)
     # an output whose shape the values decide (a detector's kept boxes) end to end (_stacked)
     pairs = {name: _stacked(stacks.expected[name], values) for name, values in stacks.actual.items()}
-    # (a candidate that keeps another count than float is judged by it: plan/exposed.py)
-    return (stacks.verification(len(samples), counts_differ=False), {name: pair[1] for name, pair in pairs.items()},
+    # a candidate that keeps another count than float is judged by it (plan/exposed.py)
+    verification = stacks.verification(len(samples), counts_differ=False)
+    return (verification, {name: pair[1] for name, pair in pairs.items()},
             {name: pair[0] for name, pair in pairs.items()})
 
 

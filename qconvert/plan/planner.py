@@ -560,7 +560,8 @@ class _Planner:
             if earlier.promoted == promoted:
                 return earlier.off
         try:
-            self.tried.append(self.measured(_quantized(self.model, self.options, promoted, self.exposed), promoted))
+            candidate = _quantized(self.model, self.options, promoted, self.exposed)
+            self.tried.append(self.measured(candidate, promoted))
         except ConversionError as e:
             if not promoted or isinstance(e, ReferenceFailed):
                 raise
