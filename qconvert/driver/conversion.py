@@ -262,21 +262,28 @@ def keep_dimensions_dynamic(state: State) -> State:
     again with that dimension alone at another size, then compared with the model, which keeps
     the dimensions the comparison allows resizable (onnx/dynamic_dims.py). A batch that leaves
     axis 0 (DynamicDims.add_batch) is tried first from the model at BATCH_BASE (at 1 a transpose
-    of it is a reshape, and nothing compares); where it cannot stay resizable, the model at batch
-    1 is probed without it."""
+    of it is a reshape, and nothing compares); where it cannot stay resizable, or where it fixes a
+    dimension the model at batch 1 keeps resizable (a text model's length matters more than its
+    batch), the model at batch 1 is probed without it."""
     model, source = state.model, state.probe_source
     if source is None or model.dynamic_dims is None:
         return replace(state, probe_source=None)
-    dims = model.dynamic_dims
+    dims, at_base = model.dynamic_dims, None
     if dims.batch:
         based = dims.with_batch_at(dynamic_dims.BATCH_BASE)
         with contextlib.suppress(ConversionError):
             at_base = kept(state.options.input, None, based, source)
-            if at_base is not None and at_base.dynamic_dims.batch not in at_base.dynamic_dims.fixed_because:
-                at_base.dynamic_batch = model.dynamic_batch
+        if at_base is not None and at_base.dynamic_dims.batch in at_base.dynamic_dims.fixed_because:
+            at_base = None
+        if at_base is not None:
+            at_base.dynamic_batch = model.dynamic_batch
+            if not at_base.dynamic_dims.fixed_because:
                 return replace(state, model=at_base, probe_source=None)
         dims.drop_batch()
-    return replace(state, model=kept(state.options.input, model, dims, source), probe_source=None)
+    at_one = kept(state.options.input, model, dims, source)
+    if at_base is not None and set(at_base.dynamic_dims.fixed_because) <= set(at_one.dynamic_dims.fixed_because):
+        at_one = at_base
+    return replace(state, model=at_one, probe_source=None)
 
 
 def keep_float_model(state: State) -> State:
