@@ -41,12 +41,14 @@ tf2onnx17, else any) by `qconvert IN OUT --quantize --calibration CAL --precisio
 --json` on 8 seeded samples; qconvert never refuses for quantization, so every exit but 0 is a
 finding. Rows in ZOO/results-int8.json; prints the counts by exit code and the failures grouped by
 message, quantization's apart (bench/zoo_int8.py).
+
+This file holds the architectures, the cache's paths, the zoo venvs and the conversion; the
+generation is bench/zoo_build.py (what runs in the zoo venvs), the table bench/zoo_report.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import re
@@ -54,7 +56,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 CACHE = Path(os.environ.get("QCONVERT_ZOO_CACHE", Path.home() / ".cache" / "qconvert"))
@@ -80,7 +81,7 @@ MB = 1024 * 1024
 
 
 # --------------------------------------------------------------------------------------------
-# The architectures. Each is (family, model, kind, arguments); the generation worker builds it.
+# The architectures. Each is (family, model, kind, arguments); zoo_build.build builds it.
 # kind: tv (torchvision.models.<name>(**kw)), tvdet (a torchvision detector, first image's boxes,
 # scores, labels), yolonms (a YOLO head with batched_nms: zoo_yolo.py), timm (timm.create_model(name, **kw)), hf (transformers <Class>(<Config>(**kw))).
 # "size": the square image side; "seq": the token count; "audio": samples; "mel": (bins, frames).
@@ -271,249 +272,11 @@ KERAS = [
 ]
 ARCHITECTURES = {f"{family}/{model}": (family, model, kind, spec)
                  for family, model, kind, spec in TORCHVISION + TIMM + HF + KERAS}
-SEQ = 16
-AUDIO_SAMPLES = 4000
 
 
 # --------------------------------------------------------------------------------------------
-# Generation (runs in the zoo venv: torch 2.14.1, no qconvert).
-
-def build(kind: str, name: str, spec: dict, opset: int = 17):
-    """(torch module in eval mode, example inputs, input names, output names), seeded weights.
-    Below opset 14, which has no scaled_dot_product_attention for the TorchScript exporter,
-    attention is built unfused (timm's set_fused_attn, transformers' "eager"), as users do."""
-    import torch
-
-    torch.manual_seed(SEED)
-    size = spec.get("size", 64)
-    image = (torch.randn(1, 3, size, size),)
-    if kind in ("tv", "tvseg"):
-        import torchvision
-
-        if kind == "tv" and spec.get("cls"):
-            model = getattr(torchvision.models, spec["cls"])(**spec["kw"])
-        elif kind == "tv":
-            model = getattr(torchvision.models, name)(weights=None, **spec["kw"])
-        else:
-            model = getattr(torchvision.models.segmentation, name)(
-                weights=None, weights_backbone=None, **spec["kw"])
-
-            class Out(torch.nn.Module):  # the "out" map, not the dict
-                def __init__(self, inner):
-                    super().__init__()
-                    self.inner = inner
-
-                def forward(self, x):
-                    return self.inner(x)["out"]
-
-            model = Out(model)
-        return model.eval(), image, ["images"], ["output"]
-    if kind == "tvdet":
-        import torchvision
-
-        inner = getattr(torchvision.models.detection, name)(weights=None, weights_backbone=None,
-                                                             **spec["kw"])
-
-        # Untrained, the backbone's activations vanish (batch norm's unit statistics: 1e-16 by
-        # the last block) and every anchor scores its class head's bias: ties that no two
-        # runtimes break alike. Batch norm's statistics from four seeded images and a class head
-        # spread make the scores rank (299 distinct of SSDlite's 300, 300 of RetinaNet's).
-        part, spread = spec["head"]
-        for pname, p in inner.named_parameters():
-            if part in pname:
-                p.data.normal_(0.0, spread)
-        for norm in inner.modules():
-            if isinstance(norm, torch.nn.modules.batchnorm._BatchNorm):
-                norm.reset_running_stats()
-                norm.momentum = None  # the plain average over the batches
-        inner.train()
-        with torch.no_grad():
-            features = inner.backbone(inner.transform(list(torch.rand(4, 3, size, size)))[0].tensors)
-            if hasattr(inner, "head"):  # SSD's and RetinaNet's heads have batch norms too
-                inner.head(list(features.values()))
-        inner.eval()
-
-        class Detector(torch.nn.Module):  # one image in, its boxes, scores and labels out
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, x):
-                found = self.inner(list(x))[0]
-                return found["boxes"], found["scores"], found["labels"]
-
-        return (Detector(inner).eval(), (torch.rand(1, 3, size, size),), ["images"],
-                ["boxes", "scores", "labels"])
-    if kind == "yolonms":
-        model, example = _sibling("zoo_yolo").build(size)
-        return model, example, ["images"], ["boxes", "scores", "labels"]
-    if kind == "timm":
-        import timm
-
-        timm.layers.set_fused_attn(opset >= 14)
-        model = timm.create_model(name, pretrained=False, **spec["kw"])
-        return model.eval(), image, ["images"], ["logits"]
-    import transformers
-
-    config = getattr(transformers, spec["config"])(**spec["cfg"])
-    if opset < 14:
-        config._attn_implementation = "eager"
-    cls, _, part = spec["model"].partition(".")
-    inner = getattr(transformers, cls)(config)
-    if part:
-        inner = getattr(inner, "get_" + part)()
-    inputs = spec["inputs"]
-    if inputs in ("text", "ids"):
-        ids = torch.randint(1, 1000, (1, SEQ))
-        example = (ids, torch.ones(1, SEQ, dtype=torch.int64)) if inputs == "text" else (ids,)
-        names = ["input_ids", "attention_mask"][:len(example)]
-    elif inputs == "image":
-        s = spec["cfg"].get("image_size", 64)
-        example, names = (torch.randn(1, 3, s, s),), ["pixel_values"]
-    elif inputs == "audio":
-        example, names = (torch.randn(1, AUDIO_SAMPLES),), ["input_values"]
-    else:  # mel
-        frames = 2 * spec["cfg"]["max_source_positions"]
-        example, names = (torch.randn(1, spec["cfg"]["num_mel_bins"], frames),), ["input_features"]
-
-    class First(torch.nn.Module):  # the first output (last hidden state, or logits)
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *args):
-            out = self.inner(**dict(zip(names, args)), return_dict=False)
-            return out[0]
-
-    return First(inner).eval(), example, names, ["output"]
-
-
-def export(module, example, names, outputs, exporter: str, path: Path) -> None:
-    import torch
-
-    opset = int(re.sub(r"\D", "", exporter))
-    # Not under no_grad: there nn.MultiheadAttention takes its fused fast path
-    # (aten::_native_multi_head_attention), which the TorchScript exporter cannot write.
-    torch.onnx.export(module, example, str(path), input_names=names, output_names=outputs,
-                      opset_version=opset, dynamo=exporter.startswith("dynamo"),
-                      **({} if exporter.startswith("dynamo") else {"do_constant_folding": True}))
-    import onnx
-
-    onnx.checker.check_model(str(path))
-
-
-def export_keras(name: str, spec: dict, exporter: str, path: Path) -> None:
-    """A Keras model (seeded) through tf2onnx at the exporter's opset. Runs in the TF venv."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import keras
-    import tensorflow as tf
-    import tf2onnx
-
-    keras.utils.set_random_seed(SEED)
-    dtype = "float32"
-    if "app" in spec:
-        size = spec["size"]
-        shape = (size, size, 3)
-        model = getattr(keras.applications, name)(weights=None, input_shape=shape, **spec["app"])
-    else:
-        layer = spec["layer"]
-        shape = {"Embedding": (SEQ,), "Conv2D": (32, 32, 3)}.get(layer, (SEQ, 8))
-        dtype = "int32" if layer == "Embedding" else "float32"
-        inp = keras.Input(shape, batch_size=1, dtype=dtype)
-        if layer == "Embedding":  # token ids (the verification draws them in [0, 10))
-            x = keras.layers.LSTM(16)(keras.layers.Embedding(100, 16)(inp))
-        elif layer == "Conv2D":
-            x = keras.layers.Conv2D(8, 3, padding="same")(inp)
-            x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
-            x = keras.layers.DepthwiseConv2D(3, strides=2)(keras.layers.MaxPooling2D()(x))
-            x = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(x))
-        elif layer == "Attention":
-            h = keras.layers.Dense(16)(inp)
-            x = keras.layers.Attention(use_scale=True)([h, h])
-        elif layer == "Bidirectional":
-            x = keras.layers.Bidirectional(keras.layers.LSTM(16, return_sequences=True))(inp)
-        elif layer == "MultiHeadAttention":
-            h = keras.layers.Dense(32)(inp)
-            a = keras.layers.MultiHeadAttention(num_heads=2, key_dim=16)(h, h)
-            h = keras.layers.LayerNormalization()(h + a)
-            x = keras.layers.LayerNormalization()(h + keras.layers.Dense(32, activation="gelu")(h))
-        elif layer == "Conv1D":
-            x = keras.layers.Conv1D(*spec["args"], **spec["kw"])(inp)
-            x = keras.layers.MaxPooling1D(2)(x)
-            x = keras.layers.Conv1D(32, 3, padding="same", activation="relu")(x)
-            x = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling1D()(x))
-        else:
-            x = getattr(keras.layers, layer)(*spec["args"], **spec["kw"])(inp)
-        model = keras.Model(inp, x)
-    signature = (tf.TensorSpec((1,) + shape, getattr(tf, dtype), name="x"),)
-    tf2onnx.convert.from_keras(model, input_signature=signature, opset=int(exporter[7:]),
-                               output_path=str(path))
-
-
-def random_samples(path: Path, count: int, seed: int) -> list[dict]:
-    """`count` feeds of the model at `path`: standard normal floats, integers in [0, 10) (the
-    range qconvert's verification draws from)."""
-    import numpy as np
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(seed)
-    samples = []
-    for _ in range(count):
-        feed = {}
-        for i in session.get_inputs():
-            shape = [d if isinstance(d, int) else 1 for d in i.shape]
-            if "float" in i.type:
-                feed[i.name] = rng.standard_normal(shape).astype(np.float32)
-            else:
-                feed[i.name] = rng.integers(1, 10, shape).astype(np.int64)
-        samples.append(feed)
-    return samples
-
-
-def make_format(source: Path, fmt: str, spec: dict, dest: Path) -> None:
-    """The format `fmt` of the float ONNX file `source`, written to `dest`."""
-    import onnx
-
-    if fmt == "fp16":
-        from onnxconverter_common import float16
-
-        onnx.save(float16.convert_float_to_float16(onnx.load(str(source)), keep_io_types=True),
-                  str(dest))
-    elif fmt == "ortopt":
-        from onnxruntime.transformers.optimizer import optimize_model
-
-        cfg = spec["cfg"]
-        heads = cfg.get("num_attention_heads") or cfg.get("n_heads") or cfg.get("n_head") or \
-            cfg.get("encoder_attention_heads") or cfg.get("num_heads") or 2
-        hidden = (cfg.get("hidden_size") or cfg.get("dim") or cfg.get("n_embd")
-                  or cfg.get("d_model") or 64)
-        heads = heads[0] if isinstance(heads, list) else heads
-        optimize_model(str(source), model_type=spec["opt"], num_heads=heads,
-                       hidden_size=hidden).save_model_to_file(str(dest))
-    elif fmt == "dynint8":
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        quantize_dynamic(str(source), str(dest), weight_type=QuantType.QInt8)
-    elif fmt == "qdq":
-        from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                              quantize_static)
-
-        class Reader(CalibrationDataReader):
-            def __init__(self):
-                self.samples = iter(random_samples(source, 8, SEED + 1))
-
-            def get_next(self):
-                return next(self.samples, None)
-
-        quantize_static(str(source), str(dest), Reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=True, activation_type=QuantType.QInt8,
-                        weight_type=QuantType.QInt8)
-    else:
-        raise ValueError(fmt)
-    if fmt != "ortopt":  # the optimizer writes contrib ops (SimplifiedLayerNormalization) into
-        onnx.checker.check_model(str(dest))  # the default domain, which the checker rejects
-
+# The cache's files. Generation itself (build, the exports, the formats, the worker that runs in
+# the zoo venvs) is bench/zoo_build.py.
 
 def model_file(key: str, exporter: str, fmt: str = "") -> Path:
     family, model, _, _ = ARCHITECTURES[key]
@@ -531,63 +294,6 @@ def jobs_of(key: str, exporter: str) -> list[tuple[str, str]]:
     if exporter == "ts17":
         jobs += [(exporter, f) for f in FORMATS.get(kind, ())]
     return jobs
-
-
-def generate_worker(exporter: str, keys: list[str]) -> None:
-    """Writes each architecture's file of `exporter` (and its formats) with a .json beside it:
-    {"ok": true} or {"ok": false, "error": one line}. Runs in the zoo venv."""
-    import signal
-
-    if exporter.startswith("tf2onnx"):
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(1)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-    else:
-        import torch
-
-        torch.set_num_threads(1)
-
-    def alarm(*_):
-        raise TimeoutError("export took longer than 600 s")
-
-    signal.signal(signal.SIGALRM, alarm)
-    for key in keys:
-        family, model, kind, spec = ARCHITECTURES[key]
-        module = None
-        for exp, fmt in jobs_of(key, exporter):
-            path = model_file(key, exp, fmt)
-            note = path.with_suffix(".json")
-            if note.exists():
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            print(f"zoo: generate {path.name}", file=sys.stderr, flush=True)
-            start = time.perf_counter()
-            signal.alarm(600)
-            try:
-                if fmt:
-                    source = model_file(key, exp)
-                    if not source.exists():
-                        raise RuntimeError("its float export failed")
-                    make_format(source, fmt, spec, path)
-                else:
-                    if kind == "keras":
-                        export_keras(model, spec, exp, path)
-                    else:
-                        if module is None:
-                            module = build(kind, model, spec, int(re.sub(r"\D", "", exp)))
-                        export(*module, exp, path)
-                result = {"ok": True}
-            except BaseException as e:  # noqa: BLE001 - any exporter failure is a row
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(e).__name__}: {e}").strip()
-                result = {"ok": False, "error": " ".join(text.split())[:300]}
-                path.unlink(missing_ok=True)
-            finally:
-                signal.alarm(0)
-            result["seconds"] = round(time.perf_counter() - start, 2)
-            note.write_text(json.dumps(result))
 
 
 # --------------------------------------------------------------------------------------------
@@ -802,111 +508,9 @@ def run(keys: list[str], exporters: list[str], timeout: float, resume: bool = Fa
     return list(rows.values())
 
 
-# --------------------------------------------------------------------------------------------
-# The table.
-
-COLUMNS = ["family", "models", "exact", "refused", "wrong", "errors", "export failed",
-           "convert (s)", "MB/s", "peak RSS (MB)", "refusals"]
-
-
-def reason(message: str, limit: int = 90) -> str:
-    """A failure's message without node, tensor and file names, so that one cause groups: the op
-    types of unsupported nodes (corpus._reason), else the failing op and its first clause."""
-    if "unsupported ONNX node" in message:  # "name (Op)", "Op ('name')", "Op x 3 ('name', ...)"
-        ops = set(re.findall(r"\(([A-Za-z0-9_.:]+)\)", message))
-        ops |= set(re.findall(r"([A-Za-z][A-Za-z0-9_.:]*)(?: x \d+)? \('", message))
-        text = "unsupported ops: " + ", ".join(sorted(ops))
-    else:
-        text = _sibling("corpus")._reason(message)
-    text = re.sub(r"'[^']*'", "X", text)
-    text = re.sub(r"/\S+\.(onnx|tflite)", "FILE", text)
-    text = re.sub(r"\b\d+(\.\d+)?(e-?\d+)?\b", "N", text)  # values and shapes
-    return (text if len(text) <= limit else text[:limit - 3] + "...").replace("|", "\\|")
-
-
-def zoo_rows(rows: list[dict]) -> list[dict]:
-    by_family = collections.defaultdict(list)
-    for r in rows:
-        by_family[r["family"]].append(r)
-    table = []
-    for family in sorted(by_family):
-        rs = by_family[family]
-        counts = collections.Counter(r["status"] for r in rs)
-        timed = [r for r in rs if "seconds" in r and r["status"] in ("exact", "converted")]
-        seconds = sum(r["seconds"] for r in timed)
-        mb = sum(r["onnx_mb"] for r in timed)
-        refusals = collections.Counter(reason(r["message"]) for r in rs if r["status"] == "refused")
-        table.append({
-            "family": family, "models": str(len(rs) - counts["export failed"]),
-            "exact": str(counts["exact"] + counts["converted"]), "refused": str(counts["refused"]),
-            "wrong": str(counts["wrong"]), "errors": str(counts["error"] + counts["timeout"]),
-            "export failed": str(counts["export failed"]),
-            "convert (s)": f"{seconds / len(timed):.1f}" if timed else "-",
-            "MB/s": f"{mb / seconds:.1f}" if timed and seconds else "-",
-            "peak RSS (MB)": str(max(r["rss_mb"] for r in rs if "rss_mb" in r))
-            if any("rss_mb" in r for r in rs) else "-",
-            "refusals": "; ".join(f"{m} ({n})" if n > 1 else m
-                                  for m, n in refusals.most_common(3))[:200] or "-"})
-    return table
-
-
-def markdown_table(rows: list[dict]) -> str:
-    """bench.markdown_table, with this table's text columns left-aligned."""
-    lines = _sibling("bench").markdown_table(rows, COLUMNS).split("\n")
-    lines[1] = "|" + "|".join("---" if c in ("family", "refusals") else "---:"
-                              for c in COLUMNS) + "|"
-    return "\n".join(lines)
-
-
 def report(rows: list[dict]) -> str:
-    """The zoo section of the benchmark: header, table, totals by exporter and format, the
-    failures grouped by message with the models named, the quantized formats' numbers."""
-    converted = [r for r in rows if r["status"] != "export failed"]
-    families = {r["family"] for r in converted}
-    ok = [r for r in converted if r["status"] in ("exact", "converted")]
-    lines = [f"\nArchitecture zoo (bench/zoo.py): {len(converted)} generated models over "
-             f"{len(families)} families (seeded random weights; torchvision, timm, Hugging Face "
-             f"transformers from small configs, Keras through tf2onnx), each converted by "
-             f"`qconvert IN OUT --json` (default flags: the float check; QDQ and dynamic "
-             f"int8 to their own quantization, checked against their rounding bound); "
-             f"{len(ok)} exact, {sum(r['status'] == 'refused' for r in rows)} refused, "
-             f"{sum(r['status'] == 'wrong' for r in rows)} wrong, "
-             f"{sum(r['status'] in ('error', 'timeout') for r in rows)} errors; "
-             f"{sum(r['status'] == 'export failed' for r in rows)} exports failed (not counted). "
-             f"convert (s): mean over the exact ones; MB/s: ONNX MB per second. qconvert "
-             f"commit: {', '.join(sorted({r['commit'] for r in rows if 'commit' in r})) or '-'}."
-             f"\n",
-             markdown_table(zoo_rows(rows)), "", "By exporter and format:"]
-    kinds = collections.defaultdict(collections.Counter)
-    for r in converted:
-        kinds[(r["exporter"], r["format"])][r["status"]] += 1
-    for (exp, fmt), counts in sorted(kinds.items()):
-        total = sum(counts.values())
-        lines.append(f"- {exp} {fmt}: {counts['exact'] + counts['converted']}/{total} "
-                     + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())
-                                 if k not in ("exact", "converted")))
-    groups = collections.defaultdict(list)
-    for r in converted:
-        if r["status"] not in ("exact", "converted"):
-            label = r["status"] + ": " + reason(r["message"])
-            fmt = "" if r["format"] == "float" else "/" + r["format"]
-            groups[label].append(f"{r['family'].split('/')[0]}/{r['model']}@{r['exporter']}{fmt}")
-    lines.append("\nFailures by message (model@exporter[/format]):")
-    for label, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        lines.append(f"- {label} [{len(names)}]: {', '.join(names)}")
-    quantized = _sibling("zoo_quantized")
-    if any(r["format"] in quantized.QUANTIZED for r in converted):
-        lines += ["\nThe quantized formats (bench/zoo_quantized.py):\n", quantized.table(rows)]
-    exports = collections.defaultdict(list)
-    for r in rows:
-        if r["status"] == "export failed":
-            message = re.sub(r"\x1b\[[0-9;]*m", "", r["message"])[:90]  # no colour codes
-            exports[message].append(f"{r['model']}@{r['exporter']}/{r['format']}")
-    if exports:
-        lines.append("\nExports that failed (the exporter's message):")
-        lines += [f"- {m} [{len(n)}]: {', '.join(n)}" for m, n in
-                  sorted(exports.items(), key=lambda kv: -len(kv[1]))]
-    return "\n".join(lines)
+    """The zoo section of the benchmark (bench/zoo_report.py): bench.py prints it too."""
+    return _sibling("zoo_report").report(rows)
 
 
 def main(argv=None) -> int:
@@ -927,7 +531,8 @@ def main(argv=None) -> int:
     parser.add_argument("--generate-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.generate_worker:
-        generate_worker(args.generate_worker[0], args.generate_worker[1].split(","))
+        _sibling("zoo_build").generate_worker(args.generate_worker[0],
+                                              args.generate_worker[1].split(","))
         return 0
     root = str(Path(__file__).resolve().parent.parent)
     if root not in sys.path:  # the bench package's helpers (imported where used: the workers

@@ -1,12 +1,12 @@
 """The zoo with its dynamic dimensions left dynamic (issue 39): one .tflite for every size.
 
-A subset of bench/zoo.py's architectures (its ARCHITECTURES and build, imported), exported by
+A subset of bench/zoo.py's architectures (its ARCHITECTURES, and zoo_build.build), exported by
 torch.onnx's TorchScript exporter (dynamo=False, opset 17) with the dynamic axes their users
 declare: the batch and the image's height and width for torchvision's and timm's classifiers and
 segmenters (and Hugging Face's image models), the batch and the sequence length for the Hugging
 Face text encoders, the batch and the samples (or mel frames) for the speech models. Files are
 cached as ZOO/<family>/<model>__ts17dyn.onnx with a .json beside each, generated in the zoo venv
-as zoo.py's generate_worker does.
+as zoo_build.generate_worker does.
 
 Each is converted with default flags, `qconvert IN OUT --json` (no --input-shape: every dynamic
 dimension stays resizable where the graph allows, and the check runs the file at three sizes), in
@@ -35,9 +35,10 @@ import time
 from pathlib import Path
 
 try:
-    from bench import zoo
+    from bench import zoo, zoo_build
 except ImportError:  # run as a script (the generation worker in the zoo venv): bench/ on sys.path
     import zoo
+    import zoo_build
 
 EXPORTER = "ts17dyn"
 RESULTS = zoo.ZOO / "results-dynamic.json"
@@ -109,12 +110,12 @@ def with_long_tables(spec: dict) -> dict:
 
 
 def export_dynamic(key: str, path: Path) -> None:
-    """The architecture `key` built by zoo.build, exported with its kind's dynamic axes."""
+    """The architecture `key` built by zoo_build.build, exported with its kind's dynamic axes."""
     import onnx
     import torch
 
     _, model, kind, spec = zoo.ARCHITECTURES[key]
-    module, example, names, outputs = zoo.build(kind, model, with_long_tables(spec), 17)
+    module, example, names, outputs = zoo_build.build(kind, model, with_long_tables(spec), 17)
     inputs_axes, output_axes = AXES[SUBSET[key]]
     axes = {n: dict(inputs_axes) for n in names}
     axes.update({n: dict(output_axes) for n in outputs})

@@ -17,12 +17,13 @@ import tempfile
 from pathlib import Path
 
 try:
-    from bench import zoo
+    from bench import zoo, zoo_report
 except ImportError:  # bench/ itself is on sys.path (zoo.py run as a script)
     import zoo
+    import zoo_report
 
 ARCHITECTURES, EXPORTERS, ZOO, SEED = zoo.ARCHITECTURES, zoo.EXPORTERS, zoo.ZOO, zoo.SEED
-model_file, run_qconvert, reason = zoo.model_file, zoo.run_qconvert, zoo.reason
+model_file, run_qconvert, reason = zoo.model_file, zoo.run_qconvert, zoo_report.reason
 
 INT8_RESULTS = ZOO / "results-int8.json"
 # The float export quantized: the first of these the float run converted exactly, else any other.

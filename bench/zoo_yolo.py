@@ -7,7 +7,7 @@ torchvision's batched_nms (per class, by its coordinate offsets: ONNX's NonMaxSu
 
 Random weights: the scores are continuous (no ties), the boxes spread over the image (centres a
 steep sigmoid of the image side, sizes up to an eighth of it) so that NMS suppresses some and
-keeps others. Runs in the zoo venvs (torch and torchvision), imported by zoo.build only there.
+keeps others. Runs in the zoo venvs (torch and torchvision), imported by zoo_build.build only there.
 """
 
 from __future__ import annotations

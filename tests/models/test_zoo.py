@@ -14,7 +14,7 @@ import io
 import onnx
 import pytest
 
-from bench import zoo
+from bench import zoo, zoo_build
 from tests.harness import assert_matches_onnxruntime
 
 torch = pytest.importorskip("torch", reason="torch is the qat extra: pip install -e '.[qat]'")
@@ -28,7 +28,7 @@ MODELS = ["hf/bert/bert", "hf/distilbert/distilbert", "hf/gpt2/gpt2", "hf/t5_enc
 def exported(key: str) -> tuple[onnx.ModelProto, dict]:
     """The zoo architecture `key` as an opset-17 TorchScript export, and its example inputs."""
     _, name, kind, spec = zoo.ARCHITECTURES[key]
-    module, example, names, outputs = zoo.build(kind, name, spec)
+    module, example, names, outputs = zoo_build.build(kind, name, spec)
     buffer = io.BytesIO()
     with torch.no_grad():
         torch.onnx.export(module, example, buffer, input_names=names, output_names=outputs,

@@ -644,10 +644,10 @@ def test_bert_embeddings_keep_the_file_small(tmp_path):
     its output stays within onnxruntime's activation rounding."""
     torch = pytest.importorskip("torch", reason="torch is the qat extra: pip install -e '.[qat]'")
     pytest.importorskip("transformers", reason="transformers is in the test extra")
-    from bench import zoo
+    from bench import zoo, zoo_build
 
     _, name, kind, spec = zoo.ARCHITECTURES["hf/bert/bert"]
-    module, example, names, outputs = zoo.build(kind, name, spec)
+    module, example, names, outputs = zoo_build.build(kind, name, spec)
     source, target = tmp_path / "bert.onnx", tmp_path / "dynamic.onnx"
     torch.onnx.export(module, example, str(source), input_names=names, output_names=outputs,
                       opset_version=17, dynamo=False)
