@@ -153,8 +153,33 @@ def import_gather_elements(node, ctx):
     axis = node.attr("axis", 0) % rank
     shape = ctx.shape(indices)
     indices = non_negative(ctx, indices, ctx.shape(x)[axis], (x, axis))
-    grid = np.indices(shape, dtype=np.int32)[..., None]  # (rank, *shape, 1)
     column = _column(ctx, indices, tuple(shape) + (1,))
-    parts = [grid[a] if a != axis else column for a in range(rank)]
+    if ctx.sizes_computed and node.inputs[1] in ctx.run_time_shaped:
+        # a shape computed when the model runs (RoBERTa's positions, [batch, S]): so are the grids
+        parts = [_run_time_grid(ctx, node.inputs[1], a) if a != axis else column for a in range(rank)]
+    else:
+        grid = np.indices(shape, dtype=np.int32)[..., None]  # (rank, *shape, 1)
+        parts = [grid[a] if a != axis else column for a in range(rank)]
     coords = _coordinates(ctx, parts, shape, node.outputs[0])
     ctx.add_op("GATHER_ND", [x, coords], node.outputs[:1])
+
+
+def _run_time_grid(ctx, indices: str, axis: int) -> str:
+    """The coordinate column of `axis` over the indices' shape read when the model runs: RANGE
+    of that dimension, reshaped along it, BROADCAST_TO the shape and a last axis of 1."""
+    shape, rank = ctx.shape(indices), ctx.rank(indices)
+    whole = shape_of(ctx, indices)
+    size = ctx.tensor(f"{indices}_size{axis}", (), np.int32)
+    ctx.add_op("GATHER", [whole, ctx.constant("axis", np.int32(axis))], [size], {"axis": 0, "batch_dims": 0})
+    positions = ctx.tensor(f"{indices}_positions{axis}", (shape[axis],), np.int32)
+    ctx.add_op("RANGE", [ctx.constant("start", np.int32(0)), size, ctx.constant("step", np.int32(1))],
+               [positions])
+    along = [1] * (rank + 1)
+    along[axis] = shape[axis]
+    placed = reshape(ctx, positions, [-1 if k == axis else 1 for k in range(rank + 1)],
+                     ctx.tensor(f"{indices}_along{axis}", tuple(along), np.int32))
+    target = ctx.tensor(f"{indices}_grid_shape", (rank + 1,), np.int32)
+    ctx.add_op("CONCATENATION", [whole, ctx.constant("one", np.ones(1, np.int32))], [target], {"axis": 0})
+    grid = ctx.tensor(f"{indices}_grid{axis}", tuple(shape) + (1,), np.int32)
+    ctx.add_op("BROADCAST_TO", [placed, target], [grid])
+    return grid

@@ -459,12 +459,14 @@ def test_a_causal_mask_from_the_length_is_computed_when_the_model_runs(tmp_path,
 
 
 # --- a batch times the length: a mask flattened and gathered (transformers' attention mask) ---------
-def _flattened_mask(embeddings: bool = False):
+def _flattened_mask(embeddings: str = ""):
     """transformers' padding mask: the [B, S] mask flattened to [B * S, 1] and gathered at
     b * S + s (Range(B) times the length plus Range(S)), a constant grid of the two sizes once
-    folded, applied to x [B, S, 16]. With `embeddings`, BERT's too: a token-type row gathered by
-    zeros expanded to [B, S] added first, then a position table gathered at its position_ids
-    buffer cut to the length (the float pipeline merges the two into one [B, S, 16] constant)."""
+    folded, applied to x [B, S, 16]. With embeddings "bert", BERT's too: a token-type row
+    gathered by zeros expanded to [B, S] added first, then a position table gathered at its
+    position_ids buffer cut to the length (the float pipeline merges the two into one [B, S, 16]
+    constant); "roberta": the token types a GatherElements of the zeros buffer cut to the length
+    and expanded to [B, S], at positions computed from the values (a CumSum of the mask)."""
     node = helper.make_node
     nodes = [node("ReduceSum", ["x", "last"], ["mask"], keepdims=0),
              node("Flatten", ["mask"], ["flat"], axis=2),
@@ -481,25 +483,36 @@ def _flattened_mask(embeddings: bool = False):
     nodes += [node("Shape", ["x"], ["its_shape"]),  # exporters repeat the shape arithmetic
               node("Slice", ["its_shape", "axis0", "two"], ["bs"]),
               node("Gather", ["its_shape", "one"], ["its_s"], axis=0),
-              node("ConstantOfShape", ["bs"], ["types"], value=helper.make_tensor("v", TensorProto.INT64, [1], [0])),
+              node("Unsqueeze", ["its_s", "axis0"], ["length"])]
+    if embeddings == "roberta":
+        nodes += [node("Greater", ["mask", "floor"], ["valid"]), node("Cast", ["valid"], ["ones"], to=TensorProto.INT64),
+                  node("CumSum", ["ones", "one"], ["counted"]), node("Sub", ["counted", "one"], ["at_positions"]),
+                  node("Slice", ["type_buffer", "axis0", "length", "axis1"], ["buffered"]),
+                  node("Expand", ["buffered", "bs"], ["expanded"]),
+                  node("GatherElements", ["expanded", "at_positions"], ["types"], axis=1)]
+    else:
+        nodes.append(node("ConstantOfShape", ["bs"], ["types"],
+                          value=helper.make_tensor("v", TensorProto.INT64, [1], [0])))
+    nodes += [
               node("Gather", ["type_table", "types"], ["type_rows"], axis=0),
-              node("Unsqueeze", ["its_s", "axis0"], ["length"]),
               node("Slice", ["position_ids", "axis0", "length", "axis1"], ["ids"]),
               node("Gather", ["table", "ids"], ["positions"], axis=0),
               node("Mul", ["x", "weight"], ["masked"]), node("Add", ["masked", "type_rows"], ["typed"]),
               node("Add", ["typed", "positions"], ["y"])]
     inits += [_ints("two", [2]), numpy_helper.from_array(RNG.standard_normal((2, 16)).astype(np.float32), "type_table"),
               numpy_helper.from_array(RNG.standard_normal((512, 16)).astype(np.float32), "table"),
-              _ints("position_ids", np.arange(512)[None])]
+              _ints("position_ids", np.arange(512)[None]), _ints("type_buffer", np.zeros((1, 512))),
+              numpy_helper.from_array(np.array(-1e30, np.float32), "floor")]
     return _model(nodes, ["B", "S", 16], inits)
 
 
-@pytest.mark.parametrize("embeddings", [False, True])
+@pytest.mark.parametrize("embeddings", ["", "bert", "roberta"])
 def test_a_mask_gathered_at_batch_times_length_keeps_both_resizable(tmp_path, embeddings):
     """The grid b * S + s cannot be followed as a constant (each entry a product of the two
     sizes): the Gather's indices are computed when the model runs instead, bounded by the
     flattened mask's SHAPE; a merged embedding constant is the position table's cut plus the
-    token-type row, broadcast to the batch. Batch and length resizable, one file at each."""
+    token-type row, broadcast to the batch; a GatherElements at computed positions builds its
+    coordinate grids from the indices' SHAPE. Batch and length resizable, one file at each."""
     model = _flattened_mask(embeddings)
     data, report, summary = _convert_cli(model, tmp_path)
     assert report["batch"]["resizable"], summary
