@@ -15,14 +15,20 @@ from ..onnx.loader import load, node_names, onnx_names, tables
 from ..transforms.pipeline import run_pipeline
 
 
+# Loads with more shape arithmetic computed, at most: one reload can show a constant the first
+# could not (MPNet's position bias, once its padding mask is computed).
+RELOADS = 3
+
+
 def kept(inputs, model: Model | None, dims, source: OnnxFile) -> Model | None:
     """`model` (or, None, the model loaded at `dims`' sizes; `inputs`: the input options, their
     --input-shape and --io-layout) with the dimensions kept that its probes allow; where some
     constants could not be followed (DynamicDims.unfollowed: a causal mask built from the
     length), the model loaded again with the shape arithmetic behind them computed when it runs
     (_computed: those the ONNX graph names first, then with what the importers' own constants
-    were made from), the first that keeps more dimensions resizable. None: no model at those
-    sizes."""
+    were made from), again with what that one could not follow, up to RELOADS times: the
+    first that keeps more dimensions resizable and a second probe confirms. None: no model at
+    those sizes."""
     fresh = copy.deepcopy(dims)
     if model is None:
         model = _probed(inputs, source.copy(), dims.sizes)
@@ -30,18 +36,34 @@ def kept(inputs, model: Model | None, dims, source: OnnxFile) -> Model | None:
             return None
         model.dynamic_dims = dims
     _keep_probed(inputs, model, source.copy())
-    named, made = _computed(dims.unfollowed, model, source.proto)
-    for computed in dict.fromkeys(c for c in (named, named | made) if c):
-        again = _again(inputs, model, copy.deepcopy(fresh), source, computed)
-        if again is not None:
-            return again
-    return model
+    best = current = model
+    computed: frozenset[str] = frozenset()
+    for _ in range(RELOADS):
+        named, made = _computed(current.dynamic_dims.unfollowed, current, source.proto)
+        wider = dict.fromkeys(c for c in (computed | named, computed | named | made) if c - computed)
+        trials = (_again(inputs, model, copy.deepcopy(fresh), source, c) for c in wider)
+        found = next((t for t in trials if t is not None and _fixed(t[0]) <= _fixed(current)), None)
+        if found is None:
+            break
+        current, computed = found
+        if _fixed(current) < _fixed(best):
+            disagreement = _unconfirmed(inputs, current, source, computed)
+            if disagreement:
+                _annotate(best.dynamic_dims, current.dynamic_dims, disagreement)
+                break
+            best = current
+        if not _fixed(current):
+            break
+    return best
 
 
-def _again(inputs, model: Model, dims, source: OnnxFile, computed: frozenset[str]) -> Model | None:
-    """The model loaded again at `dims` with `computed` computed when it runs and probed, when it
-    keeps more dimensions resizable than `model` and a second probe confirms it (else None; an
-    unconfirmed one's reason joins the fixed dimensions')."""
+def _fixed(model: Model) -> int:
+    return len(model.dynamic_dims.fixed_because)
+
+
+def _again(inputs, model: Model, dims, source: OnnxFile, computed: frozenset[str]):
+    """(the model loaded again at `dims` with `computed` computed when it runs, probed;
+    `computed`), or None when it does not convert or probe."""
     again = _probed(inputs, source.copy(), dims.sizes, computed)
     if not isinstance(again, Model):
         return None
@@ -50,16 +72,14 @@ def _again(inputs, model: Model, dims, source: OnnxFile, computed: frozenset[str
         _keep_probed(inputs, again, source.copy(), computed)
     except ConversionError:
         return None
-    fixed = model.dynamic_dims.fixed_because
-    if len(dims.fixed_because) >= len(fixed):
-        return None
-    disagreement = _unconfirmed(inputs, again, source, computed)
-    if not disagreement:
-        return again
-    for symbol, reason in fixed.items():
-        if symbol not in dims.fixed_because and "computed when the model runs" not in reason:
-            fixed[symbol] = f"{reason}; computed when the model runs, {disagreement}"
-    return None
+    return again, computed
+
+
+def _annotate(dims, again, disagreement: str) -> None:
+    """The reason a reload that kept more dimensions was not confirmed, added to theirs."""
+    for symbol, reason in dims.fixed_because.items():
+        if symbol not in again.fixed_because:
+            dims.fixed_because[symbol] = f"{reason}; computed when the model runs, {disagreement}"
 
 
 def _unconfirmed(inputs, model: Model, source: OnnxFile, computed: frozenset[str]) -> str:

@@ -610,3 +610,31 @@ def test_a_padded_size_that_stands_still_between_two_probes_stays_fixed(tmp_path
     fixed = {d["symbol"]: d["fixed_because"] for d in report["dimensions"] if not d["resizable"]}
     assert set(fixed) == {"H", "W"} and "96 above the sizes" in fixed["H"], summary
     _matches_at(data, report, model, [(1, 4, 64, 64)], seed=9)
+
+
+def test_a_constant_shown_by_the_first_reload_is_computed_by_the_next(tmp_path):
+    """The padding mask gathered at b * S + s, then attention scores of the masked x plus a
+    causal bias from the length (MPNet's position bias in kind): the first probe stops at the
+    mask's indices; the model loaded with them computed shows the bias, which a second reload
+    computes too. Batch and length resizable."""
+    model = _flattened_mask()
+    graph, node = model.graph, helper.make_node
+    graph.node[-1].output[0] = "masked"
+    graph.node.extend([
+        node("Transpose", ["masked"], ["masked_t"], perm=[0, 2, 1]),
+        node("MatMul", ["masked", "masked_t"], ["scores"]),
+        node("Shape", ["x"], ["x_shape"]),  # its own shape arithmetic, as exporters repeat it
+        node("Gather", ["x_shape", "one"], ["length"], axis=0),
+        node("Range", ["zero", "length", "one"], ["positions"]),
+        node("Unsqueeze", ["positions", "axis0"], ["key_at"]),
+        node("Unsqueeze", ["positions", "axis1"], ["query_at"]),
+        node("LessOrEqual", ["key_at", "query_at"], ["causal"]),
+        node("Where", ["causal", "keep", "drop"], ["bias"]),
+        node("Add", ["scores", "bias"], ["biased"]),
+        node("Softmax", ["biased"], ["y"], axis=-1)])
+    graph.initializer.extend([numpy_helper.from_array(np.array(0.0, np.float32), "keep"),
+                              numpy_helper.from_array(np.array(-1e9, np.float32), "drop")])
+    data, report, summary = _convert_cli(model, tmp_path)
+    assert report["batch"]["resizable"], summary
+    assert [d["symbol"] for d in report["dimensions"] if d["resizable"]] == ["S"], summary
+    _matches_at(data, report, model, [(1, 9, 16), (3, 20, 16), (2, 1, 16)], seed=10)
