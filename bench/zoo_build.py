@@ -284,8 +284,6 @@ def make_format(source: Path, fmt: str, spec: dict, dest: Path) -> None:
 def generate_worker(exporter: str, keys: list[str]) -> None:
     """Writes each architecture's file of `exporter` (and its formats) with a .json beside it:
     {"ok": true} or {"ok": false, "error": one line}. Runs in the zoo venv."""
-    import signal
-
     if exporter.startswith("tf2onnx"):
         import tensorflow as tf
 
@@ -296,44 +294,55 @@ def generate_worker(exporter: str, keys: list[str]) -> None:
 
         torch.set_num_threads(1)
 
+    for key in keys:
+        family, model, kind, spec = ARCHITECTURES[key]
+        module = []  # built once for every exporter of the key
+
+        def make(path, exp, fmt):
+            if fmt:
+                source = model_file(key, exp)
+                if not source.exists():
+                    raise RuntimeError("its float export failed")
+                make_format(source, fmt, spec, path)
+            elif kind == "keras":
+                export_keras(model, spec, exp, path)
+            else:
+                if not module:
+                    module.append(build(kind, model, spec, int(re.sub(r"\D", "", exp))))
+                export(*module[0], exp, path)
+
+        for exp, fmt in jobs_of(key, exporter):
+            generated(model_file(key, exp, fmt), "zoo", lambda path: make(path, exp, fmt))
+
+
+def generated(path, label: str, make) -> None:
+    """make(path) with its .json note beside it ({"ok": true} or {"ok": false, "error": one
+    line}, and its seconds), unless the note is there already; 600 s at most (SIGALRM)."""
+    import signal
+
+    note = path.with_suffix(".json")
+    if note.exists():
+        return
+
     def alarm(*_):
         raise TimeoutError("export took longer than 600 s")
 
     signal.signal(signal.SIGALRM, alarm)
-    for key in keys:
-        family, model, kind, spec = ARCHITECTURES[key]
-        module = None
-        for exp, fmt in jobs_of(key, exporter):
-            path = model_file(key, exp, fmt)
-            note = path.with_suffix(".json")
-            if note.exists():
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            print(f"zoo: generate {path.name}", file=sys.stderr, flush=True)
-            start = time.perf_counter()
-            signal.alarm(600)
-            try:
-                if fmt:
-                    source = model_file(key, exp)
-                    if not source.exists():
-                        raise RuntimeError("its float export failed")
-                    make_format(source, fmt, spec, path)
-                else:
-                    if kind == "keras":
-                        export_keras(model, spec, exp, path)
-                    else:
-                        if module is None:
-                            module = build(kind, model, spec, int(re.sub(r"\D", "", exp)))
-                        export(*module, exp, path)
-                result = {"ok": True}
-            except BaseException as e:  # noqa: BLE001 - any exporter failure is a row
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(e).__name__}: {e}").strip()
-                result = {"ok": False, "error": " ".join(text.split())[:300]}
-                path.unlink(missing_ok=True)
-            finally:
-                signal.alarm(0)
-            result["seconds"] = round(time.perf_counter() - start, 2)
-            note.write_text(json.dumps(result))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"{label}: generate {path.name}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    signal.alarm(600)
+    try:
+        make(path)
+        result = {"ok": True}
+    except BaseException as e:  # noqa: BLE001 - any exporter failure is a row
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(e).__name__}: {e}").strip()
+        result = {"ok": False, "error": " ".join(text.split())[:300]}
+        path.unlink(missing_ok=True)
+    finally:
+        signal.alarm(0)
+    result["seconds"] = round(time.perf_counter() - start, 2)
+    note.write_text(json.dumps(result))
 

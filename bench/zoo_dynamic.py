@@ -31,7 +31,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 try:
@@ -127,36 +126,12 @@ def export_dynamic(key: str, path: Path) -> None:
 
 def generate_worker(keys: list[str]) -> None:
     """Writes each key's file with a .json beside it ({"ok": ...}, "error": one line)."""
-    import signal
-
     import torch
 
     torch.set_num_threads(1)
 
-    def alarm(*_):
-        raise TimeoutError("export took longer than 600 s")
-
-    signal.signal(signal.SIGALRM, alarm)
     for key in keys:
-        path = model_file(key)
-        note = path.with_suffix(".json")
-        if note.exists():
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        print(f"zoo_dynamic: generate {path.name}", file=sys.stderr, flush=True)
-        start = time.perf_counter()
-        signal.alarm(600)
-        try:
-            export_dynamic(key, path)
-            result = {"ok": True}
-        except Exception as e:  # noqa: BLE001 - any exporter failure is a row
-            text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(e).__name__}: {e}").strip()
-            result = {"ok": False, "error": " ".join(text.split())[:300]}
-            path.unlink(missing_ok=True)
-        finally:
-            signal.alarm(0)
-        result["seconds"] = round(time.perf_counter() - start, 2)
-        note.write_text(json.dumps(result))
+        zoo_build.generated(model_file(key), "zoo_dynamic", lambda path: export_dynamic(key, path))
 
 
 def generate(keys: list[str]) -> None:
