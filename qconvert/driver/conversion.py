@@ -281,7 +281,8 @@ def keep_dimensions_dynamic(state: State) -> State:
                 return replace(state, model=at_base, probe_source=None)
         dims.drop_batch()
     at_one = kept(state.options.input, model, dims, source)
-    if at_base is not None and set(at_base.dynamic_dims.fixed_because) <= set(at_one.dynamic_dims.fixed_because):
+    if at_base is not None and (set(at_base.dynamic_dims.fixed_because)
+                                <= set(at_one.dynamic_dims.fixed_because)):
         at_one = at_base
     return replace(state, model=at_one, probe_source=None)
 

@@ -64,15 +64,23 @@ def _fixed(model: Model) -> int:
 def _again(inputs, model: Model, dims, source: OnnxFile, computed: frozenset[str]):
     """(the model loaded again at `dims` with `computed` computed when it runs, probed;
     `computed`), or None when it does not convert or probe."""
+    again = _reloaded(inputs, model, dims, source, computed, dynamic_dims.PROBE_STEP)
+    return (again, computed) if isinstance(again, Model) else None
+
+
+def _reloaded(inputs, model: Model, dims, source: OnnxFile, computed: frozenset[str],
+              step: int) -> Model | str:
+    """The model loaded again at `dims` with `computed` computed when it runs, probed `step`
+    above its sizes (keep_dynamic); or why it does not convert or probe."""
     again = _probed(inputs, source.copy(), dims.sizes, computed)
     if not isinstance(again, Model):
-        return None
+        return again
     again.dynamic_dims, again.dynamic_batch = dims, model.dynamic_batch
     try:
-        _keep_probed(inputs, again, source.copy(), computed)
-    except ConversionError:
-        return None
-    return again, computed
+        _keep_probed(inputs, again, source.copy(), computed, step)
+    except ConversionError as e:
+        return first_line(e)
+    return again
 
 
 def _annotate(dims, again, disagreement: str) -> None:
@@ -86,16 +94,11 @@ def _unconfirmed(inputs, model: Model, source: OnnxFile, computed: frozenset[str
     """Why the model loaded again with `computed` is not confirmed by a probe at CONFIRM_STEP
     ("": it keeps the same dimensions resizable on the same tensor axes as at PROBE_STEP)."""
     dims, above = model.dynamic_dims, f"{dynamic_dims.CONFIRM_STEP} above the sizes"
-    other = _probed(inputs, source.copy(), dims.sizes, computed)
+    unfixed = copy.deepcopy(dims)
+    unfixed.fixed_because.clear()
+    other = _reloaded(inputs, model, unfixed, source, computed, dynamic_dims.CONFIRM_STEP)
     if not isinstance(other, Model):
         return f"{above}: {other}"
-    other.dynamic_dims = copy.deepcopy(dims)
-    other.dynamic_dims.fixed_because.clear()
-    other.dynamic_batch = model.dynamic_batch
-    try:
-        _keep_probed(inputs, other, source.copy(), computed, dynamic_dims.CONFIRM_STEP)
-    except ConversionError as e:
-        return f"{above}: {first_line(e)}"
     lost = {s: r for s, r in other.dynamic_dims.fixed_because.items() if s not in dims.fixed_because}
     if lost:
         return f"{above}: {next(iter(lost.values()))}"

@@ -29,8 +29,8 @@ symbols PROBE_STEP larger, and `keep_dynamic` compares each probe with the model
   ONNX tensors, or for a constant an importer made, a Gather's non-negative indices or a Pad's
   paddings, the inputs of its node), where a Reshape reads its computed target as a tensor and
   a Pad its computed pads (a causal mask from the length, a mask gathered at b * S + s, Swin's
-  (7 - W % 7) % 7 window padding, a batch times a length), and keeps that model when it fixes
-  fewer symbols.
+  (7 - W % 7) % 7 window padding, a batch times a length), again with what that load could not
+  follow, and keeps the first that fixes fewer symbols once a probe CONFIRM_STEP above agrees.
 A symbol whose model does not convert at its probe's size is fixed too, with the loader's words;
 a value-decided one cannot be fixed: its model is refused. The check then runs the file at
 CHECK_SIZES besides its own (the driver's verify stage).

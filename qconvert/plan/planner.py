@@ -252,12 +252,13 @@ def _margin(verification, target_db: float) -> float:
 
 
 def _quantized(model: Model, options: QuantizeOptions, promoted: dict[str, tuple[str, str]],
-               exposed: tuple[str, ...] = ()) -> Model:
+               exposure: Exposure | None = None) -> Model:
     """The model with `promoted` nodes ({node: (precision, reason)}) out of int8: to int16, to
-    float, or hybrid (float, running hybrid kernels where the node has one); `exposed` tensors
-    written as outputs too (exposed.py)."""
+    float, or hybrid (float, running hybrid kernels where the node has one); the `exposure`'s
+    tensors written as outputs too (exposed.py)."""
     candidate = model.copy()
-    candidate.outputs += [t for t in exposed if t not in candidate.outputs]
+    if exposure is not None:
+        candidate.outputs += [t for t in exposure.tensors if t not in candidate.outputs]
     int16 = {node: reason for node, (to, reason) in promoted.items() if to == "int16"}
     floating = {node: f"{PLAN_KEEPS}: {reason}" for node, (to, reason) in promoted.items() if to != "int16"}
     hybrid = frozenset(node for node, (to, _) in promoted.items() if to == HYBRID)
@@ -473,7 +474,6 @@ class _Planner:
         self.model, self.options, self.write, self.check = model, options, write, check
         self.folder, self.target, self.target_db, self.metric = folder, target, target_db, metric
         self.exposure = exposure
-        self.exposed = exposure.tensors if exposure is not None else ()
         self.plan = Plan(target_db, False, target.name,
                          argmax_outputs=decision_outputs(model, ARGMAX_PRODUCERS, 2),
                          threshold_outputs=decision_outputs(model, THRESHOLD_PRODUCERS))
@@ -560,7 +560,7 @@ class _Planner:
             if earlier.promoted == promoted:
                 return earlier.off
         try:
-            candidate = _quantized(self.model, self.options, promoted, self.exposed)
+            candidate = _quantized(self.model, self.options, promoted, self.exposure)
             self.tried.append(self.measured(candidate, promoted))
         except ConversionError as e:
             if not promoted or isinstance(e, ReferenceFailed):
@@ -578,7 +578,7 @@ class _Planner:
         if not self.options.layer_inputs:
             return
         plain = replace(self.options, layer_inputs={})
-        other = self.measured(_quantized(self.model, plain, {}, self.exposed), {})
+        other = self.measured(_quantized(self.model, plain, {}, self.exposure), {})
         if other.off < self.tried[0].off:
             self.options, self.tried[0], self.plan.arithmetic = plain, other, NEAREST
 
